@@ -1,0 +1,96 @@
+"""The workspace keeps the layout and dependency rules of DESIGN.md.
+
+An import against the dependency direction is a design bug, so it fails here rather than in review.
+"""
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {
+    "haliax-lite": ("haliax-lite", "haliax_lite"),
+    "kernels": ("meltemi-kernels", "meltemi.kernels"),
+    "datastore": ("meltemi-datastore", "meltemi.datastore"),
+    "raytpu": ("meltemi-raytpu", "meltemi.raytpu"),
+    "trainer": ("meltemi-trainer", "meltemi.trainer"),
+}
+WORKSPACE_MODULES = {module for _, module in PACKAGES.values()}
+# For each package: the top-level modules it must never import (at any depth / at module level only).
+FORBIDDEN_ANYWHERE = {
+    "haliax-lite": WORKSPACE_MODULES - {"haliax_lite"},
+    "kernels": WORKSPACE_MODULES - {"meltemi.kernels"},
+    "datastore": (WORKSPACE_MODULES - {"meltemi.datastore"}) | {"jax", "jaxlib"},
+    "raytpu": WORKSPACE_MODULES - {"meltemi.raytpu"},
+    "trainer": {"apps"},
+}
+FORBIDDEN_AT_MODULE_LEVEL = {"raytpu": {"jax", "jaxlib"}}
+
+
+def _imported_modules(tree: ast.AST, module_level_only: bool) -> set[str]:
+    nodes = tree.body if module_level_only else list(ast.walk(tree))
+    names = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _matches(name: str, forbidden: set[str]) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in forbidden)
+
+
+def violations(
+    root: Path, package_dir: str, forbidden: set[str], module_level_only: bool = False
+) -> list[str]:
+    found = []
+    for path in sorted((root / "packages" / package_dir / "src").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for name in sorted(_imported_modules(tree, module_level_only)):
+            if _matches(name, forbidden):
+                found.append(f"{path.relative_to(root)} imports {name}")
+    return found
+
+
+@pytest.mark.parametrize("package_dir", sorted(FORBIDDEN_ANYWHERE))
+def test_imports_follow_the_dependency_direction(package_dir):
+    assert violations(ROOT, package_dir, FORBIDDEN_ANYWHERE[package_dir]) == []
+
+
+@pytest.mark.parametrize("package_dir", sorted(FORBIDDEN_AT_MODULE_LEVEL))
+def test_no_jax_at_module_level(package_dir):
+    assert violations(ROOT, package_dir, FORBIDDEN_AT_MODULE_LEVEL[package_dir], module_level_only=True) == []
+
+
+def test_the_checker_sees_a_forbidden_import(tmp_path):
+    bad = tmp_path / "packages" / "datastore" / "src" / "meltemi" / "datastore"
+    bad.mkdir(parents=True)
+    (bad / "leak.py").write_text("def f():\n    import jax.numpy as jnp\n    return jnp\n")
+    expected = "packages/datastore/src/meltemi/datastore/leak.py imports jax.numpy"
+    assert violations(tmp_path, "datastore", {"jax"}) == [expected]
+
+
+def test_meltemi_is_a_namespace_package():
+    assert list(ROOT.glob("packages/*/src/meltemi/__init__.py")) == []
+
+
+@pytest.mark.parametrize("package_dir", sorted(PACKAGES))
+def test_package_metadata_is_complete(package_dir):
+    dist, _ = PACKAGES[package_dir]
+    project = tomllib.loads((ROOT / "packages" / package_dir / "pyproject.toml").read_text())["project"]
+    assert project["name"] == dist
+    assert project["license"] == "Apache-2.0"
+    assert project["requires-python"] == ">=3.11"
+    assert project["description"] and project["classifiers"]
+    assert (ROOT / "packages" / package_dir / project["readme"]).is_file()
+    assert (ROOT / "packages" / package_dir / "LICENSE").is_file()
+    assert (ROOT / "packages" / package_dir / "tests").is_dir()
+
+
+def test_root_project_depends_on_every_package():
+    root = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert sorted(root["project"]["dependencies"]) == sorted(dist for dist, _ in PACKAGES.values())
