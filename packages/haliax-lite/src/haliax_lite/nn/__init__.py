@@ -1,0 +1,1 @@
+"""Neural-network layers and functions on named arrays (Haliax's ``haliax.nn``)."""
