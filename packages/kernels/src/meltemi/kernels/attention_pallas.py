@@ -1,0 +1,350 @@
+"""Flash attention as Pallas kernels (Triton backend on GPU; ``interpret=True`` anywhere else).
+
+Three kernels, FlashAttention-2 style. The forward runs one program per (batch, head, query block) and
+streams key/value blocks through an online softmax, writing the output and the log-normalizer. The backward
+recomputes probabilities block by block: one kernel per key block accumulates dK and dV over the query
+blocks that see it, another per query block accumulates dQ. Loops visit only the blocks the mask leaves
+visible (causal, sliding window).
+
+The wrapper pads the sequence to whole blocks and the head dimension to a power of two (Triton tiles are
+powers of two); padded keys are masked by position or segment. Grouped-query attention maps each query
+head to its key/value head in the block index maps; dK and dV are produced per query head in float32 and
+summed over each group afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+from meltemi.kernels._attention_args import MaskSpec
+from meltemi.kernels._blocking import pad_axis, pad_sequence, round_up
+from meltemi.kernels._masking import allowed, key_block_range, query_block_range
+
+MIN_TILE = 16
+"""Triton's smallest matrix-multiply tile side."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PallasAttentionConfig:
+    """Tile sizes and launch settings; ``interpret=None`` interprets unless the default backend is a GPU."""
+
+    block_q: int = 128
+    block_k: int = 64
+    backward_block_q: int = 64
+    backward_block_k: int = 64
+    num_warps: int | None = None
+    num_stages: int = 2
+    interpret: bool | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("block_q", "block_k", "backward_block_q", "backward_block_k"):
+            size = getattr(self, name)
+            if size < MIN_TILE or size & (size - 1):
+                raise ValueError(
+                    f"PallasAttentionConfig: {name} must be a power of two >= {MIN_TILE}, got {size}"
+                )
+
+
+def _tile(requested: int, seq: int) -> int:
+    return max(MIN_TILE, min(requested, pl.next_power_of_2(seq)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Everything static about one call: the mask, the tiles, the true length and how to launch."""
+
+    spec: MaskSpec
+    seq_len: int
+    padded_len: int
+    group: int
+    block_q: int
+    block_k: int
+    backward_block_q: int
+    backward_block_k: int
+    num_warps: int
+    num_stages: int
+    interpret: bool
+    has_segments: bool
+
+    @property
+    def key_limit(self) -> int | None:
+        return self.seq_len if self.padded_len != self.seq_len else None
+
+    def launch(self, kernel, **kwargs):
+        return pl.pallas_call(
+            kernel,
+            interpret=self.interpret,
+            compiler_params=pltriton.CompilerParams(num_warps=self.num_warps, num_stages=self.num_stages),
+            **kwargs,
+        )
+
+
+def pallas_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    segment_ids: jax.Array | None,
+    spec: MaskSpec,
+    config: PallasAttentionConfig = PallasAttentionConfig(),
+) -> jax.Array:
+    """Pallas flash attention, same contract as ``reference_attention``; differentiable (custom VJP).
+
+    >>> import jax.numpy as jnp
+    >>> from meltemi.kernels._attention_args import MaskSpec
+    >>> x = jnp.ones((1, 5, 2, 16))
+    >>> pallas_attention(x, x, x, None, MaskSpec(True, None, 0.25)).shape
+    (1, 5, 2, 16)
+    """
+    batch, seq, heads, head_dim = q.shape
+    block_q, block_k = _tile(config.block_q, seq), _tile(config.block_k, seq)
+    backward_q, backward_k = _tile(config.backward_block_q, seq), _tile(config.backward_block_k, seq)
+    padded = round_up(seq, max(block_q, block_k, backward_q, backward_k))
+    padded_dim = max(MIN_TILE, pl.next_power_of_2(head_dim))
+    interpret = config.interpret if config.interpret is not None else jax.default_backend() != "gpu"
+    plan = _Plan(
+        spec=spec,
+        seq_len=seq,
+        padded_len=padded,
+        group=heads // k.shape[2],
+        block_q=block_q,
+        block_k=block_k,
+        backward_block_q=backward_q,
+        backward_block_k=backward_k,
+        num_warps=config.num_warps or (4 if padded_dim <= 64 else 8),
+        num_stages=config.num_stages,
+        interpret=interpret,
+        has_segments=segment_ids is not None,
+    )
+    q, k, v, segment_ids = pad_sequence(q, k, v, segment_ids, padded)
+    q, k, v = (pad_axis(x, padded_dim, axis=3) for x in (q, k, v))
+    if segment_ids is None:
+        segment_ids = jnp.zeros((batch, padded), jnp.int32)
+    out = _flash(plan, q, k, v, segment_ids)
+    return out[:, :seq, :, :head_dim]
+
+
+def _visible(plan, q_start, k_start, q_size, k_size, q_seg_ref, k_seg_ref):
+    q_pos = q_start + jnp.arange(q_size)
+    k_pos = k_start + jnp.arange(k_size)
+    q_seg = k_seg = None
+    if plan.has_segments:
+        q_seg = q_seg_ref[pl.ds(q_start, q_size)]
+        k_seg = k_seg_ref[pl.ds(k_start, k_size)]
+    return allowed(
+        q_pos,
+        k_pos,
+        q_seg,
+        k_seg,
+        causal=plan.spec.causal,
+        sliding_window=plan.spec.sliding_window,
+        seq_len=plan.key_limit,
+    )
+
+
+def _matmul(a, b, contract_a: int, contract_b: int):
+    return lax.dot_general(
+        a, b, (((contract_a,), (contract_b,)), ((), ())), preferred_element_type=jnp.float32
+    )
+
+
+def _forward_kernel(plan, q_ref, k_ref, v_ref, seg_ref, out_ref, lse_ref):
+    bq, bk = plan.block_q, plan.block_k
+    q_block = pl.program_id(2)
+    q_start = q_block * bq
+    q = q_ref[...]
+
+    def step(j, carry):
+        acc, row_max, normalizer = carry
+        k_start = pl.multiple_of(j * bk, bk)
+        k = k_ref[pl.ds(k_start, bk), :]
+        v = v_ref[pl.ds(k_start, bk), :]
+        scores = _matmul(q, k, 1, 1) * plan.spec.softmax_scale
+        scores = jnp.where(_visible(plan, q_start, k_start, bq, bk, seg_ref, seg_ref), scores, -jnp.inf)
+        new_max = jnp.maximum(row_max, jnp.max(scores, axis=1))
+        shift = jnp.where(new_max == -jnp.inf, 0.0, new_max)
+        rescale = jnp.exp(row_max - shift)
+        weights = jnp.exp(scores - shift[:, None])
+        normalizer = rescale * normalizer + jnp.sum(weights, axis=1)
+        acc = rescale[:, None] * acc + _matmul(weights.astype(v.dtype), v, 1, 0)
+        return acc, new_max, normalizer
+
+    init = (
+        jnp.zeros(q.shape, jnp.float32),
+        jnp.full((bq,), -jnp.inf, jnp.float32),
+        jnp.zeros((bq,), jnp.float32),
+    )
+    lo, hi = key_block_range(
+        q_block,
+        bq,
+        bk,
+        plan.padded_len // bk,
+        causal=plan.spec.causal,
+        sliding_window=plan.spec.sliding_window,
+    )
+    acc, row_max, normalizer = lax.fori_loop(lo, hi, step, init)
+    nonempty = normalizer > 0
+    safe = jnp.where(nonempty, normalizer, 1.0)
+    out_ref[...] = (acc / safe[:, None]).astype(out_ref.dtype)
+    lse_ref[...] = jnp.where(nonempty, row_max + jnp.log(safe), jnp.inf)
+
+
+def _forward(plan: _Plan, q, k, v, segment_ids):
+    batch, padded, heads, dim = q.shape
+    bq, group = plan.block_q, plan.group
+    return plan.launch(
+        functools.partial(_forward_kernel, plan),
+        grid=(batch, heads, padded // bq),
+        in_specs=[
+            pl.BlockSpec((None, bq, None, dim), lambda b, h, i: (b, i, h, 0)),
+            pl.BlockSpec((None, padded, None, dim), lambda b, h, i: (b, 0, h // group, 0)),
+            pl.BlockSpec((None, padded, None, dim), lambda b, h, i: (b, 0, h // group, 0)),
+            pl.BlockSpec((None, padded), lambda b, h, i: (b, 0)),
+        ],
+        out_specs=[
+            pl.BlockSpec((None, bq, None, dim), lambda b, h, i: (b, i, h, 0)),
+            pl.BlockSpec((None, None, bq), lambda b, h, i: (b, h, i)),
+        ],
+        out_shape=[
+            jax.ShapeDtypeStruct(q.shape, q.dtype),
+            jax.ShapeDtypeStruct((batch, heads, padded), jnp.float32),
+        ],
+        name="meltemi_flash_forward",
+    )(q, k, v, segment_ids)
+
+
+def _score_gradients(plan, q, k, v, d_out, lse, delta, visible):
+    """Probabilities and score gradients of one tile, recomputed from the saved log-normalizer."""
+    scores = _matmul(q, k, 1, 1) * plan.spec.softmax_scale
+    probabilities = jnp.where(visible, jnp.exp(scores - lse[:, None]), 0.0)
+    d_prob = _matmul(d_out, v, 1, 1)
+    d_scores = probabilities * (d_prob - delta[:, None]) * plan.spec.softmax_scale
+    return probabilities, d_scores
+
+
+def _key_value_gradient_kernel(
+    plan, q_ref, k_ref, v_ref, seg_ref, d_out_ref, lse_ref, delta_ref, dk_ref, dv_ref
+):
+    bq, bk = plan.backward_block_q, plan.backward_block_k
+    k_block = pl.program_id(2)
+    k_start = k_block * bk
+    k = k_ref[...]
+    v = v_ref[...]
+
+    def step(i, carry):
+        dk, dv = carry
+        q_start = pl.multiple_of(i * bq, bq)
+        q = q_ref[pl.ds(q_start, bq), :]
+        d_out = d_out_ref[pl.ds(q_start, bq), :]
+        visible = _visible(plan, q_start, k_start, bq, bk, seg_ref, seg_ref)
+        probabilities, d_scores = _score_gradients(
+            plan, q, k, v, d_out, lse_ref[pl.ds(q_start, bq)], delta_ref[pl.ds(q_start, bq)], visible
+        )
+        dv = dv + _matmul(probabilities.astype(d_out.dtype), d_out, 0, 0)
+        dk = dk + _matmul(d_scores.astype(q.dtype), q, 0, 0)
+        return dk, dv
+
+    lo, hi = query_block_range(
+        k_block,
+        bq,
+        bk,
+        plan.padded_len // bq,
+        causal=plan.spec.causal,
+        sliding_window=plan.spec.sliding_window,
+    )
+    zeros = jnp.zeros(k.shape, jnp.float32)
+    dk, dv = lax.fori_loop(lo, hi, step, (zeros, zeros))
+    dk_ref[...] = dk
+    dv_ref[...] = dv
+
+
+def _query_gradient_kernel(plan, q_ref, k_ref, v_ref, seg_ref, d_out_ref, lse_ref, delta_ref, dq_ref):
+    bq, bk = plan.backward_block_q, plan.backward_block_k
+    q_block = pl.program_id(2)
+    q_start = q_block * bq
+    q = q_ref[...]
+    d_out = d_out_ref[...]
+    lse = lse_ref[...]
+    delta = delta_ref[...]
+
+    def step(j, dq):
+        k_start = pl.multiple_of(j * bk, bk)
+        k = k_ref[pl.ds(k_start, bk), :]
+        v = v_ref[pl.ds(k_start, bk), :]
+        visible = _visible(plan, q_start, k_start, bq, bk, seg_ref, seg_ref)
+        _, d_scores = _score_gradients(plan, q, k, v, d_out, lse, delta, visible)
+        return dq + _matmul(d_scores.astype(k.dtype), k, 1, 0)
+
+    lo, hi = key_block_range(
+        q_block,
+        bq,
+        bk,
+        plan.padded_len // bk,
+        causal=plan.spec.causal,
+        sliding_window=plan.spec.sliding_window,
+    )
+    dq = lax.fori_loop(lo, hi, step, jnp.zeros(q.shape, jnp.float32))
+    dq_ref[...] = dq.astype(dq_ref.dtype)
+
+
+def _backward(plan: _Plan, q, k, v, segment_ids, lse, delta, d_out):
+    batch, padded, heads, dim = q.shape
+    bq, bk, group = plan.backward_block_q, plan.backward_block_k, plan.group
+    whole_q = pl.BlockSpec((None, padded, None, dim), lambda b, h, j: (b, 0, h, 0))
+    whole_kv = pl.BlockSpec((None, padded, None, dim), lambda b, h, j: (b, 0, h // group, 0))
+    whole_stats = pl.BlockSpec((None, None, padded), lambda b, h, j: (b, h, 0))
+    segments = pl.BlockSpec((None, padded), lambda b, h, j: (b, 0))
+    kv_tile = pl.BlockSpec((None, bk, None, dim), lambda b, h, j: (b, j, h // group, 0))
+    per_head_tile = pl.BlockSpec((None, bk, None, dim), lambda b, h, j: (b, j, h, 0))
+    per_head = jax.ShapeDtypeStruct((batch, padded, heads, dim), jnp.float32)
+    dk, dv = plan.launch(
+        functools.partial(_key_value_gradient_kernel, plan),
+        grid=(batch, heads, padded // bk),
+        in_specs=[whole_q, kv_tile, kv_tile, segments, whole_q, whole_stats, whole_stats],
+        out_specs=[per_head_tile, per_head_tile],
+        out_shape=[per_head, per_head],
+        name="meltemi_flash_backward_kv",
+    )(q, k, v, segment_ids, d_out, lse, delta)
+
+    q_tile = pl.BlockSpec((None, bq, None, dim), lambda b, h, i: (b, i, h, 0))
+    stats_tile = pl.BlockSpec((None, None, bq), lambda b, h, i: (b, h, i))
+    dq = plan.launch(
+        functools.partial(_query_gradient_kernel, plan),
+        grid=(batch, heads, padded // bq),
+        in_specs=[q_tile, whole_kv, whole_kv, segments, q_tile, stats_tile, stats_tile],
+        out_specs=q_tile,
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        name="meltemi_flash_backward_q",
+    )(q, k, v, segment_ids, d_out, lse, delta)
+
+    kv_heads = k.shape[2]
+    dk = dk.reshape(batch, padded, kv_heads, group, dim).sum(axis=3).astype(k.dtype)
+    dv = dv.reshape(batch, padded, kv_heads, group, dim).sum(axis=3).astype(v.dtype)
+    return dq, dk, dv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _flash(plan, q, k, v, segment_ids):
+    return _forward(plan, q, k, v, segment_ids)[0]
+
+
+def _flash_fwd(plan, q, k, v, segment_ids):
+    out, lse = _forward(plan, q, k, v, segment_ids)
+    return out, (q, k, v, segment_ids, out, lse)
+
+
+def _flash_bwd(plan, residuals, d_out):
+    q, k, v, segment_ids, out, lse = residuals
+    d_out = d_out.astype(q.dtype)
+    delta = jnp.einsum("bqhd,bqhd->bhq", out.astype(jnp.float32), d_out.astype(jnp.float32))
+    dq, dk, dv = _backward(plan, q, k, v, segment_ids, lse, delta, d_out)
+    return dq, dk, dv, None
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
