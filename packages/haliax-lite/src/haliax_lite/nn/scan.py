@@ -1,0 +1,253 @@
+"""Repeated layers: ``Stacked`` (one module with a leading ``Block`` axis, run by a scan) and ``BlockSeq``
+(a Python list of modules, unrolled). Both have the same API, so a model can switch between them.
+
+``Stacked`` compiles its block once however deep the model is; ``BlockSeq`` compiles every block separately
+(slower to compile, sometimes easier to debug or to give heterogeneous blocks). Both take Haliax's
+``gradient_checkpointing=``: a ``ScanCheckpointPolicy``, ``True``/``False``, or one of ``"full"``,
+``"recompute"``, ``"save_all"``, ``"nested"``, ``"offload"``.
+
+    >>> import jax, haliax_lite as hax
+    >>> Layers, Embed = hax.Axis("layers", 3), hax.Axis("embed", 4)
+    >>> make = hax.nn.Stacked.init(Layers, hax.nn.MLP, gradient_checkpointing=True)
+    >>> stack = make(Embed, Embed, 8, 1, key=jax.random.split(jax.random.PRNGKey(0), 3))
+    >>> stack.fold(hax.ones(Embed)).axes
+    (Axis(name='embed', size=4),)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+import haliax_lite as hax
+
+M = TypeVar("M", bound=eqx.Module)
+
+
+def _as_policy(gradient_checkpointing, prevent_cse: bool | None):
+    policy = gradient_checkpointing
+    if not isinstance(policy, hax.ScanCheckpointPolicy):
+        policy = hax.ScanCheckpointPolicy.from_bool_or_str(policy)
+    if prevent_cse is not None:
+        warnings.warn(
+            "prevent_cse= is deprecated (as in Haliax): set ScanCheckpointPolicy(prevent_cse=...) instead",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        policy = dataclasses.replace(policy, prevent_cse=prevent_cse)
+    return policy
+
+
+def _is_named(x) -> bool:
+    return isinstance(x, hax.NamedArray)
+
+
+class Stacked(eqx.Module, Generic[M]):
+    """``Block.size`` copies of a module stored as one module whose arrays have a leading ``Block`` axis.
+
+    ``fold`` runs them in sequence (``carry = block(carry, ...)``), ``scan`` also stacks each block's extra
+    output along ``Block``, ``vmap`` runs them independently. Named arguments with a ``Block`` axis (and
+    unnamed arrays, along their first dimension) are sliced per block; everything else is shared.
+    """
+
+    stacked: M
+    Block: hax.Axis = eqx.field(static=True)
+    gradient_checkpointing: hax.ScanCheckpointPolicy = eqx.field(static=True)
+
+    @classmethod
+    def init(
+        cls,
+        Block: hax.Axis,
+        module: type[M],
+        *,
+        gradient_checkpointing: hax.ScanCheckpointPolicy | bool | str = False,
+        prevent_cse: bool | None = None,
+    ) -> Callable[..., Stacked[M]]:
+        """Curried: returns a function taking ``module.init``'s arguments, batched along ``Block``.
+
+        Pass per-block values (typically ``key=jax.random.split(key, Block.size)``) with a leading
+        ``Block`` dimension; other arguments are shared by every block.
+        """
+        policy = _as_policy(gradient_checkpointing, prevent_cse)
+
+        def make(*args, **kwargs) -> Stacked[M]:
+            return cls(hax.vmap(module.init, Block)(*args, **kwargs), Block, policy)
+
+        return make
+
+    def fold(self, init, *args, **kwargs):
+        """``carry = block(carry, *args, **kwargs)`` for each block in order; returns the last carry."""
+        return self.fold_via(lambda block, carry, *a, **k: block(carry, *a, **k))(init, *args, **kwargs)
+
+    def scan(self, init, *args, **kwargs):
+        """Like ``fold`` for blocks returning ``(carry, output)``; returns ``(carry, outputs)``, the outputs
+        stacked along ``Block``."""
+        return self.scan_via(lambda block, carry, *a, **k: block(carry, *a, **k))(init, *args, **kwargs)
+
+    def vmap(self, *args, **kwargs):
+        """Apply every block to the same (or ``Block``-sliced) inputs independently; outputs stacked."""
+        return self.vmap_via(lambda block, *a, **k: block(*a, **k))(*args, **kwargs)
+
+    def fold_via(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """A fold using ``fn(block, carry, *args, **kwargs) -> carry`` instead of the block's ``__call__``."""
+
+        def run(init, *args, **kwargs):
+            step = lambda carry, block, *a, **k: fn(block, carry, *a, **k)  # noqa: E731
+            fold = hax.fold(step, self.Block, remat=self.gradient_checkpointing)
+            return fold(init, self.stacked, *args, **kwargs)
+
+        return run
+
+    def scan_via(self, fn: Callable[..., tuple[Any, Any]]) -> Callable[..., tuple[Any, Any]]:
+        """A scan using ``fn(block, carry, *args, **kwargs) -> (carry, output)``."""
+
+        def run(init, *args, **kwargs):
+            step = lambda carry, block, *a, **k: fn(block, carry, *a, **k)  # noqa: E731
+            scan = hax.scan(step, self.Block, remat=self.gradient_checkpointing)
+            return scan(init, self.stacked, *args, **kwargs)
+
+        return run
+
+    def vmap_via(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """An independent per-block map using ``fn(block, *args, **kwargs) -> output``."""
+
+        def run(*args, **kwargs):
+            return hax.vmap(fn, self.Block)(self.stacked, *args, **kwargs)
+
+        return run
+
+    def unstacked(self) -> Sequence[M]:
+        """The blocks as a tuple of ordinary modules (for inspection, export or a ``BlockSeq``)."""
+        leaves, treedef = jax.tree_util.tree_flatten(self.stacked, is_leaf=_is_named)
+        per_leaf = [_unstack_leaf(leaf, self.Block) for leaf in leaves]
+        return tuple(jax.tree_util.tree_unflatten(treedef, parts) for parts in zip(*per_leaf, strict=True))
+
+
+def _unstack_leaf(leaf, Block: hax.Axis) -> tuple:
+    if _is_named(leaf):
+        if Block.name in leaf.shape:
+            return tuple(hax.unbind(leaf, Block))
+    elif isinstance(leaf, jax.Array) and leaf.ndim >= 1:
+        if leaf.shape[0] != Block.size:
+            raise ValueError(f"an unnamed leaf of shape {leaf.shape} does not lead with {Block}")
+        return tuple(leaf[i] for i in range(Block.size))
+    return (leaf,) * Block.size
+
+
+class BlockSeq(eqx.Module, Generic[M]):
+    """``Stacked``'s API over a plain sequence of modules, run by an unrolled Python loop.
+
+    Each block call is checkpointed with the same policy a ``Stacked`` scan step would use (a nested
+    policy has no outer scan to split here, so only its inner policy applies).
+    """
+
+    blocks: Sequence[M]
+    Block: hax.Axis = eqx.field(static=True)
+    gradient_checkpointing: hax.ScanCheckpointPolicy = eqx.field(static=True)
+
+    @classmethod
+    def init(
+        cls,
+        Block: hax.Axis,
+        module: type[M],
+        *,
+        gradient_checkpointing: hax.ScanCheckpointPolicy | bool | str = False,
+        prevent_cse: bool | None = None,
+    ) -> Callable[..., BlockSeq[M]]:
+        """Curried like ``Stacked.init``: block ``i`` is built from slice ``i`` of each batched argument."""
+        policy = _as_policy(gradient_checkpointing, prevent_cse)
+
+        def make(*args, **kwargs) -> BlockSeq[M]:
+            blocks = [
+                module.init(*_slice(args, Block, i), **_slice(kwargs, Block, i)) for i in range(Block.size)
+            ]
+            return cls(blocks, Block, policy)
+
+        return make
+
+    def fold(self, init, *args, **kwargs):
+        """``carry = block(carry, *args, **kwargs)`` for each block in order; returns the last carry."""
+        return self.fold_via(lambda block, carry, *a, **k: block(carry, *a, **k))(init, *args, **kwargs)
+
+    def scan(self, init, *args, **kwargs):
+        """Like ``fold`` for blocks returning ``(carry, output)``; returns ``(carry, outputs)``, the outputs
+        stacked along ``Block``."""
+        return self.scan_via(lambda block, carry, *a, **k: block(carry, *a, **k))(init, *args, **kwargs)
+
+    def vmap(self, *args, **kwargs):
+        """Apply every block to the same (or ``Block``-sliced) inputs independently; outputs stacked."""
+        return self.vmap_via(lambda block, *a, **k: block(*a, **k))(*args, **kwargs)
+
+    def fold_via(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """A fold using ``fn(block, carry, *args, **kwargs) -> carry`` instead of the block's ``__call__``."""
+        scan = self.scan_via(lambda block, carry, *a, **k: (fn(block, carry, *a, **k), None))
+        return lambda init, *args, **kwargs: scan(init, *args, **kwargs)[0]
+
+    def scan_via(self, fn: Callable[..., tuple[Any, Any]]) -> Callable[..., tuple[Any, Any]]:
+        """A scan using ``fn(block, carry, *args, **kwargs) -> (carry, output)``."""
+        carry_name = f"BlockSeq[{self.Block.name}].carry"
+        input_name = f"BlockSeq[{self.Block.name}].input"
+
+        def run(init, *args, **kwargs):
+            carry, outputs = init, []
+            for i, block in enumerate(self.blocks):
+                inputs = (block, _slice(args, self.Block, i), _slice(kwargs, self.Block, i))
+                # Only arrays go through jax.checkpoint; Python values (flags, callables) are closed over.
+                arrays, static = eqx.partition(inputs, eqx.is_array)
+
+                def step(carry, arrays, static=static):
+                    block, block_args, block_kwargs = eqx.combine(arrays, static)
+                    return fn(block, carry, *block_args, **block_kwargs)
+
+                checkpointed = self.gradient_checkpointing.checkpoint(carry_name, input_name, step)
+                carry, out = checkpointed(carry, arrays)
+                outputs.append(out)
+            return carry, _stack(self.Block, outputs)
+
+        return run
+
+    def vmap_via(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """An independent per-block map using ``fn(block, *args, **kwargs) -> output``."""
+
+        def run(*args, **kwargs):
+            outputs = [
+                fn(block, *_slice(args, self.Block, i), **_slice(kwargs, self.Block, i))
+                for i, block in enumerate(self.blocks)
+            ]
+            return _stack(self.Block, outputs)
+
+        return run
+
+    def unstacked(self) -> Sequence[M]:
+        """The blocks, as a tuple."""
+        return tuple(self.blocks)
+
+
+def _slice(tree, Block: hax.Axis, i: int):
+    """Block ``i`` of every leaf that has a ``Block`` axis (unnamed arrays: their first dimension)."""
+
+    def take(leaf):
+        if _is_named(leaf):
+            return hax.take(leaf, Block.name, i) if Block.name in leaf.shape else leaf
+        if isinstance(leaf, jax.Array) and leaf.ndim >= 1:
+            return leaf[i]
+        return leaf
+
+    return jax.tree_util.tree_map(take, tree, is_leaf=_is_named)
+
+
+def _stack(Block: hax.Axis, trees: list):
+    """Stack per-block outputs along ``Block`` (named) or a new first dimension (unnamed)."""
+
+    def stack(*leaves):
+        if _is_named(leaves[0]):
+            return hax.stack(Block, leaves)
+        return jnp.stack(leaves)
+
+    return jax.tree_util.tree_map(stack, *trees, is_leaf=_is_named)
