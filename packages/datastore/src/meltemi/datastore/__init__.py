@@ -3,4 +3,49 @@
 It returns numpy arrays and never imports JAX, so it serves any framework (PyTorch included).
 """
 
+from meltemi.datastore import corpora
+from meltemi.datastore.build import BuildReport, build_store
+from meltemi.datastore.corpora import python_stdlib, train_tokenizer
+from meltemi.datastore.errors import (
+    DatastoreError,
+    EmptyCorpusError,
+    IncompleteStoreError,
+    InputError,
+    IntegrityError,
+    SourceChangedError,
+    TokenizerMismatchError,
+)
+from meltemi.datastore.feistel import FeistelPermutation
+from meltemi.datastore.keys import derive_key
+from meltemi.datastore.loader import BatchLoader, BatchSchedule
+from meltemi.datastore.mixture import MixtureDataset, block_counts
+from meltemi.datastore.sequences import Rows, SequenceDataset
+from meltemi.datastore.shuffle import ShuffledDataset
+from meltemi.datastore.store import TokenStore
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "BatchLoader",
+    "BatchSchedule",
+    "BuildReport",
+    "DatastoreError",
+    "EmptyCorpusError",
+    "FeistelPermutation",
+    "IncompleteStoreError",
+    "InputError",
+    "IntegrityError",
+    "MixtureDataset",
+    "Rows",
+    "SequenceDataset",
+    "ShuffledDataset",
+    "SourceChangedError",
+    "TokenStore",
+    "TokenizerMismatchError",
+    "block_counts",
+    "build_store",
+    "corpora",
+    "derive_key",
+    "python_stdlib",
+    "train_tokenizer",
+]

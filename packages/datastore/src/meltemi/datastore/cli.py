@@ -1,0 +1,67 @@
+"""The command line: `python -m meltemi.datastore build|info ...`. User errors end in one message, exit 1."""
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from meltemi.datastore.build import build_store
+from meltemi.datastore.errors import DatastoreError
+from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS
+from meltemi.datastore.store import TokenStore
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m meltemi.datastore", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="tokenize text, JSONL or Parquet into a token store")
+    build.add_argument("--input", nargs="+", required=True, metavar="PATH_OR_GLOB_OR_URL")
+    build.add_argument("--tokenizer", required=True, metavar="TOKENIZER_JSON")
+    build.add_argument("--out", required=True, metavar="DIR")
+    build.add_argument("--text-field", default="text", help="JSONL field / Parquet column holding the text")
+    build.add_argument("--workers", type=int, default=1, help="tokenizer processes (the result is the same)")
+    build.add_argument(
+        "--eos", action=argparse.BooleanOptionalAction, default=True, help="EOS after each document"
+    )
+    build.add_argument(
+        "--eos-token", default=None, help="the EOS token's text (default: found in the tokenizer)"
+    )
+    build.add_argument("--overwrite", action="store_true", help="rebuild even if the inputs changed")
+    build.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS, help="tokens per Zarr chunk")
+    info = commands.add_parser("info", help="print a store's counts and tokenizer, verifying its offsets")
+    info.add_argument("store", metavar="DIR")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "build":
+            report = build_store(
+                args.input,
+                args.tokenizer,
+                args.out,
+                text_field=args.text_field,
+                workers=args.workers,
+                eos=args.eos,
+                eos_token=args.eos_token,
+                overwrite=args.overwrite,
+                chunk_tokens=args.chunk_tokens,
+            )
+            print(report.summary())
+        else:
+            store = TokenStore.open(args.store)
+            print(
+                json.dumps(
+                    {
+                        "path": str(store.path),
+                        "counts": store.manifest["counts"],
+                        "tokenizer": store.manifest["tokenizer"],
+                    },
+                    indent=1,
+                )
+            )
+    except (DatastoreError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,66 @@
+"""The default corpus for the apps (the running interpreter's standard library) and a BPE trainer for it."""
+
+import os
+import sysconfig
+from collections.abc import Sequence
+from pathlib import Path
+
+from meltemi.datastore.errors import InputError
+
+EOS_TOKEN = "<|endoftext|>"
+_TEST_DIRS = frozenset({"test", "tests", "idle_test"})
+
+
+def python_stdlib(include_tests: bool = False) -> list[str]:
+    """The standard library's `.py` files, sorted by path (site-packages never included).
+
+    The test suites are left out unless asked for: they hold deliberately broken files.
+
+    >>> files = python_stdlib()
+    >>> files == sorted(files) and any(f.endswith("/json/__init__.py") for f in files)
+    True
+    """
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = []
+    for path in root.rglob("*.py"):
+        parts = set(path.relative_to(root).parts[:-1])
+        if "site-packages" in parts or "dist-packages" in parts:
+            continue
+        if not include_tests and parts & _TEST_DIRS:
+            continue
+        files.append(str(path))
+    return sorted(files)
+
+
+def train_tokenizer(files: Sequence[str | os.PathLike], vocab_size: int, out: str | os.PathLike) -> str:
+    """Train a byte-level BPE on `files` and write it to `out` (a `tokenizer.json`); returns `out`.
+
+    The same files give the same tokenizer. Its one special token, `<|endoftext|>`, ends each document.
+
+    >>> import tempfile
+    >>> path = train_tokenizer(python_stdlib()[:5], 300, tempfile.mkdtemp() + "/tokenizer.json")
+    >>> from tokenizers import Tokenizer
+    >>> Tokenizer.from_file(path).get_vocab_size()
+    300
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    files = [os.fspath(f) for f in files]
+    if not files:
+        raise InputError("train_tokenizer needs at least one file")
+    for path in files:
+        if not os.path.isfile(path):
+            raise InputError(f"train_tokenizer: {path!r}: no such file")
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if vocab_size < len(alphabet) + 1:
+        raise ValueError(f"vocab_size must be at least {len(alphabet) + 1} (bytes + EOS), got {vocab_size}")
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[EOS_TOKEN], initial_alphabet=alphabet, show_progress=False
+    )
+    tokenizer.train(sorted(files), trainer)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(os.fspath(out))
+    return os.fspath(out)

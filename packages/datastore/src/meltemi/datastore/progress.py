@@ -1,0 +1,58 @@
+"""A one-line terminal progress bar (documents, tokens, tokens/s), drawn only when stderr is a terminal."""
+
+import sys
+import time
+from typing import TextIO
+
+
+def human(count: float) -> str:
+    """A count with a k/M/G/T suffix: `human(1_234_567) == '1.23M'`."""
+    for suffix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(count) >= scale:
+            return f"{count / scale:.3g}{suffix}"
+    return f"{count:.0f}"
+
+
+class ProgressBar:
+    """Progress over `total` units of work; silent unless `stream` is a TTY. Use as a context manager."""
+
+    WIDTH = 24
+
+    def __init__(self, total: int, label: str, stream: TextIO | None = None, min_interval: float = 0.1):
+        self.total, self.label = total, label
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.done = self.documents = self.tokens = 0
+        self.start = time.perf_counter()
+        self.min_interval, self._last_draw = min_interval, 0.0
+
+    def __enter__(self) -> "ProgressBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self._draw(force=True)
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def advance(self, units: int = 1, documents: int = 0, tokens: int = 0) -> None:
+        self.done += units
+        self.documents += documents
+        self.tokens += tokens
+        if self.enabled:
+            self._draw()
+
+    def _draw(self, force: bool = False) -> None:
+        now = time.perf_counter()
+        if not force and now - self._last_draw < self.min_interval:
+            return
+        self._last_draw = now
+        filled = self.WIDTH * self.done // max(self.total, 1)
+        rate = self.tokens / max(now - self.start, 1e-9)
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        line = (
+            f"\r{self.label} [{bar}] {self.done}/{self.total}  {human(self.documents)} docs  "
+            f"{human(self.tokens)} tokens  {human(rate)} tokens/s"
+        )
+        self.stream.write(line)
+        self.stream.flush()

@@ -1,0 +1,163 @@
+"""Input sources: resolve paths, globs and fsspec URLs to files in a stable order, and read documents.
+
+Formats, by file name: `.jsonl` and `.jsonl.gz` (one JSON object per line, text in a field), `.parquet`
+(text in a column), anything else plain text (one document per file). Documents come in sorted source
+order, then in order within a source, so a build never depends on how the files were listed.
+"""
+
+import gzip
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import fsspec
+
+from meltemi.datastore.errors import InputError
+
+_GLOB_CHARS = "*?["
+_HASH_BLOCK = 1 << 22
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input file: where it is, how big, and the SHA-256 of its bytes."""
+
+    url: str
+    size: int
+    sha256: str
+
+    @property
+    def kind(self) -> str:
+        name = self.url.lower()
+        if name.endswith(".jsonl.gz"):
+            return "jsonl.gz"
+        if name.endswith(".jsonl"):
+            return "jsonl"
+        if name.endswith(".parquet"):
+            return "parquet"
+        return "text"
+
+
+def _url(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    return path if fs.protocol in ("file", ("file", "local")) else fs.unstrip_protocol(path)
+
+
+def resolve_inputs(inputs: Sequence[str]) -> list[str]:
+    """Every file named by `inputs` (files, directories, globs, URLs), sorted, without duplicates.
+
+    >>> resolve_inputs([__file__]) == [__file__]
+    True
+    """
+    if not inputs:
+        raise InputError("no inputs given: pass at least one file, directory, glob or URL")
+    found: set[str] = set()
+    for item in inputs:
+        fs, path = fsspec.core.url_to_fs(str(item))
+        if any(c in path for c in _GLOB_CHARS):
+            matches = [p for p in fs.glob(path) if fs.isfile(p)]
+            if not matches:
+                raise InputError(f"input {item!r}: the pattern matches no file")
+        elif fs.isdir(path):
+            matches = [p for p in fs.find(path) if not _hidden(p[len(path) :])]
+            if not matches:
+                raise InputError(f"input {item!r}: the directory holds no file")
+        elif fs.isfile(path):
+            matches = [path]
+        else:
+            raise InputError(f"input {item!r}: no such file or directory")
+        found.update(_url(fs, p) for p in matches)
+    return sorted(found)
+
+
+def _hidden(relative: str) -> bool:
+    return any(part.startswith(".") for part in relative.split("/") if part)
+
+
+def describe_source(url: str) -> Source:
+    """Size and content hash of one file (read once, in blocks)."""
+    digest = hashlib.sha256()
+    size = 0
+    with fsspec.open(url, "rb") as f:
+        while block := f.read(_HASH_BLOCK):
+            digest.update(block)
+            size += len(block)
+    return Source(url=url, size=size, sha256=digest.hexdigest())
+
+
+def _decode(data: bytes, counts: Counter) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        counts["invalid_utf8_documents"] += 1
+        return data.decode("utf-8", errors="replace")
+
+
+def read_documents(source: Source, text_field: str, counts: Counter) -> Iterator[str]:
+    """The non-empty documents of one source, in file order; skipped and repaired ones go in `counts`."""
+    kind = source.kind
+    if kind == "text":
+        yield from _text_documents(source, counts)
+    elif kind == "parquet":
+        yield from _parquet_documents(source, text_field, counts)
+    else:
+        yield from _jsonl_documents(source, text_field, counts)
+
+
+def _text_documents(source: Source, counts: Counter) -> Iterator[str]:
+    with fsspec.open(source.url, "rb") as f:
+        data = f.read()
+    if not data.strip():
+        counts["empty_files"] += 1
+        return
+    yield _decode(data, counts)
+
+
+def _jsonl_documents(source: Source, text_field: str, counts: Counter) -> Iterator[str]:
+    with fsspec.open(source.url, "rb") as raw:
+        f = gzip.open(raw, "rb") if source.kind == "jsonl.gz" else raw
+        yielded = False
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{source.url}, line {number}"
+            try:
+                record = json.loads(_decode(line, counts))
+            except json.JSONDecodeError as e:
+                raise InputError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(record, dict) or text_field not in record:
+                raise InputError(f"{where}: no {text_field!r} field (pass --text-field to name another)")
+            text = record[text_field]
+            if not isinstance(text, str):
+                raise InputError(f"{where}: field {text_field!r} is {type(text).__name__}, not a string")
+            if text:
+                yielded = True
+                yield text
+            else:
+                counts["empty_documents"] += 1
+        if not yielded:
+            counts["empty_files"] += 1
+
+
+def _parquet_documents(source: Source, text_field: str, counts: Counter) -> Iterator[str]:
+    import pyarrow.parquet as pq
+
+    with fsspec.open(source.url, "rb") as f:
+        try:
+            table = pq.ParquetFile(f)
+        except Exception as e:
+            raise InputError(f"{source.url}: not a readable Parquet file ({e})") from None
+        if text_field not in table.schema_arrow.names:
+            names = ", ".join(table.schema_arrow.names)
+            raise InputError(f"{source.url}: no column {text_field!r} (columns: {names}); pass --text-field")
+        yielded = False
+        for batch in table.iter_batches(columns=[text_field]):
+            for text in batch.column(0).to_pylist():
+                if text:
+                    yielded = True
+                    yield str(text)
+                else:
+                    counts["empty_documents"] += 1
+        if not yielded:
+            counts["empty_files"] += 1

@@ -1,0 +1,146 @@
+"""Tokenizer identity, and the unit of build work: tokenize a few sources into a part file.
+
+A part is written aside and renamed into place, its JSON summary last, so a part either exists whole or
+not at all: that is what lets a killed build resume where it stopped.
+"""
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import numpy as np
+from tokenizers import Tokenizer
+
+from meltemi.datastore.errors import InputError
+from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
+from meltemi.datastore.sources import Source, read_documents
+
+ENCODE_BATCH = 512
+EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What a store records about its tokenizer: where it came from, its content hash, sizes, EOS id."""
+
+    name: str
+    sha256: str
+    vocab_size: int
+    eos_id: int | None
+    json: str
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, eos: bool = True, eos_token: str | None = None) -> "TokenizerInfo":
+        """Read a `tokenizer.json` (local or fsspec URL) and find its end-of-document token."""
+        try:
+            with fsspec.open(os.fspath(path), "r", encoding="utf-8") as f:
+                text = f.read()
+            tokenizer = Tokenizer.from_str(text)
+        except FileNotFoundError:
+            raise InputError(f"tokenizer {os.fspath(path)!r}: no such file") from None
+        except Exception as e:
+            raise InputError(
+                f"tokenizer {os.fspath(path)!r}: not a Hugging Face tokenizer.json ({e})"
+            ) from None
+        eos_id = _find_eos(tokenizer, os.fspath(path), eos_token) if eos else None
+        return cls(
+            name=Path(os.fspath(path)).name,
+            sha256=canonical_tokenizer_hash(text),
+            vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+            eos_id=eos_id,
+            json=text,
+        )
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "sha256": self.sha256,
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+        }
+
+
+def _find_eos(tokenizer: Tokenizer, path: str, eos_token: str | None) -> int:
+    candidates = (eos_token,) if eos_token is not None else EOS_CANDIDATES
+    for token in candidates:
+        token_id = tokenizer.token_to_id(token)
+        if token_id is not None:
+            return token_id
+    wanted = repr(eos_token) if eos_token is not None else "any of " + ", ".join(EOS_CANDIDATES)
+    raise InputError(
+        f"tokenizer {path!r} has no end-of-document token ({wanted}); pass --eos-token or --no-eos"
+    )
+
+
+_TOKENIZERS: dict[str, Tokenizer] = {}
+
+
+def _tokenizer(info: TokenizerInfo) -> Tokenizer:
+    if info.sha256 not in _TOKENIZERS:
+        _TOKENIZERS[info.sha256] = Tokenizer.from_str(info.json)
+    return _TOKENIZERS[info.sha256]
+
+
+def encode_documents(tokenizer: Tokenizer, texts: list[str], eos_id: int | None, dtype: np.dtype):
+    """Token ids of `texts`, concatenated (an EOS after each when `eos_id` is set), and each one's length."""
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+    flat = np.fromiter(chain.from_iterable(e.ids for e in encodings), dtype=dtype, count=int(lengths.sum()))
+    if eos_id is None:
+        return flat, lengths
+    return np.insert(flat, np.cumsum(lengths), dtype.type(eos_id)), lengths + 1
+
+
+def part_paths(build_dir: Path, unit: int) -> tuple[Path, Path, Path]:
+    stem = build_dir / "parts" / f"{unit:07d}"
+    return stem.with_suffix(".tokens.npy"), stem.with_suffix(".lengths.npy"), stem.with_suffix(".json")
+
+
+def tokenize_unit(
+    build_dir: Path, unit: int, sources: list[Source], info: TokenizerInfo, text_field: str
+) -> dict:
+    """Tokenize `sources` into part `unit` under `build_dir` and return its summary (also saved as JSON)."""
+    tokenizer, dtype, counts = _tokenizer(info), token_dtype(info.vocab_size), Counter()
+    token_blocks, length_blocks, pending = [], [], []
+
+    def flush():
+        tokens, lengths = encode_documents(tokenizer, pending, info.eos_id, dtype)
+        token_blocks.append(tokens)
+        length_blocks.append(lengths)
+        pending.clear()
+
+    for source in sources:
+        for text in read_documents(source, text_field, counts):
+            pending.append(text)
+            if len(pending) == ENCODE_BATCH:
+                flush()
+    if pending:
+        flush()
+    tokens = np.concatenate(token_blocks) if token_blocks else np.zeros(0, dtype)
+    lengths = np.concatenate(length_blocks) if length_blocks else np.zeros(0, np.int64)
+    summary = {
+        "unit": unit,
+        "documents": len(lengths),
+        "tokens": len(tokens),
+        "counts": dict(sorted(counts.items())),
+    }
+    tokens_path, lengths_path, summary_path = part_paths(build_dir, unit)
+    for path, array in ((tokens_path, tokens), (lengths_path, lengths.astype(np.uint64))):
+        aside = path.with_name("." + path.name + ".partial")
+        with open(aside, "wb") as f:
+            np.save(f, array, allow_pickle=False)
+        os.replace(aside, path)
+    aside = summary_path.with_name("." + summary_path.name + ".partial")
+    aside.write_text(json.dumps(summary, sort_keys=True))
+    os.replace(aside, summary_path)
+    return summary
+
+
+def quiet_worker() -> None:
+    """Worker-process setup: one tokenizer thread each, since the processes are the parallelism."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
