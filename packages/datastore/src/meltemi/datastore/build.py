@@ -78,9 +78,14 @@ def build_store(
     eos_token: str | None = None,
     overwrite: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    unit_bytes: int = UNIT_BYTES,
     progress: bool = True,
 ) -> BuildReport:
     """Tokenize `inputs` with `tokenizer` into a token store at `out` (or finish a build that stopped).
+
+    Work is split into units of about `unit_bytes` of input, tokenized by `workers` processes (call it under
+    `if __name__ == "__main__":` when `workers > 1`, as multiprocessing requires); a killed build loses at
+    most the units in flight. A progress bar is drawn on stderr when it is a terminal and `progress` is set.
 
     >>> import tempfile
     >>> from meltemi.datastore import corpora
@@ -95,12 +100,12 @@ def build_store(
     out = Path(out)
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    if chunk_tokens < 1:
-        raise ValueError(f"chunk_tokens must be positive, got {chunk_tokens}")
+    if chunk_tokens < 1 or unit_bytes < 1:
+        raise ValueError(f"chunk_tokens and unit_bytes must be positive, got {chunk_tokens}, {unit_bytes}")
     info = TokenizerInfo.load(tokenizer, eos=eos, eos_token=eos_token)
     sources = [describe_source(url) for url in resolve_inputs([os.fspath(i) for i in inputs])]
-    options = {"text_field": text_field, "eos": eos, "chunk_tokens": chunk_tokens}
-    command = _command(inputs, tokenizer, out, text_field, workers, eos, eos_token)
+    options = {"text_field": text_field, "eos": eos, "chunk_tokens": chunk_tokens, "unit_bytes": unit_bytes}
+    command = _command(inputs, tokenizer, out, workers, eos_token, options)
     plan = _plan(info, sources, options, command)
     _prepare_directory(out, plan, overwrite)
     if (out / MANIFEST).exists():
@@ -117,12 +122,19 @@ def build_store(
     return BuildReport(str(out), documents, tokens, dict(counts), time.perf_counter() - started)
 
 
-def _command(inputs, tokenizer, out, text_field, workers, eos, eos_token) -> str:
+def _command(inputs, tokenizer, out, workers: int, eos_token: str | None, options: dict) -> str:
+    """The command line that (re)runs this build, for messages that say how to finish it."""
     words = ["python", "-m", "meltemi.datastore", "build", "--input", *map(os.fspath, inputs)]
     words += ["--tokenizer", os.fspath(tokenizer), "--out", os.fspath(out), "--workers", str(workers)]
-    words += [] if text_field == "text" else ["--text-field", text_field]
-    words += [] if eos else ["--no-eos"]
+    words += [] if options["text_field"] == "text" else ["--text-field", options["text_field"]]
+    words += [] if options["eos"] else ["--no-eos"]
     words += [] if eos_token is None else ["--eos-token", eos_token]
+    words += (
+        []
+        if options["chunk_tokens"] == DEFAULT_CHUNK_TOKENS
+        else ["--chunk-tokens", str(options["chunk_tokens"])]
+    )
+    words += [] if options["unit_bytes"] == UNIT_BYTES else ["--unit-bytes", str(options["unit_bytes"])]
     return shlex.join(words)
 
 
@@ -130,7 +142,7 @@ def _plan(info: TokenizerInfo, sources: list[Source], options: dict, command: st
     units, start, size = [], 0, 0
     for index, source in enumerate(sources):
         size += source.size
-        if size >= UNIT_BYTES or index == len(sources) - 1:
+        if size >= options["unit_bytes"] or index == len(sources) - 1:
             units.append([start, index + 1])
             start, size = index + 1, 0
     return {

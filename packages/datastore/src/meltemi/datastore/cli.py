@@ -5,7 +5,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from meltemi.datastore.build import build_store
+from meltemi.datastore.build import UNIT_BYTES, build_store
 from meltemi.datastore.errors import DatastoreError
 from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS
 from meltemi.datastore.store import TokenStore
@@ -28,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     build.add_argument("--overwrite", action="store_true", help="rebuild even if the inputs changed")
     build.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS, help="tokens per Zarr chunk")
+    build.add_argument("--unit-bytes", type=int, default=UNIT_BYTES, help="input bytes per unit of work")
     info = commands.add_parser("info", help="print a store's counts and tokenizer, verifying its offsets")
     info.add_argument("store", metavar="DIR")
     return parser
@@ -47,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 eos_token=args.eos_token,
                 overwrite=args.overwrite,
                 chunk_tokens=args.chunk_tokens,
+                unit_bytes=args.unit_bytes,
             )
             print(report.summary())
         else:

@@ -1,0 +1,54 @@
+"""Shared fixtures for the datastore tests: a small tokenizer, a small corpus, and stores built from them."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from meltemi.datastore import build_store, corpora
+
+
+@pytest.fixture
+def tree_bytes():
+    """Every file under a directory, by relative path, with its bytes: equal trees are identical stores."""
+
+    def read(root: str | os.PathLike) -> dict[str, bytes]:
+        root = Path(root)
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    return read
+
+
+@pytest.fixture(scope="session")
+def stdlib_files() -> list[str]:
+    return corpora.python_stdlib()[:40]
+
+
+@pytest.fixture(scope="session")
+def tokenizer_path(tmp_path_factory, stdlib_files) -> str:
+    out = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    return corpora.train_tokenizer(stdlib_files, vocab_size=400, out=out)
+
+
+@pytest.fixture(scope="session")
+def small_store(tmp_path_factory, stdlib_files, tokenizer_path) -> Path:
+    """A store of 40 stdlib files in small chunks, so reads cross many chunk boundaries."""
+    out = tmp_path_factory.mktemp("store") / "store"
+    build_store(stdlib_files, tokenizer_path, out, chunk_tokens=1000, progress=False)
+    return out
+
+
+@pytest.fixture
+def write_files(tmp_path):
+    """Write `{name: str | bytes}` under a fresh directory and return the paths, sorted."""
+
+    def write(files: dict[str, str | bytes]) -> list[str]:
+        paths = []
+        for name, content in files.items():
+            path = tmp_path / "inputs" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content.encode() if isinstance(content, str) else content)
+            paths.append(str(path))
+        return sorted(paths)
+
+    return write

@@ -1,0 +1,137 @@
+"""Building a store: Zarr v3 that zarr-python reads, same bytes for any worker count, resumable, atomic."""
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+from meltemi.datastore import (
+    IncompleteStoreError,
+    SourceChangedError,
+    TokenStore,
+    build_store,
+)
+from meltemi.datastore.tokenizing import TokenizerInfo
+
+
+def test_zarr_python_reads_the_same_tokens_and_offsets(small_store):
+    store = TokenStore.open(small_store)
+    tokens, offsets = (
+        zarr.open_array(small_store / "tokens", mode="r"),
+        zarr.open_array(small_store / "offsets"),
+    )
+    assert tokens.dtype == np.uint16 and offsets.dtype == np.uint64
+    assert np.array_equal(tokens[:], store.tokens[:])
+    assert np.array_equal(offsets[:], store.offsets)
+    assert offsets[0] == 0 and offsets[-1] == store.num_tokens == tokens.shape[0]
+
+
+def test_documents_are_the_tokenized_files_in_sorted_order_each_ending_in_eos(
+    small_store, stdlib_files, tokenizer_path
+):
+    from tokenizers import Tokenizer
+
+    store = TokenStore.open(small_store)
+    manifest = json.loads((small_store / "manifest.json").read_text())
+    tokenizer = Tokenizer.from_file(tokenizer_path)
+    eos = manifest["tokenizer"]["eos_id"]
+    assert [s["url"] for s in manifest["sources"]] == sorted(stdlib_files)
+    kept = [f for f in sorted(stdlib_files) if open(f, "rb").read().strip()]
+    assert store.num_docs == len(kept) == manifest["counts"]["documents"]
+    for i in (0, len(kept) // 2, len(kept) - 1):
+        text = open(kept[i], encoding="utf-8").read()
+        expected = tokenizer.encode(text, add_special_tokens=False).ids + [eos]
+        assert store.doc(i).tolist() == expected
+
+
+def test_manifest_records_sources_tokenizer_and_chunk_checksums(small_store, tokenizer_path, stdlib_files):
+    manifest = json.loads((small_store / "manifest.json").read_text())
+    info = TokenizerInfo.load(tokenizer_path)
+    assert manifest["tokenizer"]["sha256"] == info.sha256 and manifest["format_version"] == 1
+    assert all(len(s["sha256"]) == 64 and s["size"] > 0 for s in manifest["sources"])
+    n_chunks = -(-manifest["counts"]["tokens"] // manifest["tokens"]["chunk"])
+    assert len(manifest["tokens"]["checksums"]) == n_chunks
+
+
+def test_worker_counts_one_and_two_give_byte_identical_stores(
+    tmp_path, stdlib_files, tokenizer_path, tree_bytes
+):
+    files = stdlib_files[:12]
+    build_store(files, tokenizer_path, tmp_path / "one", workers=1, unit_bytes=20_000, progress=False)
+    build_store(files, tokenizer_path, tmp_path / "two", workers=2, unit_bytes=20_000, progress=False)
+    assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "two")
+
+
+def test_rerunning_a_finished_build_is_a_no_op(tmp_path, stdlib_files, tokenizer_path):
+    files = stdlib_files[:5]
+    build_store(files, tokenizer_path, tmp_path / "s", progress=False)
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "s").rglob("*")}
+    report = build_store(files, tokenizer_path, tmp_path / "s", progress=False)
+    assert report.already_built and "nothing to do" in report.summary()
+    assert before == {p: p.stat().st_mtime_ns for p in (tmp_path / "s").rglob("*")}
+
+
+def test_a_changed_source_stops_the_build_naming_the_file_unless_overwriting(
+    tmp_path, write_files, tokenizer_path
+):
+    files = write_files({"a.txt": "alpha beta", "b.txt": "gamma delta"})
+    build_store(files, tokenizer_path, tmp_path / "s", progress=False)
+    with open(files[1], "a") as f:
+        f.write(" epsilon")
+    with pytest.raises(SourceChangedError, match="b.txt changed"):
+        build_store(files, tokenizer_path, tmp_path / "s", progress=False)
+    report = build_store(files, tokenizer_path, tmp_path / "s", overwrite=True, progress=False)
+    assert report.documents == 2 and not report.already_built
+    assert TokenStore.open(tmp_path / "s").num_tokens == report.tokens
+
+
+def test_a_reader_never_opens_a_half_built_store(tmp_path, stdlib_files, tokenizer_path):
+    out = tmp_path / "s"
+    build_store(stdlib_files[:4], tokenizer_path, out, unit_bytes=1, progress=False)
+    (out / "manifest.json").unlink()
+    (out / ".build" / "parts").mkdir(parents=True)
+    plan = {"units": [[0, 1], [1, 2]], "command": "python -m meltemi.datastore build --out X"}
+    (out / ".build" / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(IncompleteStoreError, match=r"stopped after 0 of 2 units .* build --out X"):
+        TokenStore.open(out)
+
+
+KILLER = """
+import sys
+from meltemi.datastore import build_store
+if __name__ == "__main__":
+    build_store(sys.argv[1:-2], sys.argv[-2], sys.argv[-1], workers=1, unit_bytes=30_000, progress=False)
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_build_killed_at_random_points_resumes_to_the_same_bytes(
+    tmp_path, stdlib_files, tokenizer_path, tree_bytes, seed
+):
+    files = stdlib_files[:25]
+    script = tmp_path / "build.py"
+    script.write_text(KILLER)
+    command = [sys.executable, str(script), *files, tokenizer_path]
+    started = time.perf_counter()
+    subprocess.run([*command, str(tmp_path / "reference")], check=True)
+    duration = time.perf_counter() - started
+    rng = random.Random(seed)
+    out = tmp_path / "killed"
+    for _ in range(3):
+        process = subprocess.Popen([*command, str(out)])
+        try:
+            process.wait(timeout=rng.uniform(0.2, duration))
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+        if out.exists() and not (out / "manifest.json").exists():
+            with pytest.raises(IncompleteStoreError):
+                TokenStore.open(out)
+    subprocess.run([*command, str(out)], check=True)
+    assert tree_bytes(out) == tree_bytes(tmp_path / "reference")
