@@ -1,0 +1,250 @@
+"""Axes: a name and a size, and the small algebra of selecting, removing and merging them.
+
+An :class:`Axis` is what a positional dimension becomes once it has a name. Functions that need a size take
+an ``AxisSpec`` (Axis objects); functions that can read the size off their inputs take an ``AxisSelection``
+(Axis objects or bare names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+__all__ = [
+    "Axis",
+    "AxisSelection",
+    "AxisSelector",
+    "AxisSpec",
+    "axis_name",
+    "axis_size",
+    "concat_axes",
+    "dblock",
+    "ds",
+    "dslice",
+    "eliminate_axes",
+    "ensure_tuple",
+    "intersect_axes",
+    "is_axis_compatible",
+    "make_axes",
+    "overlapping_axes",
+    "replace_axis",
+    "selects_axis",
+    "union_axes",
+    "without_axes",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    """A named dimension of a fixed size.
+
+    >>> Batch = Axis("batch", 4)
+    >>> Batch.resize(8), Batch.alias("batch2").name
+    (Axis(name='batch', size=8), 'batch2')
+    """
+
+    name: str
+    size: int
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Axis name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 0:
+            raise ValueError(f"Axis {self.name!r} needs a non-negative int size, got {self.size!r}")
+
+    def alias(self, new_name: str) -> Axis:
+        """The same size under another name (e.g. ``Pos.alias("key_position")``)."""
+        return Axis(new_name, self.size)
+
+    def resize(self, size: int) -> Axis:
+        """The same name with another size."""
+        return Axis(self.name, size)
+
+
+AxisSelector = Axis | str
+"""One axis, by Axis or by name (its size read off the array)."""
+AxisSpec = Mapping[str, int] | Axis | Sequence[Axis]
+"""One or more axes with sizes: an Axis, a sequence of Axes, or a ``{name: size}`` dict."""
+AxisSelection = AxisSelector | Sequence[AxisSelector] | Mapping[str, int]
+"""One or more axes by Axis or name."""
+
+
+def make_axes(**kwargs: int) -> tuple[Axis, ...]:
+    """Axes from keyword arguments, in order.
+
+    >>> make_axes(batch=2, embed=3)
+    (Axis(name='batch', size=2), Axis(name='embed', size=3))
+    """
+    return tuple(Axis(name, size) for name, size in kwargs.items())
+
+
+def ensure_tuple(axes) -> tuple:
+    """An axis selection as a tuple: a single Axis or name becomes a 1-tuple; dicts become Axes."""
+    if isinstance(axes, (Axis, str)):
+        return (axes,)
+    if isinstance(axes, Mapping):
+        return tuple(Axis(name, size) for name, size in axes.items())
+    if axes is Ellipsis:
+        return (Ellipsis,)
+    return tuple(axes)
+
+
+def axis_name(ax: AxisSelection) -> str | tuple[str, ...]:
+    """The name(s) of an axis selection.
+
+    >>> axis_name(Axis("a", 2)), axis_name(("a", Axis("b", 3)))
+    ('a', ('a', 'b'))
+    """
+    if isinstance(ax, (Axis, str)):
+        return ax.name if isinstance(ax, Axis) else ax
+    return tuple(a.name if isinstance(a, Axis) else a for a in ensure_tuple(ax))
+
+
+def axis_size(ax: AxisSpec) -> int:
+    """The number of elements an axis spec spans (the product of sizes).
+
+    >>> axis_size((Axis("a", 2), Axis("b", 3)))
+    6
+    """
+    size = 1
+    for a in ensure_tuple(ax):
+        if not isinstance(a, Axis):
+            raise ValueError(f"axis_size needs Axis objects with sizes, got {a!r}")
+        size *= a.size
+    return size
+
+
+def _check_no_duplicates(axes: tuple, what: str = "axes") -> None:
+    names = [axis_name(a) for a in axes if a is not Ellipsis]
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise ValueError(f"Duplicate axis names {dups} in {what} {axes}")
+
+
+def selects_axis(selector: AxisSelection, selected: AxisSelection) -> bool:
+    """Whether ``selector`` includes every axis of ``selected`` (by name; sizes must agree where known).
+
+    >>> selects_axis(("a", "b"), "a"), selects_axis("a", Axis("b", 1))
+    (True, False)
+    """
+    by_name = {axis_name(a): a for a in ensure_tuple(selector)}
+    for a in ensure_tuple(selected):
+        found = by_name.get(axis_name(a))
+        if found is None:
+            return False
+        if isinstance(found, Axis) and isinstance(a, Axis) and found.size != a.size:
+            return False
+    return True
+
+
+def is_axis_compatible(ax1: AxisSelector, ax2: AxisSelector) -> bool:
+    """Same name, and same size when both sizes are known."""
+    if axis_name(ax1) != axis_name(ax2):
+        return False
+    return not (isinstance(ax1, Axis) and isinstance(ax2, Axis) and ax1.size != ax2.size)
+
+
+def eliminate_axes(axis_spec: AxisSelection, to_remove: AxisSelection) -> tuple:
+    """``axis_spec`` without the axes of ``to_remove``; every removed axis must be present.
+
+    >>> eliminate_axes(make_axes(a=1, b=2), "a")
+    (Axis(name='b', size=2),)
+    """
+    spec = ensure_tuple(axis_spec)
+    names = [axis_name(a) for a in spec]
+    remove = [axis_name(a) for a in ensure_tuple(to_remove)]
+    missing = [n for n in remove if n not in names]
+    if missing:
+        raise ValueError(f"Axes {missing} not present in {spec}")
+    return tuple(a for a in spec if axis_name(a) not in remove)
+
+
+def without_axes(axis_spec: AxisSelection, to_remove: AxisSelection) -> tuple:
+    """Like :func:`eliminate_axes`, but axes of ``to_remove`` that are absent are ignored."""
+    remove = {axis_name(a) for a in ensure_tuple(to_remove)}
+    return tuple(a for a in ensure_tuple(axis_spec) if axis_name(a) not in remove)
+
+
+def replace_axis(axis_spec: AxisSelection, old: AxisSelector, new: AxisSelection) -> tuple:
+    """``axis_spec`` with ``old`` replaced, in place, by the axis or axes ``new``.
+
+    >>> replace_axis(make_axes(a=1, b=2), "a", Axis("c", 3))
+    (Axis(name='c', size=3), Axis(name='b', size=2))
+    """
+    spec = ensure_tuple(axis_spec)
+    names = [axis_name(a) for a in spec]
+    if axis_name(old) not in names:
+        raise ValueError(f"Axis {axis_name(old)!r} not present in {spec}")
+    index = names.index(axis_name(old))
+    result = spec[:index] + ensure_tuple(new) + spec[index + 1 :]
+    _check_no_duplicates(result, "the result of replace_axis")
+    return result
+
+
+def concat_axes(a1: AxisSelection, a2: AxisSelection) -> tuple:
+    """Axes of ``a1`` then ``a2``; a name in both is an error.
+
+    >>> concat_axes(Axis("a", 1), "b")
+    (Axis(name='a', size=1), 'b')
+    """
+    result = ensure_tuple(a1) + ensure_tuple(a2)
+    _check_no_duplicates(result, "concat_axes")
+    return result
+
+
+def union_axes(a1: AxisSelection, a2: AxisSelection) -> tuple:
+    """Axes of ``a1`` then those of ``a2`` not already there; a shared name with two sizes is an error."""
+    spec1 = ensure_tuple(a1)
+    by_name = {axis_name(a): a for a in spec1}
+    extra = []
+    for a in ensure_tuple(a2):
+        other = by_name.get(axis_name(a))
+        if other is None:
+            extra.append(a)
+        elif not is_axis_compatible(a, other):
+            raise ValueError(f"Axis {axis_name(a)!r} has sizes {other} and {a} in {spec1} and {a2}")
+    return spec1 + tuple(extra)
+
+
+def intersect_axes(ax1: AxisSelection, ax2: AxisSelection) -> tuple:
+    """Axes of ``ax1`` whose names are also in ``ax2``, in ``ax1``'s order.
+
+    >>> intersect_axes(make_axes(a=1, b=2), ("b", "c"))
+    (Axis(name='b', size=2),)
+    """
+    spec2 = {axis_name(a): a for a in ensure_tuple(ax2)}
+    result = []
+    for a in ensure_tuple(ax1):
+        other = spec2.get(axis_name(a))
+        if other is not None:
+            if not is_axis_compatible(a, other):
+                raise ValueError(f"Axis {axis_name(a)!r} has sizes {a} and {other} in {ax1} and {ax2}")
+            result.append(a)
+    return tuple(result)
+
+
+overlapping_axes = intersect_axes
+
+
+@dataclasses.dataclass(frozen=True)
+class dslice:
+    """A slice of static ``size`` starting at a possibly traced ``start`` (for dynamic indexing).
+
+    >>> dslice(2, 3).to_slice()
+    slice(2, 5, None)
+    """
+
+    start: object
+    size: int
+
+    def to_slice(self) -> slice:
+        return slice(self.start, self.start + self.size)
+
+    @staticmethod
+    def block(idx, size: int) -> dslice:
+        """The ``idx``-th block of ``size`` elements."""
+        return dslice(idx * size, size)
+
+
+ds = dslice
+dblock = dslice.block

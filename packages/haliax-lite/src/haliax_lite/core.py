@@ -1,0 +1,279 @@
+"""NamedArray: a JAX array whose dimensions are named by :class:`~haliax_lite.axis.Axis` objects.
+
+It is a pytree whose only leaf is the array; the axes are static metadata, so NamedArrays pass through
+``jax.jit``, ``jax.grad`` and Equinox unchanged. Most methods forward to the function of the same name in
+``haliax_lite`` (``x.sum("batch")`` is ``hax.sum(x, "batch")``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .axis import Axis, AxisSelection, AxisSelector, _check_no_duplicates, axis_name, ensure_tuple
+
+__all__ = ["NamedArray", "is_named_array", "named"]
+
+
+@functools.cache
+def _hax():
+    return importlib.import_module("haliax_lite")
+
+
+class _NamedArrayAnnotation(type):
+    """``NamedArray["batch embed"]``: a type whose isinstance check also checks the axis names."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, NamedArray) and _matches_axes_pattern(obj.axes, cls.axes_pattern)
+
+    def __repr__(cls) -> str:
+        return f"NamedArray[{' '.join(cls.axes_pattern)!r}]"
+
+
+def _matches_axes_pattern(axes: tuple[Axis, ...], pattern: tuple[str, ...]) -> bool:
+    names = [a.name for a in axes]
+    if pattern and pattern[0] == "{":
+        wanted = [p for p in pattern[1:-1] if p != "..."]
+        return set(wanted) <= set(names) and ("..." in pattern or len(wanted) == len(names))
+    if "..." not in pattern:
+        return list(pattern) == names
+    head, tail = pattern[: pattern.index("...")], pattern[pattern.index("...") + 1 :]
+    return (
+        len(names) >= len(head) + len(tail)
+        and names[: len(head)] == list(head)
+        and (not tail or names[-len(tail) :] == list(tail))
+    )
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class NamedArray:
+    """An array with named axes.
+
+    >>> import jax.numpy as jnp
+    >>> x = NamedArray(jnp.ones((2, 3)), (Axis("batch", 2), Axis("embed", 3)))
+    >>> x.shape, x.sum("embed").axes
+    ({'batch': 2, 'embed': 3}, (Axis(name='batch', size=2),))
+    """
+
+    __slots__ = ("array", "axes")
+    array: jax.Array
+    axes: tuple[Axis, ...]
+
+    def __init__(self, array, axes: Sequence[Axis] | Axis):
+        axes = ensure_tuple(axes)
+        for a in axes:
+            if not isinstance(a, Axis):
+                raise TypeError(f"NamedArray axes must be Axis objects, got {a!r}; use hax.named for names")
+        _check_no_duplicates(axes)
+        shape = getattr(array, "shape", None)
+        if shape is not None and tuple(shape) != tuple(a.size for a in axes):
+            raise ValueError(f"Array shape {tuple(shape)} does not match axes {axes}")
+        object.__setattr__(self, "array", array)
+        object.__setattr__(self, "axes", axes)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("NamedArray is immutable")
+
+    def __class_getitem__(cls, pattern: str | tuple[str, ...]):
+        parts = pattern.split() if isinstance(pattern, str) else tuple(pattern)
+        tokens = tuple(t for p in parts for t in p.replace("{", " { ").replace("}", " } ").split())
+        return _NamedArrayAnnotation(f"NamedArray[{pattern!r}]", (), {"axes_pattern": tokens})
+
+    # pytree protocol: the array is the only child, the axes are static
+    def tree_flatten_with_keys(self):
+        return ((jax.tree_util.GetAttrKey("array"), self.array),), self.axes
+
+    def tree_flatten(self):
+        return (self.array,), self.axes
+
+    @classmethod
+    def tree_unflatten(cls, axes, children):
+        obj = object.__new__(cls)
+        object.__setattr__(obj, "array", children[0])
+        object.__setattr__(obj, "axes", axes)
+        return obj
+
+    # shape information
+    @property
+    def shape(self) -> dict[str, int]:
+        """``{name: size}`` in axis order."""
+        return {a.name: a.size for a in self.axes}
+
+    @property
+    def dtype(self):
+        return self.array.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.axes)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod([a.size for a in self.axes], dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * jnp.dtype(self.dtype).itemsize
+
+    @property
+    def at(self):
+        """Functional updates: ``x.at["batch", 0].set(1.0)`` (see :mod:`haliax_lite.indexing`)."""
+        return _hax().indexing.NamedAt(self)
+
+    def _lookup_indices(self, axis: AxisSelection):
+        """Position of an axis (None if absent), or a tuple of positions for a selection."""
+        names = [a.name for a in self.axes]
+        if isinstance(axis, (str, Axis)):
+            name = axis_name(axis)
+            return names.index(name) if name in names else None
+        return tuple(self._lookup_indices(a) for a in ensure_tuple(axis))
+
+    def axis_indices(self, axis: AxisSelection) -> int | tuple[int, ...]:
+        """Position(s) of axis or axes; raises ValueError naming the array's axes when one is absent."""
+        if isinstance(axis, (str, Axis)):
+            return self._index_of(axis)
+        return tuple(self._index_of(a) for a in ensure_tuple(axis))
+
+    def _index_of(self, axis: AxisSelector) -> int:
+        index = self._lookup_indices(axis)
+        if index is None:
+            raise ValueError(f"Axis {axis_name(axis)!r} not found in array with axes {self.axes}")
+        if isinstance(axis, Axis) and axis.size != self.axes[index].size:
+            raise ValueError(f"Axis {axis} does not match {self.axes[index]} of array with axes {self.axes}")
+        return index
+
+    def resolve_axis(self, axis: AxisSelection) -> Axis | tuple[Axis, ...]:
+        """The Axis object(s) of this array for the given name(s)."""
+        if isinstance(axis, (str, Axis)):
+            return self.axes[self._index_of(axis)]
+        return tuple(self.axes[self._index_of(a)] for a in ensure_tuple(axis))
+
+    def axis_size(self, axis: AxisSelection) -> int:
+        """Size of an axis, or the product of sizes of a selection."""
+        axes = self.resolve_axis(axis)
+        return axes.size if isinstance(axes, Axis) else int(np.prod([a.size for a in axes]))
+
+    def has_axis(self, axis: AxisSelection) -> bool:
+        return all(self._lookup_indices(a) is not None for a in ensure_tuple(axis))
+
+    # conversions
+    def scalar(self) -> jax.Array:
+        """The underlying 0-d array of a NamedArray with no axes."""
+        if self.axes:
+            raise ValueError(f"scalar() needs an array with no axes, this one has {self.axes}")
+        return self.array
+
+    def item(self):
+        return self.array.item()
+
+    def astype(self, dtype) -> NamedArray:
+        return NamedArray(self.array.astype(dtype), self.axes)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.array, dtype=dtype)
+
+    def __bool__(self) -> bool:
+        return bool(self.array)
+
+    def __float__(self) -> float:
+        return float(self.array)
+
+    def __int__(self) -> int:
+        return int(self.array)
+
+    def __len__(self) -> int:
+        if not self.axes:
+            raise TypeError("len() of a NamedArray with no axes")
+        return self.axes[0].size
+
+    def __repr__(self) -> str:
+        return f"NamedArray(axes={self.axes}, array={self.array!r})"
+
+    def __getitem__(self, idx) -> NamedArray:
+        return _hax().index(self, idx)
+
+    def __iter__(self):
+        raise TypeError("Iterating a NamedArray is ambiguous; use hax.unbind(x, axis) to split along an axis")
+
+    __hash__ = None  # arrays are not hashable; == is elementwise
+
+
+def _forward(name: str):
+    def method(self, *args, **kwargs):
+        return getattr(_hax(), name)(self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"``hax.{name}(self, ...)``."
+    return method
+
+
+_FORWARDED_METHODS = (
+    "all any argmax argmin max min mean prod std var sum ptp logsumexp cumsum cumprod sort argsort "
+    "dot clip round rename rearrange broadcast_axis broadcast_to flatten_axes unflatten_axis split "
+    "unbind ravel flatten take slice updated_slice tril triu roll top_k trace isnan isfinite "
+    "conj conjugate imag real nanmean nansum nanmax nanmin nanstd nanvar"
+).split()
+for _name in _FORWARDED_METHODS:
+    setattr(NamedArray, _name, _forward(_name))
+
+_OPERATORS = {
+    "add": "add",
+    "sub": "subtract",
+    "mul": "multiply",
+    "truediv": "true_divide",
+    "floordiv": "floor_divide",
+    "mod": "mod",
+    "pow": "power",
+    "and": "logical_and",
+    "or": "logical_or",
+    "xor": "logical_xor",
+    "lshift": "left_shift",
+    "rshift": "right_shift",
+    "divmod": "divmod",
+}
+
+
+def _binary_operator(fn_name: str, reflected: bool):
+    def operator(self, other):
+        fn = getattr(_hax(), fn_name)
+        return fn(other, self) if reflected else fn(self, other)
+
+    return operator
+
+
+for _op, _fn in _OPERATORS.items():
+    setattr(NamedArray, f"__{_op}__", _binary_operator(_fn, False))
+    setattr(NamedArray, f"__r{_op}__", _binary_operator(_fn, True))
+
+for _op, _fn in {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal"}.items():
+    setattr(NamedArray, f"__{_op}__", _binary_operator(_fn, False))
+NamedArray.__eq__ = _binary_operator("equal", False)  # type: ignore[assignment]
+NamedArray.__ne__ = _binary_operator("not_equal", False)  # type: ignore[assignment]
+
+for _op, _fn in {"neg": "negative", "pos": "positive", "abs": "abs", "invert": "invert"}.items():
+    setattr(NamedArray, f"__{_op}__", _forward(_fn))
+
+
+def is_named_array(x: Any) -> bool:
+    """Whether ``x`` is a NamedArray (useful as ``is_leaf`` in tree maps)."""
+    return isinstance(x, NamedArray)
+
+
+def named(a, axis: AxisSelection) -> NamedArray:
+    """Name the dimensions of a positional array; sizes of bare names are read off the array.
+
+    >>> named(jnp.zeros((2, 3)), ("batch", "embed")).shape
+    {'batch': 2, 'embed': 3}
+    """
+    a = jnp.asarray(a)
+    axes = ensure_tuple(axis)
+    if len(axes) != a.ndim:
+        raise ValueError(f"named: array of shape {a.shape} has {a.ndim} dimensions but got axes {axes}")
+    resolved = tuple(Axis(ax, n) if isinstance(ax, str) else ax for ax, n in zip(axes, a.shape, strict=True))
+    return NamedArray(a, resolved)
