@@ -1,0 +1,76 @@
+"""Validation of cross-entropy arguments, and the token weights every implementation shares."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from meltemi.kernels._checks import require, require_floating, require_integer
+
+WHERE = "cross_entropy"
+
+
+def check_cross_entropy_inputs(
+    hidden: jax.Array,
+    unembedding: jax.Array,
+    labels: jax.Array,
+    mask: jax.Array | None,
+    z_loss_weight: float,
+    block_size: int,
+) -> None:
+    """Raise a ``ValueError`` that names the bad argument and says what was expected."""
+    require(hidden.ndim == 2, WHERE, f"hidden must be [tokens, embed], got shape {tuple(hidden.shape)}")
+    require(
+        unembedding.ndim == 2,
+        WHERE,
+        f"unembedding must be [embed, vocab], got shape {tuple(unembedding.shape)}",
+    )
+    require_floating(WHERE, hidden=hidden, unembedding=unembedding)
+    tokens, embed = hidden.shape
+    require(
+        unembedding.shape[0] == embed,
+        WHERE,
+        f"unembedding's embed axis ({unembedding.shape[0]}) must match hidden's ({embed})",
+    )
+    require(tokens > 0 and unembedding.shape[1] > 0, WHERE, "tokens and vocab must be non-empty")
+    require(
+        labels.shape == (tokens,), WHERE, f"labels must be [tokens] = ({tokens},), got {tuple(labels.shape)}"
+    )
+    require_integer(WHERE, "labels", labels)
+    if mask is not None:
+        require(
+            mask.shape == (tokens,), WHERE, f"mask must be [tokens] = ({tokens},), got {tuple(mask.shape)}"
+        )
+    require(
+        isinstance(z_loss_weight, int | float) and math.isfinite(z_loss_weight) and z_loss_weight >= 0,
+        WHERE,
+        f"z_loss_weight must be a finite number >= 0, got {z_loss_weight!r}",
+    )
+    require(
+        isinstance(block_size, int) and not isinstance(block_size, bool) and block_size >= 1,
+        WHERE,
+        f"block_size must be a positive int, got {block_size!r}",
+    )
+
+
+def token_weights(mask: jax.Array | None, tokens: int) -> jax.Array:
+    """Per-token weights that sum to 1 over the unmasked tokens (all zero when every token is masked)."""
+    weights = jnp.ones((tokens,), jnp.float32) if mask is None else mask.astype(jnp.float32)
+    total = weights.sum()
+    return weights / jnp.where(total > 0, total, 1.0)
+
+
+def _raise_if_out_of_range(vocab: int, bad: jax.Array) -> None:
+    if bad:
+        raise ValueError(f"{WHERE}: labels must lie in [0, {vocab}), found one outside")
+
+
+def report_bad_labels(labels: jax.Array, vocab: int) -> None:
+    """Raise at once for concrete labels outside ``[0, vocab)``; inside ``jit``, fail the computation."""
+    bad = jnp.any((labels < 0) | (labels >= vocab))
+    if isinstance(bad, jax.core.Tracer):
+        jax.debug.callback(lambda b: _raise_if_out_of_range(vocab, b), bad)
+    else:
+        _raise_if_out_of_range(vocab, bad)

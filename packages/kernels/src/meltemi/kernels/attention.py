@@ -1,0 +1,110 @@
+"""``attention``: one interface, several implementations, and an inspectable choice between them."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Literal
+
+import jax
+
+from meltemi.kernels._attention_args import WHERE, MaskSpec, check_attention_inputs
+from meltemi.kernels._checks import report_nonfinite
+from meltemi.kernels.attention_cudnn import cudnn_attention, cudnn_unsupported_reason
+from meltemi.kernels.attention_pallas import pallas_attention
+from meltemi.kernels.attention_reference import reference_attention
+from meltemi.kernels.attention_splash import splash_attention
+from meltemi.kernels.attention_xla import xla_attention
+
+logger = logging.getLogger(__name__)
+
+AttentionImplementation = Literal["auto", "reference", "xla", "pallas", "splash", "cudnn"]
+IMPLEMENTATIONS = ("auto", "reference", "xla", "pallas", "splash", "cudnn")
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """Which implementation ``"auto"`` runs, and why."""
+
+    implementation: str
+    reason: str
+
+
+def choose_attention_implementation(
+    q: jax.Array, segment_ids: jax.Array | None = None, *, platform: str | None = None
+) -> Choice:
+    """What ``implementation="auto"`` picks for these arguments on ``platform`` (default: JAX's backend).
+
+    >>> import jax.numpy as jnp
+    >>> choose_attention_implementation(jnp.zeros((1, 8, 2, 64), jnp.bfloat16), platform="gpu").implementation
+    'cudnn'
+    >>> choose_attention_implementation(jnp.zeros((1, 8, 2, 64), jnp.float32), platform="gpu")
+    Choice(implementation='pallas', reason='cuDNN attention needs bfloat16 or float16, got float32')
+    """
+    platform = platform or jax.default_backend()
+    if platform == "tpu":
+        return Choice("splash", "TPU: JAX's splash-attention kernel")
+    if platform in ("gpu", "cuda"):
+        why_not = cudnn_unsupported_reason(q, segment_ids)
+        if why_not is None:
+            return Choice("cudnn", "GPU: cuDNN flash attention supports these arguments")
+        return Choice("pallas", why_not)
+    return Choice("xla", f"{platform}: no compiled kernel here, blockwise XLA keeps memory linear")
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool = True,
+    segment_ids: jax.Array | None = None,
+    sliding_window: int | None = None,
+    softmax_scale: float | None = None,
+    implementation: AttentionImplementation = "auto",
+    check_finite: bool = True,
+) -> jax.Array:
+    """Multi-head softmax attention over ``[batch, seq, heads, head_dim]`` arrays.
+
+    - ``k`` and ``v`` may have fewer heads than ``q`` (grouped-query attention) if they divide them.
+    - ``segment_ids`` ``[batch, seq]`` (integers) keep packed documents apart; a negative id marks padding,
+      which attends to nothing and whose output is zero.
+    - ``sliding_window=w``: each query sees the keys less than ``w`` positions away (behind it when causal).
+    - ``softmax_scale`` defaults to ``1 / sqrt(head_dim)``.
+    - ``implementation``: ``"reference"`` (full scores, the oracle), ``"xla"`` (blockwise, linear memory),
+      ``"pallas"`` (our flash kernels; interpreted off GPU), ``"splash"`` (TPU), ``"cudnn"`` (GPU), or
+      ``"auto"`` (see :func:`choose_attention_implementation`).
+    - ``check_finite``: NaN or infinite inputs raise (inside ``jit``, the computation fails with the message).
+
+    >>> import jax.numpy as jnp
+    >>> q = jnp.ones((2, 10, 4, 16)); kv = jnp.ones((2, 10, 2, 16))
+    >>> attention(q, kv, kv, implementation="xla").shape
+    (2, 10, 4, 16)
+    """
+    spec = check_attention_inputs(
+        q, k, v, segment_ids, causal=causal, sliding_window=sliding_window, softmax_scale=softmax_scale
+    )
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"{WHERE}: implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+    if check_finite:
+        report_nonfinite(WHERE, q=q, k=k, v=v)
+    if implementation == "auto":
+        choice = choose_attention_implementation(q, segment_ids)
+        logger.debug("attention: using %s (%s)", choice.implementation, choice.reason)
+        implementation = choice.implementation
+    return _run(implementation, q, k, v, segment_ids, spec)
+
+
+def _run(implementation: str, q, k, v, segment_ids, spec: MaskSpec) -> jax.Array:
+    if implementation == "reference":
+        return reference_attention(q, k, v, segment_ids, spec)
+    if implementation == "xla":
+        return xla_attention(q, k, v, segment_ids, spec)
+    if implementation == "pallas":
+        return pallas_attention(q, k, v, segment_ids, spec)
+    if implementation == "splash":
+        return splash_attention(q, k, v, segment_ids, spec)
+    why_not = cudnn_unsupported_reason(q, segment_ids)
+    if why_not is not None:
+        raise ValueError(f"{WHERE}: implementation='cudnn' cannot run these arguments: {why_not}")
+    return cudnn_attention(q, k, v, spec)
