@@ -53,6 +53,7 @@ from .creation import (
     zeros_like,
 )
 from .dot import dot
+from .einsum import einsum
 from .elementwise import *  # noqa: F403 - the generated table of jnp wrappers
 from .elementwise import __all__ as _elementwise_names
 from .hof import fold, is_named_or_shaped_array_like, map, scan, vmap
@@ -109,6 +110,7 @@ __all__ = [
     "dot",
     "ds",
     "dslice",
+    "einsum",
     "eliminate_axes",
     "ensure_tuple",
     "filter_eval_shape",

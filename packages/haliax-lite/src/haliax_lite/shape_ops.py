@@ -35,9 +35,9 @@ def rename(array: NamedArray, renames: Mapping[AxisSelector, AxisSelector]) -> N
 
 def rearrange(array: NamedArray, axes, **bindings) -> NamedArray:
     """Reorder axes: ``rearrange(x, (Batch, ..., Embed))`` (one ``...`` stands for the rest), or use an
-    einops-style string, e.g. ``rearrange(x, "b (h w) c -> b h w c", h=4)`` (see :mod:`.rearrange`)."""
+    einops-style string, e.g. ``rearrange(x, "b (h w) c -> b h w c", h=4)`` (see :mod:`.rearrange_expr`)."""
     if isinstance(axes, str):
-        from .rearrange import rearrange_string
+        from .rearrange_expr import rearrange_string
 
         return rearrange_string(array, axes, **bindings)
     spec = ensure_tuple(axes)
