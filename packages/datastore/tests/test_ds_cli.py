@@ -1,0 +1,64 @@
+"""The command line: builds, prints a summary, and turns user errors into one message and exit status 1."""
+
+import io
+import json
+import subprocess
+import sys
+
+from meltemi.datastore import TokenStore
+from meltemi.datastore.cli import main
+from meltemi.datastore.progress import ProgressBar, human
+
+
+def test_build_then_info_from_the_command_line(tmp_path, write_files, tokenizer_path, capsys):
+    files = write_files({"a.jsonl": '{"body": "one"}\n{"body": "two"}\n'})
+    argv = ["build", "--input", *files, "--tokenizer", tokenizer_path, "--out", str(tmp_path / "s")]
+    assert main([*argv, "--text-field", "body", "--no-eos", "--workers", "1"]) == 0
+    assert "built 2 docs" in capsys.readouterr().out
+    assert main(["info", str(tmp_path / "s")]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (
+        info["counts"]["documents"] == 2
+        and TokenStore.open(tmp_path / "s").manifest["options"]["eos"] is False
+    )
+
+
+def test_user_errors_are_one_line_without_a_traceback(tmp_path, tokenizer_path):
+    command = [sys.executable, "-m", "meltemi.datastore", "build", "--input", str(tmp_path / "absent.txt")]
+    command += ["--tokenizer", tokenizer_path, "--out", str(tmp_path / "s")]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: input") and "absent.txt" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_incomplete_store_error_tells_how_to_finish(tmp_path, write_files, tokenizer_path, capsys):
+    files = write_files({"a.txt": "x"})
+    argv = ["build", "--input", *files, "--tokenizer", tokenizer_path, "--out", str(tmp_path / "s")]
+    assert main(argv) == 0
+    (tmp_path / "s" / "manifest.json").unlink()
+    (tmp_path / "s" / ".build" / "parts").mkdir(parents=True)
+    (tmp_path / "s" / ".build" / "plan.json").write_text(json.dumps({"units": [[0, 1]], "command": "again"}))
+    assert main(["info", str(tmp_path / "s")]) == 1
+    assert "incomplete token store" in capsys.readouterr().err
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_draws_only_on_a_terminal():
+    terminal, pipe = FakeTerminal(), io.StringIO()
+    for stream in (terminal, pipe):
+        with ProgressBar(4, "tokenizing", stream=stream, min_interval=0) as bar:
+            bar.advance(1, documents=10, tokens=2_500_000)
+            bar.advance(3, documents=5, tokens=500_000)
+    assert pipe.getvalue() == ""
+    last = terminal.getvalue().rstrip("\n").split("\r")[-1]
+    assert "4/4" in last and "15 docs" in last and "3M tokens" in last and "tokens/s" in last
+    assert "#" * ProgressBar.WIDTH in last
+
+
+def test_human_counts():
+    assert [human(x) for x in (7, 1_234, 5_600_000, 2e9)] == ["7", "1.23k", "5.6M", "2G"]
