@@ -41,10 +41,10 @@ class _ChunkedArray:
         self.checksums, self.verify = checksums, verify
         self.array = open_array(root, name)
 
-    def read_chunks(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Read the sorted, distinct `chunks` in runs of adjacent ones, and check each.
+    def read_chunks(self, chunks: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Read the sorted, distinct `chunks` in runs of adjacent ones, all at once, and check each chunk.
 
-        Returns the data of all runs end to end, each run's first chunk, and where its data starts.
+        Returns each run's first chunk and its data (no copy joins them: callers slice the runs).
         """
         breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
         run_first = chunks[np.r_[0, breaks]]
@@ -53,7 +53,7 @@ class _ChunkedArray:
         for first, last in zip(run_first.tolist(), run_last.tolist(), strict=True):
             stop = min((last + 1) * self.chunk, self.size)
             futures.append(self.array[first * self.chunk : stop].read())
-        parts = []
+        runs = []
         for first, last, future in zip(run_first.tolist(), run_last.tolist(), futures, strict=True):
             try:
                 data = future.result()
@@ -62,9 +62,8 @@ class _ChunkedArray:
             if self.verify:
                 for c in range(first, last + 1):
                     self._check(c, data[(c - first) * self.chunk : (c - first + 1) * self.chunk])
-            parts.append(data)
-        starts = np.cumsum([0] + [len(p) for p in parts[:-1]])
-        return np.concatenate(parts), run_first, starts
+            runs.append(data)
+        return run_first, runs
 
     def _check(self, chunk: int, values: np.ndarray) -> None:
         expected = self.checksums[chunk]
@@ -91,7 +90,7 @@ class _ChunkedArray:
             raise IndexError(f"range [{start}, {stop}) is outside {self.name!r} of size {self.size}")
         if start == stop:
             return np.zeros(0, self.array.dtype.numpy_dtype)
-        data, run_first, _ = self.read_chunks(np.arange(start // self.chunk, (stop - 1) // self.chunk + 1))
+        run_first, (data,) = self.read_chunks(np.arange(start // self.chunk, (stop - 1) // self.chunk + 1))
         base = int(run_first[0]) * self.chunk
         return data[start - base : stop - base]
 
@@ -200,12 +199,12 @@ class TokenStore:
         first, last = starts // chunk, (starts + length - 1) // chunk
         spans = last - first + 1
         needed = np.unique(np.repeat(first, spans) + ragged_arange(spans))
-        data, run_first, run_starts = self._tokens.read_chunks(needed)
+        run_first, runs = self._tokens.read_chunks(needed)
         run = np.searchsorted(run_first, first, side="right") - 1
-        base = run_starts[run] + starts - run_first[run] * chunk
-        out = np.empty((len(starts), length), data.dtype)
-        for row, b in enumerate(base.tolist()):
-            out[row] = data[b : b + length]
+        offset = starts - run_first[run] * chunk
+        out = np.empty((len(starts), length), runs[0].dtype)
+        for row, (r, o) in enumerate(zip(run.tolist(), offset.tolist(), strict=True)):
+            out[row] = runs[r][o : o + length]
         return out
 
 
