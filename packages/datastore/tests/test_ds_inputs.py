@@ -155,3 +155,26 @@ def test_vocabularies_over_65536_store_uint32(tmp_path, write_files):
     build_store(files, tmp_path / "big.json", tmp_path / "s", progress=False)
     store = TokenStore.open(tmp_path / "s")
     assert store.doc(0).dtype == np.uint32 and store.doc(0).tolist() == [69999, 1, 65536, 70_000]
+
+
+def test_escaped_lone_surrogates_in_jsonl_are_replaced_and_counted(write_files, tmp_path, tokenizer_path):
+    files = write_files({"a.jsonl": '{"text": "ok \\ud800 ok"}\n'})
+    report = build_store(files, tokenizer_path, tmp_path / "s", progress=False)
+    assert report.documents == 1 and report.counts["invalid_utf8_documents"] == 1
+
+
+def test_an_error_inside_a_worker_process_reaches_the_caller_intact(write_files, tmp_path, tokenizer_path):
+    files = write_files({"a.txt": "fine", "b.jsonl": '{"text": "ok"}\nnot json\n', "c.txt": "also fine"})
+    with pytest.raises(InputError, match=r"b\.jsonl, line 2: not valid JSON"):
+        build_store(files, tokenizer_path, tmp_path / "s", workers=2, unit_bytes=1, progress=False)
+
+
+def test_any_fsspec_url_is_an_input(tmp_path, tokenizer_path):
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe({"/ds-test/b.jsonl": b'{"text": "two"}\n', "/ds-test/a.jsonl": b'{"text": "one"}\n'})
+    report = build_store(["memory://ds-test/*.jsonl"], tokenizer_path, tmp_path / "s", progress=False)
+    manifest = TokenStore.open(tmp_path / "s").manifest
+    assert report.documents == 2
+    assert [s["url"] for s in manifest["sources"]] == ["memory:///ds-test/a.jsonl", "memory:///ds-test/b.jsonl"]

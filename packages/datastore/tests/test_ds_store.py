@@ -141,3 +141,8 @@ def test_opening_something_that_is_not_a_store_says_so(tmp_path, copy):
     (copy / "manifest.json").write_text(json.dumps(manifest | {"format_version": 99}))
     with pytest.raises(DatastoreError, match="format 99"):
         TokenStore.open(copy)
+
+
+def test_an_expected_tokenizer_that_is_neither_file_nor_hash_is_an_error(small_store, tmp_path):
+    with pytest.raises(DatastoreError, match="neither a tokenizer.json file nor a SHA-256"):
+        TokenStore.open(small_store, tokenizer=tmp_path / "absent.json")

@@ -94,6 +94,16 @@ def _decode(data: bytes, counts: Counter) -> str:
         return data.decode("utf-8", errors="replace")
 
 
+def _without_surrogates(text: str, counts: Counter) -> str:
+    """JSON may escape lone surrogates (`"\\ud800"`), which are not text: replace them, and count it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        counts["invalid_utf8_documents"] += 1
+        return text.encode("utf-8", errors="replace").decode("utf-8")
+    return text
+
+
 def read_documents(source: Source, text_field: str, counts: Counter) -> Iterator[str]:
     """The non-empty documents of one source, in file order; skipped and repaired ones go in `counts`."""
     kind = source.kind
@@ -131,6 +141,7 @@ def _jsonl_documents(source: Source, text_field: str, counts: Counter) -> Iterat
             text = record[text_field]
             if not isinstance(text, str):
                 raise InputError(f"{where}: field {text_field!r} is {type(text).__name__}, not a string")
+            text = _without_surrogates(text, counts)
             if text:
                 yielded = True
                 yield text
@@ -153,10 +164,13 @@ def _parquet_documents(source: Source, text_field: str, counts: Counter) -> Iter
             raise InputError(f"{source.url}: no column {text_field!r} (columns: {names}); pass --text-field")
         yielded = False
         for batch in table.iter_batches(columns=[text_field]):
-            for text in batch.column(0).to_pylist():
-                if text:
+            for value in batch.column(0).to_pylist():
+                text = _decode(value, counts) if isinstance(value, bytes) else value
+                if text and isinstance(text, str):
                     yielded = True
-                    yield str(text)
+                    yield text
+                elif text:
+                    raise InputError(f"{source.url}: column {text_field!r} holds {type(text).__name__}, not text")
                 else:
                     counts["empty_documents"] += 1
         if not yielded:

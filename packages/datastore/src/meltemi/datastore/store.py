@@ -170,9 +170,11 @@ class TokenStore:
         text = os.fspath(tokenizer)
         if _HEX_HASH.fullmatch(text):
             expected, name = text, "the expected tokenizer"
-        else:
+        elif os.path.isfile(text):
             with open(text, encoding="utf-8") as f:
                 expected, name = canonical_tokenizer_hash(f.read()), text
+        else:
+            raise DatastoreError(f"expected tokenizer {text!r} is neither a tokenizer.json file nor a SHA-256 hash")
         if expected != self.tokenizer_hash:
             built = self.manifest["tokenizer"]["name"]
             raise TokenizerMismatchError(
