@@ -37,6 +37,8 @@ def contract(
     if len(all_axes) > len(_LETTERS):
         raise ValueError(f"Too many distinct axes ({len(all_axes)}) for one contraction")
     letter = {name: _LETTERS[i] for i, name in enumerate(all_axes)}
+    if len(set(out_names)) != len(out_names):
+        raise ValueError(f"An output axis appears twice in {list(out_names)}")
     missing = [n for n in out_names if n not in all_axes]
     if missing:
         raise ValueError(f"Output axes {missing} are in none of the arrays {[a.axes for a in arrays]}")

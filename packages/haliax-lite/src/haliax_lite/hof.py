@@ -190,7 +190,7 @@ def _nested_scan(step, init, xs, n: int, policy: ScanCheckpointPolicy, reverse: 
     blocks = jax.tree_util.tree_map(lambda x: x.reshape(outer, n // outer, *x.shape[1:]), xs)
 
     def group(carry, block):
-        return jax.lax.scan(step, carry, block, reverse=reverse, unroll=unroll)
+        return jax.lax.scan(step, carry, block, length=n // outer, reverse=reverse, unroll=unroll)
 
     group = jax.checkpoint(group, prevent_cse=policy.prevent_cse)
     carry, ys = jax.lax.scan(group, init, blocks, length=outer, reverse=reverse)

@@ -1,0 +1,173 @@
+"""Sharding by axis name on 8 fake CPU devices: results equal the unsharded ones, and the compiled
+programs' output shardings are the ones the axis mapping asks for."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+import haliax_lite as hax
+
+Batch, Embed, Hidden = hax.Axis("batch", 8), hax.Axis("embed", 4), hax.Axis("hidden", 6)
+RNG = np.random.default_rng(0)
+X = hax.NamedArray(jnp.asarray(RNG.normal(size=(8, 4)).astype(np.float32)), (Batch, Embed))
+W = hax.NamedArray(jnp.asarray(RNG.normal(size=(4, 6)).astype(np.float32)), (Embed, Hidden))
+MAPPINGS = {
+    "data": {"batch": "data"},
+    "model": {"hidden": "model"},
+    "both": {"batch": "data", "hidden": "model"},
+    "data_and_replica": {"batch": ("replica", "data")},
+}
+
+
+def _lays_out(sharding, spec: PartitionSpec, ndim: int) -> bool:
+    """Whether ``sharding`` places data as ``spec`` does (trailing Nones are insignificant)."""
+    return sharding.is_equivalent_to(NamedSharding(sharding.mesh, spec), ndim)
+
+
+def layer(x, w):
+    return hax.sum(hax.tanh(hax.dot(x, w, axis="embed")), "hidden") + hax.mean(x, "embed")
+
+
+UNSHARDED = layer(X, W)
+
+
+@pytest.fixture(params=[AxisType.Explicit, AxisType.Auto], ids=["explicit", "auto"])
+def mesh(request):
+    assert len(jax.devices()) == 8, "the root conftest provides 8 fake CPU devices"
+    return jax.make_mesh((2, 2, 2), ("replica", "data", "model"), axis_types=(request.param,) * 3)
+
+
+@pytest.mark.parametrize("mapping_name", sorted(MAPPINGS))
+def test_named_jit_results_and_output_shardings_follow_the_mapping(mesh, mapping_name):
+    mapping = MAPPINGS[mapping_name]
+    with jax.set_mesh(mesh):
+        f = hax.named_jit(layer, axis_resources=mapping)
+        out = f(X, W)
+        np.testing.assert_allclose(np.asarray(out.array), np.asarray(UNSHARDED.array), rtol=1e-5)
+        expected = hax.partitioning.pspec_for_axis(out.axes, mapping)
+        assert _lays_out(out.array.sharding, expected, out.ndim)
+        compiled = f.lower(X, W).compile()
+        (out_sharding,) = jax.tree_util.tree_leaves(compiled.output_shardings)
+        assert _lays_out(out_sharding, expected, out.ndim)
+        hidden = hax.named_jit(lambda x, w: hax.dot(x, w, axis="embed"), axis_resources=mapping)(X, W)
+        assert _lays_out(hidden.array.sharding, hax.partitioning.pspec_for_axis((Batch, Hidden), mapping), 2)
+
+
+def test_shard_outside_and_inside_jit(mesh):
+    with jax.set_mesh(mesh), hax.axis_mapping(MAPPINGS["both"]):
+        placed = hax.shard(hax.dot(X, W, axis="embed"))
+        assert _lays_out(placed.array.sharding, PartitionSpec("data", "model"), 2)
+        assert placed.array.addressable_shards[0].data.shape == (4, 3)
+
+        @jax.jit
+        def g(x):
+            return hax.shard(x * 2)
+
+        doubled = g(X)
+        assert _lays_out(doubled.array.sharding, PartitionSpec("data", None), 2)
+        np.testing.assert_allclose(np.asarray(doubled.array), 2 * np.asarray(X.array))
+        assert hax.auto_sharded(X).array.sharding.spec == PartitionSpec("data", None)
+
+
+def test_shard_is_a_no_op_without_mesh_or_mapping():
+    assert hax.shard(X) is X
+    with hax.axis_mapping({"batch": "data"}):
+        assert hax.shard(X).array is X.array
+
+
+def test_in_and_out_axis_resources_and_fsdp(mesh):
+    params = {"w": W}
+    with jax.set_mesh(mesh):
+        step = hax.fsdp(lambda p, x: {"w": p["w"] * 2 + hax.sum(x)}, {"embed": "data"}, {"batch": "data"})
+        new = step(params, X)
+        assert _lays_out(new["w"].array.sharding, PartitionSpec("data", None), 2)
+        expected = 2 * np.asarray(W.array) + np.asarray(X.array).sum()
+        np.testing.assert_allclose(np.asarray(new["w"].array), expected, rtol=1e-5)
+        f = hax.named_jit(lambda x: x + 1, in_axis_resources={"batch": "model"}, out_axis_resources={})
+        assert _lays_out(f(X).array.sharding, PartitionSpec(), 2)
+
+
+def test_named_jit_static_arguments_and_donation(mesh):
+    calls = []
+
+    def scale(x, factor, *, name):
+        calls.append(name)
+        return x * factor
+
+    with jax.set_mesh(mesh):
+        f = hax.named_jit(scale, {"batch": "data"}, donate_args=(True, False))
+
+        def placed():  # laid out like the result, so the donated buffer can be reused
+            return hax.shard(X * 1.0, {"batch": "data"})
+
+        fresh = placed()
+        out = f(fresh, 3.0, name="a")
+        np.testing.assert_allclose(np.asarray(out.array), 3 * np.asarray(X.array), rtol=1e-6)
+        f(placed(), 3.0, name="a")
+        f(placed(), 3.0, name="b")
+        assert calls == ["a", "b"]  # the static keyword is part of the cache key
+        assert fresh.array.is_deleted()
+
+
+def test_decorator_forms():
+    @hax.named_jit
+    def plain(x):
+        return x + 1
+
+    @hax.named_jit(axis_resources={})
+    def configured(x):
+        return x + 2
+
+    assert plain(X).axes == X.axes
+    np.testing.assert_allclose(np.asarray(configured(X).array), np.asarray(X.array) + 2, rtol=1e-6)
+
+
+def test_physical_axes_and_rounding(mesh):
+    mapping = {"vocab": ("data", "model"), "batch": "data"}
+    with jax.set_mesh(mesh), hax.axis_mapping(mapping):
+        assert hax.physical_axis_name("vocab") == ("data", "model")
+        assert hax.physical_axis_size("vocab") == 4 and hax.physical_axis_size("embed") is None
+        assert hax.round_axis_for_partitioning(hax.Axis("vocab", 50257)) == hax.Axis("vocab", 50260)
+        assert hax.round_axis_for_partitioning(hax.Axis("vocab", 8)) == hax.Axis("vocab", 8)
+        sharding = hax.partitioning.sharding_for_axis((Batch, Embed))
+        assert isinstance(sharding, NamedSharding) and sharding.spec == PartitionSpec("data", None)
+    assert hax.physical_axis_size("vocab", mapping) is None  # no mesh
+
+
+def test_pspec_for_and_infer_resource_partitions(mesh):
+    tree = {"x": X, "raw": jnp.zeros(3), "n": 1}
+    specs = hax.pspec_for(tree, {"batch": "data"})
+    assert specs["x"].array == PartitionSpec("data", None) and specs["raw"] == PartitionSpec()
+    assert specs["n"] is None
+    with jax.set_mesh(mesh):
+        shardings = hax.infer_resource_partitions(tree, {"embed": "model"})
+        assert shardings["x"].array.spec == PartitionSpec(None, "model")
+        placed = jax.device_put(tree["x"], shardings["x"])
+        assert _lays_out(placed.array.sharding, PartitionSpec(None, "model"), 2)
+    with pytest.raises(ValueError, match="needs a mesh"):
+        hax.infer_resource_partitions(tree)
+
+
+def test_axis_mapping_nests_and_merges():
+    with hax.axis_mapping({"batch": "data"}):
+        with hax.axis_mapping({"embed": "model"}, merge=True):
+            assert hax.partitioning.current_thread_local_mapping() == {"batch": "data", "embed": "model"}
+        with hax.axis_mapping({"embed": hax.ResourceAxis.MODEL}):
+            assert hax.partitioning.current_thread_local_mapping() == {"embed": "model"}
+        assert hax.partitioning.current_thread_local_mapping() == {"batch": "data"}
+    assert hax.partitioning.current_thread_local_mapping() is None
+
+
+@pytest.mark.parametrize(
+    ("mapping", "array", "message"),
+    [
+        ({"batch": "nope"}, X, "'nope'"),
+        ({"batch": "data", "embed": "data"}, X, "used by both 'batch' and 'embed'"),
+        ({"hidden": ("data", "model", "replica")}, W, "not divisible"),
+    ],
+)
+def test_bad_mappings_raise_clear_errors(mesh, mapping, array, message):
+    with jax.set_mesh(mesh), pytest.raises(ValueError, match=message):
+        hax.shard(array, mapping)

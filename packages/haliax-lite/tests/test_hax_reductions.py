@@ -1,0 +1,144 @@
+"""Reductions (with where=), axis-wise scans and the other axis ops equal their positional meaning."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import haliax_lite as hax
+
+AXES = (hax.Axis("a", 2), hax.Axis("b", 3), hax.Axis("c", 4))
+REDUCTIONS = [
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "prod",
+    "std",
+    "var",
+    "any",
+    "all",
+    "logsumexp",
+    "nansum",
+    "nanmean",
+]
+
+
+def _array(seed, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    raw = rng.normal(size=[a.size for a in AXES]).astype(dtype)
+    return raw, hax.NamedArray(jnp.asarray(raw), AXES)
+
+
+@settings(max_examples=30)
+@given(
+    st.sampled_from(REDUCTIONS),
+    st.lists(st.sampled_from(["a", "b", "c"]), unique=True, max_size=3),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_reduction_equals_numpy(name, names, use_where, seed):
+    raw, x = _array(seed)
+    if name in ("any", "all"):
+        raw, x = raw > 0, x > 0
+    axis = tuple(names) if names else None
+    positions = tuple(AXES.index(x.resolve_axis(n)) for n in names) if names else None
+    kwargs, np_kwargs = {}, {}
+    if use_where:
+        mask_raw = np.random.default_rng(seed + 1).uniform(size=(3, 4)) > 0.3
+        mask_raw[0, 0] = True  # every slice keeps at least one element
+        mask_raw[:, 0] = True
+        kwargs["where"] = hax.NamedArray(jnp.asarray(mask_raw), AXES[1:])
+        np_kwargs["where"] = np.broadcast_to(mask_raw, raw.shape)
+        if name in ("max", "min"):
+            np_kwargs["initial"] = -np.inf if name == "max" else np.inf
+    out = getattr(hax, name)(x, axis=axis, **kwargs)
+    expected_axes = tuple(a for a in AXES if names and a.name not in names)
+    assert out.axes == expected_axes
+    jnp_fn = jax_nn_logsumexp if name == "logsumexp" else getattr(jnp, name)
+    expected = jnp_fn(jnp.asarray(raw), axis=positions, **np_kwargs)
+    np.testing.assert_allclose(np.asarray(out.array), np.asarray(expected), rtol=2e-5, atol=1e-5)
+
+
+def jax_nn_logsumexp(x, axis=None, where=None):
+    import jax
+
+    return jax.nn.logsumexp(x, axis=axis, where=where)
+
+
+def test_where_for_max_uses_the_identity_of_the_dtype():
+    x = hax.named(jnp.array([[1, 5], [7, 2]]), ("a", "b"))
+    mask = hax.named(jnp.array([True, False]), "b")
+    assert hax.max(x, "b", where=mask).array.tolist() == [1, 7]
+    assert hax.min(x, "a", where=x > 1).array.tolist() == [7, 2]
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+def test_arg_reductions(name):
+    raw, x = _array(3)
+    out = getattr(hax, name)(x, "b")
+    assert out.axes == (AXES[0], AXES[2])
+    np.testing.assert_array_equal(np.asarray(out.array), getattr(np, name)(raw, axis=1))
+    assert getattr(hax, name)(x, None).item() == getattr(np, name)(raw)
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod", "sort", "argsort"])
+@pytest.mark.parametrize("axis", ["a", "c"])
+def test_axis_wise_ops_keep_axes(name, axis):
+    raw, x = _array(4)
+    out = getattr(hax, name)(x, axis)
+    assert out.axes == AXES
+    np.testing.assert_allclose(
+        np.asarray(out.array), getattr(np, name)(raw, axis="ac".index(axis) * 2), rtol=1e-5
+    )
+
+
+def test_tril_triu_trace():
+    raw, x = _array(5)
+    y = hax.rearrange(x, ("c", "a", "b"))
+    lower = hax.tril(y, "a", "b", k=1)
+    assert lower.axes == y.axes
+    planes = raw.transpose(2, 0, 1)  # (c, a, b): numpy's triangles act on the last two dimensions
+    np.testing.assert_allclose(np.asarray(lower.array), np.tril(planes, k=1))
+    np.testing.assert_allclose(np.asarray(hax.triu(x, "a", "b").array), np.triu(planes).transpose(1, 2, 0))
+    np.testing.assert_allclose(
+        np.asarray(hax.trace(x, "a", "b").array), np.trace(raw, axis1=0, axis2=1), rtol=1e-6
+    )
+    with pytest.raises(ValueError, match="two different axes"):
+        hax.tril(x, "a", "a")
+
+
+def test_roll_and_pad():
+    raw, x = _array(6)
+    np.testing.assert_allclose(np.asarray(hax.roll(x, 1, "b").array), np.roll(raw, 1, axis=1))
+    np.testing.assert_allclose(
+        np.asarray(hax.roll(x, (1, -2), ("a", "c")).array), np.roll(raw, (1, -2), (0, 2))
+    )
+    padded = hax.pad(x, {"c": (1, 2), "a": 1}, constant_values=9.0)
+    assert padded.shape == {"a": 4, "b": 3, "c": 7}
+    np.testing.assert_allclose(
+        np.asarray(padded.array), np.pad(raw, [(1, 1), (0, 0), (1, 2)], constant_values=9.0)
+    )
+    with pytest.raises(ValueError, match="negative width"):
+        hax.pad(x, {"a": (-1, 0)})
+    with pytest.raises(ValueError, match="'z' not found"):
+        hax.pad(x, {"z": 1})
+
+
+def test_top_k():
+    raw, x = _array(7)
+    values, indices = hax.top_k(x, "c", 2, new_axis="top")
+    assert values.axes == (AXES[0], AXES[1], hax.Axis("top", 2)) == indices.axes
+    np.testing.assert_allclose(np.asarray(values.array), -np.sort(-raw, axis=2)[..., :2])
+    np.testing.assert_array_equal(
+        np.take_along_axis(raw, np.asarray(indices.array), 2), np.asarray(values.array)
+    )
+    with pytest.raises(ValueError, match="k=5"):
+        hax.top_k(x, "c", 5)
+
+
+def test_reducing_a_missing_axis_names_the_axes():
+    _, x = _array(8)
+    with pytest.raises(ValueError, match=r"'z' not found in array with axes"):
+        hax.sum(x, "z")
