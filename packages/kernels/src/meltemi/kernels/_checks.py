@@ -35,7 +35,7 @@ def require_integer(where: str, name: str, array: jax.Array) -> None:
 def _raise_if_nonfinite(where: str, names: tuple[str, ...], bad: jax.Array) -> None:
     offenders = [name for name, is_bad in zip(names, bad.tolist(), strict=True) if is_bad]
     if offenders:
-        raise FloatingPointError(f"{where}: {', '.join(offenders)} contain NaN or infinite values")
+        raise FloatingPointError(f"{where}: NaN or infinite values in {', '.join(offenders)}")
 
 
 def report_nonfinite(where: str, **arrays: jax.Array) -> None:

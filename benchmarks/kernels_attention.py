@@ -1,0 +1,130 @@
+"""Attention forward+backward speed on a GPU: TFLOP/s of "pallas", "cudnn", "xla" and "reference".
+
+Defaults follow the issue: bfloat16, head_dim 128, causal, 32 query heads over 8 key/value heads, sequence
+lengths 2k/4k/8k with the batch chosen to keep 8,192 tokens per step. FLOPs count the four matmuls of the
+forward (two) and backward (five at the same size, i.e. 2.5x the forward) over the visible half of the
+causal score matrix: ``3.5 * 4 * batch * heads * seq**2 * head_dim / 2``. Each figure is the median of
+``--repeats`` timed runs after a compile-and-warm-up run, inside one process, so ratios compare like with
+like. An implementation that fails (unsupported, out of memory) is reported as such, not skipped silently.
+
+Without a GPU the script says so and exits; ``--smoke`` runs tiny shapes on any backend to check it works
+(those numbers mean nothing).
+
+Run: ``uv run python benchmarks/kernels_attention.py [--seqs 2048 4096 8192] [--repeats 10]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+from meltemi.kernels import PallasAttentionConfig, attention
+from meltemi.kernels._attention_args import check_attention_inputs
+from meltemi.kernels.attention_pallas import pallas_attention
+
+IMPLEMENTATIONS = ("pallas", "cudnn", "xla", "reference")
+TOKENS_PER_STEP = 8192
+
+
+def flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> float:
+    forward = 4.0 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
+    return 3.5 * forward
+
+
+def step_function(implementation: str, causal: bool, config: PallasAttentionConfig):
+    def run(q, k, v):
+        if implementation == "pallas":
+            spec = check_attention_inputs(
+                q, k, v, None, causal=causal, sliding_window=None, softmax_scale=None
+            )
+            return pallas_attention(q, k, v, None, spec, config)
+        return attention(q, k, v, causal=causal, implementation=implementation, check_finite=False)
+
+    def loss(q, k, v, d_out):
+        return jnp.sum(run(q, k, v).astype(jnp.float32) * d_out)
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+
+
+def time_it(function, arguments, repeats: int) -> float:
+    jax.block_until_ready(function(*arguments))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(function(*arguments))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seqs", type=int, nargs="+", default=[2048, 4096, 8192])
+    parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--kv-heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--not-causal", action="store_true")
+    parser.add_argument(
+        "--implementations", nargs="+", default=list(IMPLEMENTATIONS), choices=IMPLEMENTATIONS
+    )
+    parser.add_argument("--block-q", type=int, default=128)
+    parser.add_argument("--block-k", type=int, default=64)
+    parser.add_argument("--backward-block", type=int, default=64)
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on any backend, to test the script")
+    args = parser.parse_args()
+
+    device = jax.devices()[0]
+    print(f"device: {device.platform} ({device.device_kind}); jax {jax.__version__}; {datetime.date.today()}")
+    if device.platform != "gpu" and not args.smoke:
+        print("No GPU is present: attention speed figures are left open (run this on a GPU).")
+        sys.exit(0)
+    if args.smoke:
+        args.seqs, args.heads, args.kv_heads, args.head_dim, args.repeats = [64, 128], 4, 2, 16, 2
+
+    causal = not args.not_causal
+    config = PallasAttentionConfig(
+        block_q=args.block_q,
+        block_k=args.block_k,
+        backward_block_q=args.backward_block,
+        backward_block_k=args.backward_block,
+    )
+    print(
+        f"forward+backward, bfloat16, heads {args.heads}/{args.kv_heads}, head_dim {args.head_dim}, "
+        f"causal={causal}, {TOKENS_PER_STEP} tokens per step where the sequence allows"
+    )
+    for seq in args.seqs:
+        batch = max(1, TOKENS_PER_STEP // seq)
+        keys = jax.random.split(jax.random.PRNGKey(seq), 4)
+        q = jax.random.normal(keys[0], (batch, seq, args.heads, args.head_dim), jnp.bfloat16)
+        k = jax.random.normal(keys[1], (batch, seq, args.kv_heads, args.head_dim), jnp.bfloat16)
+        v = jax.random.normal(keys[2], (batch, seq, args.kv_heads, args.head_dim), jnp.bfloat16)
+        d_out = jax.random.normal(keys[3], q.shape, jnp.float32)
+        work = flops(batch, args.heads, seq, args.head_dim, causal)
+        tflops = {}
+        for implementation in args.implementations:
+            try:
+                seconds = time_it(
+                    step_function(implementation, causal, config), (q, k, v, d_out), args.repeats
+                )
+            except Exception as error:
+                reason = str(error).splitlines()[0]
+                print(f"  seq {seq:6d} batch {batch:3d} {implementation:>9}: failed: {reason}")
+                continue
+            tflops[implementation] = work / seconds / 1e12
+            print(
+                f"  seq {seq:6d} batch {batch:3d} {implementation:>9}: {seconds * 1e3:9.3f} ms "
+                f"{tflops[implementation]:8.2f} TFLOP/s"
+            )
+        for other in ("cudnn", "xla"):
+            if "pallas" in tflops and other in tflops:
+                print(f"  seq {seq:6d} pallas / {other}: {tflops['pallas'] / tflops[other]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Every attention implementation equals the float32 oracle, outputs and gradients, over random arguments.
+
+Tolerances are relative to the largest reference magnitude: 1e-5 in float32, 2e-2 in bfloat16.
+Pallas kernels run interpreted on CPU, so their shapes stay tiny and their examples few.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meltemi.kernels import attention
+
+TOLERANCE = {jnp.dtype(jnp.float32): 1e-5, jnp.dtype(jnp.bfloat16): 2e-2}
+
+
+@st.composite
+def attention_problems(draw, max_seq=24, head_dims=(4, 8, 16)):
+    batch = draw(st.integers(1, 2))
+    seq = draw(st.integers(1, max_seq))
+    kv_heads = draw(st.integers(1, 2))
+    group = draw(st.sampled_from([1, 2, 4]))
+    head_dim = draw(st.sampled_from(head_dims))
+    dtype = draw(st.sampled_from([jnp.float32, jnp.bfloat16]))
+    causal = draw(st.booleans())
+    window = draw(st.one_of(st.none(), st.integers(1, seq + 2)))
+    layout = draw(st.sampled_from(["none", "documents", "documents+padding", "scattered"]))
+    seed = draw(st.integers(0, 2**31 - 1))
+    return dict(
+        shape=(batch, seq, kv_heads, group, head_dim),
+        dtype=dtype,
+        causal=causal,
+        window=window,
+        layout=layout,
+        seed=seed,
+    )
+
+
+def make_inputs(problem):
+    batch, seq, kv_heads, group, head_dim = problem["shape"]
+    keys = jax.random.split(jax.random.PRNGKey(problem["seed"]), 5)
+    dtype = problem["dtype"]
+    q = jax.random.normal(keys[0], (batch, seq, kv_heads * group, head_dim), dtype)
+    k = jax.random.normal(keys[1], (batch, seq, kv_heads, head_dim), dtype)
+    v = jax.random.normal(keys[2], (batch, seq, kv_heads, head_dim), dtype)
+    d_out = jax.random.normal(keys[3], q.shape, dtype)
+    rng = np.random.default_rng(problem["seed"])
+    segment_ids = None
+    if problem["layout"] == "scattered":
+        segment_ids = jnp.asarray(rng.integers(-1, 3, size=(batch, seq)), jnp.int32)
+    elif problem["layout"].startswith("documents"):
+        starts = rng.integers(0, 2, size=(batch, seq))
+        segment_ids = np.cumsum(starts, axis=1)
+        if problem["layout"].endswith("padding"):
+            tail = rng.integers(0, seq + 1, size=batch)
+            segment_ids[np.arange(seq)[None, :] >= (seq - tail)[:, None]] = -1
+        segment_ids = jnp.asarray(segment_ids, jnp.int32)
+    return q, k, v, segment_ids, d_out
+
+
+def outputs_and_gradients(implementation, problem):
+    q, k, v, segment_ids, d_out = make_inputs(problem)
+
+    @jax.jit
+    def run(q, k, v, segment_ids, d_out):
+        f = functools.partial(
+            attention,
+            causal=problem["causal"],
+            segment_ids=segment_ids,
+            sliding_window=problem["window"],
+            implementation=implementation,
+            check_finite=False,
+        )
+        out, vjp = jax.vjp(f, q, k, v)
+        return (out, *vjp(d_out))
+
+    return run(q, k, v, segment_ids, d_out)
+
+
+def assert_matches_reference(implementation, problem):
+    expected = outputs_and_gradients("reference", problem)
+    actual = outputs_and_gradients(implementation, problem)
+    tolerance = TOLERANCE[jnp.dtype(problem["dtype"])]
+    for name, want, got in zip(("out", "dq", "dk", "dv"), expected, actual, strict=True):
+        assert got.shape == want.shape and got.dtype == want.dtype, name
+        want, got = np.asarray(want, np.float32), np.asarray(got, np.float32)
+        assert np.all(np.isfinite(got)), f"{name} has non-finite values"
+        scale = max(float(np.max(np.abs(want))), 1e-2)
+        error = float(np.max(np.abs(got - want)))
+        assert error <= tolerance * scale, f"{name}: max error {error:.3g} vs scale {scale:.3g}"
+
+
+@settings(max_examples=8)
+@given(attention_problems())
+def test_xla_blockwise_matches_reference(problem):
+    assert_matches_reference("xla", problem)
+
+
+@settings(max_examples=5)
+@given(attention_problems(max_seq=20, head_dims=(8, 16)))
+def test_pallas_interpreted_matches_reference(problem):
+    assert_matches_reference("pallas", problem)
+
+
+@settings(max_examples=2)
+@given(attention_problems(max_seq=20, head_dims=(8,)))
+def test_splash_interpreted_matches_reference(problem):
+    assert_matches_reference("splash", problem)
+
+
+def test_blockwise_versions_cross_several_blocks():
+    """Sequences longer than one block exercise the online softmax and block skipping, not just one tile."""
+    problem = dict(
+        shape=(1, 600, 1, 2, 8), dtype=jnp.float32, causal=True, window=300, layout="documents", seed=3
+    )
+    assert_matches_reference("xla", problem)
+    problem = dict(shape=(1, 150, 1, 2, 16), dtype=jnp.float32, causal=True, window=70, layout="none", seed=4)
+    assert_matches_reference("pallas", problem)

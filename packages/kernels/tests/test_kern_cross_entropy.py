@@ -1,0 +1,218 @@
+"""Fused cross-entropy equals the full-logits oracle, never builds the logits, and rejects bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meltemi.kernels import PallasCrossEntropyConfig, choose_cross_entropy_implementation, cross_entropy
+from meltemi.kernels._cross_entropy_args import token_weights
+from meltemi.kernels.cross_entropy_pallas import pallas_cross_entropy
+
+TOLERANCE = {jnp.dtype(jnp.float32): 1e-5, jnp.dtype(jnp.bfloat16): 2e-2}
+
+
+def make_inputs(tokens, embed, vocab, dtype, seed, masked_fraction=0.3):
+    keys = jax.random.split(jax.random.PRNGKey(seed), 5)
+    hidden = jax.random.normal(keys[0], (tokens, embed), dtype)
+    unembedding = (jax.random.normal(keys[1], (embed, vocab)) / np.sqrt(embed)).astype(dtype)
+    labels = jax.random.randint(keys[2], (tokens,), 0, vocab)
+    mask = jax.random.uniform(keys[3], (tokens,)) >= masked_fraction
+    d_lse = jax.random.normal(keys[4], (tokens,))
+    return hidden, unembedding, labels, mask, d_lse
+
+
+def values_and_gradients(implementation, inputs, z_loss_weight, block_size):
+    hidden, unembedding, labels, mask, d_lse = inputs
+
+    @jax.jit
+    def run(hidden, unembedding, labels, mask, d_lse):
+        def f(h, w):
+            return cross_entropy(
+                h,
+                w,
+                labels,
+                mask=mask,
+                z_loss_weight=z_loss_weight,
+                block_size=block_size,
+                implementation=implementation,
+                check_finite=False,
+            )
+
+        (loss, lse), vjp = jax.vjp(f, hidden, unembedding)
+        return (loss, lse, *vjp((jnp.float32(1.7), d_lse)))
+
+    return run(hidden, unembedding, labels, mask, d_lse)
+
+
+def assert_matches_reference(implementation, inputs, z_loss_weight, block_size):
+    expected = values_and_gradients("reference", inputs, z_loss_weight, block_size)
+    actual = values_and_gradients(implementation, inputs, z_loss_weight, block_size)
+    tolerance = TOLERANCE[jnp.dtype(inputs[0].dtype)]
+    for name, want, got in zip(("loss", "lse", "d_hidden", "d_unembedding"), expected, actual, strict=True):
+        assert got.shape == want.shape and got.dtype == want.dtype, name
+        want, got = np.asarray(want, np.float32), np.asarray(got, np.float32)
+        scale = max(float(np.max(np.abs(want))), 1e-2)
+        error = float(np.max(np.abs(got - want)))
+        assert error <= tolerance * scale, f"{name}: max error {error:.3g} vs scale {scale:.3g}"
+
+
+problems = st.tuples(
+    st.integers(1, 40),  # tokens
+    st.integers(1, 24),  # embed
+    st.integers(1, 300),  # vocab
+    st.sampled_from([jnp.float32, jnp.bfloat16]),
+    st.sampled_from([0.0, 1e-3]),
+    st.integers(1, 128),  # block size
+    st.integers(0, 2**31 - 1),
+)
+
+
+@settings(max_examples=8)
+@given(problems)
+def test_blockwise_xla_matches_reference(problem):
+    tokens, embed, vocab, dtype, z_loss_weight, block_size, seed = problem
+    assert_matches_reference("xla", make_inputs(tokens, embed, vocab, dtype, seed), z_loss_weight, block_size)
+
+
+@settings(max_examples=3)
+@given(problems)
+def test_pallas_interpreted_matches_reference(problem):
+    tokens, embed, vocab, dtype, z_loss_weight, block_size, seed = problem
+    assert_matches_reference(
+        "pallas", make_inputs(tokens, embed, vocab, dtype, seed), z_loss_weight, block_size
+    )
+
+
+def test_pallas_chunks_that_overlap_at_the_vocabulary_end():
+    """Vocab 100 in chunks of 48 (tiles of 16): the last chunk re-covers columns, counted only once."""
+    hidden, unembedding, labels, mask, d_lse = make_inputs(19, 20, 100, jnp.float32, seed=5)
+    labels = labels.at[0].set(99).at[1].set(60).at[2].set(47)
+    config = PallasCrossEntropyConfig(block_tokens=16, block_vocab=16, block_embed=16)
+    weights = token_weights(mask, 19)
+
+    def run(function):
+        out, vjp = jax.vjp(function, hidden, unembedding)
+        return (*out, *vjp((jnp.float32(1.0), d_lse)))
+
+    from meltemi.kernels.cross_entropy_reference import reference_cross_entropy
+
+    want = run(lambda h, w: reference_cross_entropy(h, w, labels, weights, 1e-3))
+    got = run(lambda h, w: pallas_cross_entropy(h, w, labels, weights, 1e-3, block_size=48, config=config))
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5 * float(np.max(np.abs(a))))
+
+
+@pytest.mark.parametrize("implementation", ["reference", "xla", "pallas"])
+def test_fully_masked_batch_gives_zero_loss_and_zero_gradient(implementation):
+    hidden, unembedding, labels, _, _ = make_inputs(5, 8, 30, jnp.float32, seed=1)
+    mask = jnp.zeros((5,), bool)
+
+    def loss(h, w):
+        return cross_entropy(h, w, labels, mask=mask, block_size=16, implementation=implementation)[0]
+
+    value, grads = jax.value_and_grad(loss, argnums=(0, 1))(hidden, unembedding)
+    assert float(value) == 0.0
+    for g in grads:
+        np.testing.assert_array_equal(g, 0.0)
+
+
+def test_mask_weights_the_mean():
+    hidden, unembedding, labels, _, _ = make_inputs(4, 8, 30, jnp.float32, seed=2)
+    _, lse = cross_entropy(hidden, unembedding, labels, implementation="reference")
+    logits = hidden @ unembedding
+    per_token = lse - logits[jnp.arange(4), labels]
+    loss, _ = cross_entropy(hidden, unembedding, labels, mask=jnp.array([1, 0, 1, 0]), block_size=7)
+    np.testing.assert_allclose(loss, (per_token[0] + per_token[2]) / 2, rtol=1e-6)
+
+
+def test_non_finite_hidden_is_reported():
+    hidden, unembedding, labels, _, _ = make_inputs(4, 8, 30, jnp.float32, seed=3)
+    with pytest.raises(FloatingPointError, match="cross_entropy: NaN or infinite values in hidden$"):
+        cross_entropy(hidden.at[1, 1].set(jnp.nan), unembedding, labels)
+
+
+@pytest.mark.parametrize("bad_label", [-1, 30])
+def test_labels_outside_the_vocabulary_are_reported(bad_label):
+    hidden, unembedding, labels, _, _ = make_inputs(4, 8, 30, jnp.float32, seed=4)
+    with pytest.raises(ValueError, match="labels must lie in \\[0, 30\\)"):
+        cross_entropy(hidden, unembedding, labels.at[2].set(bad_label))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(hidden=jnp.ones((4, 8, 1))), "hidden must be \\[tokens, embed\\]"),
+        (dict(unembedding=jnp.ones((9, 30))), "unembedding's embed axis \\(9\\) must match hidden's \\(8\\)"),
+        (dict(labels=jnp.zeros((5,), jnp.int32)), "labels must be \\[tokens\\]"),
+        (dict(labels=jnp.zeros((4,))), "labels must be integers"),
+        (dict(mask=jnp.ones((3,), bool)), "mask must be \\[tokens\\]"),
+        (dict(z_loss_weight=-1.0), "z_loss_weight must be a finite number >= 0"),
+        (dict(block_size=0), "block_size must be a positive int"),
+        (dict(implementation="triton"), "implementation must be one of"),
+        (dict(hidden=jnp.ones((4, 8), jnp.int32)), "hidden must be a floating-point array"),
+    ],
+)
+def test_bad_arguments_get_clear_errors(change, message):
+    arguments = dict(
+        hidden=jnp.ones((4, 8)), unembedding=jnp.ones((8, 30)), labels=jnp.zeros((4,), jnp.int32)
+    )
+    with pytest.raises(ValueError, match=f"cross_entropy: .*{message}"):
+        cross_entropy(**(arguments | change))
+
+
+def test_auto_choice_is_inspectable():
+    for platform in ("cpu", "gpu", "tpu"):
+        choice = choose_cross_entropy_implementation(platform)
+        assert choice.implementation in ("xla", "pallas") and choice.reason
+
+
+def test_fused_versions_never_allocate_the_logits():
+    """Compiled forward+backward temp memory stays far below one [tokens, vocab] float32 buffer."""
+    tokens, embed, vocab = 1024, 32, 16384
+    shapes = (
+        jax.ShapeDtypeStruct((tokens, embed), jnp.float32),
+        jax.ShapeDtypeStruct((embed, vocab), jnp.float32),
+        jax.ShapeDtypeStruct((tokens,), jnp.int32),
+    )
+
+    def temp_bytes(implementation):
+        def loss(h, w, y):
+            return cross_entropy(h, w, y, block_size=1024, implementation=implementation, check_finite=False)[
+                0
+            ]
+
+        compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(*shapes).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    logits_bytes = tokens * vocab * 4
+    assert temp_bytes("reference") >= logits_bytes
+    assert temp_bytes("xla") < logits_bytes / 4
+    assert temp_bytes("pallas") < logits_bytes / 4
+
+
+def test_pallas_kernels_lower_to_triton_for_cuda():
+    config = PallasCrossEntropyConfig(interpret=False)
+    shapes = (
+        jax.ShapeDtypeStruct((1000, 256), jnp.bfloat16),
+        jax.ShapeDtypeStruct((256, 5000), jnp.bfloat16),
+        jax.ShapeDtypeStruct((1000,), jnp.int32),
+        jax.ShapeDtypeStruct((1000,), jnp.float32),
+    )
+
+    def loss(h, w, y, weights):
+        return pallas_cross_entropy(h, w, y, weights, 1e-4, block_size=2048, config=config)[0]
+
+    text = (
+        jax.jit(jax.grad(loss, argnums=(0, 1))).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+    )
+    assert text.count("xla.gpu.triton") == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("implementation", ["xla", "pallas"])
+def test_gpu_cross_entropy_matches_reference(implementation):
+    inputs = make_inputs(512, 256, 10000, jnp.bfloat16, seed=6)
+    assert_matches_reference(implementation, inputs, 1e-4, 2048)
