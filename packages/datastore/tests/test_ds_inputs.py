@@ -177,4 +177,7 @@ def test_any_fsspec_url_is_an_input(tmp_path, tokenizer_path):
     report = build_store(["memory://ds-test/*.jsonl"], tokenizer_path, tmp_path / "s", progress=False)
     manifest = TokenStore.open(tmp_path / "s").manifest
     assert report.documents == 2
-    assert [s["url"] for s in manifest["sources"]] == ["memory:///ds-test/a.jsonl", "memory:///ds-test/b.jsonl"]
+    assert [s["url"] for s in manifest["sources"]] == [
+        "memory:///ds-test/a.jsonl",
+        "memory:///ds-test/b.jsonl",
+    ]

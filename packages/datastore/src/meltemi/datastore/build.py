@@ -87,13 +87,15 @@ def build_store(
     `if __name__ == "__main__":` when `workers > 1`, as multiprocessing requires); a killed build loses at
     most the units in flight. A progress bar is drawn on stderr when it is a terminal and `progress` is set.
 
-    >>> import tempfile
+    >>> import pathlib, tempfile
     >>> from meltemi.datastore import corpora
-    >>> tmp = tempfile.mkdtemp()
-    >>> files = corpora.python_stdlib()[:20]
-    >>> tok = corpora.train_tokenizer(files, vocab_size=300, out=f"{tmp}/tokenizer.json")
-    >>> build_store(files, tok, f"{tmp}/store", progress=False).documents
-    20
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (tmp / "a.py").write_text("def f(x): return x + 1")
+    >>> _ = (tmp / "b.py").write_text("import os; print(os.getcwd())")
+    >>> files = [str(tmp / "a.py"), str(tmp / "b.py")]
+    >>> tok = corpora.train_tokenizer(files, vocab_size=300, out=tmp / "tokenizer.json")
+    >>> build_store(files, tok, tmp / "store", progress=False).documents
+    2
     """
     started = time.perf_counter()
     inputs = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)

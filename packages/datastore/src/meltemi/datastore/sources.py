@@ -170,7 +170,9 @@ def _parquet_documents(source: Source, text_field: str, counts: Counter) -> Iter
                     yielded = True
                     yield text
                 elif text:
-                    raise InputError(f"{source.url}: column {text_field!r} holds {type(text).__name__}, not text")
+                    raise InputError(
+                        f"{source.url}: column {text_field!r} holds {type(text).__name__}, not text"
+                    )
                 else:
                     counts["empty_documents"] += 1
         if not yielded:
