@@ -3,4 +3,34 @@
 JAX is not imported here: the workload that runs on the slices brings it.
 """
 
+from meltemi.raytpu.events import EventLog, StatusLine
+from meltemi.raytpu.host_env import HostEnv, current_host
+from meltemi.raytpu.inventory import Host, SliceInfo, discover_slices
+from meltemi.raytpu.local_cluster import LocalSliceCluster
+from meltemi.raytpu.outcomes import Attempt, SliceJobError, SlicesUnavailableError
+from meltemi.raytpu.runner import RetryPolicy, run_on_slices
+from meltemi.raytpu.slices import TPU_GENERATIONS, SliceType, cpu_slice, gpu_slice, slice_type, tpu_slice
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "TPU_GENERATIONS",
+    "Attempt",
+    "EventLog",
+    "Host",
+    "HostEnv",
+    "LocalSliceCluster",
+    "RetryPolicy",
+    "SliceInfo",
+    "SliceJobError",
+    "SliceType",
+    "SlicesUnavailableError",
+    "StatusLine",
+    "cpu_slice",
+    "current_host",
+    "discover_slices",
+    "gpu_slice",
+    "run_on_slices",
+    "slice_type",
+    "tpu_slice",
+]

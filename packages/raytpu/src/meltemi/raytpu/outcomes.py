@@ -1,0 +1,97 @@
+"""Why an attempt ended, and the one error raised when the retries run out.
+
+A lost node, a lost actor or worker on a dead node, or a preemption signal is a *preemption*: the slice was
+taken away and the job should simply run again. An exception raised by the workload is a *failure*: it may
+be a bug, so it has its own (usually smaller) retry budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Sequence
+from typing import Literal
+
+from ray import exceptions as rex
+
+Cause = Literal["preemption", "failure", "scale-up"]
+
+_LOST_HOST_ERRORS = (
+    rex.NodeDiedError,
+    rex.LocalRayletDiedError,
+    rex.RayActorError,
+    rex.ObjectLostError,
+    rex.TaskUnschedulableError,
+    rex.TaskPlacementGroupRemoved,
+    rex.ActorPlacementGroupRemoved,
+    rex.TaskCancelledError,
+)
+
+
+def classify(error: BaseException, node_alive: bool) -> Cause:
+    """``"failure"`` when the workload raised, ``"preemption"`` when its host (or worker) went away.
+
+    A crashed worker process is a preemption when its node died with it, and a failure (the workload
+    crashed its own process) when the node is still alive.
+
+    >>> classify(ValueError("bad batch"), node_alive=True)
+    'failure'
+    >>> classify(rex.NodeDiedError("gone"), node_alive=False)
+    'preemption'
+    """
+    if isinstance(error, rex.RayTaskError):
+        return "failure"
+    if isinstance(error, rex.WorkerCrashedError):
+        return "failure" if node_alive else "preemption"
+    if isinstance(error, _LOST_HOST_ERRORS):
+        return "preemption"
+    return "failure"
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One attempt that did not finish: where it broke and why."""
+
+    number: int
+    num_slices: int
+    cause: Cause
+    slice_name: str
+    host_id: int | None
+    detail: str
+
+    def summary(self) -> str:
+        where = f"slice {self.slice_name}" + (f" host {self.host_id}" if self.host_id is not None else "")
+        return f"attempt {self.number} on {self.num_slices} slice(s): {self.cause} at {where}: {self.detail}"
+
+
+class SliceJobError(RuntimeError):
+    """The job ran out of retries. ``attempts`` lists every attempt; ``remote_traceback`` is the workload's
+    own traceback from the last failure (also chained as ``__cause__``)."""
+
+    def __init__(self, reason: str, attempts: Sequence[Attempt], remote_traceback: str | None) -> None:
+        self.attempts = tuple(attempts)
+        self.remote_traceback = remote_traceback
+        lines = [reason, *(f"  {a.summary()}" for a in attempts)]
+        if remote_traceback:
+            lines += ["last traceback from the workload:", remote_traceback.rstrip()]
+        super().__init__("\n".join(lines))
+
+
+class SlicesUnavailableError(RuntimeError):
+    """Not even the smallest acceptable number of slices could be claimed in time."""
+
+
+def short_detail(error: BaseException, limit: int = 200) -> str:
+    """The first line of an error, for attempt summaries and the event log."""
+    cause = error.cause if isinstance(error, rex.RayTaskError) and error.cause is not None else error
+    first = (str(cause).strip().splitlines() or [""])[0]
+    text = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def remote_traceback(error: BaseException) -> str | None:
+    """The workload's traceback as the worker printed it, when Ray carried one back."""
+    return error.traceback_str if isinstance(error, rex.RayTaskError) else None
+
+
+def counts(attempts: Collection[Attempt], cause: Cause) -> int:
+    return sum(1 for a in attempts if a.cause == cause)

@@ -1,0 +1,315 @@
+"""``run_on_slices``: one JAX job over many preemptible slices, retried until it finishes or gives up."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import ray
+
+from meltemi.raytpu.claims import SliceClaim, claim_slices, free_intact_slices, release
+from meltemi.raytpu.events import EventLog, StatusLine, status_text
+from meltemi.raytpu.host_env import RESERVED_PREFIXES, host_envs
+from meltemi.raytpu.hosts import coordinator_endpoint, host_task_options, run_host
+from meltemi.raytpu.inventory import SliceInfo
+from meltemi.raytpu.outcomes import (
+    Attempt,
+    Cause,
+    SliceJobError,
+    SlicesUnavailableError,
+    classify,
+    counts,
+    remote_traceback,
+    short_detail,
+)
+from meltemi.raytpu.slices import SliceType
+from meltemi.raytpu.slices import slice_type as parse_slice_type
+
+T = TypeVar("T")
+PreemptionCheck = Callable[[SliceInfo], bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """How often each kind of trouble may be retried, and how long to wait before the next attempt.
+
+    The wait doubles with every retry of the same cause, from ``backoff_s`` up to ``max_backoff_s``.
+    """
+
+    max_retries_preemption: int
+    max_retries_failure: int
+    backoff_s: float = 5.0
+    max_backoff_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_retries_preemption", "max_retries_failure"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if not 0 <= self.backoff_s <= self.max_backoff_s:
+            raise ValueError(
+                f"need 0 <= backoff_s <= max_backoff_s, got {self.backoff_s} and {self.max_backoff_s}"
+            )
+
+    def budget(self, cause: Cause) -> int:
+        return self.max_retries_preemption if cause == "preemption" else self.max_retries_failure
+
+    def delay(self, retry_number: int) -> float:
+        return min(self.max_backoff_s, self.backoff_s * 2 ** max(0, retry_number - 1))
+
+
+@dataclasses.dataclass
+class _Ended:
+    cause: Cause
+    slice_name: str
+    host_id: int | None
+    detail: str
+    error: BaseException | None = None
+
+
+def run_on_slices(
+    fn: Callable[[], T],
+    *,
+    slice_type: str | SliceType,
+    num_slices: int | Sequence[int],
+    max_retries_preemption: int,
+    max_retries_failure: int,
+    env: Mapping[str, str] | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
+    backoff_s: float = 5.0,
+    max_backoff_s: float = 300.0,
+    preemption_check: PreemptionCheck | None = None,
+    scale_up_interval_s: float | None = None,
+    acquire_timeout_s: float = 600.0,
+    claim_wait_s: float = 10.0,
+    poll_interval_s: float = 1.0,
+    event_log: EventLog | str | None = None,
+    status: StatusLine | None = None,
+    job_name: str | None = None,
+) -> list[T]:
+    """Run ``fn()`` on every host of ``num_slices`` slices and return each host's result, in process order.
+
+    Each host runs ``fn`` with ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID`` (and
+    ``MEGASCALE_*`` for several slices) set, so ``jax.distributed.initialize()`` works as is;
+    ``current_host()`` reads the same facts back. When any host fails, every other host's task is cancelled,
+    the slices are released, and the whole job runs again: a lost node or a positive ``preemption_check``
+    spends the preemption budget, an exception from ``fn`` the failure budget. ``num_slices`` may list
+    acceptable counts: the job starts on the most it can claim now and, every ``scale_up_interval_s``
+    seconds, restarts on more when more are free (the workload resumes from its own checkpoint).
+
+    >>> from meltemi.raytpu import LocalSliceCluster, run_on_slices
+    >>> with LocalSliceCluster([("cpu-1", 1)]):  # doctest: +SKIP
+    ...     run_on_slices(lambda: 42, slice_type="cpu-1", num_slices=1,
+    ...                   max_retries_preemption=1, max_retries_failure=0)
+    [42]
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    kind = parse_slice_type(slice_type)
+    acceptable = acceptable_slice_counts(num_slices)
+    policy = RetryPolicy(max_retries_preemption, max_retries_failure, backoff_s, max_backoff_s)
+    environ = _checked_env(env)
+    for name, value in (("acquire_timeout_s", acquire_timeout_s), ("claim_wait_s", claim_wait_s)):
+        if value <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    if poll_interval_s <= 0:
+        raise ValueError(f"poll_interval_s must be positive, got {poll_interval_s}")
+    if scale_up_interval_s is not None and scale_up_interval_s <= 0:
+        raise ValueError(f"scale_up_interval_s must be positive or None, got {scale_up_interval_s}")
+    name = job_name or f"job-{uuid.uuid4().hex[:8]}"
+    job = _Job(
+        fn=fn,
+        kind=kind,
+        acceptable=acceptable,
+        policy=policy,
+        environ=environ,
+        runtime_env=runtime_env,
+        preemption_check=preemption_check,
+        scale_up_interval_s=scale_up_interval_s,
+        poll_interval_s=poll_interval_s,
+        name=name,
+        log=event_log if isinstance(event_log, EventLog) else EventLog(event_log, job=name),
+        line=status or StatusLine(),
+    )
+    try:
+        return job.run(acquire_timeout_s, claim_wait_s)
+    finally:
+        job.line.close()
+
+
+@dataclasses.dataclass
+class _Job:
+    fn: Callable[[], Any]
+    kind: SliceType
+    acceptable: list[int]
+    policy: RetryPolicy
+    environ: dict[str, str]
+    runtime_env: Mapping[str, Any] | None
+    preemption_check: PreemptionCheck | None
+    scale_up_interval_s: float | None
+    poll_interval_s: float
+    name: str
+    log: EventLog
+    line: StatusLine
+    attempts: list[Attempt] = dataclasses.field(default_factory=list)
+
+    def run(self, acquire_timeout_s: float, claim_wait_s: float) -> list[Any]:
+        while True:
+            number = len(self.attempts)
+            claims = _acquire(self, acquire_timeout_s, claim_wait_s, number)
+            try:
+                ended, results = self.attempt(claims, number)
+            finally:
+                release(claims)
+            if ended is None:
+                self.log.emit("finished", attempt=number, num_slices=len(claims))
+                return results
+            self.attempts.append(
+                Attempt(number, len(claims), ended.cause, ended.slice_name, ended.host_id, ended.detail)
+            )
+            if ended.cause == "scale-up":
+                self.log.emit("scaled", attempt=number, from_slices=len(claims), reason=ended.detail)
+                continue
+            used = counts(self.attempts, ended.cause)
+            budget = self.policy.budget(ended.cause)
+            if used > budget:
+                self.log.emit("gave_up", attempt=number, cause=ended.cause, detail=ended.detail)
+                raise SliceJobError(
+                    f"job {self.name} gave up after {len(self.attempts)} attempt(s): {ended.cause} retries "
+                    f"exhausted ({budget} allowed)",
+                    self.attempts,
+                    remote_traceback(ended.error) if ended.error is not None else None,
+                ) from ended.error
+            delay = self.policy.delay(used)
+            self.log.emit("retry", attempt=number + 1, cause=ended.cause, retry=used, delay_s=delay)
+            time.sleep(delay)
+
+    def attempt(self, claims: list[SliceClaim], number: int) -> tuple[_Ended | None, list[Any]]:
+        """Run one attempt on the claimed slices; ``(None, results)`` when every host finished."""
+        kind, log = self.kind, self.log
+        try:
+            options = host_task_options(kind, claims[0], 0, self.runtime_env)
+            coordinator = ray.get(coordinator_endpoint.options(**options).remote())
+        except Exception as error:  # the probe ran on a host like any other, so it fails like one
+            return _host_ended(error, claims[0], 0, log, number), []
+        envs = host_envs(coordinator, [c.info.name for c in claims], kind.hosts, number)
+        where = {}
+        for e in envs:
+            options = host_task_options(kind, claims[e.slice_id], e.host_id, self.runtime_env)
+            where[run_host.options(**options).remote(self.fn, {**self.environ, **e.to_environ()})] = e
+        results: dict[int, Any] = {}
+        pending = list(where)
+        interval = self.scale_up_interval_s if len(claims) < max(self.acceptable) else None
+        next_scale_check = time.monotonic() + interval if interval else None
+        while pending:
+            self.line.show(self.status(number, len(claims), len(pending), len(results)))
+            done, pending = ray.wait(pending, num_returns=1, timeout=self.poll_interval_s)
+            for ref in done:
+                host = where[ref]
+                try:
+                    results[host.process_id] = ray.get(ref)
+                except Exception as error:
+                    _cancel(pending)
+                    return _host_ended(error, claims[host.slice_id], host.host_id, log, number), []
+            ended = _check_preemption(self.preemption_check, claims, log, number)
+            if ended is None and next_scale_check is not None and time.monotonic() >= next_scale_check:
+                ended = _check_scale_up(kind, self.acceptable, len(claims))
+                next_scale_check = time.monotonic() + interval
+            if ended is not None:
+                _cancel(pending)
+                return ended, []
+        return None, [results[i] for i in range(len(envs))]
+
+    def status(self, number: int, num_slices: int, running: int, done: int) -> str:
+        return status_text(
+            job=self.name,
+            slice_type=self.kind.name,
+            attempt=number,
+            num_slices=num_slices,
+            running=running,
+            done=done,
+            preemptions=(counts(self.attempts, "preemption"), self.policy.max_retries_preemption),
+            failures=(counts(self.attempts, "failure"), self.policy.max_retries_failure),
+        )
+
+
+def acceptable_slice_counts(num_slices: int | Sequence[int]) -> list[int]:
+    """The sorted, distinct slice counts a job accepts.
+
+    >>> acceptable_slice_counts([4, 2, 4])
+    [2, 4]
+    """
+    values = [num_slices] if isinstance(num_slices, int) else list(num_slices)
+    if not values or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values):
+        raise ValueError(f"num_slices must be a positive int or a non-empty list of them, got {num_slices!r}")
+    return sorted(set(values))
+
+
+def _checked_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    environ = dict(env or {})
+    for key, value in environ.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"env must map str to str; {key!r} maps to {type(value).__name__}")
+        if key.startswith(RESERVED_PREFIXES):
+            raise ValueError(f"env may not set {key!r}: run_on_slices sets it for each host")
+    return environ
+
+
+def _acquire(job: _Job, timeout_s: float, wait_s: float, attempt: int) -> list[SliceClaim]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        claims = claim_slices(job.kind, job.acceptable, job_name=job.name, wait_s=min(wait_s, timeout_s))
+        if claims:
+            for slice_id, claim in enumerate(claims):
+                job.log.emit("slice_acquired", attempt=attempt, slice=claim.info.name, slice_id=slice_id)
+            return claims
+        if time.monotonic() >= deadline:
+            have = len(free_intact_slices(job.kind))
+            raise SlicesUnavailableError(
+                f"could not claim {job.acceptable[0]} {job.kind.name} slice(s) within {timeout_s:g}s "
+                f"({have} intact slice(s) of that type in the cluster, some may be in use)"
+            )
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+def _host_ended(error: BaseException, claim: SliceClaim, host_id: int, log: EventLog, attempt: int) -> _Ended:
+    node_id = claim.info.hosts[host_id].node_id
+    cause = classify(error, node_alive=_node_alive(node_id))
+    detail = short_detail(error)
+    event = "slice_lost" if cause == "preemption" else "host_failed"
+    log.emit(event, attempt=attempt, slice=claim.info.name, host=host_id, node=node_id, detail=detail)
+    return _Ended(cause, claim.info.name, host_id, detail, error)
+
+
+def _check_preemption(
+    check: PreemptionCheck | None, claims: list[SliceClaim], log: EventLog, attempt: int
+) -> _Ended | None:
+    if check is None:
+        return None
+    for claim in claims:
+        if check(claim.info):
+            log.emit("slice_lost", attempt=attempt, slice=claim.info.name, detail="preemption signal")
+            return _Ended("preemption", claim.info.name, None, "preemption signal")
+    return None
+
+
+def _check_scale_up(kind: SliceType, acceptable: list[int], current: int) -> _Ended | None:
+    free = int(ray.available_resources().get(kind.head_resource, 0)) if kind.head_resource else 0
+    if kind.head_resource is None:
+        free = max(0, len(free_intact_slices(kind)) - current)
+    better = [c for c in acceptable if current < c <= current + free]
+    if not better:
+        return None
+    return _Ended("scale-up", "-", None, f"{free} more slice(s) free; restarting on {max(better)}")
+
+
+def _cancel(refs: Sequence[ray.ObjectRef]) -> None:
+    for ref in refs:
+        ray.cancel(ref, force=True)
+
+
+def _node_alive(node_id: str) -> bool:
+    return any(node["NodeID"] == node_id and node.get("Alive") for node in ray.nodes())
