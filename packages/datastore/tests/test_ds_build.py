@@ -22,10 +22,9 @@ from meltemi.datastore.tokenizing import TokenizerInfo
 
 def test_zarr_python_reads_the_same_tokens_and_offsets(small_store):
     store = TokenStore.open(small_store)
-    tokens, offsets = (
-        zarr.open_array(small_store / "tokens", mode="r"),
-        zarr.open_array(small_store / "offsets"),
-    )
+    group = zarr.open(small_store, mode="r")
+    assert sorted(group.array_keys()) == ["offsets", "tokens"]
+    tokens, offsets = group["tokens"], group["offsets"]
     assert tokens.dtype == np.uint16 and offsets.dtype == np.uint64
     assert np.array_equal(tokens[:], store.tokens[:])
     assert np.array_equal(offsets[:], store.offsets)

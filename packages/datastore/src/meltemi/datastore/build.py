@@ -25,12 +25,14 @@ from meltemi.datastore.layout import (
     BUILD_DIR,
     DEFAULT_CHUNK_TOKENS,
     FORMAT_VERSION,
+    GROUP,
     MANIFEST,
     OFFSETS,
     OFFSETS_CHUNK,
     TOKENS,
     chunk_checksums,
     create_array,
+    group_metadata,
     read_json,
     token_dtype,
     write_json_atomically,
@@ -180,7 +182,7 @@ def _prepare_directory(out: Path, plan: dict, overwrite: bool) -> None:
             if (out / MANIFEST).exists():
                 shutil.rmtree(out / BUILD_DIR, ignore_errors=True)
             return
-    for name in (MANIFEST, TOKENS, OFFSETS, BUILD_DIR):
+    for name in (MANIFEST, GROUP, TOKENS, OFFSETS, BUILD_DIR):
         path = out / name
         if path.is_dir():
             shutil.rmtree(path)
@@ -303,6 +305,7 @@ def _assemble(
         "chunk": OFFSETS_CHUNK,
         "checksums": chunk_checksums(offsets, OFFSETS_CHUNK),
     }
+    write_json_atomically(out / GROUP, group_metadata())
     _sync_tree(out)
     write_json_atomically(out / MANIFEST, manifest)
     shutil.rmtree(build_dir)

@@ -1,8 +1,9 @@
 """The on-disk token store format: Zarr v3 arrays written through TensorStore, and a JSON manifest.
 
-A store is a directory with `tokens/` (1-D, uint16 or uint32), `offsets/` (uint64 document boundaries,
-`num_docs + 1` entries starting at 0) and `manifest.json`. The manifest is written last, atomically, so
-its presence is what makes a store complete; a build in progress keeps its state in `.build/`.
+A store is a Zarr v3 group (a directory with `zarr.json`) holding `tokens/` (1-D, uint16 or uint32),
+`offsets/` (uint64 document boundaries, `num_docs + 1` entries from 0) and `manifest.json`. The manifest
+is written last, atomically, so its presence is what makes a store complete; a build in progress keeps its
+state in `.build/`.
 """
 
 import hashlib
@@ -17,6 +18,7 @@ import tensorstore as ts
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+GROUP = "zarr.json"
 BUILD_DIR = ".build"
 TOKENS = "tokens"
 OFFSETS = "offsets"
@@ -69,6 +71,11 @@ def create_array(
 def open_array(root: str | os.PathLike, array: str) -> ts.TensorStore:
     """Open one of the store's arrays for reading, without a chunk cache (reads always hit storage)."""
     return ts.open(array_spec(root, array) | {"open": True}, read=True).result()
+
+
+def group_metadata() -> dict[str, Any]:
+    """The root `zarr.json` that makes the store a Zarr v3 group, so `zarr.open(store)` lists its arrays."""
+    return {"zarr_format": 3, "node_type": "group", "attributes": {"meltemi_token_store": FORMAT_VERSION}}
 
 
 def write_json_atomically(path: str | os.PathLike, payload: dict[str, Any]) -> None:
