@@ -10,28 +10,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-__all__ = [
-    "Axis",
-    "AxisSelection",
-    "AxisSelector",
-    "AxisSpec",
-    "axis_name",
-    "axis_size",
-    "concat_axes",
-    "dblock",
-    "ds",
-    "dslice",
-    "eliminate_axes",
-    "ensure_tuple",
-    "intersect_axes",
-    "is_axis_compatible",
-    "make_axes",
-    "overlapping_axes",
-    "replace_axis",
-    "selects_axis",
-    "union_axes",
-    "without_axes",
-]
+__all__ = (
+    "Axis AxisSelection AxisSelector AxisSpec axis_name axis_size concat_axes dblock ds dslice "
+    "eliminate_axes ensure_tuple intersect_axes is_axis_compatible make_axes overlapping_axes "
+    "replace_axis selects_axis union_axes without_axes"
+).split()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,20 +10,9 @@ from .axis import Axis, AxisSelector, AxisSpec, axis_name, ensure_tuple
 from .broadcast import check_sizes_agree
 from .core import NamedArray
 
-__all__ = [
-    "arange",
-    "concatenate",
-    "full",
-    "full_like",
-    "geomspace",
-    "linspace",
-    "logspace",
-    "ones",
-    "ones_like",
-    "stack",
-    "zeros",
-    "zeros_like",
-]
+__all__ = (
+    "arange concatenate full full_like geomspace linspace logspace ones ones_like stack zeros zeros_like"
+).split()
 
 
 def _axes_of(shape: AxisSpec) -> tuple[Axis, ...]:

@@ -179,34 +179,13 @@ class _NamedIndexUpdate:
         raw = jnp.transpose(self.array.array, plan.perm).at[plan.positional].get(**kwargs)
         return NamedArray(raw, plan.result_axes) if plan.result_axes else raw
 
-    def set(self, values, **kwargs) -> NamedArray:
-        return self._apply("set", values, **kwargs)
 
-    def add(self, values, **kwargs) -> NamedArray:
-        return self._apply("add", values, **kwargs)
-
-    def subtract(self, values, **kwargs) -> NamedArray:
-        return self._apply("subtract", values, **kwargs)
-
-    def multiply(self, values, **kwargs) -> NamedArray:
-        return self._apply("multiply", values, **kwargs)
-
-    mul = multiply
-
-    def divide(self, values, **kwargs) -> NamedArray:
-        return self._apply("divide", values, **kwargs)
-
-    def power(self, values, **kwargs) -> NamedArray:
-        return self._apply("power", values, **kwargs)
-
-    def min(self, values, **kwargs) -> NamedArray:
-        return self._apply("min", values, **kwargs)
-
-    def max(self, values, **kwargs) -> NamedArray:
-        return self._apply("max", values, **kwargs)
-
-    def apply(self, func, **kwargs) -> NamedArray:
-        return self._apply("apply", func, **kwargs)
+for _method in ("set", "add", "subtract", "multiply", "divide", "power", "min", "max", "apply"):
+    setattr(
+        _NamedIndexUpdate,
+        _method,
+        lambda self, values, _m=_method, **kwargs: self._apply(_m, values, **kwargs),
+    )
 
 
 def take(array: NamedArray, axis: AxisSelector, index) -> NamedArray:

@@ -16,22 +16,10 @@ from .axis import Axis, AxisSelector, AxisSpec, axis_name, ensure_tuple
 from .broadcast import broadcast_to
 from .core import NamedArray
 
-__all__ = [
-    "bernoulli",
-    "categorical",
-    "cauchy",
-    "choice",
-    "exponential",
-    "gumbel",
-    "laplace",
-    "logistic",
-    "normal",
-    "permutation",
-    "rademacher",
-    "randint",
-    "truncated_normal",
-    "uniform",
-]
+__all__ = (
+    "bernoulli categorical cauchy choice exponential gumbel laplace logistic normal permutation "
+    "rademacher randint truncated_normal uniform"
+).split()
 
 
 def _axes(shape: AxisSpec) -> tuple[Axis, ...]:
