@@ -93,7 +93,7 @@ def assert_matches_reference(implementation, problem):
         assert error <= tolerance * scale, f"{name}: max error {error:.3g} vs scale {scale:.3g}"
 
 
-@settings(max_examples=8)
+@settings(max_examples=6)
 @given(attention_problems())
 def test_xla_blockwise_matches_reference(problem):
     assert_matches_reference("xla", problem)

@@ -31,7 +31,12 @@ class Choice:
 
 
 def choose_attention_implementation(
-    q: jax.Array, segment_ids: jax.Array | None = None, *, platform: str | None = None
+    q: jax.Array,
+    segment_ids: jax.Array | None = None,
+    *,
+    causal: bool = True,
+    sliding_window: int | None = None,
+    platform: str | None = None,
 ) -> Choice:
     """What ``implementation="auto"`` picks for these arguments on ``platform`` (default: JAX's backend).
 
@@ -45,7 +50,7 @@ def choose_attention_implementation(
     if platform == "tpu":
         return Choice("splash", "TPU: JAX's splash-attention kernel")
     if platform in ("gpu", "cuda"):
-        why_not = cudnn_unsupported_reason(q, segment_ids)
+        why_not = cudnn_unsupported_reason(q, segment_ids, causal=causal, sliding_window=sliding_window)
         if why_not is None:
             return Choice("cudnn", "GPU: cuDNN flash attention supports these arguments")
         return Choice("pallas", why_not)
@@ -89,7 +94,9 @@ def attention(
     if check_finite:
         report_nonfinite(WHERE, q=q, k=k, v=v)
     if implementation == "auto":
-        choice = choose_attention_implementation(q, segment_ids)
+        choice = choose_attention_implementation(
+            q, segment_ids, causal=spec.causal, sliding_window=spec.sliding_window
+        )
         logger.debug("attention: using %s (%s)", choice.implementation, choice.reason)
         implementation = choice.implementation
     return _run(implementation, q, k, v, segment_ids, spec)
@@ -104,7 +111,7 @@ def _run(implementation: str, q, k, v, segment_ids, spec: MaskSpec) -> jax.Array
         return pallas_attention(q, k, v, segment_ids, spec)
     if implementation == "splash":
         return splash_attention(q, k, v, segment_ids, spec)
-    why_not = cudnn_unsupported_reason(q, segment_ids)
+    why_not = cudnn_unsupported_reason(q, segment_ids, causal=spec.causal, sliding_window=spec.sliding_window)
     if why_not is not None:
         raise ValueError(f"{WHERE}: implementation='cudnn' cannot run these arguments: {why_not}")
     return cudnn_attention(q, k, v, spec)

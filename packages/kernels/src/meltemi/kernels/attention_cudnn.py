@@ -2,7 +2,8 @@
 
 The layouts already agree (``[batch, seq, heads, head_dim]``, grouped key/value heads). cuDNN has no
 segment ids, so packed documents are not supported here; the sliding window maps to cuDNN's
-``local_window_size`` (keys up to ``w - 1`` positions back, and forward too when not causal).
+``local_window_size`` (keys up to ``w - 1`` positions back; cuDNN itself refuses a window that also
+reaches forward, i.e. a non-causal one, which ``implementation="xla"`` still runs).
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 CUDNN_MAX_HEAD_DIM = 128
 
 
-def cudnn_unsupported_reason(q: jax.Array, segment_ids: jax.Array | None) -> str | None:
+def cudnn_unsupported_reason(
+    q: jax.Array, segment_ids: jax.Array | None, *, causal: bool, sliding_window: int | None
+) -> str | None:
     """Why cuDNN cannot run these arguments, or ``None`` when it can."""
     if segment_ids is not None:
         return "cuDNN attention takes no segment_ids"
+    if sliding_window is not None and not causal:
+        return "cuDNN supports a sliding window only with causal attention"
     if q.dtype not in CUDNN_DTYPES:
         return f"cuDNN attention needs bfloat16 or float16, got {q.dtype}"
     head_dim = q.shape[-1]
