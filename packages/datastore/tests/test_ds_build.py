@@ -20,6 +20,7 @@ from meltemi.datastore import (
 from meltemi.datastore.tokenizing import TokenizerInfo
 
 
+@pytest.mark.filterwarnings("ignore:Object at manifest.json is not recognized")
 def test_zarr_python_reads_the_same_tokens_and_offsets(small_store):
     store = TokenStore.open(small_store)
     group = zarr.open(small_store, mode="r")

@@ -94,3 +94,10 @@ def test_an_error_in_the_prefetcher_reaches_the_consumer(small_store):
     with pytest.raises(IndexError, match="needs sequence"):
         for _ in loader.iterate(0):
             pass
+
+
+def test_numpy_integers_are_batch_sizes_and_bad_schedules_are_errors(dataset):
+    assert BatchLoader(dataset["shuffled"], np.int64(8)).batch(0)["input_ids"].shape == (8, 32)
+    for bad, message in [([(1, 8)], "start at step 0"), ([(0, 8), (0, 4)], "must increase"), (0, "positive")]:
+        with pytest.raises(ValueError, match=message):
+            BatchSchedule(bad)

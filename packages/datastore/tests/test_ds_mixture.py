@@ -120,3 +120,10 @@ def test_sources_with_different_sequence_lengths_are_an_error():
     short.seq_len = 5
     with pytest.raises(ValueError, match="different sequence lengths"):
         MixtureDataset({"a": Numbered(3), "b": short}, {"a": 1}, block_size=4, key=0)
+
+
+def test_an_endless_source_is_an_error():
+    endless = Numbered(3)
+    endless.num_sequences = None
+    with pytest.raises(ValueError, match="'b' must be a finite, non-empty dataset"):
+        MixtureDataset({"a": Numbered(3), "b": endless}, {"a": 1}, block_size=4, key=0)

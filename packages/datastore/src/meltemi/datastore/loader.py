@@ -6,6 +6,7 @@ So the union over processes is the single-process batch, whatever the process co
 any step reads exactly what an uninterrupted run would have.
 """
 
+import numbers
 import queue
 import threading
 from collections.abc import Iterator, Sequence
@@ -33,7 +34,10 @@ class BatchSchedule:
     """
 
     def __init__(self, batch_size: int | Sequence[tuple[int, int]]):
-        stages = [(0, batch_size)] if isinstance(batch_size, int) else [tuple(s) for s in batch_size]
+        if isinstance(batch_size, numbers.Integral):
+            stages = [(0, int(batch_size))]
+        else:
+            stages = [(int(start), int(size)) for start, size in batch_size]
         if not stages or stages[0][0] != 0:
             raise ValueError(f"a batch-size schedule must start at step 0, got {batch_size}")
         if any(b[0] <= a[0] for a, b in zip(stages, stages[1:], strict=False)):

@@ -61,6 +61,12 @@ class MixtureDataset:
             raise ValueError(f"block_size must be positive, got {block_size}")
         self.names = list(sources)
         self.sources = [sources[n] for n in self.names]
+        for name, source in zip(self.names, self.sources, strict=True):
+            if not isinstance(getattr(source, "num_sequences", None), int) or source.num_sequences < 1:
+                raise ValueError(
+                    f"mixture source {name!r} must be a finite, non-empty dataset (it is shuffled "
+                    "in epochs of its own), such as a SequenceDataset"
+                )
         seq_lens = {getattr(s, "seq_len", None) for s in self.sources}
         if len(seq_lens) > 1:
             raise ValueError(f"mixture sources have different sequence lengths: {sorted(map(str, seq_lens))}")
