@@ -87,8 +87,20 @@ def dot_product_attention(
 def causal_mask(
     QPos: hax.Axis, KPos: hax.Axis, q_start: int | hax.NamedArray = 0, k_start: int | hax.NamedArray = 0
 ) -> hax.NamedArray:
-    """``True`` where query position ``q_start + i`` may attend to key position ``k_start + j`` (j <= i)."""
-    return (hax.arange(QPos) + q_start) >= (hax.arange(KPos) + k_start)
+    """``True`` where query position ``q_start + i`` may attend to key position ``k_start + j`` (j <= i).
+
+    A named ``q_start``/``k_start`` (say, one offset per batch row) adds its axes to the mask.
+    """
+    q_positions = _positions(QPos, q_start)
+    k_positions = _positions(KPos, k_start).broadcast_axis(q_positions.axes)
+    return q_positions >= k_positions
+
+
+def _positions(Pos: hax.Axis, start: int | hax.NamedArray) -> hax.NamedArray:
+    positions = hax.arange(Pos)
+    if isinstance(start, hax.NamedArray):
+        positions = positions.broadcast_axis(start.axes)
+    return positions + start
 
 
 def prefix_lm_mask(QPos: hax.Axis, KPos: hax.Axis, prefix_len: int, q_start: int = 0, k_start: int = 0):
@@ -103,6 +115,7 @@ def combine_masks_and(mask1: hax.NamedArray | None, mask2: hax.NamedArray | None
     """Both masks (either may be ``None``, meaning "no mask")."""
     if mask1 is None or mask2 is None:
         return mask2 if mask1 is None else mask1
+    mask1, mask2 = hax.broadcast_arrays(mask1, mask2, require_subset=False)
     return mask1 & mask2
 
 
@@ -110,6 +123,7 @@ def combine_masks_or(mask1: hax.NamedArray | None, mask2: hax.NamedArray | None)
     """Either mask (either may be ``None``, meaning "no mask")."""
     if mask1 is None or mask2 is None:
         return mask2 if mask1 is None else mask1
+    mask1, mask2 = hax.broadcast_arrays(mask1, mask2, require_subset=False)
     return mask1 | mask2
 
 

@@ -52,6 +52,9 @@ class Linear(eqx.Module):
     def __call__(self, inputs: hax.NamedArray, *, key: jax.Array | None = None) -> hax.NamedArray:
         """Apply the layer; ``key`` is accepted (and unused) so layers can be called uniformly."""
         del key
+        missing = [a.name for a in _as_tuple(self.In) if a.name not in inputs.shape]
+        if missing:
+            raise ValueError(f"Linear's input axes {missing} are not in the input's axes {inputs.shape}")
         out = hax.auto_sharded(hax.dot(inputs, self.weight, axis=self.In))
         if self.bias is not None:
             out = hax.auto_sharded(out + self.bias)

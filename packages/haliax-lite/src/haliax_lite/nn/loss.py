@@ -39,7 +39,7 @@ def one_hot(x: hax.NamedArray | int, class_axis: hax.Axis, *, dtype=None) -> hax
         return hax.NamedArray(jnn.one_hot(x.array, class_axis.size, dtype=dtype), x.axes + (class_axis,))
     if not -class_axis.size <= x < class_axis.size:
         raise ValueError(f"one_hot index {x} is out of range for axis {class_axis}")
-    return hax.NamedArray(jnn.one_hot(x, class_axis.size, dtype=dtype), (class_axis,))
+    return hax.NamedArray(jnn.one_hot(x % class_axis.size, class_axis.size, dtype=dtype), (class_axis,))
 
 
 def cross_entropy_loss_and_log_normalizers(
