@@ -30,11 +30,8 @@ FLOAT_UNARY = [
     for n in elementwise.UNARY
     if n not in {"bitwise_not", "invert", "arccosh", "i0"}  # integer-only or domain >= 1
 ]
-FLOAT_BINARY = [
-    n
-    for n in elementwise.BINARY
-    if n not in {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
-]
+INTEGER_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
+FLOAT_BINARY = [n for n in elementwise.BINARY if n not in INTEGER_ONLY]
 
 
 @pytest.mark.parametrize("name", FLOAT_UNARY)
@@ -126,3 +123,33 @@ def test_same_name_different_size_is_an_error_naming_both_shapes():
     y = hax.ones(hax.Axis("embed", 4))
     with pytest.raises(ValueError, match=r"'embed' has sizes 3 and 4.*\(batch=2, embed=3\) and \(embed=4\)"):
         x * y
+
+
+@pytest.mark.parametrize("name", FLOAT_BINARY)
+def test_every_binary_op_on_permuted_axes(name):
+    axes = (hax.Axis("a", 2), hax.Axis("b", 3))
+    x_raw, y_raw = _values(axes, 5), _values(axes, 6)
+    x = hax.NamedArray(jnp.asarray(x_raw), axes)
+    y = hax.NamedArray(jnp.asarray(y_raw.T), axes[::-1])
+    out = getattr(hax, name)(x, y)
+    np.testing.assert_allclose(np.asarray(out.array), np.asarray(getattr(jnp, name)(x_raw, y_raw)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(INTEGER_ONLY | {"add", "multiply", "maximum", "floor_divide"}))
+def test_integer_binary_ops(name):
+    axes = (hax.Axis("a", 3), hax.Axis("b", 2))
+    x_raw = np.array([[1, 2], [3, 4], [5, 6]], np.int32)
+    y_raw = np.array([1, 2], np.int32)
+    out = getattr(hax, name)(hax.NamedArray(jnp.asarray(x_raw), axes), hax.named(jnp.asarray(y_raw), "b"))
+    assert out.axes == axes
+    np.testing.assert_array_equal(np.asarray(out.array), np.asarray(getattr(jnp, name)(x_raw, y_raw)))
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.int8, jnp.uint32])
+def test_dtypes_follow_jnp_promotion(dtype):
+    axes = (hax.Axis("a", 2), hax.Axis("b", 2))
+    x = hax.ones(axes, dtype=dtype)
+    assert (x + x).dtype == (jnp.ones(2, dtype) + jnp.ones(2, dtype)).dtype
+    assert (x * 2).dtype == (jnp.ones(2, dtype) * 2).dtype
+    assert hax.maximum(x, hax.ones(axes[1], dtype=jnp.float32)).dtype == jnp.promote_types(dtype, jnp.float32)
+    assert hax.invert(x > 0).dtype == jnp.bool_

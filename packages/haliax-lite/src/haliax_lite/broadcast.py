@@ -64,9 +64,9 @@ def broadcast_to(
     """
     axes = ensure_tuple(axes)
     if not isinstance(a, NamedArray):
+        if jnp.ndim(a):
+            raise ValueError(f"broadcast_to needs a NamedArray or a scalar, got shape {jnp.shape(a)}")
         a = NamedArray(jnp.asarray(a), ())
-        if a.array.ndim:
-            raise ValueError(f"broadcast_to needs a NamedArray or a scalar, got shape {a.array.shape}")
     check_sizes_agree(a.axes, axes)
     target_names = {ax.name for ax in axes}
     extra = tuple(ax for ax in a.axes if ax.name not in target_names)
