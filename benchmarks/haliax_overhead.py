@@ -1,0 +1,222 @@
+"""What do named axes cost? A Llama-style block, forward + backward under ``jit``, twice: once written with
+haliax-lite (``hax.nn`` layers, axes by name) and once in plain ``jax.numpy`` (einsums, axes by position),
+with the same parameters and the same math.
+
+Prints the compiled FLOP counts of both programs (``cost_analysis``), the largest difference between their
+losses and gradients, and the median time ratio haliax-lite / plain over alternating trials. Each trial
+times both programs back to back (in alternating order) and keeps each side's fastest of a few steps, since
+a noisy neighbour on a shared machine only ever adds time; a neighbour that slows both sides of a pair
+cancels out of that pair's ratio, and the median discards the pairs it hit unevenly.
+
+Target: ratio <= 1.02 and equal FLOPs. Run: ``uv run benchmarks/haliax_overhead.py [--trials N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+import haliax_lite as hax
+import haliax_lite.nn as hnn
+
+Batch = hax.Axis("batch", 4)
+Pos = hax.Axis("position", 256)
+KPos = Pos.alias("key_position")
+Embed = hax.Axis("embed", 256)
+KVHeads = hax.Axis("kv_heads", 2)
+QPerKV = hax.Axis("q_per_kv", 4)
+HeadSize = hax.Axis("head_size", 32)
+Mlp = hax.Axis("mlp", 704)
+ROPE_THETA = 10_000.0
+EPS = 1e-5
+
+
+# ---------------------------------------------------------------- haliax-lite
+
+
+def rope_tables(Pos: hax.Axis, HeadSize: hax.Axis) -> tuple[hax.NamedArray, hax.NamedArray]:
+    """cos and sin of the rotary angles, ``(position, head_size)``, halves repeated as in Llama."""
+    Half = HeadSize.resize(HeadSize.size // 2)
+    inv_freq = 1.0 / ROPE_THETA ** (hax.arange(Half, step=2) / HeadSize.size)
+    angles = hax.arange(Pos).broadcast_axis(Half) * inv_freq
+    angles = hax.concatenate(HeadSize, [angles, angles])
+    return hax.cos(angles), hax.sin(angles)
+
+
+def apply_rope(x: hax.NamedArray, cos: hax.NamedArray, sin: hax.NamedArray) -> hax.NamedArray:
+    half = HeadSize.size // 2
+    rotated = hax.concatenate(HeadSize, [-x[HeadSize.name, half:], x[HeadSize.name, :half]])
+    return x * cos + rotated * sin
+
+
+class NamedBlock(eqx.Module):
+    attn_norm: hnn.RmsNorm
+    q_proj: hnn.Linear
+    k_proj: hnn.Linear
+    v_proj: hnn.Linear
+    o_proj: hnn.Linear
+    mlp_norm: hnn.RmsNorm
+    gate_proj: hnn.Linear
+    up_proj: hnn.Linear
+    down_proj: hnn.Linear
+
+    @staticmethod
+    def init(key: jax.Array) -> NamedBlock:
+        k = jax.random.split(key, 7)
+        return NamedBlock(
+            hnn.RmsNorm.init(Embed, eps=EPS, use_bias=False),
+            hnn.Linear.init(Embed, (KVHeads, QPerKV, HeadSize), key=k[0], use_bias=False),
+            hnn.Linear.init(Embed, (KVHeads, HeadSize), key=k[1], use_bias=False),
+            hnn.Linear.init(Embed, (KVHeads, HeadSize), key=k[2], use_bias=False),
+            hnn.Linear.init((KVHeads, QPerKV, HeadSize), Embed, key=k[3], use_bias=False),
+            hnn.RmsNorm.init(Embed, eps=EPS, use_bias=False),
+            hnn.Linear.init(Embed, Mlp, key=k[4], use_bias=False),
+            hnn.Linear.init(Embed, Mlp, key=k[5], use_bias=False),
+            hnn.Linear.init(Mlp, Embed, key=k[6], use_bias=False),
+        )
+
+    def __call__(self, x: hax.NamedArray) -> hax.NamedArray:
+        cos, sin = rope_tables(Pos, HeadSize)
+        h = self.attn_norm(x)
+        q = apply_rope(self.q_proj(h), cos, sin)
+        k = apply_rope(self.k_proj(h), cos, sin).rename({Pos.name: KPos.name})
+        v = self.v_proj(h).rename({Pos.name: KPos.name})
+        mask = hnn.attention.causal_mask(Pos, KPos)
+        attn = hnn.attention.dot_product_attention(KPos, HeadSize, q, k, v, mask=mask)
+        x = x + self.o_proj(attn)
+        h = self.mlp_norm(x)
+        return x + self.down_proj(hnn.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+def named_loss(block: NamedBlock, x: hax.NamedArray) -> jax.Array:
+    return hax.mean(hax.square(block(x))).scalar()
+
+
+# ---------------------------------------------------------------- plain jax.numpy
+
+
+def plain_params(block: NamedBlock) -> dict[str, jax.Array]:
+    """The same weights as positional arrays, in the layouts the einsums below spell out."""
+    order = {
+        "attn_norm": ("embed",),
+        "mlp_norm": ("embed",),
+        "q_proj": ("embed", "kv_heads", "q_per_kv", "head_size"),
+        "k_proj": ("embed", "kv_heads", "head_size"),
+        "v_proj": ("embed", "kv_heads", "head_size"),
+        "o_proj": ("kv_heads", "q_per_kv", "head_size", "embed"),
+        "gate_proj": ("embed", "mlp"),
+        "up_proj": ("embed", "mlp"),
+        "down_proj": ("mlp", "embed"),
+    }
+    return {name: getattr(block, name).weight.rearrange(axes).array for name, axes in order.items()}
+
+
+def plain_rms_norm(x: jax.Array, weight: jax.Array) -> jax.Array:
+    return weight * (x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + EPS))
+
+
+def plain_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+def plain_block(p: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+    """``x``: (batch, position, embed)."""
+    seq, d = x.shape[1], HeadSize.size
+    inv_freq = 1.0 / ROPE_THETA ** (jnp.arange(0, d, 2) / d)
+    angles = jnp.arange(seq)[:, None] * inv_freq[None, :]
+    angles = jnp.concatenate([angles, angles], axis=-1)
+    cos, sin = jnp.cos(angles)[:, None, None, :], jnp.sin(angles)[:, None, None, :]
+
+    h = plain_rms_norm(x, p["attn_norm"])
+    q = plain_rope(jnp.einsum("bse,ekgd->bskgd", h, p["q_proj"]), cos, sin)
+    k = plain_rope(jnp.einsum("bse,ekd->bskd", h, p["k_proj"]), cos[:, :, 0], sin[:, :, 0])
+    v = jnp.einsum("bse,ekd->bskd", h, p["v_proj"])
+    scores = jnp.einsum("bskgd,btkd->bskgt", q * (1.0 / jnp.sqrt(d)), k)
+    causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]
+    scores = jnp.where(causal[None, :, None, None, :], scores, -1e9)
+    attn = jnp.einsum("bskgt,btkd->bskgd", jax.nn.softmax(scores, axis=-1), v)
+    x = x + jnp.einsum("bskgd,kgde->bse", attn, p["o_proj"])
+    h = plain_rms_norm(x, p["mlp_norm"])
+    mlp = jax.nn.silu(h @ p["gate_proj"]) * (h @ p["up_proj"])
+    return x + mlp @ p["down_proj"]
+
+
+def plain_loss(p: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+    return jnp.mean(jnp.square(plain_block(p, x)))
+
+
+# ---------------------------------------------------------------- measurement
+
+
+def flops(compiled) -> float:
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, list):
+        analysis = analysis[0]
+    return float(analysis["flops"])
+
+
+def best_step_time(step, args, reps: int) -> float:
+    """The fastest of ``reps`` steps: interference from other processes only ever adds time."""
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        jax.block_until_ready(step(*args))
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=21, help="alternating timing pairs")
+    parser.add_argument("--reps", type=int, default=3, help="steps per timing (the fastest counts)")
+    args = parser.parse_args()
+
+    block = NamedBlock.init(jax.random.PRNGKey(0))
+    x = hax.random.normal(jax.random.PRNGKey(1), (Batch, Pos, Embed))
+    params = plain_params(block)
+
+    named_step = jax.jit(jax.value_and_grad(named_loss)).lower(block, x).compile()
+    plain_step = jax.jit(jax.value_and_grad(plain_loss)).lower(params, x.array).compile()
+    named_args, plain_args = (block, x), (params, x.array)
+
+    (named_value, named_grads), (plain_value, plain_grads) = named_step(*named_args), plain_step(*plain_args)
+    named_leaves = jax.tree_util.tree_leaves(plain_params(named_grads))
+    plain_leaves = jax.tree_util.tree_leaves(plain_grads)
+    grad_diff = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(named_leaves, plain_leaves, strict=True))
+
+    ratios, named_times, plain_times = [], [], []
+    for trial in range(args.trials):
+        # Alternate which side goes first so neither always runs on a warmer (or noisier) machine.
+        sides = [(named_step, named_args, named_times), (plain_step, plain_args, plain_times)]
+        for step, step_args, times in sides if trial % 2 == 0 else sides[::-1]:
+            times.append(best_step_time(step, step_args, args.reps))
+        ratios.append(named_times[-1] / plain_times[-1])
+
+    low, _, high = statistics.quantiles(ratios, n=4)
+    named_flops, plain_flops = flops(named_step), flops(plain_step)
+    device = f"{jax.devices()[0].platform} x{jax.device_count()}"
+    print(
+        f"block: batch={Batch.size} seq={Pos.size} embed={Embed.size} heads={KVHeads.size}x{QPerKV.size}"
+        f" head_size={HeadSize.size} mlp={Mlp.size}; device: {device}"
+    )
+    print(f"compiled FLOPs  haliax-lite: {named_flops:.6g}  plain jnp: {plain_flops:.6g}")
+    print(f"FLOPs equal: {named_flops == plain_flops}")
+    loss_diff = abs(float(named_value) - float(plain_value))
+    print(f"max |difference|  loss: {loss_diff:.3g}  gradients: {grad_diff:.3g}")
+    named_ms, plain_ms = statistics.median(named_times) * 1e3, statistics.median(plain_times) * 1e3
+    print(f"median of best step times  haliax-lite: {named_ms:.2f} ms  plain jnp: {plain_ms:.2f} ms")
+    print(
+        f"time ratio haliax-lite / plain, median of {args.trials} alternating pairs:"
+        f" {statistics.median(ratios):.4f} (quartiles {low:.4f} .. {high:.4f})"
+    )
+
+
+if __name__ == "__main__":
+    main()
