@@ -21,7 +21,7 @@ from meltemi.raytpu import (
 )
 from meltemi.raytpu.host_env import host_envs
 from meltemi.raytpu.local_cluster import fake_host_args
-from meltemi.raytpu.outcomes import Attempt, SliceJobError, classify, short_detail
+from meltemi.raytpu.outcomes import Attempt, SliceJobError, classify, remote_traceback, short_detail
 from meltemi.raytpu.runner import acceptable_slice_counts
 from meltemi.raytpu.slices import TPU_GENERATIONS
 from meltemi.raytpu.status import format_rows, slice_rows
@@ -144,6 +144,13 @@ def _task_error(cause):
 )
 def test_lost_hosts_are_preemptions_and_workload_errors_are_failures(error, node_alive, cause):
     assert classify(error, node_alive=node_alive) == cause
+
+
+def test_the_remote_traceback_survives_the_dual_exception_ray_get_raises():
+    dual = _task_error(ValueError("bad")).as_instanceof_cause()
+    assert isinstance(dual, ValueError)
+    assert remote_traceback(dual).endswith("\n  boom")
+    assert remote_traceback(ValueError("local")) is None
 
 
 def test_short_details_unwrap_the_workload_exception():

@@ -61,7 +61,7 @@ class LocalSliceCluster:
         # The head node also serves as the first host of the first slice: one raylet fewer to start.
         first = self._new_slice(wanted[0]) if wanted else None
         head_args = fake_host_args(wanted[0], first, 0) if first else {"num_cpus": 0}
-        with _loopback_only():
+        with loopback_only():
             self._cluster = Cluster(
                 initialize_head=True, head_node_args=self._node_args(include_dashboard=False, **head_args)
             )
@@ -85,7 +85,7 @@ class LocalSliceCluster:
     def add_slice(self, kind: str | SliceType) -> str:
         """Start the hosts of one more fake slice; returns its name (``<type>-<n>``)."""
         name = self._new_slice(slice_type(kind))
-        with _loopback_only():
+        with loopback_only():
             self._start_hosts(name, range(self._types[name].hosts))
             self._cluster.wait_for_nodes()
         return name
@@ -94,7 +94,7 @@ class LocalSliceCluster:
         """Start a new node as host ``worker_id`` of a slice (after that host was killed); returns its id."""
         if slice_name not in self._types:
             raise KeyError(f"no fake slice named {slice_name!r}; slices: {self.slice_names()}")
-        with _loopback_only():
+        with loopback_only():
             node = self._start_hosts(slice_name, [worker_id])[0]
             self._cluster.wait_for_nodes()
         return node.node_id
@@ -149,7 +149,7 @@ class LocalSliceCluster:
 
 
 @contextlib.contextmanager
-def _loopback_only() -> Iterator[None]:
+def loopback_only() -> Iterator[None]:
     """Keep Ray on loopback and in this interpreter while starting local nodes and connecting to them.
 
     Ray resolves "127.0.0.1" to the machine's routable address unless clusters are switched off, and under

@@ -89,8 +89,14 @@ def short_detail(error: BaseException, limit: int = 200) -> str:
 
 
 def remote_traceback(error: BaseException) -> str | None:
-    """The workload's traceback as the worker printed it, when Ray carried one back."""
-    return error.traceback_str if isinstance(error, rex.RayTaskError) else None
+    """The workload's traceback as the worker printed it, when Ray carried one back.
+
+    What ``ray.get`` raises is a copy that subclasses both ``RayTaskError`` and the workload's exception
+    type; its text is the remote traceback.
+    """
+    if not isinstance(error, rex.RayTaskError):
+        return None
+    return getattr(error, "traceback_str", None) or str(error)
 
 
 def counts(attempts: Collection[Attempt], cause: Cause) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from meltemi.raytpu.slices import POD_TYPE_LABEL, SLICE_NAME_LABEL, WORKER_ID_LABEL
@@ -75,7 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import ray
 
-    ray.init(address=args.address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    from meltemi.raytpu.local_cluster import LOOPBACK, loopback_only
+
+    staying_local = loopback_only() if args.address.startswith((LOOPBACK, "localhost")) else nullcontext()
+    with staying_local:
+        ray.init(address=args.address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     try:
         print(format_rows(slice_rows(ray.nodes(), ray.util.placement_group_table())))
     finally:
