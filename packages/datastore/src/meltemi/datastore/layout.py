@@ -31,15 +31,16 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
-def chunk_checksum(values: np.ndarray) -> str:
-    """CRC-32 of the chunk's little-endian bytes, as 8 hex digits."""
-    data = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))
-    return f"{zlib.crc32(memoryview(data).cast('B')):08x}"
+def crc32_per_chunk(values: np.ndarray, chunk: int) -> np.ndarray:
+    """CRC-32 of the little-endian bytes of each `chunk`-long piece of a 1-D array (the last may be short)."""
+    data = memoryview(np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))).cast("B")
+    step = chunk * values.dtype.itemsize
+    return np.fromiter((zlib.crc32(data[a : a + step]) for a in range(0, len(data), step)), np.uint32)
 
 
 def chunk_checksums(values: np.ndarray, chunk: int) -> list[str]:
-    """The checksum of every chunk of a 1-D array (the last one holds only the valid tail)."""
-    return [chunk_checksum(values[start : start + chunk]) for start in range(0, len(values), chunk)]
+    """The manifest's checksums of every chunk of a 1-D array, as 8 hex digits each."""
+    return [f"{crc:08x}" for crc in crc32_per_chunk(values, chunk).tolist()]
 
 
 def chunk_file(root: str | os.PathLike, array: str, chunk_index: int) -> str:

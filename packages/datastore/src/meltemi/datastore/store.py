@@ -24,8 +24,8 @@ from meltemi.datastore.layout import (
     OFFSETS,
     TOKENS,
     canonical_tokenizer_hash,
-    chunk_checksum,
     chunk_file,
+    crc32_per_chunk,
     open_array,
     read_json,
 )
@@ -38,7 +38,8 @@ class _ChunkedArray:
 
     def __init__(self, root: Path, name: str, size: int, chunk: int, checksums: list[str], verify: bool):
         self.root, self.name, self.size, self.chunk = root, name, size, chunk
-        self.checksums, self.verify = checksums, verify
+        self.checksums = np.array([int(c, 16) for c in checksums], np.uint32)
+        self.verify = verify
         self.array = open_array(root, name)
 
     def read_chunks(self, chunks: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -60,20 +61,20 @@ class _ChunkedArray:
             except Exception as e:
                 self._pinpoint(first, last, e)
             if self.verify:
-                for c in range(first, last + 1):
-                    self._check(c, data[(c - first) * self.chunk : (c - first + 1) * self.chunk])
+                self._check(first, crc32_per_chunk(data, self.chunk))
             runs.append(data)
         return run_first, runs
 
-    def _check(self, chunk: int, values: np.ndarray) -> None:
-        expected = self.checksums[chunk]
-        actual = chunk_checksum(values)
-        if actual != expected:
+    def _check(self, first: int, actual: np.ndarray) -> None:
+        expected = self.checksums[first : first + len(actual)]
+        bad = np.flatnonzero(actual != expected)
+        if bad.size:
+            chunk = first + int(bad[0])
             path = chunk_file(self.root, self.name, chunk)
             state = "is missing" if not os.path.exists(path) else "is corrupted"
             raise IntegrityError(
-                f"{path}: chunk {chunk} of {self.name!r} {state} "
-                f"(checksum {actual}, manifest says {expected}); rebuild the store or restore the file"
+                f"{path}: chunk {chunk} of {self.name!r} {state} (checksum {actual[bad[0]]:08x}, "
+                f"manifest says {expected[bad[0]]:08x}); rebuild the store or restore the file"
             )
 
     def _pinpoint(self, first: int, last: int, error: Exception) -> None:
