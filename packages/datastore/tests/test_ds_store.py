@@ -146,3 +146,28 @@ def test_opening_something_that_is_not_a_store_says_so(tmp_path, copy):
 def test_an_expected_tokenizer_that_is_neither_file_nor_hash_is_an_error(small_store, tmp_path):
     with pytest.raises(DatastoreError, match="neither a tokenizer.json file nor a SHA-256"):
         TokenStore.open(small_store, tokenizer=tmp_path / "absent.json")
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda m: "{not json", "not readable JSON"),
+        (lambda m: "[1, 2]", "not a JSON object"),
+        (lambda m: json.dumps(m | {"counts": {"documents": 3}}), r"counts\.tokens is missing"),
+        (
+            lambda m: json.dumps(m | {"tokens": m["tokens"] | {"checksums": m["tokens"]["checksums"][:-1]}}),
+            r"checksums for the \d+ chunks of 'tokens'",
+        ),
+    ],
+)
+def test_a_damaged_manifest_is_an_error_naming_it(copy, damage, message):
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(damage(manifest))
+    with pytest.raises(DatastoreError, match=message):
+        TokenStore.open(copy)
+
+
+def test_missing_array_metadata_is_an_integrity_error(copy):
+    (copy / "tokens" / "zarr.json").unlink()
+    with pytest.raises(IntegrityError, match=r"tokens/zarr.json"):
+        TokenStore.open(copy)

@@ -39,8 +39,19 @@ class _ChunkedArray:
     def __init__(self, root: Path, name: str, size: int, chunk: int, checksums: list[str], verify: bool):
         self.root, self.name, self.size, self.chunk = root, name, size, chunk
         self.checksums = np.array([int(c, 16) for c in checksums], np.uint32)
+        chunks = -(-size // chunk)
+        if len(self.checksums) != chunks:
+            raise DatastoreError(
+                f"{root / MANIFEST}: lists {len(self.checksums)} checksums for the {chunks} chunks "
+                f"of {name!r}; the manifest is damaged"
+            )
         self.verify = verify
-        self.array = open_array(root, name)
+        try:
+            self.array = open_array(root, name)
+        except ValueError as e:
+            raise IntegrityError(
+                f"{root / name / 'zarr.json'}: the array's metadata cannot be read ({e})"
+            ) from None
 
     def read_chunks(self, chunks: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         """Read the sorted, distinct `chunks` in runs of adjacent ones, all at once, and check each chunk.
@@ -148,12 +159,20 @@ class TokenStore:
         path = Path(path)
         if not (path / MANIFEST).exists():
             raise _why_not_a_store(path)
-        manifest = read_json(path / MANIFEST)
+        try:
+            manifest = read_json(path / MANIFEST)
+        except (OSError, ValueError) as e:
+            raise DatastoreError(
+                f"{path / MANIFEST}: not readable JSON ({e}); the manifest is damaged"
+            ) from None
+        if not isinstance(manifest, dict):
+            raise DatastoreError(f"{path / MANIFEST}: not a JSON object; the manifest is damaged")
         if manifest.get("format_version") != FORMAT_VERSION:
             raise DatastoreError(
                 f"{path}: token store format {manifest.get('format_version')}, "
                 f"this library reads {FORMAT_VERSION}"
             )
+        _check_manifest(path, manifest)
         store = cls(path, manifest, verify)
         if tokenizer is not None:
             store.check_tokenizer(tokenizer)
@@ -221,6 +240,29 @@ def ragged_arange(lengths: np.ndarray) -> np.ndarray:
     if ends.size == 0:
         return np.zeros(0, np.int64)
     return np.arange(ends[-1]) - np.repeat(ends - lengths, lengths)
+
+
+_MANIFEST_FIELDS = {
+    ("counts", "tokens"): int,
+    ("counts", "documents"): int,
+    ("tokenizer", "sha256"): str,
+    ("tokenizer", "name"): str,
+    ("tokenizer", "vocab_size"): int,
+    (TOKENS, "chunk"): int,
+    (TOKENS, "checksums"): list,
+    (OFFSETS, "chunk"): int,
+    (OFFSETS, "checksums"): list,
+}
+
+
+def _check_manifest(path: Path, manifest: dict) -> None:
+    for (section, key), kind in _MANIFEST_FIELDS.items():
+        value = manifest.get(section, {}).get(key) if isinstance(manifest.get(section), dict) else None
+        if not isinstance(value, kind):
+            raise DatastoreError(
+                f"{path / MANIFEST}: {section}.{key} is missing or not {kind.__name__}; "
+                "the manifest is damaged"
+            )
 
 
 def _chunked(path: Path, name: str, size: int, manifest: dict, verify: bool) -> _ChunkedArray:
