@@ -6,7 +6,9 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from ray import PlacementGroupID
 from ray import exceptions as rex
+from ray.util.placement_group import PlacementGroup
 
 from meltemi.raytpu import (
     EventLog,
@@ -19,7 +21,10 @@ from meltemi.raytpu import (
     slice_type,
     tpu_slice,
 )
+from meltemi.raytpu.claims import SliceClaim, host_bundle
 from meltemi.raytpu.host_env import host_envs
+from meltemi.raytpu.hosts import host_task_options
+from meltemi.raytpu.inventory import SliceInfo
 from meltemi.raytpu.local_cluster import fake_host_args
 from meltemi.raytpu.outcomes import Attempt, SliceJobError, classify, remote_traceback, short_detail
 from meltemi.raytpu.runner import acceptable_slice_counts
@@ -260,3 +265,28 @@ def test_fake_hosts_look_like_tpu_hosts():
     assert head["resources"] == {"TPU": 4, "TPU-v4-16-head": 1} and other["resources"] == {"TPU": 4}
     assert other["labels"] == _node("s0", 1)["Labels"]
     assert fake_host_args(slice_type("cpu-2"), "c", 0)["num_cpus"] == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("v4-16", {"resources": {"TPU": 4}}),
+        ("gpu-8", {"num_gpus": 8}),
+        ("cpu-2", {"num_cpus": 1}),
+    ],
+)
+def test_host_tasks_hold_their_hosts_chips_inside_the_slice_claim(name, expected):
+    kind = slice_type(name)
+    claim = SliceClaim(SliceInfo("s0", kind, ()), PlacementGroup(PlacementGroupID.from_random()))
+    options = host_task_options(kind, claim, 1, {"env_vars": {"A": "1"}})
+    assert {k: options[k] for k in expected} == expected
+    assert options["scheduling_strategy"].placement_group_bundle_index == 1
+    assert options["runtime_env"] == {"env_vars": {"A": "1"}}
+    assert "runtime_env" not in host_task_options(kind, claim, 0, None)
+
+
+def test_only_worker_zero_bundles_claim_the_head_resource():
+    kind = slice_type("v5litepod-16")
+    assert host_bundle(kind, 0) == {"TPU": 4.0, "TPU-v5litepod-16-head": 1.0}
+    assert host_bundle(kind, 3) == {"TPU": 4.0}
+    assert host_bundle(slice_type("gpu-2"), 0) == {"GPU": 2.0}

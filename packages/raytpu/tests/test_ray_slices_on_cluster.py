@@ -197,19 +197,15 @@ def test_a_preemption_signal_counts_as_preemption_not_failure(cluster):
         signalled.append(info.name)
         return len(signalled) == 1
 
-    with pytest.raises(SliceJobError) as caught:
-        run_on_slices(
-            where_am_i, slice_type=V4_16, num_slices=1, max_retries_preemption=0, max_retries_failure=3,
-            preemption_check=preempted_once, **FAST,
-        )  # fmt: skip
-    assert [(a.cause, a.detail) for a in caught.value.attempts] == [("preemption", "preemption signal")]
-
-    signalled.clear()
+    log = EventLog()
     results = run_on_slices(
         where_am_i, slice_type=V4_16, num_slices=1, max_retries_preemption=1, max_retries_failure=0,
-        preemption_check=preempted_once, **FAST,
+        preemption_check=preempted_once, event_log=log, **FAST,
     )  # fmt: skip
     assert [r[3] for r in results] == [1, 1]
+    lost = [e for e in log.events if e["event"] == "slice_lost"]
+    assert [(e["slice"], e["detail"]) for e in lost] == [(signalled[0], "preemption signal")]
+    assert [e["cause"] for e in log.events if e["event"] == "retry"] == ["preemption"]
 
 
 def test_asking_for_more_slices_than_exist_gives_up_with_a_clear_error(cluster):
