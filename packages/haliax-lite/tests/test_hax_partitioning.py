@@ -171,3 +171,9 @@ def test_axis_mapping_nests_and_merges():
 def test_bad_mappings_raise_clear_errors(mesh, mapping, array, message):
     with jax.set_mesh(mesh), pytest.raises(ValueError, match=message):
         hax.shard(array, mapping)
+
+
+def test_shard_with_an_explicit_mesh_argument_and_no_global_mesh(mesh):
+    placed = hax.shard(X, {"batch": "data"}, mesh=mesh)
+    assert _lays_out(placed.array.sharding, PartitionSpec("data", None), 2)
+    np.testing.assert_array_equal(np.asarray(placed.array), np.asarray(X.array))

@@ -44,9 +44,6 @@ class ResourceAxis(enum.StrEnum):
     DATA = "data"
     REPLICA = "replica"
 
-    def __str__(self) -> str:
-        return self.value
-
 
 _local = threading.local()
 
@@ -93,24 +90,30 @@ def physical_axis_name(axis: AxisSelector, mapping: ResourceMapping | None = Non
     return None if mapping is None else mapping.get(axis_name(axis))
 
 
-def _mesh_shape(mesh=None) -> Mapping[str, int] | None:
-    if mesh is not None:
-        return mesh.shape
-    abstract = jax.sharding.get_abstract_mesh()
-    return None if abstract.empty else abstract.shape
+def _names(physical: PhysicalAxisSpec | None) -> tuple[str, ...]:
+    return () if physical is None else (physical,) if isinstance(physical, str) else tuple(physical)
+
+
+def _current_mesh(mesh=None):
+    """The given mesh, else the one set with ``jax.set_mesh`` (abstract inside jit), else None."""
+    mesh = jax.sharding.get_abstract_mesh() if mesh is None else mesh
+    return None if mesh.empty else mesh
 
 
 def physical_axis_size(axis: AxisSelector, mapping: ResourceMapping | None = None, mesh=None) -> int | None:
     """How many devices a logical axis is split over (None if unmapped or no mesh is set)."""
-    physical = physical_axis_name(axis, mapping)
-    shape = _mesh_shape(mesh)
-    if physical is None or shape is None:
+    physical, mesh = physical_axis_name(axis, mapping), _current_mesh(mesh)
+    if physical is None or mesh is None:
         return None
+    return _device_count(physical, mesh)
+
+
+def _device_count(physical: PhysicalAxisSpec, mesh) -> int:
     size = 1
-    for name in (physical,) if isinstance(physical, str) else physical:
-        if name not in shape:
-            raise ValueError(f"Axis {axis_name(axis)!r} maps to {name!r}, not in mesh {dict(shape)}")
-        size *= shape[name]
+    for name in _names(physical):
+        if name not in mesh.shape:
+            raise ValueError(f"Axis mapping uses mesh axis {name!r}, absent from mesh {dict(mesh.shape)}")
+        size *= mesh.shape[name]
     return size
 
 
@@ -132,7 +135,7 @@ def pspec_for_axis(axis: AxisSelection, mapping: ResourceMapping | None = None) 
     spec, used = [], {}
     for ax in ensure_tuple(axis):
         physical = mapping.get(axis_name(ax))
-        for name in () if physical is None else ((physical,) if isinstance(physical, str) else physical):
+        for name in _names(physical):
             if name in used:
                 raise ValueError(
                     f"Mesh axis {name!r} is used by both {used[name]!r} and {axis_name(ax)!r} "
@@ -143,13 +146,6 @@ def pspec_for_axis(axis: AxisSelection, mapping: ResourceMapping | None = None) 
     return PartitionSpec(*spec)
 
 
-def _current_mesh(mesh=None):
-    if mesh is not None:
-        return mesh
-    abstract = jax.sharding.get_abstract_mesh()
-    return None if abstract.empty else abstract
-
-
 def _concrete_mesh(mesh=None) -> Mesh | None:
     if isinstance(mesh, Mesh):
         return mesh
@@ -157,38 +153,22 @@ def _concrete_mesh(mesh=None) -> Mesh | None:
     return None if concrete is None or concrete.empty else concrete
 
 
-def _divisible(array_axes, spec: PartitionSpec, mesh_shape) -> bool:
-    for ax, physical in zip(array_axes, spec, strict=True):
-        if physical is None:
-            continue
-        parts = 1
-        for name in (physical,) if isinstance(physical, str) else physical:
-            parts *= mesh_shape[name]
-        if ax.size % parts:
-            return False
-    return True
-
-
 def _shard_leaf(x: NamedArray, mapping, mesh) -> NamedArray:
     spec = pspec_for_axis(x.axes, mapping)
-    for physical in spec:
-        for name in () if physical is None else ((physical,) if isinstance(physical, str) else physical):
-            if name not in mesh.shape:
-                raise ValueError(f"Axis mapping uses mesh axis {name!r}, absent from mesh {dict(mesh.shape)}")
-    if not _divisible(x.axes, spec, mesh.shape):
-        raise ValueError(
-            f"Cannot shard array with axes {x.axes} as {spec} on mesh {dict(mesh.shape)}: sizes not divisible"
-        )
-    explicit = any(mesh.axis_types[mesh.axis_names.index(n)] == AxisType.Explicit for n in mesh.axis_names)
-    if explicit:
-        return NamedArray(jax.sharding.reshard(x.array, spec), x.axes)
+    for ax, physical in zip(x.axes, spec, strict=True):
+        if ax.size % _device_count(physical, mesh):
+            raise ValueError(
+                f"Cannot shard {ax} of {x.axes} over {physical} on mesh {dict(mesh.shape)}: not divisible"
+            )
+    target = NamedSharding(mesh, spec) if isinstance(mesh, Mesh) else spec
+    if AxisType.Explicit in mesh.axis_types:
+        return NamedArray(jax.sharding.reshard(x.array, target), x.axes)
     if isinstance(x.array, jax.core.Tracer):
-        target = NamedSharding(mesh, spec) if isinstance(mesh, Mesh) else spec
         return NamedArray(jax.lax.with_sharding_constraint(x.array, target), x.axes)
     concrete = _concrete_mesh(mesh)
-    if concrete is None:
-        return x
-    return NamedArray(jax.device_put(x.array, NamedSharding(concrete, spec)), x.axes)
+    return (
+        x if concrete is None else NamedArray(jax.device_put(x.array, NamedSharding(concrete, spec)), x.axes)
+    )
 
 
 def shard(x, mapping: ResourceMapping | None = None, mesh=None):
