@@ -181,3 +181,9 @@ def test_any_fsspec_url_is_an_input(tmp_path, tokenizer_path):
         "memory:///ds-test/a.jsonl",
         "memory:///ds-test/b.jsonl",
     ]
+
+
+def test_credentials_in_an_input_url_stay_out_of_errors_and_records(tmp_path, tokenizer_path):
+    with pytest.raises(InputError) as error:
+        build_store(["ftp://alice:hunter2@127.0.0.1:9/none.jsonl"], tokenizer_path, tmp_path / "s")
+    assert "hunter2" not in str(error.value) and "alice" not in str(error.value)

@@ -38,7 +38,7 @@ from meltemi.datastore.layout import (
     write_json_atomically,
 )
 from meltemi.datastore.progress import ProgressBar, human
-from meltemi.datastore.sources import Source, describe_source, resolve_inputs
+from meltemi.datastore.sources import Source, describe_source, redact, resolve_inputs
 from meltemi.datastore.tokenizing import TokenizerInfo, part_paths, quiet_worker, tokenize_unit
 
 UNIT_BYTES = 4 << 20
@@ -128,8 +128,8 @@ def build_store(
 
 def _command(inputs, tokenizer, out, workers: int, eos_token: str | None, options: dict) -> str:
     """The command line that (re)runs this build, for messages that say how to finish it."""
-    words = ["python", "-m", "meltemi.datastore", "build", "--input", *map(os.fspath, inputs)]
-    words += ["--tokenizer", os.fspath(tokenizer), "--out", os.fspath(out), "--workers", str(workers)]
+    words = ["python", "-m", "meltemi.datastore", "build", "--input", *(redact(os.fspath(i)) for i in inputs)]
+    words += ["--tokenizer", redact(os.fspath(tokenizer)), "--out", os.fspath(out), "--workers", str(workers)]
     words += [] if options["text_field"] == "text" else ["--text-field", options["text_field"]]
     words += [] if options["eos"] else ["--no-eos"]
     words += [] if eos_token is None else ["--eos-token", eos_token]
@@ -153,7 +153,7 @@ def _plan(info: TokenizerInfo, sources: list[Source], options: dict, command: st
         "format_version": FORMAT_VERSION,
         "tokenizer": info.identity(),
         "options": options,
-        "sources": [{"url": s.url, "size": s.size, "sha256": s.sha256} for s in sources],
+        "sources": [{"url": s.name, "size": s.size, "sha256": s.sha256} for s in sources],
         "units": units,
         "command": command,
     }

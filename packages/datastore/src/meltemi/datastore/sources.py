@@ -8,6 +8,7 @@ order, then in order within a source, so a build never depends on how the files 
 import gzip
 import hashlib
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ class Source:
     sha256: str
 
     @property
+    def name(self) -> str:
+        """The URL with any credentials in it masked: what manifests, plans and messages record."""
+        return redact(self.url)
+
+    @property
     def kind(self) -> str:
         name = self.url.lower()
         if name.endswith(".jsonl.gz"):
@@ -38,6 +44,15 @@ class Source:
         if name.endswith(".parquet"):
             return "parquet"
         return "text"
+
+
+def redact(url: str) -> str:
+    """`url` (or any text) with the user and password of each URL masked, so secrets stay out of records.
+
+    >>> redact("https://user:secret@example.com/a.jsonl"), redact("/data/a.jsonl")
+    ('https://***@example.com/a.jsonl', '/data/a.jsonl')
+    """
+    return re.sub(r"([a-zA-Z][\w+.-]*://)[^/@\s'\"]*@", r"\1***@", url)
 
 
 def _url(fs: fsspec.AbstractFileSystem, path: str) -> str:
@@ -54,21 +69,28 @@ def resolve_inputs(inputs: Sequence[str]) -> list[str]:
         raise InputError("no inputs given: pass at least one file, directory, glob or URL")
     found: set[str] = set()
     for item in inputs:
-        fs, path = fsspec.core.url_to_fs(str(item))
-        if any(c in path for c in _GLOB_CHARS):
-            matches = [p for p in fs.glob(path) if fs.isfile(p)]
-            if not matches:
-                raise InputError(f"input {item!r}: the pattern matches no file")
-        elif fs.isdir(path):
-            matches = [p for p in fs.find(path) if not _hidden(p[len(path) :])]
-            if not matches:
-                raise InputError(f"input {item!r}: the directory holds no file")
-        elif fs.isfile(path):
-            matches = [path]
-        else:
-            raise InputError(f"input {item!r}: no such file or directory")
-        found.update(_url(fs, p) for p in matches)
+        try:
+            found.update(_resolve(str(item)))
+        except (ImportError, ValueError, OSError) as e:
+            raise InputError(f"input {redact(str(item))!r}: cannot be listed ({redact(str(e))})") from None
     return sorted(found)
+
+
+def _resolve(item: str) -> list[str]:
+    fs, path = fsspec.core.url_to_fs(item)
+    if any(c in path for c in _GLOB_CHARS):
+        matches = [p for p in fs.glob(path) if fs.isfile(p)]
+        if not matches:
+            raise InputError(f"input {redact(item)!r}: the pattern matches no file")
+    elif fs.isdir(path):
+        matches = [p for p in fs.find(path) if not _hidden(p[len(path) :])]
+        if not matches:
+            raise InputError(f"input {redact(item)!r}: the directory holds no file")
+    elif fs.isfile(path):
+        matches = [path]
+    else:
+        raise InputError(f"input {redact(item)!r}: no such file or directory")
+    return [_url(fs, p) for p in matches]
 
 
 def _hidden(relative: str) -> bool:
@@ -79,10 +101,13 @@ def describe_source(url: str) -> Source:
     """Size and content hash of one file (read once, in blocks)."""
     digest = hashlib.sha256()
     size = 0
-    with fsspec.open(url, "rb") as f:
-        while block := f.read(_HASH_BLOCK):
-            digest.update(block)
-            size += len(block)
+    try:
+        with fsspec.open(url, "rb") as f:
+            while block := f.read(_HASH_BLOCK):
+                digest.update(block)
+                size += len(block)
+    except OSError as e:
+        raise InputError(f"{redact(url)}: cannot be read ({redact(str(e))})") from None
     return Source(url=url, size=size, sha256=digest.hexdigest())
 
 
@@ -131,7 +156,7 @@ def _jsonl_documents(source: Source, text_field: str, counts: Counter) -> Iterat
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
-            where = f"{source.url}, line {number}"
+            where = f"{source.name}, line {number}"
             try:
                 record = json.loads(_decode(line, counts))
             except json.JSONDecodeError as e:
@@ -158,10 +183,10 @@ def _parquet_documents(source: Source, text_field: str, counts: Counter) -> Iter
         try:
             table = pq.ParquetFile(f)
         except Exception as e:
-            raise InputError(f"{source.url}: not a readable Parquet file ({e})") from None
+            raise InputError(f"{source.name}: not a readable Parquet file ({e})") from None
         if text_field not in table.schema_arrow.names:
             names = ", ".join(table.schema_arrow.names)
-            raise InputError(f"{source.url}: no column {text_field!r} (columns: {names}); pass --text-field")
+            raise InputError(f"{source.name}: no column {text_field!r} (columns: {names}); pass --text-field")
         yielded = False
         for batch in table.iter_batches(columns=[text_field]):
             for value in batch.column(0).to_pylist():
@@ -171,7 +196,7 @@ def _parquet_documents(source: Source, text_field: str, counts: Counter) -> Iter
                     yield text
                 elif text:
                     raise InputError(
-                        f"{source.url}: column {text_field!r} holds {type(text).__name__}, not text"
+                        f"{source.name}: column {text_field!r} holds {type(text).__name__}, not text"
                     )
                 else:
                     counts["empty_documents"] += 1

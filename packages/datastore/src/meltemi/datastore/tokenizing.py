@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 
 from meltemi.datastore.errors import InputError
 from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
-from meltemi.datastore.sources import Source, read_documents
+from meltemi.datastore.sources import Source, read_documents, redact
 
 ENCODE_BATCH = 512
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
@@ -37,17 +37,16 @@ class TokenizerInfo:
     @classmethod
     def load(cls, path: str | os.PathLike, eos: bool = True, eos_token: str | None = None) -> "TokenizerInfo":
         """Read a `tokenizer.json` (local or fsspec URL) and find its end-of-document token."""
+        shown = redact(os.fspath(path))
         try:
             with fsspec.open(os.fspath(path), "r", encoding="utf-8") as f:
                 text = f.read()
             tokenizer = Tokenizer.from_str(text)
         except FileNotFoundError:
-            raise InputError(f"tokenizer {os.fspath(path)!r}: no such file") from None
+            raise InputError(f"tokenizer {shown!r}: no such file") from None
         except Exception as e:
-            raise InputError(
-                f"tokenizer {os.fspath(path)!r}: not a Hugging Face tokenizer.json ({e})"
-            ) from None
-        eos_id = _find_eos(tokenizer, os.fspath(path), eos_token) if eos else None
+            raise InputError(f"tokenizer {shown!r}: not a Hugging Face tokenizer.json ({e})") from None
+        eos_id = _find_eos(tokenizer, shown, eos_token) if eos else None
         return cls(
             name=Path(os.fspath(path)).name,
             sha256=canonical_tokenizer_hash(text),
