@@ -135,3 +135,13 @@ def test_a_build_killed_at_random_points_resumes_to_the_same_bytes(
                 TokenStore.open(out)
     subprocess.run([*command, str(out)], check=True)
     assert tree_bytes(out) == tree_bytes(tmp_path / "reference")
+
+
+def test_the_chunk_size_changes_the_layout_but_never_the_tokens(tmp_path, stdlib_files, tokenizer_path):
+    files = stdlib_files[:6]
+    build_store(files, tokenizer_path, tmp_path / "big", progress=False)
+    build_store(files, tokenizer_path, tmp_path / "tiny", chunk_tokens=7, progress=False)
+    big, tiny = TokenStore.open(tmp_path / "big"), TokenStore.open(tmp_path / "tiny")
+    assert tiny.num_tokens > 7 * 64 * 5
+    assert np.array_equal(big.tokens[:], tiny.tokens[:]) and np.array_equal(big.offsets, tiny.offsets)
+    assert len(tiny.manifest["tokens"]["checksums"]) == -(-tiny.num_tokens // 7)

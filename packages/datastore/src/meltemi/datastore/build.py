@@ -11,7 +11,7 @@ import shlex
 import shutil
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -43,6 +43,7 @@ from meltemi.datastore.tokenizing import TokenizerInfo, part_paths, quiet_worker
 
 UNIT_BYTES = 4 << 20
 WRITE_CHUNKS = 64
+MAX_PENDING_WRITES = 4  # slabs of WRITE_CHUNKS chunks in flight, so memory stays bounded
 PLAN = "plan.json"
 
 
@@ -274,7 +275,7 @@ def _assemble(
     total_tokens = sum(s["tokens"] for s in summaries)
     tokens_array = create_array(out, TOKENS, total_tokens, dtype, chunk)
     slab = chunk * WRITE_CHUNKS
-    buffer, written, checksums, writes, lengths = [], 0, [], [], []
+    buffer, written, checksums, writes, lengths = [], 0, [], deque(), []
     with ProgressBar(len(summaries), "assembling", stream=None if progress else _Silent()) as bar:
         for unit, summary in enumerate(summaries):
             tokens_path, lengths_path, _ = part_paths(build_dir, unit)
@@ -284,6 +285,8 @@ def _assemble(
             full = len(pending) // slab * slab
             if full:
                 writes.append(tokens_array[written : written + full].write(pending[:full]))
+                while len(writes) > MAX_PENDING_WRITES:
+                    writes.popleft().result()
                 checksums += chunk_checksums(pending[:full], chunk)
                 written += full
             buffer = [pending[full:]]
