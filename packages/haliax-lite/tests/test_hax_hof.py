@@ -173,3 +173,33 @@ def test_policy_parsing_and_errors():
         P(save_carries="disk")
     with pytest.raises(ValueError, match="does not divide"):
         hax.fold(lambda c, x: c + x, Time, remat=P(nested=4))(hax.zeros(Batch), hax.zeros((Time, Batch)))
+
+
+class _Block(eqx.Module):
+    weight: hax.NamedArray
+    activation: object
+    width: int
+
+    def __init__(self, key):
+        self.weight = hax.random.normal(key, Embed)
+        self.activation = hax.tanh
+        self.width = Embed.size
+
+
+def test_modules_with_non_array_fields_go_through_vmap_and_scan():
+    Layer = hax.Axis("layer", 3)
+    keys = jax.random.split(jax.random.PRNGKey(0), Layer.size)
+    blocks = hax.vmap(_Block, Layer)(keys)
+    assert blocks.weight.axes == (Layer, Embed) and blocks.activation is hax.tanh and blocks.width == 4
+    third = jax.random.normal(keys[2], (4,))
+    np.testing.assert_allclose(np.asarray(blocks.weight.array[2]), np.asarray(third))
+
+    def apply(x, block):
+        return block.activation(x + block.weight), (block.width, block.weight)
+
+    out, (widths, weights) = hax.scan(apply, Layer)(hax.zeros(Embed), blocks)
+    expected = jnp.zeros(4)
+    for i in range(3):
+        expected = jnp.tanh(expected + blocks.weight.array[i])
+    np.testing.assert_allclose(np.asarray(out.array), np.asarray(expected), rtol=1e-6)
+    assert widths == 4 and weights.axes == (Layer, Embed)

@@ -10,6 +10,7 @@ import functools
 import math
 from collections.abc import Callable
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -70,20 +71,34 @@ class _Split:
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
 
+_MAPPED = object()
+
+
 class _Outputs:
-    """Strip NamedArrays of an output tree to raw arrays, then put the mapped axis back in front."""
+    """Strip an output tree to its raw arrays, then rebuild it with the mapped axis in front.
+
+    Leaves that are not arrays (ints, functions, ... in an Equinox module) are the same in every
+    iteration, so they are kept from the trace instead of being mapped.
+    """
 
     def strip(self, tree):
         leaves, self.treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_named_array)
         self.axes = [leaf.axes if isinstance(leaf, NamedArray) else None for leaf in leaves]
-        return [leaf.array if isinstance(leaf, NamedArray) else leaf for leaf in leaves]
+        raw = [leaf.array if isinstance(leaf, NamedArray) else leaf for leaf in leaves]
+        self.static = [_MAPPED if eqx.is_array(r) else r for r in raw]
+        return [r for r in raw if eqx.is_array(r)]
 
-    def restore(self, raw_leaves, new_axis: Axis):
+    def restore(self, raw_arrays, new_axis: Axis):
+        arrays = iter(raw_arrays)
         leaves = [
-            raw if axes is None else NamedArray(raw, (new_axis, *axes))
-            for raw, axes in zip(raw_leaves, self.axes, strict=True)
+            _named(next(arrays), axes, new_axis) if static is _MAPPED else static
+            for static, axes in zip(self.static, self.axes, strict=True)
         ]
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
+def _named(raw, axes, new_axis: Axis):
+    return raw if axes is None else NamedArray(raw, (new_axis, *axes))
 
 
 def _unnamed_spec(default, args_spec, kwargs_spec, args, kwargs):
