@@ -4,8 +4,10 @@ Reads are coalesced: a request for many token ranges reads each needed chunk onc
 chunks, all issued to TensorStore before any is awaited.
 """
 
+import functools
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,12 @@ from meltemi.datastore.layout import (
 )
 
 _HEX_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+@functools.cache
+def _checksum_pool() -> ThreadPoolExecutor:
+    """Threads that checksum chunks while others are still being read (zlib releases the GIL)."""
+    return ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="meltemi-checksum")
 
 
 class _ChunkedArray:
@@ -65,15 +73,17 @@ class _ChunkedArray:
         for first, last in zip(run_first.tolist(), run_last.tolist(), strict=True):
             stop = min((last + 1) * self.chunk, self.size)
             futures.append(self.array[first * self.chunk : stop].read())
-        runs = []
+        runs, checks = [], []
         for first, last, future in zip(run_first.tolist(), run_last.tolist(), futures, strict=True):
             try:
                 data = future.result()
             except Exception as e:
                 self._pinpoint(first, last, e)
             if self.verify:
-                self._check(first, crc32_per_chunk(data, self.chunk))
+                checks.append((first, _checksum_pool().submit(crc32_per_chunk, data, self.chunk)))
             runs.append(data)
+        for first, check in checks:
+            self._check(first, check.result())
         return run_first, runs
 
     def _check(self, first: int, actual: np.ndarray) -> None:
