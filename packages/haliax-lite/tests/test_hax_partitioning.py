@@ -177,3 +177,14 @@ def test_shard_with_an_explicit_mesh_argument_and_no_global_mesh(mesh):
     placed = hax.shard(X, {"batch": "data"}, mesh=mesh)
     assert _lays_out(placed.array.sharding, PartitionSpec("data", None), 2)
     np.testing.assert_array_equal(np.asarray(placed.array), np.asarray(X.array))
+
+
+def test_named_jit_returns_non_array_outputs():
+    @hax.named_jit
+    def f(x, label):
+        return {"y": x * 2, "activation": hax.tanh, "label": label, "count": 3}
+
+    for label in ("a", "b", "a"):
+        out = f(X, label)
+        assert out["activation"] is hax.tanh and out["label"] == label and out["count"] == 3
+        np.testing.assert_allclose(np.asarray(out["y"].array), 2 * np.asarray(X.array), rtol=1e-6)

@@ -263,6 +263,12 @@ class _Static:
         return jax.tree_util.tree_unflatten(self.treedef, self.leaves)
 
 
+def _signature(donated, kept, static: _Static, mappings) -> tuple:
+    """What a compiled version of the function is specialized on (array shapes, static arguments)."""
+    leaves, treedef = jax.tree_util.tree_flatten((donated, kept))
+    return treedef, tuple((x.shape, x.dtype) for x in leaves), static, mappings
+
+
 def _frozen(mapping):
     return None if mapping is None else tuple(sorted(_normalize(mapping).items()))
 
@@ -307,8 +313,11 @@ def named_jit(
             if in_map is not None:
                 args, kwargs = shard((args, kwargs), in_map)
             out = fn(*args, **kwargs)
-            return shard(out, out_map) if out_map is not None else out
+            out = shard(out, out_map) if out_map is not None else out
+        arrays, static_outputs[_signature(donated, kept, static, mappings)] = eqx.partition(out, eqx.is_array)
+        return arrays
 
+    static_outputs: dict = {}  # non-array outputs (functions, ints in modules), recorded while tracing
     jitted = jax.jit(inner, static_argnums=(2, 3), donate_argnums=(0,), **jit_kwargs)
 
     def prepare(args, kwargs):
@@ -329,7 +338,8 @@ def named_jit(
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        return jitted(*prepare(args, kwargs))
+        call = prepare(args, kwargs)
+        return eqx.combine(jitted(*call), static_outputs[_signature(*call)])
 
     wrapper.lower = lambda *args, **kwargs: jitted.lower(*prepare(args, kwargs))
     return wrapper
