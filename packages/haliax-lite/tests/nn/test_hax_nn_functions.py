@@ -144,8 +144,9 @@ def test_layer_norm_and_rms_norm_equal_positional(data, use_affine):
         layer = cls.init(norm_axes, eps=1e-5, use_weight=use_affine, use_bias=use_affine)
         if use_affine:
             layer = eqx_replace(layer, hax.named(weight, norm_axes), hax.named(bias, norm_axes))
-        w = weight.reshape(expanded) if use_affine else 1.0
-        b = bias.reshape(expanded) if use_affine else 0.0
+        in_x_order = tuple(a for a in x.axes if a in norm_axes)
+        w = hax.named(weight, norm_axes).rearrange(in_x_order).array.reshape(expanded) if use_affine else 1.0
+        b = hax.named(bias, norm_axes).rearrange(in_x_order).array.reshape(expanded) if use_affine else 0.0
         expected = positional_norm(np.asarray(x.array), positions, w, b, 1e-5, center)
         got = jax.jit(lambda layer, x: layer(x).rearrange(x.axes))(layer, x).array
         np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-4, err_msg=cls.__name__)
