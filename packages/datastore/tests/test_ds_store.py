@@ -171,3 +171,12 @@ def test_missing_array_metadata_is_an_integrity_error(copy):
     (copy / "tokens" / "zarr.json").unlink()
     with pytest.raises(IntegrityError, match=r"tokens/zarr.json"):
         TokenStore.open(copy)
+
+
+def test_a_single_sequence_by_index_matches_the_batched_read(store):
+    dataset = SequenceDataset(store, 100)
+    rows = dataset.read(np.array([5, len(dataset) - 1]))
+    assert np.array_equal(dataset[5]["tokens"], rows.tokens[0])
+    assert np.array_equal(dataset[-1]["segment_ids"], rows.segment_ids[1])
+    with pytest.raises(IndexError):
+        dataset[len(dataset)]

@@ -51,6 +51,11 @@ class SequenceDataset:
     def __len__(self) -> int:
         return self.num_sequences
 
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        """Sequence `i` alone: `{"tokens", "segment_ids"}`, each `(seq_len + 1,)` (for PyTorch-style code)."""
+        rows = self.read(np.array([range(self.num_sequences)[i]]))
+        return {"tokens": rows.tokens[0], "segment_ids": rows.segment_ids[0]}
+
     def read(self, indices: np.ndarray) -> Rows:
         """The sequences at `indices` (any order, repeats allowed), read in one coalesced request."""
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
