@@ -203,3 +203,12 @@ def test_modules_with_non_array_fields_go_through_vmap_and_scan():
         expected = jnp.tanh(expected + blocks.weight.array[i])
     np.testing.assert_allclose(np.asarray(out.array), np.asarray(expected), rtol=1e-6)
     assert widths == 4 and weights.axes == (Layer, Embed)
+
+
+@pytest.mark.parametrize("remat", ["nested", hax.ScanCheckpointPolicy(nested=2)], ids=str)
+def test_nested_scan_in_reverse_matches_the_plain_scan(remat):
+    init = hax.zeros((Batch, Embed))
+    plain_carry, plain_ys = hax.scan(step, Time, reverse=True)(init, X)
+    carry, ys = hax.scan(step, Time, reverse=True, remat=remat)(init, X)
+    np.testing.assert_allclose(np.asarray(carry.array), np.asarray(plain_carry.array), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(ys.array), np.asarray(plain_ys.array), rtol=1e-6)
