@@ -39,7 +39,7 @@ def placement_group_name(job_name: str, slice_name: str) -> str:
     return f"{PLACEMENT_GROUP_PREFIX}/{job_name}/{slice_name}"
 
 
-def free_intact_slices(slice_type: SliceType) -> list[SliceInfo]:
+def intact_slices(slice_type: SliceType) -> list[SliceInfo]:
     """Slices of this type whose hosts are all alive (claimed or not)."""
     return [s for s in discover_slices(slice_type, ray.nodes()) if s.intact]
 
@@ -52,7 +52,7 @@ def claim_slices(
     Every intact slice is asked for at once; those that are ready within ``wait_s`` seconds are kept (up to
     the largest acceptable count) and every other request is withdrawn.
     """
-    candidates = free_intact_slices(slice_type)
+    candidates = intact_slices(slice_type)
     if len(candidates) < min(acceptable_counts):
         return []
     groups = [

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import ray
 
-from meltemi.raytpu.claims import SliceClaim, claim_slices, free_intact_slices, release
+from meltemi.raytpu.claims import SliceClaim, claim_slices, intact_slices, release
 from meltemi.raytpu.events import EventLog, StatusLine, status_text
 from meltemi.raytpu.host_env import RESERVED_PREFIXES, host_envs
 from meltemi.raytpu.hosts import coordinator_endpoint, host_task_options, run_host
@@ -267,7 +267,7 @@ def _acquire(job: _Job, timeout_s: float, wait_s: float, attempt: int) -> list[S
                 job.log.emit("slice_acquired", attempt=attempt, slice=claim.info.name, slice_id=slice_id)
             return claims
         if time.monotonic() >= deadline:
-            have = len(free_intact_slices(job.kind))
+            have = len(intact_slices(job.kind))
             raise SlicesUnavailableError(
                 f"could not claim {job.acceptable[0]} {job.kind.name} slice(s) within {timeout_s:g}s "
                 f"({have} intact slice(s) of that type in the cluster, some may be in use)"
@@ -297,9 +297,9 @@ def _check_preemption(
 
 
 def _check_scale_up(kind: SliceType, acceptable: list[int], current: int) -> _Ended | None:
-    free = int(ray.available_resources().get(kind.head_resource, 0)) if kind.head_resource else 0
-    if kind.head_resource is None:
-        free = max(0, len(free_intact_slices(kind)) - current)
+    free = len(intact_slices(kind)) - current  # intact slices other than ours...
+    if kind.head_resource is not None:  # ...of which only those whose head nobody holds
+        free = min(free, int(ray.available_resources().get(kind.head_resource, 0)))
     better = [c for c in acceptable if current < c <= current + free]
     if not better:
         return None
