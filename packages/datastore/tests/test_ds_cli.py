@@ -62,3 +62,10 @@ def test_the_progress_bar_draws_only_on_a_terminal():
 
 def test_human_counts():
     assert [human(x) for x in (7, 1_234, 5_600_000, 2e9)] == ["7", "1.23k", "5.6M", "2G"]
+
+
+def test_the_progress_bar_stays_silent_when_disabled():
+    terminal = FakeTerminal()
+    with ProgressBar(2, "tokenizing", stream=terminal, enabled=False) as bar:
+        bar.advance(2, documents=1, tokens=1)
+    assert terminal.getvalue() == ""

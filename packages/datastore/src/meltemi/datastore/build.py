@@ -226,7 +226,7 @@ def _tokenize(build_dir, plan, sources, info, text_field, workers, progress) -> 
         if summary_path.exists():
             summaries[unit] = read_json(summary_path)
     todo = [u for u in range(len(units)) if u not in summaries]
-    with ProgressBar(len(units), "tokenizing", stream=None if progress else _Silent()) as bar:
+    with ProgressBar(len(units), "tokenizing", enabled=progress) as bar:
         bar.advance(
             len(summaries),
             sum(s["documents"] for s in summaries.values()),
@@ -260,11 +260,6 @@ def _tokenize(build_dir, plan, sources, info, text_field, workers, progress) -> 
     return [summaries[u] for u in range(len(units))]
 
 
-class _Silent:
-    def isatty(self) -> bool:
-        return False
-
-
 def _assemble(
     out: Path, plan: dict, info: TokenizerInfo, summaries: list[dict], counts: dict, progress
 ) -> None:
@@ -276,7 +271,7 @@ def _assemble(
     tokens_array = create_array(out, TOKENS, total_tokens, dtype, chunk)
     slab = chunk * WRITE_CHUNKS
     buffer, written, checksums, writes, lengths = [], 0, [], deque(), []
-    with ProgressBar(len(summaries), "assembling", stream=None if progress else _Silent()) as bar:
+    with ProgressBar(len(summaries), "assembling", enabled=progress) as bar:
         for unit, summary in enumerate(summaries):
             tokens_path, lengths_path, _ = part_paths(build_dir, unit)
             buffer.append(np.load(tokens_path, allow_pickle=False))

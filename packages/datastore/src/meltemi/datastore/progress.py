@@ -18,10 +18,17 @@ class ProgressBar:
 
     WIDTH = 24
 
-    def __init__(self, total: int, label: str, stream: TextIO | None = None, min_interval: float = 0.1):
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        stream: TextIO | None = None,
+        min_interval: float = 0.1,
+        enabled: bool = True,
+    ):
         self.total, self.label = total, label
         self.stream = stream if stream is not None else sys.stderr
-        self.enabled = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.enabled = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
         self.done = self.documents = self.tokens = 0
         self.start = time.perf_counter()
         self.min_interval, self._last_draw = min_interval, 0.0
