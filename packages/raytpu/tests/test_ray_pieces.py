@@ -25,7 +25,7 @@ from meltemi.raytpu.claims import SliceClaim, host_bundle
 from meltemi.raytpu.host_env import host_envs
 from meltemi.raytpu.hosts import host_task_options
 from meltemi.raytpu.inventory import SliceInfo
-from meltemi.raytpu.local_cluster import fake_host_args
+from meltemi.raytpu.local_cluster import LocalSliceCluster, fake_host_args
 from meltemi.raytpu.outcomes import Attempt, SliceJobError, classify, remote_traceback, short_detail
 from meltemi.raytpu.runner import acceptable_slice_counts
 from meltemi.raytpu.slices import TPU_GENERATIONS
@@ -191,6 +191,7 @@ def test_backoff_doubles_per_retry_up_to_its_cap():
         ({"num_slices": []}, "num_slices must be a positive int"),
         ({"env": {"JAX_PROCESS_ID": "3"}}, "env may not set 'JAX_PROCESS_ID'"),
         ({"env": {"MEGASCALE_PORT": "1"}}, "env may not set 'MEGASCALE_PORT'"),
+        ({"poll_interval_s": -1}, "poll_interval_s must be positive"),
         ({"scale_up_interval_s": 0}, "scale_up_interval_s must be positive"),
         ({"acquire_timeout_s": 0}, "acquire_timeout_s must be positive"),
         ({"slice_type": "v4-12"}, "v4-12 is not a TPU slice size"),
@@ -205,6 +206,23 @@ def test_bad_arguments_fail_before_anything_is_claimed(kwargs, message):
     } | kwargs
     with pytest.raises(ValueError, match=message):
         run_on_slices(lambda: None, **arguments)
+
+
+def test_env_values_must_be_strings():
+    with pytest.raises(TypeError, match="env must map str to str; 'SEED' maps to int"):
+        run_on_slices(
+            lambda: None, slice_type="cpu-1", num_slices=1, max_retries_preemption=0, max_retries_failure=0,
+            env={"SEED": 1},
+        )  # fmt: skip
+
+
+def test_a_local_cluster_rejects_bad_sizes_before_starting_anything():
+    with pytest.raises(ValueError, match="object_store_mb must be at least 75"):
+        LocalSliceCluster([("cpu-1", 1)], object_store_mb=10)
+    with pytest.raises(ValueError, match="slice count for cpu-1 must be a positive integer, got 0"):
+        LocalSliceCluster([("cpu-1", 0)])
+    with pytest.raises(ValueError, match="v4-12 is not a TPU slice size"):
+        LocalSliceCluster([("v4-12", 1)])
 
 
 def test_a_non_callable_workload_is_a_type_error():

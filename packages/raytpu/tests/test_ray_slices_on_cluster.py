@@ -123,6 +123,13 @@ def test_python_m_meltemi_raytpu_status_lists_the_slices(cluster):
     assert rows[1:] == [["v4-16-0", "v4-16", "0,1", "free"], ["v4-16-1", "v4-16", "0,1", "free"]]
 
 
+def test_the_head_node_cannot_be_killed_and_unknown_hosts_are_an_error(cluster):
+    with pytest.raises(ValueError, match="the head node holds this driver's connection"):
+        cluster.kill_host(cluster.node_ids("v4-16-0")[0])
+    with pytest.raises(KeyError, match="no live fake host with node id 'nope'"):
+        cluster.kill_host("nope")
+
+
 def wait_for_more_slices(signal_dir):
     def fn():
         host = current_host()

@@ -44,7 +44,11 @@ def fake_host_args(kind: SliceType, slice_name: str, worker_id: int) -> dict[str
 
 
 class LocalSliceCluster:
-    """A loopback Ray cluster: a head node that runs nothing, plus the fake slices you add.
+    """A loopback Ray cluster of fake slices, connected on entry and torn down on exit.
+
+    ``slices`` lists ``(slice type, how many)``; slices are named ``<type>-<n>``. The head node doubles as
+    the first host of the first slice (one raylet fewer to start), so it is the one host that cannot be
+    killed.
 
     >>> with LocalSliceCluster([("cpu-1", 1)]) as cluster:  # doctest: +SKIP
     ...     cluster.slice_names()
@@ -54,11 +58,13 @@ class LocalSliceCluster:
     def __init__(self, slices: Sequence[tuple[str | SliceType, int]] = (), *, object_store_mb: int = 100):
         if object_store_mb < 75:
             raise ValueError(f"object_store_mb must be at least 75 (Ray's minimum), got {object_store_mb}")
+        for kind, count in slices:
+            if not isinstance(count, int) or count < 1:
+                raise ValueError(f"slice count for {kind} must be a positive integer, got {count!r}")
         wanted = [slice_type(kind) for kind, count in slices for _ in range(count)]
         self._object_store = object_store_mb * _MB
         self._nodes: dict[str, list[Any]] = {}
         self._types: dict[str, SliceType] = {}
-        # The head node also serves as the first host of the first slice: one raylet fewer to start.
         first = self._new_slice(wanted[0]) if wanted else None
         head_args = fake_host_args(wanted[0], first, 0) if first else {"num_cpus": 0}
         with loopback_only():
@@ -81,23 +87,6 @@ class LocalSliceCluster:
     @property
     def address(self) -> str:
         return self._cluster.address
-
-    def add_slice(self, kind: str | SliceType) -> str:
-        """Start the hosts of one more fake slice; returns its name (``<type>-<n>``)."""
-        name = self._new_slice(slice_type(kind))
-        with loopback_only():
-            self._start_hosts(name, range(self._types[name].hosts))
-            self._cluster.wait_for_nodes()
-        return name
-
-    def replace_host(self, slice_name: str, worker_id: int) -> str:
-        """Start a new node as host ``worker_id`` of a slice (after that host was killed); returns its id."""
-        if slice_name not in self._types:
-            raise KeyError(f"no fake slice named {slice_name!r}; slices: {self.slice_names()}")
-        with loopback_only():
-            node = self._start_hosts(slice_name, [worker_id])[0]
-            self._cluster.wait_for_nodes()
-        return node.node_id
 
     def slice_names(self) -> list[str]:
         return sorted(self._nodes)
