@@ -123,6 +123,15 @@ def test_a_build_killed_at_random_points_resumes_to_the_same_bytes(
     duration = time.perf_counter() - started
     rng = random.Random(seed)
     out = tmp_path / "killed"
+    process = subprocess.Popen([*command, str(out)])
+    parts = out / ".build" / "parts"
+    while process.poll() is None and len(list(parts.glob("*.json"))) < 2:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    if not (out / "manifest.json").exists():
+        with pytest.raises(IncompleteStoreError, match=r"stopped after \d+ of \d+ units"):
+            TokenStore.open(out)
     for _ in range(3):
         process = subprocess.Popen([*command, str(out)])
         try:
