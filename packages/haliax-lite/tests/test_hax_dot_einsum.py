@@ -144,3 +144,23 @@ def test_einsum_forms(xw, equation, aliases, spec, axes):
 def test_einsum_errors(xw, equation, message):
     with pytest.raises(ValueError, match=message):
         hax.einsum(equation, *xw)
+
+
+@settings(max_examples=30)
+@given(operands(), st.data(), st.sampled_from(["ordered", "unordered", "output"]))
+def test_einsum_forms_equal_numpy_einsum(arrays, data, form):
+    present = sorted({a.name for x in arrays for a in x.axes})
+    out_names = data.draw(st.permutations(present)) if present else []
+    out_names = out_names[: data.draw(st.integers(0, len(out_names)))]
+    if form == "ordered":  # labels differ from the axis names: they bind by position
+        lhs = ", ".join(" ".join(f"l{a.name}" for a in x.axes) for x in arrays)
+        equation = f"{lhs} -> {' '.join(f'l{n}' for n in out_names)}"
+    elif form == "unordered":
+        equation = "{" + " ".join(present) + "} -> " + " ".join(out_names)
+    else:
+        equation = "-> " + " ".join(out_names)
+    out = hax.einsum(equation, *arrays)
+    assert [a.name for a in out.axes] == out_names
+    spec = ",".join(_letters(x.axes) for x in arrays) + "->" + _letters([POOL[n] for n in out_names])
+    expected = np.einsum(spec, *(np.asarray(x.array) for x in arrays))
+    np.testing.assert_allclose(np.asarray(out.array), expected, rtol=1e-4, atol=1e-4)
