@@ -89,6 +89,10 @@ def test_reads_are_a_pure_function_of_the_positions():
     assert not np.array_equal(
         _mixture({"a": 1, "b": 2, "c": 3}, 12, key=6).read(np.arange(60)).tokens, whole.tokens
     )
+    far = mix.read(np.r_[np.arange(12), 6000])
+    assert np.array_equal(far.tokens[:12], whole.tokens[:12]) and np.array_equal(
+        far.source[:12], whole.source[:12]
+    )
 
 
 def test_composition_is_in_closed_form():

@@ -114,11 +114,14 @@ class MixtureDataset:
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         if indices.size and indices.min() < 0:
             raise IndexError(f"mixture positions must be non-negative, got {indices.min()}")
-        block, slot = np.divmod(indices, self.block_size)
-        label = np.empty_like(slot)
-        for b in np.unique(block).tolist():
-            mask = block == b
-            label[mask] = FeistelPermutation(self.block_size, derive_key(self.key, "block", b))(slot[mask])
+        block = indices // self.block_size
+        label = np.zeros_like(indices)
+        if indices.size:
+            # One era-shuffle over whole blocks: every block gets its own keyed permutation of its slots,
+            # and with no partial last window the result does not depend on how far `size` reaches.
+            size = (int(block.max()) + 1) * self.block_size
+            slots = FeistelPermutation(size, derive_key(self.key, "block-slots"), window=self.block_size)
+            label = slots(indices) - block * self.block_size
         stage, drawn_before = self.composition(block)
         starts = self._label_starts[stage]
         source = (starts[:, 1:] <= label[:, None]).sum(axis=1)
