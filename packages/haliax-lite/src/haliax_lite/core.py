@@ -181,17 +181,6 @@ class NamedArray:
     def __bool__(self) -> bool:
         return bool(self.array)
 
-    def __float__(self) -> float:
-        return float(self.array)
-
-    def __int__(self) -> int:
-        return int(self.array)
-
-    def __len__(self) -> int:
-        if not self.axes:
-            raise TypeError("len() of a NamedArray with no axes")
-        return self.axes[0].size
-
     def __repr__(self) -> str:
         return f"NamedArray(axes={self.axes}, array={self.array!r})"
 

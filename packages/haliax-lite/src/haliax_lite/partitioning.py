@@ -209,15 +209,7 @@ def pspec_for(tree, resource_mapping: ResourceMapping | None = None):
 
     Unnamed arrays are replicated (``PartitionSpec()``).
     """
-
-    def leaf(v):
-        if isinstance(v, NamedArray):
-            return NamedArray(pspec_for_axis(v.axes, resource_mapping), v.axes)
-        if hasattr(v, "shape"):
-            return PartitionSpec()
-        return None
-
-    return jax.tree_util.tree_map(leaf, tree, is_leaf=is_named_array)
+    return _layout_tree(tree, lambda spec: spec, resource_mapping, preserve_existing_shardings=False)
 
 
 def infer_resource_partitions(
@@ -230,15 +222,18 @@ def infer_resource_partitions(
     concrete = _concrete_mesh(mesh)
     if concrete is None:
         raise ValueError("infer_resource_partitions needs a mesh: pass mesh= or use jax.set_mesh")
+    return _layout_tree(
+        tree, lambda spec: NamedSharding(concrete, spec), resource_mapping, preserve_existing_shardings
+    )
 
+
+def _layout_tree(tree, make, mapping, preserve_existing_shardings: bool):
     def leaf(v):
         if isinstance(v, NamedArray):
-            return NamedArray(NamedSharding(concrete, pspec_for_axis(v.axes, resource_mapping)), v.axes)
+            return NamedArray(make(pspec_for_axis(v.axes, mapping)), v.axes)
         if preserve_existing_shardings and isinstance(getattr(v, "sharding", None), NamedSharding):
             return v.sharding
-        if hasattr(v, "shape"):
-            return NamedSharding(concrete, PartitionSpec())
-        return None
+        return make(PartitionSpec()) if hasattr(v, "shape") else None
 
     return jax.tree_util.tree_map(leaf, tree, is_leaf=is_named_array)
 
