@@ -162,6 +162,13 @@ def flops(compiled) -> float:
     return float(analysis["flops"])
 
 
+def hlo_instructions(compiled) -> int:
+    """Instructions in the optimised program: a timing-free view of what the names compiled to."""
+    return sum(
+        1 for line in compiled.as_text().splitlines() if " = " in line and not line.lstrip().startswith("//")
+    )
+
+
 def best_step_time(step, args, reps: int) -> float:
     """The fastest of ``reps`` steps: interference from other processes only ever adds time."""
     times = []
@@ -174,9 +181,11 @@ def best_step_time(step, args, reps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=21, help="alternating timing pairs")
+    parser.add_argument("--trials", type=int, default=21, help="alternating timing pairs (at least 2)")
     parser.add_argument("--reps", type=int, default=3, help="steps per timing (the fastest counts)")
     args = parser.parse_args()
+    if args.trials < 2 or args.reps < 1:
+        parser.error("--trials must be at least 2 and --reps at least 1")
 
     block = NamedBlock.init(jax.random.PRNGKey(0))
     x = hax.random.normal(jax.random.PRNGKey(1), (Batch, Pos, Embed))
@@ -208,6 +217,8 @@ def main() -> None:
     )
     print(f"compiled FLOPs  haliax-lite: {named_flops:.6g}  plain jnp: {plain_flops:.6g}")
     print(f"FLOPs equal: {named_flops == plain_flops}")
+    named_hlo, plain_hlo = hlo_instructions(named_step), hlo_instructions(plain_step)
+    print(f"optimised HLO instructions  haliax-lite: {named_hlo}  plain jnp: {plain_hlo}")
     loss_diff = abs(float(named_value) - float(plain_value))
     print(f"max |difference|  loss: {loss_diff:.3g}  gradients: {grad_diff:.3g}")
     named_ms, plain_ms = statistics.median(named_times) * 1e3, statistics.median(plain_times) * 1e3
