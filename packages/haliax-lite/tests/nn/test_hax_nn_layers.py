@@ -133,3 +133,18 @@ def test_mlp_width_axis_and_final_bias_options():
     assert mlp.layers[-1].bias is None and mlp.layers[0].bias is not None
     with pytest.raises(ValueError, match="depth"):
         hnn.MLP.init(In, Out, 4, -1, key=jax.random.PRNGKey(0))
+
+
+def test_linear_output_follows_the_axis_mapping_under_plain_jit():
+    """Linear constrains its output with ``auto_sharded``, so model code needs no sharding calls."""
+    if jax.device_count() < 8:
+        pytest.skip("needs the 8 fake CPU devices the root conftest sets up")
+    Batch, Embed, Mlp = hax.Axis("batch", 8), hax.Axis("embed", 4), hax.Axis("mlp", 6)
+    layer = hnn.Linear.init(Embed, Mlp, key=jax.random.PRNGKey(0))
+    x = hax.ones((Batch, Embed))
+    with jax.set_mesh(jax.make_mesh((4, 2), ("data", "model"))):
+        with hax.axis_mapping({"batch": "data", "mlp": "model"}):
+            out = jax.jit(lambda layer, x: layer(x))(layer, x)
+    assert out.axes == (Batch, Mlp)
+    assert out.array.sharding.spec == jax.sharding.PartitionSpec("data", "model")
+    np.testing.assert_allclose(out.array, np.asarray(layer(x).array), rtol=1e-5, atol=1e-6)
