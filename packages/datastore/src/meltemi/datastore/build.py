@@ -38,7 +38,7 @@ from meltemi.datastore.layout import (
     write_json_atomically,
 )
 from meltemi.datastore.progress import ProgressBar, human
-from meltemi.datastore.sources import Source, describe_source, redact, resolve_inputs
+from meltemi.datastore.sources import Piece, Source, describe_source, redact, resolve_inputs
 from meltemi.datastore.tokenizing import TokenizerInfo, part_paths, quiet_worker, tokenize_unit
 
 UNIT_BYTES = 4 << 20
@@ -108,7 +108,8 @@ def build_store(
     if chunk_tokens < 1 or unit_bytes < 1:
         raise ValueError(f"chunk_tokens and unit_bytes must be positive, got {chunk_tokens}, {unit_bytes}")
     info = TokenizerInfo.load(tokenizer, eos=eos, eos_token=eos_token)
-    sources = [describe_source(url) for url in resolve_inputs([os.fspath(i) for i in inputs])]
+    urls = resolve_inputs([os.fspath(i) for i in inputs])
+    sources = [describe_source(url, split_bytes=unit_bytes) for url in urls]
     options = {"text_field": text_field, "eos": eos, "chunk_tokens": chunk_tokens, "unit_bytes": unit_bytes}
     command = _command(inputs, tokenizer, out, workers, eos_token, options)
     plan = _plan(info, sources, options, command)
@@ -144,12 +145,18 @@ def _command(inputs, tokenizer, out, workers: int, eos_token: str | None, option
 
 
 def _plan(info: TokenizerInfo, sources: list[Source], options: dict, command: str) -> dict[str, Any]:
-    units, start, size = [], 0, 0
-    for index, source in enumerate(sources):
-        size += source.size
-        if size >= options["unit_bytes"] or index == len(sources) - 1:
-            units.append([start, index + 1])
-            start, size = index + 1, 0
+    """Sources, tokenizer and options, and the units of work: runs of source pieces of about `unit_bytes`.
+
+    A unit is a list of `[source index, start byte, stop byte or None, first line]`.
+    """
+    pieces = [(index, piece) for index, source in enumerate(sources) for piece in source.pieces()]
+    units, unit, size = [], [], 0
+    for position, (index, piece) in enumerate(pieces):
+        unit.append([index, piece.start, piece.stop, piece.first_line])
+        size += piece.size
+        if size >= options["unit_bytes"] or position == len(pieces) - 1:
+            units.append(unit)
+            unit, size = [], 0
     return {
         "format_version": FORMAT_VERSION,
         "tokenizer": info.identity(),
@@ -158,6 +165,10 @@ def _plan(info: TokenizerInfo, sources: list[Source], options: dict, command: st
         "units": units,
         "command": command,
     }
+
+
+def _pieces(unit: list[list], sources: list[Source]) -> list[Piece]:
+    return [Piece(sources[index], start, stop, first_line) for index, start, stop, first_line in unit]
 
 
 def _prepare_directory(out: Path, plan: dict, overwrite: bool) -> None:
@@ -235,7 +246,7 @@ def _tokenize(build_dir, plan, sources, info, text_field, workers, progress) -> 
         if workers == 1 or len(todo) <= 1:
             for unit in todo:
                 summaries[unit] = tokenize_unit(
-                    build_dir, unit, sources[slice(*units[unit])], info, text_field
+                    build_dir, unit, _pieces(units[unit], sources), info, text_field
                 )
                 bar.advance(1, summaries[unit]["documents"], summaries[unit]["tokens"])
         else:
@@ -244,7 +255,7 @@ def _tokenize(build_dir, plan, sources, info, text_field, workers, progress) -> 
                 min(workers, len(todo)), mp_context=context, initializer=quiet_worker
             ) as pool:
                 pending = {
-                    pool.submit(tokenize_unit, build_dir, u, sources[slice(*units[u])], info, text_field)
+                    pool.submit(tokenize_unit, build_dir, u, _pieces(units[u], sources), info, text_field)
                     for u in todo
                 }
                 while pending:

@@ -23,11 +23,24 @@ _HASH_BLOCK = 1 << 22
 
 @dataclass(frozen=True)
 class Source:
-    """One input file: where it is, how big, and the SHA-256 of its bytes."""
+    """One input file: where it is, how big, the SHA-256 of its bytes, and where a big JSONL may be cut.
+
+    `cuts` holds `(byte offset, lines before it)` of line starts that split the file into pieces of about
+    the build's unit size, so one large JSONL file is tokenized by many workers.
+    """
 
     url: str
     size: int
     sha256: str
+    cuts: tuple[tuple[int, int], ...] = ()
+
+    def pieces(self) -> list["Piece"]:
+        """The file as consecutive pieces, split at `cuts` (one piece when there are none)."""
+        starts = [(0, 0), *self.cuts]
+        stops = [c for c, _ in self.cuts] + [None]
+        return [
+            Piece(self, start, stop, lines + 1) for (start, lines), stop in zip(starts, stops, strict=True)
+        ]
 
     @property
     def name(self) -> str:
@@ -53,6 +66,24 @@ def redact(url: str) -> str:
     ('https://***@example.com/a.jsonl', '/data/a.jsonl')
     """
     return re.sub(r"([a-zA-Z][\w+.-]*://)[^/@\s'\"]*@", r"\1***@", url)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Bytes `[start, stop)` of a source (`stop` None: to its end), whose first line is `first_line`."""
+
+    source: Source
+    start: int
+    stop: int | None
+    first_line: int
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.stop is None
+
+    @property
+    def size(self) -> int:
+        return (self.source.size if self.stop is None else self.stop) - self.start
 
 
 def _url(fs: fsspec.AbstractFileSystem, path: str) -> str:
@@ -97,18 +128,30 @@ def _hidden(relative: str) -> bool:
     return any(part.startswith(".") for part in relative.split("/") if part)
 
 
-def describe_source(url: str) -> Source:
-    """Size and content hash of one file (read once, in blocks)."""
+def describe_source(url: str, split_bytes: int | None = None, block_bytes: int = _HASH_BLOCK) -> Source:
+    """Size and content hash of one file (read once, in blocks); a plain JSONL file larger than
+    `split_bytes` also gets line-aligned cuts about every `split_bytes`."""
     digest = hashlib.sha256()
-    size = 0
+    size = lines = 0
+    cuts: list[tuple[int, int]] = []
+    splitting = split_bytes is not None and url.lower().endswith(".jsonl")
+    next_cut = split_bytes if splitting else None
     try:
         with fsspec.open(url, "rb") as f:
-            while block := f.read(_HASH_BLOCK):
+            while block := f.read(block_bytes):
                 digest.update(block)
+                while next_cut is not None and next_cut < size + len(block):
+                    newline = block.find(b"\n", max(0, next_cut - size))
+                    if newline < 0:
+                        break
+                    cuts.append((size + newline + 1, lines + block.count(b"\n", 0, newline + 1)))
+                    next_cut = size + newline + 1 + split_bytes
+                lines += block.count(b"\n")
                 size += len(block)
     except OSError as e:
         raise InputError(f"{redact(url)}: cannot be read ({redact(str(e))})") from None
-    return Source(url=url, size=size, sha256=digest.hexdigest())
+    cuts = [(offset, before) for offset, before in cuts if offset < size]
+    return Source(url=url, size=size, sha256=digest.hexdigest(), cuts=tuple(cuts))
 
 
 def _decode(data: bytes, counts: Counter) -> str:
@@ -129,15 +172,15 @@ def _without_surrogates(text: str, counts: Counter) -> str:
     return text
 
 
-def read_documents(source: Source, text_field: str, counts: Counter) -> Iterator[str]:
-    """The non-empty documents of one source, in file order; skipped and repaired ones go in `counts`."""
-    kind = source.kind
+def read_documents(piece: Piece, text_field: str, counts: Counter) -> Iterator[str]:
+    """The non-empty documents of a piece of a source, in file order; skipped and repaired ones counted."""
+    kind = piece.source.kind
     if kind == "text":
-        yield from _text_documents(source, counts)
+        yield from _text_documents(piece.source, counts)
     elif kind == "parquet":
-        yield from _parquet_documents(source, text_field, counts)
+        yield from _parquet_documents(piece.source, text_field, counts)
     else:
-        yield from _jsonl_documents(source, text_field, counts)
+        yield from _jsonl_documents(piece, text_field, counts)
 
 
 def _text_documents(source: Source, counts: Counter) -> Iterator[str]:
@@ -149,11 +192,22 @@ def _text_documents(source: Source, counts: Counter) -> Iterator[str]:
     yield _decode(data, counts)
 
 
-def _jsonl_documents(source: Source, text_field: str, counts: Counter) -> Iterator[str]:
+def _lines(f, piece: Piece) -> Iterator[bytes]:
+    """The lines of `piece` from the open file `f` (a piece always starts and ends at a line boundary)."""
+    f.seek(piece.start)
+    remaining = piece.size
+    while remaining > 0 and (line := f.readline()):
+        remaining -= len(line)
+        yield line
+
+
+def _jsonl_documents(piece: Piece, text_field: str, counts: Counter) -> Iterator[str]:
+    source = piece.source
     with fsspec.open(source.url, "rb") as raw:
         f = gzip.open(raw, "rb") if source.kind == "jsonl.gz" else raw
+        lines = f if piece.whole else _lines(f, piece)
         yielded = False
-        for number, line in enumerate(f, start=1):
+        for number, line in enumerate(lines, start=piece.first_line):
             if not line.strip():
                 continue
             where = f"{source.name}, line {number}"
@@ -172,7 +226,7 @@ def _jsonl_documents(source: Source, text_field: str, counts: Counter) -> Iterat
                 yield text
             else:
                 counts["empty_documents"] += 1
-        if not yielded:
+        if not yielded and piece.whole:
             counts["empty_files"] += 1
 
 

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 
 from meltemi.datastore.errors import InputError
 from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
-from meltemi.datastore.sources import Source, read_documents, redact
+from meltemi.datastore.sources import Piece, read_documents, redact
 
 ENCODE_BATCH = 512
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
@@ -101,9 +101,9 @@ def part_paths(build_dir: Path, unit: int) -> tuple[Path, Path, Path]:
 
 
 def tokenize_unit(
-    build_dir: Path, unit: int, sources: list[Source], info: TokenizerInfo, text_field: str
+    build_dir: Path, unit: int, pieces: list[Piece], info: TokenizerInfo, text_field: str
 ) -> dict:
-    """Tokenize `sources` into part `unit` under `build_dir` and return its summary (also saved as JSON)."""
+    """Tokenize `pieces` of sources into part `unit` under `build_dir`; returns its summary (also saved)."""
     tokenizer, dtype, counts = _tokenizer(info), token_dtype(info.vocab_size), Counter()
     token_blocks, length_blocks, pending = [], [], []
 
@@ -113,8 +113,8 @@ def tokenize_unit(
         length_blocks.append(lengths)
         pending.clear()
 
-    for source in sources:
-        for text in read_documents(source, text_field, counts):
+    for piece in pieces:
+        for text in read_documents(piece, text_field, counts):
             pending.append(text)
             if len(pending) == ENCODE_BATCH:
                 flush()
