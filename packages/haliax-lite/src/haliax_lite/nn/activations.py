@@ -83,27 +83,3 @@ def glu(x: hax.NamedArray, axis) -> hax.NamedArray:
     out = jnn.glu(x.array, axis=position)
     halved = x.axes[position].resize(out.shape[position])
     return hax.NamedArray(out, x.axes[:position] + (halved,) + x.axes[position + 1 :])
-
-
-__all__ = [
-    "relu",
-    "relu6",
-    "sigmoid",
-    "softplus",
-    "soft_sign",
-    "silu",
-    "swish",
-    "log_sigmoid",
-    "hard_sigmoid",
-    "hard_silu",
-    "hard_swish",
-    "hard_tanh",
-    "selu",
-    "gelu",
-    "leaky_relu",
-    "elu",
-    "celu",
-    "quick_gelu",
-    "relu_squared",
-    "glu",
-]

@@ -31,9 +31,7 @@ M = TypeVar("M", bound=eqx.Module)
 
 
 def _as_policy(gradient_checkpointing, prevent_cse: bool | None):
-    policy = gradient_checkpointing
-    if not isinstance(policy, hax.ScanCheckpointPolicy):
-        policy = hax.ScanCheckpointPolicy.from_bool_or_str(policy)
+    policy = hax.ScanCheckpointPolicy.from_bool_or_str(gradient_checkpointing)
     if prevent_cse is not None:
         warnings.warn(
             "prevent_cse= is deprecated (as in Haliax): set ScanCheckpointPolicy(prevent_cse=...) instead",
@@ -48,7 +46,30 @@ def _is_named(x) -> bool:
     return isinstance(x, hax.NamedArray)
 
 
-class Stacked(eqx.Module, Generic[M]):
+class _Repeated(eqx.Module):
+    """What ``Stacked`` and ``BlockSeq`` share: ``fold``/``scan``/``vmap`` call each block's ``__call__``
+    through the subclass's ``scan_via``/``vmap_via``; a fold is a scan without outputs."""
+
+    def fold(self, init, *args, **kwargs):
+        """``carry = block(carry, *args, **kwargs)`` for each block in order; returns the last carry."""
+        return self.fold_via(lambda block, carry, *a, **k: block(carry, *a, **k))(init, *args, **kwargs)
+
+    def scan(self, init, *args, **kwargs):
+        """Like ``fold`` for blocks returning ``(carry, output)``; returns ``(carry, outputs)``, the outputs
+        stacked along ``Block``."""
+        return self.scan_via(lambda block, carry, *a, **k: block(carry, *a, **k))(init, *args, **kwargs)
+
+    def vmap(self, *args, **kwargs):
+        """Apply every block to the same (or ``Block``-sliced) inputs independently; outputs stacked."""
+        return self.vmap_via(lambda block, *a, **k: block(*a, **k))(*args, **kwargs)
+
+    def fold_via(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """A fold using ``fn(block, carry, *args, **kwargs) -> carry`` instead of the block's ``__call__``."""
+        scan = self.scan_via(lambda block, carry, *a, **k: (fn(block, carry, *a, **k), None))
+        return lambda init, *args, **kwargs: scan(init, *args, **kwargs)[0]
+
+
+class Stacked(_Repeated, Generic[M]):
     """``Block.size`` copies of a module stored as one module whose arrays have a leading ``Block`` axis.
 
     ``fold`` runs them in sequence (``carry = block(carry, ...)``), ``scan`` also stacks each block's extra
@@ -80,29 +101,6 @@ class Stacked(eqx.Module, Generic[M]):
             return cls(hax.vmap(module.init, Block)(*args, **kwargs), Block, policy)
 
         return make
-
-    def fold(self, init, *args, **kwargs):
-        """``carry = block(carry, *args, **kwargs)`` for each block in order; returns the last carry."""
-        return self.fold_via(lambda block, carry, *a, **k: block(carry, *a, **k))(init, *args, **kwargs)
-
-    def scan(self, init, *args, **kwargs):
-        """Like ``fold`` for blocks returning ``(carry, output)``; returns ``(carry, outputs)``, the outputs
-        stacked along ``Block``."""
-        return self.scan_via(lambda block, carry, *a, **k: block(carry, *a, **k))(init, *args, **kwargs)
-
-    def vmap(self, *args, **kwargs):
-        """Apply every block to the same (or ``Block``-sliced) inputs independently; outputs stacked."""
-        return self.vmap_via(lambda block, *a, **k: block(*a, **k))(*args, **kwargs)
-
-    def fold_via(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """A fold using ``fn(block, carry, *args, **kwargs) -> carry`` instead of the block's ``__call__``."""
-
-        def run(init, *args, **kwargs):
-            step = lambda carry, block, *a, **k: fn(block, carry, *a, **k)  # noqa: E731
-            fold = hax.fold(step, self.Block, remat=self.gradient_checkpointing)
-            return fold(init, self.stacked, *args, **kwargs)
-
-        return run
 
     def scan_via(self, fn: Callable[..., tuple[Any, Any]]) -> Callable[..., tuple[Any, Any]]:
         """A scan using ``fn(block, carry, *args, **kwargs) -> (carry, output)``."""
@@ -140,7 +138,7 @@ def _unstack_leaf(leaf, Block: hax.Axis) -> tuple:
     return (leaf,) * Block.size
 
 
-class BlockSeq(eqx.Module, Generic[M]):
+class BlockSeq(_Repeated, Generic[M]):
     """``Stacked``'s API over a plain sequence of modules, run by an unrolled Python loop.
 
     Each block call is checkpointed with the same policy a ``Stacked`` scan step would use (a nested
@@ -170,24 +168,6 @@ class BlockSeq(eqx.Module, Generic[M]):
             return cls(blocks, Block, policy)
 
         return make
-
-    def fold(self, init, *args, **kwargs):
-        """``carry = block(carry, *args, **kwargs)`` for each block in order; returns the last carry."""
-        return self.fold_via(lambda block, carry, *a, **k: block(carry, *a, **k))(init, *args, **kwargs)
-
-    def scan(self, init, *args, **kwargs):
-        """Like ``fold`` for blocks returning ``(carry, output)``; returns ``(carry, outputs)``, the outputs
-        stacked along ``Block``."""
-        return self.scan_via(lambda block, carry, *a, **k: block(carry, *a, **k))(init, *args, **kwargs)
-
-    def vmap(self, *args, **kwargs):
-        """Apply every block to the same (or ``Block``-sliced) inputs independently; outputs stacked."""
-        return self.vmap_via(lambda block, *a, **k: block(*a, **k))(*args, **kwargs)
-
-    def fold_via(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """A fold using ``fn(block, carry, *args, **kwargs) -> carry`` instead of the block's ``__call__``."""
-        scan = self.scan_via(lambda block, carry, *a, **k: (fn(block, carry, *a, **k), None))
-        return lambda init, *args, **kwargs: scan(init, *args, **kwargs)[0]
 
     def scan_via(self, fn: Callable[..., tuple[Any, Any]]) -> Callable[..., tuple[Any, Any]]:
         """A scan using ``fn(block, carry, *args, **kwargs) -> (carry, output)``."""
