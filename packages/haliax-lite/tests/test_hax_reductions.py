@@ -142,3 +142,19 @@ def test_reducing_a_missing_axis_names_the_axes():
     _, x = _array(8)
     with pytest.raises(ValueError, match=r"'z' not found in array with axes"):
         hax.sum(x, "z")
+
+
+@settings(max_examples=15)
+@given(
+    st.sampled_from(["sum", "max", "min", "prod", "mean"]),
+    st.sampled_from([np.int32, np.float16, np.uint8]),
+    st.lists(st.sampled_from(["a", "b", "c"]), unique=True, min_size=1, max_size=2),
+)
+def test_reductions_keep_jnp_dtype_semantics(name, dtype, names):
+    raw = (np.arange(24).reshape(2, 3, 4) % 5).astype(dtype)
+    x = hax.NamedArray(jnp.asarray(raw), AXES)
+    positions = tuple(sorted("abc".index(n) for n in names))
+    out = getattr(hax, name)(x, axis=tuple(names))
+    expected = getattr(jnp, name)(jnp.asarray(raw), axis=positions)
+    assert out.dtype == expected.dtype
+    np.testing.assert_allclose(np.asarray(out.array, np.float64), np.asarray(expected, np.float64), rtol=1e-3)
