@@ -211,21 +211,12 @@ _FORWARDED_METHODS = (
 for _name in _FORWARDED_METHODS:
     setattr(NamedArray, _name, _forward(_name))
 
-_OPERATORS = {
-    "add": "add",
-    "sub": "subtract",
-    "mul": "multiply",
-    "truediv": "true_divide",
-    "floordiv": "floor_divide",
-    "mod": "mod",
-    "pow": "power",
-    "and": "logical_and",
-    "or": "logical_or",
-    "xor": "logical_xor",
-    "lshift": "left_shift",
-    "rshift": "right_shift",
-    "divmod": "divmod",
-}
+# "operator:function" pairs; reflected (__radd__, ...) versions are generated for the first group
+_REFLECTABLE = (
+    "add:add sub:subtract mul:multiply truediv:true_divide floordiv:floor_divide mod:mod pow:power "
+    "and:logical_and or:logical_or xor:logical_xor lshift:left_shift rshift:right_shift divmod:divmod"
+)
+_COMPARISONS = "lt:less le:less_equal gt:greater ge:greater_equal eq:equal ne:not_equal"
 
 
 def _binary_operator(fn_name: str, reflected: bool):
@@ -236,16 +227,12 @@ def _binary_operator(fn_name: str, reflected: bool):
     return operator
 
 
-for _op, _fn in _OPERATORS.items():
+for _op, _fn in (pair.split(":") for pair in _REFLECTABLE.split()):
     setattr(NamedArray, f"__{_op}__", _binary_operator(_fn, False))
     setattr(NamedArray, f"__r{_op}__", _binary_operator(_fn, True))
-
-for _op, _fn in {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal"}.items():
+for _op, _fn in (pair.split(":") for pair in _COMPARISONS.split()):
     setattr(NamedArray, f"__{_op}__", _binary_operator(_fn, False))
-NamedArray.__eq__ = _binary_operator("equal", False)  # type: ignore[assignment]
-NamedArray.__ne__ = _binary_operator("not_equal", False)  # type: ignore[assignment]
-
-for _op, _fn in {"neg": "negative", "pos": "positive", "abs": "abs", "invert": "invert"}.items():
+for _op, _fn in (pair.split(":") for pair in "neg:negative pos:positive abs:abs invert:invert".split()):
     setattr(NamedArray, f"__{_op}__", _forward(_fn))
 
 

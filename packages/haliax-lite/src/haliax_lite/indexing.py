@@ -117,12 +117,9 @@ class _Plan:
     def final_order(self) -> list[int]:
         """Positions (in result_axes) that put the index axes where the first indexed axis was."""
         n_index = len(self.index_axes)
-        kept_before = sum(1 for a in self.kept if self.source_axes.index(self._source(a)) < self.first)
+        kept_before = sum(1 for a in self.kept if self._position(a.name) < self.first)
         order = list(range(n_index, n_index + len(self.kept)))
         return order[:kept_before] + list(range(n_index)) + order[kept_before:]
-
-    def _source(self, a: Axis) -> Axis:
-        return next(s for s in self.source_axes if s.name == a.name)
 
 
 def _union_in_order(axes_lists) -> tuple[Axis, ...]:

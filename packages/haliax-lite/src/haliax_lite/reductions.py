@@ -13,35 +13,11 @@ from .axis import AxisSelection, AxisSelector, ensure_tuple
 from .broadcast import broadcast_to
 from .core import NamedArray
 
-_REDUCTIONS = {
-    "sum": jnp.sum,
-    "mean": jnp.mean,
-    "max": jnp.max,
-    "min": jnp.min,
-    "amax": jnp.max,
-    "amin": jnp.min,
-    "prod": jnp.prod,
-    "std": jnp.std,
-    "var": jnp.var,
-    "any": jnp.any,
-    "all": jnp.all,
-    "ptp": jnp.ptp,
-    "nansum": jnp.nansum,
-    "nanmean": jnp.nanmean,
-    "nanmax": jnp.nanmax,
-    "nanmin": jnp.nanmin,
-    "nanprod": jnp.nanprod,
-    "nanstd": jnp.nanstd,
-    "nanvar": jnp.nanvar,
-    "logsumexp": jax.nn.logsumexp,
-}
+_NAMES = "sum mean max min prod std var any all ptp nansum nanmean nanmax nanmin nanprod nanstd nanvar"
+_REDUCTIONS = {name: getattr(jnp, name) for name in _NAMES.split()}
+_REDUCTIONS.update(amax=jnp.max, amin=jnp.min, logsumexp=jax.nn.logsumexp)
 _NEED_INITIAL = {"max": "min", "amax": "min", "nanmax": "min", "min": "max", "amin": "max", "nanmin": "max"}
-_SCANS = {
-    "cumsum": jnp.cumsum,
-    "cumprod": jnp.cumprod,
-    "nancumsum": jnp.nancumsum,
-    "nancumprod": jnp.nancumprod,
-}
+_SCANS = {name: getattr(jnp, name) for name in ("cumsum", "cumprod", "nancumsum", "nancumprod")}
 
 __all__ = [*_REDUCTIONS, *_SCANS, "argmax", "argmin", "argsort", "sort"]
 
