@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 
 import pytest
 from hypothesis import given
@@ -308,3 +309,20 @@ def test_only_worker_zero_bundles_claim_the_head_resource():
     assert host_bundle(kind, 0) == {"TPU": 4.0, "TPU-v5litepod-16-head": 1.0}
     assert host_bundle(kind, 3) == {"TPU": 4.0}
     assert host_bundle(slice_type("gpu-2"), 0) == {"GPU": 2.0}
+
+
+def test_loopback_only_switches_ray_to_local_addresses_and_restores_everything(monkeypatch):
+    import ray._private.ray_constants as ray_constants
+
+    from meltemi.raytpu.local_cluster import loopback_only
+
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    monkeypatch.setenv("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "1")
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    with loopback_only():
+        assert ray_constants.ENABLE_RAY_CLUSTER is False
+        assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+        assert os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] == "0"
+    assert ray_constants.ENABLE_RAY_CLUSTER == before
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ
+    assert os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] == "1"

@@ -49,8 +49,9 @@ def claim_slices(
 ) -> list[SliceClaim]:
     """Claim the largest acceptable number of intact, unclaimed slices; ``[]`` when not even the smallest.
 
-    Every intact slice is asked for at once; those that are ready within ``wait_s`` seconds are kept (up to
-    the largest acceptable count) and every other request is withdrawn.
+    Every intact slice is asked for at once. Once the smallest acceptable number is granted (within
+    ``wait_s`` seconds), the others get a short grace, since a free slice is granted at once and a held one
+    never; the granted ones are kept up to the largest acceptable count and every other request withdrawn.
     """
     candidates = intact_slices(slice_type)
     if len(candidates) < min(acceptable_counts):

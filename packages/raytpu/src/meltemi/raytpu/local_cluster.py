@@ -144,18 +144,22 @@ def loopback_only() -> Iterator[None]:
     Ray resolves "127.0.0.1" to the machine's routable address unless clusters are switched off, and under
     ``uv run`` it would ship the working directory to every worker and rebuild the environment there.
     """
-    saved = (ray_constants.ENABLE_RAY_CLUSTER, ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV)
-    names = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ENABLE_UV_RUN_RUNTIME_ENV")
-    saved_env = {name: os.environ.get(name) for name in names}
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
-    os.environ.update({key: "0" for key in saved_env})
+    # Ray's switch for each, read from the environment by child processes and from ray_constants here.
+    switches = {"ENABLE_RAY_CLUSTER": "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    switches["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
+    present = [c for c in switches if hasattr(ray_constants, c)]  # older Rays have no uv integration
+    saved = {c: getattr(ray_constants, c) for c in present}
+    saved_env = {v: os.environ.get(v) for v in switches.values()}
+    for constant in present:
+        setattr(ray_constants, constant, False)
+    os.environ.update({variable: "0" for variable in saved_env})
     try:
         yield
     finally:
-        ray_constants.ENABLE_RAY_CLUSTER, ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = saved
-        for key, value in saved_env.items():
+        for constant, value in saved.items():
+            setattr(ray_constants, constant, value)
+        for variable, value in saved_env.items():
             if value is None:
-                os.environ.pop(key, None)
+                os.environ.pop(variable, None)
             else:
-                os.environ[key] = value
+                os.environ[variable] = value
