@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+import ray
 from hypothesis import given
 from hypothesis import strategies as st
 from ray import PlacementGroupID
@@ -224,6 +225,14 @@ def test_a_local_cluster_rejects_bad_sizes_before_starting_anything():
         LocalSliceCluster([("cpu-1", 0)])
     with pytest.raises(ValueError, match="v4-12 is not a TPU slice size"):
         LocalSliceCluster([("v4-12", 1)])
+
+
+def test_without_a_ray_connection_the_error_says_how_to_connect():
+    assert not ray.is_initialized()
+    with pytest.raises(RuntimeError, match=r"needs a Ray connection: call ray.init\(address=...\) first"):
+        run_on_slices(
+            lambda: None, slice_type="cpu-1", num_slices=1, max_retries_preemption=0, max_retries_failure=0
+        )
 
 
 def test_a_non_callable_workload_is_a_type_error():

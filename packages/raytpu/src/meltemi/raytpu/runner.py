@@ -119,6 +119,11 @@ def run_on_slices(
         raise ValueError(f"poll_interval_s must be positive, got {poll_interval_s}")
     if scale_up_interval_s is not None and scale_up_interval_s <= 0:
         raise ValueError(f"scale_up_interval_s must be positive or None, got {scale_up_interval_s}")
+    if not ray.is_initialized():
+        raise RuntimeError(
+            "run_on_slices needs a Ray connection: call ray.init(address=...) first "
+            "(or use LocalSliceCluster to try it on this machine)"
+        )
     name = job_name or f"job-{uuid.uuid4().hex[:8]}"
     job = _Job(
         fn=fn,
