@@ -29,7 +29,6 @@ from meltemi.kernels._attention_args import check_attention_inputs
 from meltemi.kernels.attention_pallas import pallas_attention
 
 IMPLEMENTATIONS = ("pallas", "cudnn", "xla", "reference")
-TOKENS_PER_STEP = 8192
 
 
 def flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> float:
@@ -69,6 +68,7 @@ def main() -> None:
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--tokens", type=int, default=8192, help="tokens per step: batch = tokens // seq")
     parser.add_argument("--not-causal", action="store_true")
     parser.add_argument(
         "--implementations", nargs="+", default=list(IMPLEMENTATIONS), choices=IMPLEMENTATIONS
@@ -86,6 +86,8 @@ def main() -> None:
         sys.exit(0)
     if args.smoke:
         args.seqs, args.heads, args.kv_heads, args.head_dim, args.repeats = [64, 128], 4, 2, 16, 2
+        args.tokens = 256
+        print("smoke run: tiny shapes to exercise the script; these numbers mean nothing")
 
     causal = not args.not_causal
     config = PallasAttentionConfig(
@@ -96,10 +98,10 @@ def main() -> None:
     )
     print(
         f"forward+backward, bfloat16, heads {args.heads}/{args.kv_heads}, head_dim {args.head_dim}, "
-        f"causal={causal}, {TOKENS_PER_STEP} tokens per step where the sequence allows"
+        f"causal={causal}, {args.tokens} tokens per step where the sequence allows"
     )
     for seq in args.seqs:
-        batch = max(1, TOKENS_PER_STEP // seq)
+        batch = max(1, args.tokens // seq)
         keys = jax.random.split(jax.random.PRNGKey(seq), 4)
         q = jax.random.normal(keys[0], (batch, seq, args.heads, args.head_dim), jnp.bfloat16)
         k = jax.random.normal(keys[1], (batch, seq, args.kv_heads, args.head_dim), jnp.bfloat16)
