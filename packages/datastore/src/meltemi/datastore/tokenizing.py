@@ -21,6 +21,7 @@ from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
 from meltemi.datastore.sources import Piece, read_documents, redact
 
 ENCODE_BATCH = 512
+_TOKENIZERS: dict[str, Tokenizer] = {}  # parsed tokenizers by hash, so each process parses one once
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
 
 
@@ -47,9 +48,11 @@ class TokenizerInfo:
         except Exception as e:
             raise InputError(f"tokenizer {shown!r}: not a Hugging Face tokenizer.json ({e})") from None
         eos_id = _find_eos(tokenizer, shown, eos_token) if eos else None
+        sha256 = canonical_tokenizer_hash(text)
+        _TOKENIZERS.setdefault(sha256, tokenizer)
         return cls(
             name=Path(os.fspath(path)).name,
-            sha256=canonical_tokenizer_hash(text),
+            sha256=sha256,
             vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
             eos_id=eos_id,
             json=text,
@@ -74,9 +77,6 @@ def _find_eos(tokenizer: Tokenizer, path: str, eos_token: str | None) -> int:
     raise InputError(
         f"tokenizer {path!r} has no end-of-document token ({wanted}); pass --eos-token or --no-eos"
     )
-
-
-_TOKENIZERS: dict[str, Tokenizer] = {}
 
 
 def _tokenizer(info: TokenizerInfo) -> Tokenizer:
