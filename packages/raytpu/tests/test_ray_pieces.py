@@ -335,3 +335,15 @@ def test_loopback_only_switches_ray_to_local_addresses_and_restores_everything(m
     assert ray_constants.ENABLE_RAY_CLUSTER == before
     assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ
     assert os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] == "1"
+
+
+def test_the_status_command_without_a_cluster_says_so(monkeypatch, capsys):
+    from meltemi.raytpu.status import main
+
+    def no_cluster(**kwargs):
+        raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(ray, "init", no_cluster)
+    assert main(["status", "--address", "127.0.0.1:1"]) == 1
+    message = "no Ray cluster at '127.0.0.1:1': Could not find any running Ray instance."
+    assert message in capsys.readouterr().err

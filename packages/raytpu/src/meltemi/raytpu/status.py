@@ -7,6 +7,7 @@ placement groups ``meltemi-raytpu/<job>/<slice>``). Only the GCS is asked, so no
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
@@ -79,8 +80,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from meltemi.raytpu.local_cluster import LOOPBACK, loopback_only
 
     staying_local = loopback_only() if args.address.startswith((LOOPBACK, "localhost")) else nullcontext()
-    with staying_local:
-        ray.init(address=args.address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        with staying_local:
+            ray.init(
+                address=args.address, include_dashboard=False, logging_level="ERROR", log_to_driver=False
+            )
+    except ConnectionError as error:
+        print(f"no Ray cluster at {args.address!r}: {error}", file=sys.stderr)
+        return 1
     try:
         print(format_rows(slice_rows(ray.nodes(), ray.util.placement_group_table())))
     finally:
