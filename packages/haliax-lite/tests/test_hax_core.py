@@ -56,7 +56,7 @@ def test_axis_utilities():
 def test_named_array_shape_information():
     x = hax.named(jnp.zeros((2, 3), jnp.bfloat16), ("a", B))
     assert x.axes == (A, B) and x.shape == {"a": 2, "b": 3}
-    assert (x.ndim, x.size, x.dtype, x.nbytes) == (2, 6, jnp.bfloat16, 12)
+    assert (x.ndim, x.size, x.dtype) == (2, 6, jnp.bfloat16)
     assert x.resolve_axis("b") == B and x.resolve_axis(("b", "a")) == (B, A)
     assert x.axis_size(("a", "b")) == 6 and x.axis_size("a") == 2
     assert x.has_axis("a") and not x.has_axis(("a", "z"))

@@ -213,15 +213,12 @@ overlapping_axes = intersect_axes
 class dslice:
     """A slice of static ``size`` starting at a possibly traced ``start`` (for dynamic indexing).
 
-    >>> dslice(2, 3).to_slice()
-    slice(2, 5, None)
+    >>> dslice.block(2, 3)
+    dslice(start=6, size=3)
     """
 
     start: object
     size: int
-
-    def to_slice(self) -> slice:
-        return slice(self.start, self.start + self.size)
 
     @staticmethod
     def block(idx, size: int) -> dslice:

@@ -118,10 +118,6 @@ class NamedArray:
         return int(np.prod([a.size for a in self.axes], dtype=np.int64))
 
     @property
-    def nbytes(self) -> int:
-        return self.size * jnp.dtype(self.dtype).itemsize
-
-    @property
     def at(self):
         """Functional updates: ``x.at["batch", 0].set(1.0)`` (see :mod:`haliax_lite.indexing`)."""
         return _hax().indexing.NamedAt(self)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from .axis import Axis
 from .core import NamedArray
 from .dot import contract
-from .parsing import Group, parse_side, split_arrow
+from .einops_syntax import Group, parse_side, split_arrow
 
 __all__ = ["einsum"]
 

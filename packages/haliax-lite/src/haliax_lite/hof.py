@@ -172,7 +172,7 @@ def scan(
 
     >>> import haliax_lite as hax
     >>> T = hax.Axis("t", 3)
-    >>> total, running = hax.scan(lambda c, x: (c + x, c + x), T)(0.0, hax.arange(T))
+    >>> total, running = hax.scan(lambda c, x: (c + x, c + x), T)(hax.zeros(()), hax.arange(T))
     >>> running.array.tolist()
     [0.0, 1.0, 3.0]
     """
@@ -225,7 +225,7 @@ def fold(
 
     >>> import haliax_lite as hax
     >>> T = hax.Axis("t", 4)
-    >>> hax.fold(lambda c, x: c + x, T)(0.0, hax.arange(T)).item()
+    >>> hax.fold(lambda c, x: c + x, T)(hax.zeros(()), hax.arange(T)).item()
     6.0
     """
 

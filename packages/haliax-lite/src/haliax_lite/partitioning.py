@@ -8,7 +8,7 @@ argument is static (as in ``equinox.filter_jit``), and ``hax.shard`` calls insid
 >>> import jax, haliax_lite as hax
 >>> with hax.axis_mapping({"batch": "data"}):
 ...     hax.partitioning.pspec_for_axis((hax.Axis("batch", 8), hax.Axis("embed", 4)))
-PartitionSpec('data', None)
+P('data', None)
 """
 
 from __future__ import annotations

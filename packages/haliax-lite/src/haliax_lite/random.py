@@ -39,12 +39,6 @@ def _param(value, axes: tuple[Axis, ...]):
     return broadcast_to(value, axes).array if isinstance(value, NamedArray) else value
 
 
-def normal(key, shape: AxisSpec, dtype=float) -> NamedArray:
-    """Standard normal samples."""
-    axes = _axes(shape)
-    return NamedArray(jax.random.normal(key, _dims(axes), dtype=dtype), axes)
-
-
 def uniform(key, shape: AxisSpec, dtype=float, minval=0.0, maxval=1.0) -> NamedArray:
     """Uniform samples in ``[minval, maxval)``."""
     axes = _axes(shape)
@@ -72,8 +66,8 @@ def truncated_normal(key, shape: AxisSpec, lower, upper, dtype=float) -> NamedAr
     return NamedArray(jax.random.truncated_normal(key, lo, hi, _dims(axes), dtype=dtype), axes)
 
 
-def _simple(jax_fn):
-    def sample(key, shape: AxisSpec, dtype=float) -> NamedArray:
+def _simple(jax_fn, default_dtype=float):
+    def sample(key, shape: AxisSpec, dtype=default_dtype) -> NamedArray:
         axes = _axes(shape)
         return NamedArray(jax_fn(key, _dims(axes), dtype=dtype), axes)
 
@@ -82,17 +76,13 @@ def _simple(jax_fn):
     return sample
 
 
+normal = _simple(jax.random.normal)
 gumbel = _simple(jax.random.gumbel)
 laplace = _simple(jax.random.laplace)
 cauchy = _simple(jax.random.cauchy)
 logistic = _simple(jax.random.logistic)
 exponential = _simple(jax.random.exponential)
-
-
-def rademacher(key, shape: AxisSpec, dtype=int) -> NamedArray:
-    """Samples of -1 or +1 with equal probability."""
-    axes = _axes(shape)
-    return NamedArray(jax.random.rademacher(key, _dims(axes), dtype=dtype), axes)
+rademacher = _simple(jax.random.rademacher, default_dtype=int)
 
 
 def categorical(key, logits: NamedArray, axis: AxisSelector, shape: AxisSpec | None = None) -> NamedArray:

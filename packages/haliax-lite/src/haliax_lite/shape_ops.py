@@ -35,9 +35,9 @@ def rename(array: NamedArray, renames: Mapping[AxisSelector, AxisSelector]) -> N
 
 def rearrange(array: NamedArray, axes, **bindings) -> NamedArray:
     """Reorder axes: ``rearrange(x, (Batch, ..., Embed))`` (one ``...`` stands for the rest), or use an
-    einops-style string, e.g. ``rearrange(x, "b (h w) c -> b h w c", h=4)`` (see :mod:`.rearrange_expr`)."""
+    einops-style string, e.g. ``rearrange(x, "b (h w) c -> b h w c", h=4)`` (see :mod:`.einops_syntax`)."""
     if isinstance(axes, str):
-        from .rearrange_expr import rearrange_string
+        from .einops_syntax import rearrange_string
 
         return rearrange_string(array, axes, **bindings)
     spec = ensure_tuple(axes)
