@@ -148,3 +148,22 @@ def test_linear_output_follows_the_axis_mapping_under_plain_jit():
     assert out.axes == (Batch, Mlp)
     assert out.array.sharding.spec == jax.sharding.PartitionSpec("data", "model")
     np.testing.assert_allclose(out.array, np.asarray(layer(x).array), rtol=1e-5, atol=1e-6)
+
+
+def test_linear_and_mlp_contract_with_the_given_dot_general():
+    calls = []
+
+    def doubled_dot_general(lhs, rhs, dimension_numbers, *args, **kwargs):
+        calls.append(dimension_numbers)
+        return 2 * jax.lax.dot_general(lhs, rhs, dimension_numbers, *args, **kwargs)
+
+    In, Out = hax.Axis("embed", 3), hax.Axis("mlp", 2)
+    key = jax.random.PRNGKey(0)
+    plain = hnn.Linear.init(In, Out, key=key, use_bias=False)
+    doubled = hnn.Linear.init(In, Out, key=key, use_bias=False, dot_general=doubled_dot_general)
+    x = hax.ones(In)
+    np.testing.assert_allclose(doubled(x).array, 2 * plain(x).array, rtol=1e-6)
+    mlp = hnn.MLP.init(In, Out, 4, 1, key=jax.random.PRNGKey(1), dot_general=doubled_dot_general)
+    calls.clear()
+    mlp(x)
+    assert len(calls) == 2

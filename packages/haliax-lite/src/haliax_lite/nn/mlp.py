@@ -44,6 +44,7 @@ class MLP(eqx.Module):
         use_bias: bool = True,
         use_final_bias: bool = True,
         key: jax.Array,
+        dot_general: Callable | None = None,
         init_scale: float = 1.0,
     ) -> MLP:
         """An MLP with ``depth`` hidden layers (``depth == 0`` is a single ``Linear``)."""
@@ -52,8 +53,8 @@ class MLP(eqx.Module):
         Width = hax.Axis(DEFAULT_WIDTH_NAME, width) if isinstance(width, int) else width
         Width2 = Width.alias(Width.name + "2")
         keys = jax.random.split(key, depth + 1)
-        hidden = dict(use_bias=use_bias, out_first=out_first, init_scale=init_scale)
-        final = dict(use_bias=use_final_bias, out_first=out_first, init_scale=init_scale)
+        shared = dict(out_first=out_first, dot_general=dot_general, init_scale=init_scale)
+        hidden, final = dict(use_bias=use_bias, **shared), dict(use_bias=use_final_bias, **shared)
         sizes = [Input] + [Width if i % 2 == 0 else Width2 for i in range(depth)]
         pairs = zip(sizes[:-1], sizes[1:], keys[:-1], strict=True)
         layers = [Linear.init(a, b, key=k, **hidden) for a, b, k in pairs]
