@@ -157,7 +157,7 @@ def test_linear_and_mlp_contract_with_the_given_dot_general():
         calls.append(dimension_numbers)
         return 2 * jax.lax.dot_general(lhs, rhs, dimension_numbers, *args, **kwargs)
 
-    In, Out = hax.Axis("embed", 3), hax.Axis("mlp", 2)
+    In, Out = hax.Axis("embed", 3), hax.Axis("logits", 2)
     key = jax.random.PRNGKey(0)
     plain = hnn.Linear.init(In, Out, key=key, use_bias=False)
     doubled = hnn.Linear.init(In, Out, key=key, use_bias=False, dot_general=doubled_dot_general)
