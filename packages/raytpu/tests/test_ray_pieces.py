@@ -133,6 +133,16 @@ def test_megascale_variables_name_the_coordinator_host_and_port():
     assert (env["MEGASCALE_PORT"], env["MEGASCALE_SLICE_ID"], env["JAX_PROCESS_ID"]) == ("8081", "1", "5")
 
 
+def test_the_jax_coordinator_binds_only_the_address_the_others_dial():
+    kwargs = HostEnv("10.0.0.7:8476", 8, 0, 0, 2, "s0", 0, 4, 0).jax_distributed_kwargs()
+    assert kwargs == {
+        "coordinator_address": "10.0.0.7:8476",
+        "coordinator_bind_address": "10.0.0.7:8476",
+        "num_processes": 8,
+        "process_id": 0,
+    }
+
+
 def _task_error(cause):
     return rex.RayTaskError("fn", "Traceback (most recent call last):\n  boom", cause)
 

@@ -50,9 +50,13 @@ class HostEnv:
     megascale_port: int = DEFAULT_MEGASCALE_PORT
 
     def jax_distributed_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``jax.distributed.initialize`` on this host."""
+        """Keyword arguments for ``jax.distributed.initialize`` on this host.
+
+        The coordinator (process 0) listens only on the address the others dial, not on every interface.
+        """
         return {
             "coordinator_address": self.coordinator_address,
+            "coordinator_bind_address": self.coordinator_address,
             "num_processes": self.num_processes,
             "process_id": self.process_id,
         }

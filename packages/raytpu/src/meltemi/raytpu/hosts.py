@@ -28,10 +28,11 @@ def run_host(fn: Callable[[], Any], environ: Mapping[str, str]) -> Any:
 @ray.remote(max_retries=0, num_cpus=0)
 def coordinator_endpoint() -> str:
     """This host's address and a port that was free a moment ago, for ``jax.distributed``'s coordinator."""
+    address = ray.util.get_node_ip_address()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
+        probe.bind((address, 0))
         port = probe.getsockname()[1]
-    return f"{ray.util.get_node_ip_address()}:{port}"
+    return f"{address}:{port}"
 
 
 def host_task_options(
