@@ -99,13 +99,13 @@ def assert_matches_reference(implementation, problem):
         assert error <= tolerance * scale, f"{name}: max error {error:.3g} vs scale {scale:.3g}"
 
 
-@settings(max_examples=5)
+@settings(max_examples=4)
 @given(attention_problems())
 def test_xla_blockwise_matches_reference(problem):
     assert_matches_reference("xla", problem)
 
 
-@settings(max_examples=4)
+@settings(max_examples=3)
 @given(attention_problems(max_seq=20, head_dims=(8, 16)))
 def test_pallas_interpreted_matches_reference(problem):
     assert_matches_reference("pallas", problem)
