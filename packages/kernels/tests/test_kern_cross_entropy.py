@@ -193,6 +193,26 @@ def test_fused_versions_never_allocate_the_logits():
     assert temp_bytes("pallas") < logits_bytes / 4
 
 
+def test_blockwise_xla_never_copies_a_bfloat16_unembedding_whole():
+    """Compiled bfloat16 forward+backward temp memory stays below one bfloat16 copy of the unembedding.
+
+    XLA's CPU backend has no bfloat16 slicing: unless the blockwise code prevents it, it converts the whole
+    unembedding to float32 once, outside the loop, and keeps a second gradient buffer (50 MiB here).
+    """
+    tokens, embed, vocab = 1024, 256, 32768
+    shapes = (
+        jax.ShapeDtypeStruct((tokens, embed), jnp.bfloat16),
+        jax.ShapeDtypeStruct((embed, vocab), jnp.bfloat16),
+        jax.ShapeDtypeStruct((tokens,), jnp.int32),
+    )
+
+    def loss(h, w, y):
+        return cross_entropy(h, w, y, block_size=1024, implementation="xla", check_finite=False)[0]
+
+    compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(*shapes).compile()
+    assert compiled.memory_analysis().temp_size_in_bytes < embed * vocab * 2
+
+
 def test_pallas_kernels_lower_to_triton_for_cuda():
     config = PallasCrossEntropyConfig(interpret=False)
     shapes = (

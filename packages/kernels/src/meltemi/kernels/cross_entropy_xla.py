@@ -6,9 +6,14 @@ logit per token. The backward (a custom VJP) scans the blocks again, recomputes 
 the block's slice of ``d_unembedding``. Peak extra memory is a few ``[tokens, block]`` buffers.
 
 Every block has the same size: the last one starts at ``vocab - block`` and masks the columns an earlier
-block already covered, so no padded copy of the unembedding is ever made. Each block's columns pass through
-an optimization barrier so that XLA cannot hoist a whole-matrix dtype conversion out of the loop (the CPU
-backend otherwise upcasts all of a bfloat16 unembedding to float32 before the scan).
+block already covered, so no padded copy of the unembedding is ever made. The backward writes those columns'
+gradient again (it depends on the column alone) rather than reading the earlier values back.
+
+Two details keep a bfloat16 unembedding from costing whole-matrix copies on XLA's CPU backend, which has no
+bfloat16 ``dynamic-slice`` and upcasts the slice's entire operand to float32 instead: each block is sliced
+through an optimization barrier that ties the matrix to the loop-varying block start, so loop-invariant code
+motion cannot hoist that 2 GiB (Llama 3 vocabulary) float32 conversion out of the scan; and ``d_unembedding``
+is carried in the unembedding's dtype and only ever written, so it is updated in place.
 """
 
 from __future__ import annotations
@@ -43,20 +48,17 @@ def xla_cross_entropy(
     return _fused(float(z_loss_weight), block, hidden, unembedding, labels.astype(jnp.int32), weights)
 
 
-def _columns(unembedding, i, block):
-    """Where vocabulary block ``i`` starts, its unembedding columns, and which of them are new to it."""
-    start = jnp.minimum(i * block, unembedding.shape[1] - block)
-    columns = lax.optimization_barrier(lax.dynamic_slice_in_dim(unembedding, start, block, axis=1))
-    fresh = start + jnp.arange(block) >= i * block
-    return start, columns, fresh
-
-
 def _block(hidden, unembedding, labels, i, block):
-    """Block ``i``'s start, columns, logits (-inf where not new), label one-hot and freshness."""
-    start, columns, fresh = _columns(unembedding, i, block)
+    """Block ``i``'s start, columns, logits, label one-hot, and which columns no earlier block covered."""
+    start = jnp.minimum(i * block, unembedding.shape[1] - block)
+    # Tie the whole matrix to the loop-varying start: the CPU backend slices bfloat16 by converting the
+    # slice's whole operand to float32, a conversion that would otherwise be hoisted out of the loop.
+    whole, start = lax.optimization_barrier((unembedding, start))
+    columns = lax.dynamic_slice_in_dim(whole, start, block, axis=1)
     logits = jnp.dot(hidden, columns, preferred_element_type=jnp.float32)
-    is_label = fresh[None, :] & (start + jnp.arange(block)[None, :] == labels[:, None])
-    return start, columns, jnp.where(fresh[None, :], logits, -jnp.inf), is_label, fresh
+    is_label = start + jnp.arange(block)[None, :] == labels[:, None]
+    fresh = start + jnp.arange(block) >= i * block
+    return start, columns, logits, is_label, fresh
 
 
 def _forward(block, hidden, unembedding, labels):
@@ -64,7 +66,9 @@ def _forward(block, hidden, unembedding, labels):
 
     def step(carry, i):
         row_max, sum_exp, label_logit = carry
-        _, _, logits, is_label, _ = _block(hidden, unembedding, labels, i, block)
+        _, _, logits, is_label, fresh = _block(hidden, unembedding, labels, i, block)
+        logits = jnp.where(fresh[None, :], logits, -jnp.inf)
+        is_label = is_label & fresh[None, :]
         new_max = jnp.maximum(row_max, logits.max(axis=1))
         sum_exp = sum_exp * jnp.exp(row_max - new_max) + jnp.exp(logits - new_max[:, None]).sum(axis=1)
         label_logit = label_logit + jnp.where(is_label, logits, 0.0).sum(axis=1)
@@ -108,11 +112,12 @@ def _fused_bwd(z_loss_weight, block, residuals, cotangents):
         start, columns, logits, is_label, fresh = _block(hidden, unembedding, labels, i, block)
         d_logits = jnp.exp(logits - lse[:, None]) * d_lse[:, None]
         d_logits = (d_logits - jnp.where(is_label, label_coefficient[:, None], 0.0)).astype(hidden.dtype)
-        d_hidden = d_hidden + jnp.dot(d_logits, columns.T, preferred_element_type=jnp.float32)
-        # Columns an earlier block covered get 0 here; keep the earlier block's values for them.
+        # A column's gradient depends on that column alone, so columns an earlier block covered are simply
+        # written again with the same values (never read back: that would keep a second copy of the
+        # matrix alive); d_hidden must count them once.
+        fresh_columns = jnp.where(fresh[None, :], columns, 0)
+        d_hidden = d_hidden + jnp.dot(d_logits, fresh_columns.T, preferred_element_type=jnp.float32)
         d_columns = jnp.dot(hidden.T, d_logits, preferred_element_type=jnp.float32).astype(unembedding.dtype)
-        previous = lax.dynamic_slice_in_dim(d_unembedding, start, block, axis=1)
-        d_columns = jnp.where(fresh[None, :], d_columns, previous)
         return (d_hidden, lax.dynamic_update_slice_in_dim(d_unembedding, d_columns, start, axis=1)), None
 
     init = (jnp.zeros(hidden.shape, jnp.float32), jnp.zeros_like(unembedding))
