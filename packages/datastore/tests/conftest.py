@@ -1,5 +1,6 @@
 """Shared fixtures for the datastore tests: a small tokenizer, a small corpus, and stores built from them."""
 
+import json
 import os
 from pathlib import Path
 
@@ -32,10 +33,20 @@ def tokenizer_path(tmp_path_factory, stdlib_files) -> str:
 
 @pytest.fixture(scope="session")
 def small_store(tmp_path_factory, stdlib_files, tokenizer_path) -> Path:
-    """A store of 40 stdlib files in small chunks, so reads cross many chunk boundaries."""
+    """A store of 40 stdlib files in small chunks and shards, so reads cross many of both boundaries."""
     out = tmp_path_factory.mktemp("store") / "store"
-    build_store(stdlib_files, tokenizer_path, out, chunk_tokens=1000, progress=False)
+    build_store(stdlib_files, tokenizer_path, out, chunk_tokens=1000, shard_tokens=8000, progress=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def many_docs_store(tmp_path_factory, tokenizer_path) -> Path:
+    """A store of 3,000 short documents: its offsets span three chunks (1,024 entries each)."""
+    root = tmp_path_factory.mktemp("many")
+    lines = (json.dumps({"text": f"def f{i}(x):" + " return x" * (i % 7)}) for i in range(3000))
+    (root / "docs.jsonl").write_text("\n".join(lines) + "\n")
+    build_store(str(root / "docs.jsonl"), tokenizer_path, root / "store", chunk_tokens=64, progress=False)
+    return root / "store"
 
 
 @pytest.fixture

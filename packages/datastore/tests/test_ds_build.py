@@ -1,5 +1,6 @@
 """Building a store: Zarr v3 that zarr-python reads, same bytes for any worker count, resumable, atomic."""
 
+import hashlib
 import json
 import random
 import signal
@@ -17,6 +18,7 @@ from meltemi.datastore import (
     TokenStore,
     build_store,
 )
+from meltemi.datastore.build import content_hash
 from meltemi.datastore.tokenizing import TokenizerInfo
 
 
@@ -24,12 +26,30 @@ from meltemi.datastore.tokenizing import TokenizerInfo
 def test_zarr_python_reads_the_same_tokens_and_offsets(small_store):
     store = TokenStore.open(small_store)
     group = zarr.open(small_store, mode="r")
-    assert sorted(group.array_keys()) == ["offsets", "tokens"]
+    assert sorted(group.array_keys()) == ["offsets", "offsets_index", "tokens"]
     tokens, offsets = group["tokens"], group["offsets"]
     assert tokens.dtype == np.uint16 and offsets.dtype == np.uint64
     assert np.array_equal(tokens[:], store.tokens[:])
-    assert np.array_equal(offsets[:], store.offsets)
+    assert np.array_equal(offsets[:], store.offsets[:])
     assert offsets[0] == 0 and offsets[-1] == store.num_tokens == tokens.shape[0]
+    assert np.array_equal(group["offsets_index"][:], offsets[::1024])
+
+
+def test_zarr_python_and_tensorstore_check_the_chunk_checksums_too(small_store, tmp_path):
+    import shutil
+
+    import tensorstore as ts
+
+    copy = shutil.copytree(small_store, tmp_path / "copy")
+    shard = copy / "tokens" / "c" / "1"
+    data = bytearray(shard.read_bytes())
+    data[5] ^= 0x10
+    shard.write_bytes(bytes(data))
+    with pytest.raises(Exception, match="(?i)checksum|crc"):
+        zarr.open_array(copy / "tokens", mode="r")[8000:8010]
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(copy / "tokens")}}
+    with pytest.raises(ValueError, match="Digest mismatch"):
+        ts.open(spec).result()[8000:8010].read().result()
 
 
 def test_documents_are_the_tokenized_files_in_sorted_order_each_ending_in_eos(
@@ -50,13 +70,26 @@ def test_documents_are_the_tokenized_files_in_sorted_order_each_ending_in_eos(
         assert store.doc(i).tolist() == expected
 
 
-def test_manifest_records_sources_tokenizer_and_chunk_checksums(small_store, tokenizer_path, stdlib_files):
+def test_manifest_records_sources_tokenizer_layout_and_content_hashes(small_store, tokenizer_path):
     manifest = json.loads((small_store / "manifest.json").read_text())
     info = TokenizerInfo.load(tokenizer_path)
-    assert manifest["tokenizer"]["sha256"] == info.sha256 and manifest["format_version"] == 1
+    assert manifest["tokenizer"]["sha256"] == info.sha256 and manifest["format_version"] == 2
     assert all(len(s["sha256"]) == 64 and s["size"] > 0 for s in manifest["sources"])
-    n_chunks = -(-manifest["counts"]["tokens"] // manifest["tokens"]["chunk"])
-    assert len(manifest["tokens"]["checksums"]) == n_chunks
+    store = TokenStore.open(small_store)
+    assert manifest["tokens"] | {"sha256": None} == {
+        "dtype": "uint16",
+        "size": store.num_tokens,
+        "chunk": 1000,
+        "shard": 8000,
+        "sha256": None,
+    }
+    tokens_sha = hashlib.sha256(store.tokens[:].astype("<u2").tobytes()).hexdigest()
+    offsets_sha = hashlib.sha256(store.offsets[:].astype("<u8").tobytes()).hexdigest()
+    assert (manifest["tokens"]["sha256"], manifest["offsets"]["sha256"]) == (tokens_sha, offsets_sha)
+    assert store.content_hash == content_hash(np.uint16, tokens_sha, offsets_sha)
+    shards = sorted((small_store / "tokens" / "c").iterdir(), key=lambda p: int(p.name))
+    assert [p.name for p in shards] == [str(i) for i in range(-(-store.num_tokens // 8000))]
+    assert len(manifest) < 40, "the manifest's size must not grow with the store's"
 
 
 def test_worker_counts_one_and_two_give_byte_identical_stores(
@@ -149,8 +182,16 @@ def test_a_build_killed_at_random_points_resumes_to_the_same_bytes(
 def test_the_chunk_size_changes_the_layout_but_never_the_tokens(tmp_path, stdlib_files, tokenizer_path):
     files = stdlib_files[:6]
     build_store(files, tokenizer_path, tmp_path / "big", progress=False)
-    build_store(files, tokenizer_path, tmp_path / "tiny", chunk_tokens=7, progress=False)
+    build_store(files, tokenizer_path, tmp_path / "tiny", chunk_tokens=7, shard_tokens=21, progress=False)
     big, tiny = TokenStore.open(tmp_path / "big"), TokenStore.open(tmp_path / "tiny")
-    assert tiny.num_tokens > 7 * 64 * 5
-    assert np.array_equal(big.tokens[:], tiny.tokens[:]) and np.array_equal(big.offsets, tiny.offsets)
-    assert len(tiny.manifest["tokens"]["checksums"]) == -(-tiny.num_tokens // 7)
+    assert len(list((tmp_path / "tiny" / "tokens" / "c").iterdir())) == -(-tiny.num_tokens // 21)
+    assert np.array_equal(big.tokens[:], tiny.tokens[:]) and np.array_equal(big.offsets[:], tiny.offsets[:])
+    assert big.content_hash == tiny.content_hash
+    starts = np.array([0, 5, 20, 999, tiny.num_tokens - 50])
+    assert np.array_equal(big.read_ranges(starts, 50), tiny.read_ranges(starts, 50))
+
+
+def test_a_shard_that_is_not_a_multiple_of_the_chunk_is_an_error(tmp_path, stdlib_files, tokenizer_path):
+    with pytest.raises(ValueError, match="multiple of chunk_tokens"):
+        build_store(stdlib_files[:2], tokenizer_path, tmp_path / "s", chunk_tokens=10, shard_tokens=25)
+    assert not (tmp_path / "s").exists()

@@ -60,15 +60,43 @@ def test_sequence_dataset_reassembles_the_token_stream_exactly(store, stream, se
     assert np.array_equal(rows.tokens[:, 1:].reshape(-1), stream[start + 1 : start + count * seq_len + 1])
 
 
+@pytest.fixture(scope="module", params=["small", "many documents"])
+def any_store(request, small_store, many_docs_store) -> TokenStore:
+    return TokenStore.open(small_store if request.param == "small" else many_docs_store)
+
+
 @settings(max_examples=20)
 @given(seq_len=st.integers(1, 700), data=st.data())
-def test_segment_ids_count_documents_from_each_rows_start(store, seq_len, data):
-    dataset = SequenceDataset(store, seq_len)
+def test_segment_ids_count_documents_from_each_rows_start(any_store, seq_len, data):
+    dataset = SequenceDataset(any_store, seq_len)
     indices = np.array(data.draw(st.lists(st.integers(0, len(dataset) - 1), min_size=1, max_size=20)))
     segments = dataset.read(indices).segment_ids
     positions = indices[:, None] * seq_len + np.arange(seq_len + 1)
-    document = np.searchsorted(store.offsets, positions, side="right") - 1
+    document = np.searchsorted(any_store.offsets[:], positions, side="right") - 1
     assert np.array_equal(segments, document - document[:, :1])
+
+
+@settings(max_examples=30)
+@given(length=st.integers(1, 3000), data=st.data())
+def test_windows_list_exactly_the_documents_starting_inside_them(any_store, length, data):
+    length = min(length, any_store.num_tokens)
+    starts = np.array(
+        data.draw(st.lists(st.integers(0, any_store.num_tokens - length), max_size=12)), np.int64
+    )
+    windows = any_store.read_windows(starts, length)
+    offsets = any_store.offsets[:].astype(np.int64)
+    expected = [(row, b - s) for row, s in enumerate(starts.tolist()) for b in offsets if s < b < s + length]
+    found = zip(windows.boundary_rows.tolist(), windows.boundary_positions.tolist(), strict=True)
+    assert list(found) == expected
+    assert np.array_equal(windows.tokens, any_store.read_ranges(starts, length))
+    assert windows.tokens.shape == (len(starts), length)
+
+
+def test_the_many_documents_store_really_spans_several_offset_chunks(many_docs_store):
+    store = TokenStore.open(many_docs_store)
+    assert store.num_docs == 3000 and store.manifest["offsets"]["chunk"] == 1024
+    assert store.offsets[2500] < store.offsets[2501] and len(store.offsets) == 3001
+    assert store.doc(2999).size == store.offsets[3000] - store.offsets[2999]
 
 
 def test_sequence_indices_outside_the_dataset_are_errors(store):
@@ -95,41 +123,79 @@ def copy(small_store, tmp_path):
     return shutil.copytree(small_store, tmp_path / "copy")
 
 
-def test_a_corrupted_chunk_is_an_error_naming_file_and_chunk(copy):
-    chunk_file = copy / "tokens" / "c" / "3"
-    data = bytearray(chunk_file.read_bytes())
-    data[10] ^= 0xFF
-    chunk_file.write_bytes(bytes(data))
+CHUNK_BYTES = 1000 * 2 + 4  # the small store's chunks: 1,000 uint16 tokens, then a CRC-32C
+
+
+def flip(path, position: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[position] ^= 0x20
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["values", "checksum"])
+def test_a_corrupted_chunk_is_an_error_naming_file_and_chunk(copy, where):
+    flip(copy / "tokens" / "c" / "1", 2 * CHUNK_BYTES + (10 if where == "values" else CHUNK_BYTES - 2))
     store = TokenStore.open(copy)
-    assert store.tokens[0:100] is not None
-    with pytest.raises(IntegrityError, match=r"tokens/c/3: chunk 3 of 'tokens' is corrupted"):
-        store.tokens[2500:3500]
-    with pytest.raises(IntegrityError, match="chunk 3"):
-        SequenceDataset(store, 1000).read(np.array([3]))
+    assert len(store.tokens[0:100]) == 100 and len(store.tokens[11_000:12_000]) == 1000
+    message = r"tokens/c/1: chunk 10 of 'tokens' \(chunk 2 of this shard\) is corrupted"
+    with pytest.raises(IntegrityError, match=message):
+        store.tokens[10_500:10_600]
+    with pytest.raises(IntegrityError, match="chunk 10 of 'tokens'"):
+        SequenceDataset(store, 1000).read(np.array([3, 10]))
     unchecked = TokenStore.open(copy, verify=False)
-    assert len(unchecked.tokens[3000:3010]) == 10
+    assert len(unchecked.tokens[10_000:10_010]) == 10
 
 
-def test_a_missing_chunk_is_an_error_naming_it(copy):
+def test_a_missing_shard_is_an_error_naming_it(copy):
     (copy / "tokens" / "c" / "1").unlink()
-    with pytest.raises(IntegrityError, match=r"tokens/c/1: chunk 1 of 'tokens' is missing"):
-        TokenStore.open(copy).tokens[:]
+    store = TokenStore.open(copy)
+    assert len(store.tokens[:8000]) == 8000
+    with pytest.raises(
+        IntegrityError, match=r"tokens/c/1: chunks 8..15 of 'tokens' cannot be read \(the file"
+    ):
+        store.tokens[:]
 
 
-def test_a_truncated_chunk_is_an_error_naming_it(copy):
-    chunk_file = copy / "tokens" / "c" / "2"
-    chunk_file.write_bytes(chunk_file.read_bytes()[:7])
-    with pytest.raises(IntegrityError, match=r"tokens/c/2"):
-        TokenStore.open(copy).tokens[1500:2500]
+def test_a_truncated_shard_is_an_error_naming_the_chunk(copy):
+    shard = copy / "tokens" / "c" / "2"
+    shard.write_bytes(shard.read_bytes()[: 3 * CHUNK_BYTES + 7])
+    store = TokenStore.open(copy)
+    assert len(store.tokens[16_000:19_000]) == 3000
+    with pytest.raises(IntegrityError, match=r"tokens/c/2: chunk 19 of 'tokens' is truncated"):
+        store.tokens[16_500:19_500]
 
 
-def test_corrupted_offsets_are_caught_on_open(copy):
-    chunk_file = copy / "offsets" / "c" / "0"
-    data = bytearray(chunk_file.read_bytes())
-    data[9] ^= 0x01
-    chunk_file.write_bytes(bytes(data))
+def test_corrupted_offsets_are_errors_when_read(copy):
+    flip(copy / "offsets" / "c" / "0", 9)
+    store = TokenStore.open(copy)
+    with pytest.raises(IntegrityError, match=r"offsets/c/0: chunk 0 of 'offsets'"):
+        store.doc(0)
     with pytest.raises(IntegrityError, match=r"offsets/c/0"):
+        SequenceDataset(store, 100).read(np.array([0]))
+
+
+def test_a_corrupted_offsets_index_is_caught_on_open(copy):
+    flip(copy / "offsets_index" / "c" / "0", 3)
+    with pytest.raises(IntegrityError, match=r"offsets_index/c/0: chunk 0 of 'offsets_index'"):
         TokenStore.open(copy)
+
+
+def test_a_store_named_by_url_is_read_through_tensorstore(small_store, copy, store):
+    remote = TokenStore.open(small_store.resolve().as_uri())
+    assert type(remote._tokens.files).__name__ == "TensorStoreFiles"
+    starts = np.array([0, 7_999, 123_456, store.num_tokens - 4097])
+    local_windows, remote_windows = store.read_windows(starts, 4097), remote.read_windows(starts, 4097)
+    for field in ("tokens", "boundary_rows", "boundary_positions"):
+        assert np.array_equal(getattr(local_windows, field), getattr(remote_windows, field))
+    assert np.array_equal(remote.doc(7), store.doc(7)) and remote.content_hash == store.content_hash
+    flip(copy / "tokens" / "c" / "1", 10)
+    with pytest.raises(IntegrityError, match=r"file://.*tokens/c/1: chunk 8 of 'tokens'"):
+        TokenStore.open(copy.resolve().as_uri()).tokens[8000:8001]
+    (copy / "tokens" / "c" / "2").unlink()
+    with pytest.raises(IntegrityError, match=r"tokens/c/2: chunk 16 of 'tokens' cannot be read"):
+        TokenStore.open(copy.resolve().as_uri(), verify=False).tokens[16_000:16_001]
+    with pytest.raises(DatastoreError, match="no manifest.json"):
+        TokenStore.open((copy / "tokens").resolve().as_uri())
 
 
 def test_opening_something_that_is_not_a_store_says_so(tmp_path, copy):
@@ -155,8 +221,21 @@ def test_an_expected_tokenizer_that_is_neither_file_nor_hash_is_an_error(small_s
         (lambda m: "[1, 2]", "not a JSON object"),
         (lambda m: json.dumps(m | {"counts": {"documents": 3}}), r"counts\.tokens is missing"),
         (
-            lambda m: json.dumps(m | {"tokens": m["tokens"] | {"checksums": m["tokens"]["checksums"][:-1]}}),
-            r"checksums for the \d+ chunks of 'tokens'",
+            lambda m: json.dumps(m | {"tokens": m["tokens"] | {"shard": "big"}}),
+            r"tokens\.shard is missing or",
+        ),
+        (
+            lambda m: json.dumps(m | {"tokens": m["tokens"] | {"size": 12}}),
+            r"tokens\.size is 12 but the counts imply",
+        ),
+        (
+            lambda m: json.dumps(m | {"tokens": m["tokens"] | {"chunk": 500}}),
+            r"'tokens' is not the array the manifest describes: its chunk is \[1000\], "
+            r"the manifest says \[500\]",
+        ),
+        (
+            lambda m: json.dumps(m | {"tokens": m["tokens"] | {"chunk": 3000}}),
+            r"the layout of 'tokens' is invalid \(a shard \(8000\) must be a positive multiple",
         ),
     ],
 )

@@ -5,6 +5,7 @@ tokenizes each unit into a part file (in N processes), then assembles the parts,
 Zarr arrays and writes `manifest.json` last. A killed build, run again, skips the parts it has.
 """
 
+import hashlib
 import multiprocessing
 import os
 import shlex
@@ -24,13 +25,16 @@ from meltemi.datastore.errors import DatastoreError, EmptyCorpusError, SourceCha
 from meltemi.datastore.layout import (
     BUILD_DIR,
     DEFAULT_CHUNK_TOKENS,
+    DEFAULT_SHARD_TOKENS,
     FORMAT_VERSION,
     GROUP,
     MANIFEST,
     OFFSETS,
     OFFSETS_CHUNK,
+    OFFSETS_INDEX,
+    OFFSETS_SHARD,
     TOKENS,
-    chunk_checksums,
+    ShardLayout,
     create_array,
     group_metadata,
     read_json,
@@ -42,8 +46,8 @@ from meltemi.datastore.sources import Piece, Source, describe_source, redact, re
 from meltemi.datastore.tokenizing import TokenizerInfo, part_paths, quiet_worker, tokenize_unit
 
 UNIT_BYTES = 4 << 20
-WRITE_CHUNKS = 64
-MAX_PENDING_WRITES = 4  # slabs of WRITE_CHUNKS chunks in flight, so memory stays bounded
+WRITE_SHARDS = 1
+MAX_PENDING_WRITES = 4  # writes of WRITE_SHARDS shards in flight, so memory stays bounded
 PLAN = "plan.json"
 
 
@@ -81,6 +85,7 @@ def build_store(
     eos_token: str | None = None,
     overwrite: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    shard_tokens: int | None = None,
     unit_bytes: int = UNIT_BYTES,
     progress: bool = True,
 ) -> BuildReport:
@@ -89,6 +94,9 @@ def build_store(
     Work is split into units of about `unit_bytes` of input, tokenized by `workers` processes (call it under
     `if __name__ == "__main__":` when `workers > 1`, as multiprocessing requires); a killed build loses at
     most the units in flight. A progress bar is drawn on stderr when it is a terminal and `progress` is set.
+    Tokens are stored in shard files of `shard_tokens` (by default the multiple of `chunk_tokens` nearest
+    below 1M), each a run of `chunk_tokens`-long chunks with a checksum each: a reader reads and checks
+    whole chunks, so small chunks waste little on short random reads.
 
     >>> import pathlib, tempfile
     >>> from meltemi.datastore import corpora
@@ -107,10 +115,22 @@ def build_store(
         raise ValueError(f"workers must be at least 1, got {workers}")
     if chunk_tokens < 1 or unit_bytes < 1:
         raise ValueError(f"chunk_tokens and unit_bytes must be positive, got {chunk_tokens}, {unit_bytes}")
+    if shard_tokens is None:
+        shard_tokens = chunk_tokens * max(1, DEFAULT_SHARD_TOKENS // chunk_tokens)
+    if shard_tokens < chunk_tokens or shard_tokens % chunk_tokens:
+        raise ValueError(
+            f"shard_tokens must be a positive multiple of chunk_tokens ({chunk_tokens}), got {shard_tokens}"
+        )
     info = TokenizerInfo.load(tokenizer, eos=eos, eos_token=eos_token)
     urls = resolve_inputs([os.fspath(i) for i in inputs])
     sources = [describe_source(url, split_bytes=unit_bytes) for url in urls]
-    options = {"text_field": text_field, "eos": eos, "chunk_tokens": chunk_tokens, "unit_bytes": unit_bytes}
+    options = {
+        "text_field": text_field,
+        "eos": eos,
+        "chunk_tokens": chunk_tokens,
+        "shard_tokens": shard_tokens,
+        "unit_bytes": unit_bytes,
+    }
     command = _command(inputs, tokenizer, out, workers, eos_token, options)
     plan = _plan(info, sources, options, command)
     _prepare_directory(out, plan, overwrite)
@@ -139,6 +159,12 @@ def _command(inputs, tokenizer, out, workers: int, eos_token: str | None, option
         []
         if options["chunk_tokens"] == DEFAULT_CHUNK_TOKENS
         else ["--chunk-tokens", str(options["chunk_tokens"])]
+    )
+    words += (
+        []
+        if options["shard_tokens"]
+        == options["chunk_tokens"] * max(1, DEFAULT_SHARD_TOKENS // options["chunk_tokens"])
+        else ["--shard-tokens", str(options["shard_tokens"])]
     )
     words += [] if options["unit_bytes"] == UNIT_BYTES else ["--unit-bytes", str(options["unit_bytes"])]
     return shlex.join(words)
@@ -194,7 +220,7 @@ def _prepare_directory(out: Path, plan: dict, overwrite: bool) -> None:
             if (out / MANIFEST).exists():
                 shutil.rmtree(out / BUILD_DIR, ignore_errors=True)
             return
-    for name in (MANIFEST, GROUP, TOKENS, OFFSETS, BUILD_DIR):
+    for name in (MANIFEST, GROUP, TOKENS, OFFSETS, OFFSETS_INDEX, BUILD_DIR):
         path = out / name
         if path.is_dir():
             shutil.rmtree(path)
@@ -274,61 +300,108 @@ def _tokenize(build_dir, plan, sources, info, text_field, workers, progress) -> 
 def _assemble(
     out: Path, plan: dict, info: TokenizerInfo, summaries: list[dict], counts: dict, progress
 ) -> None:
-    """Concatenate the parts into `tokens` and `offsets`, checksum every chunk, then commit the manifest."""
+    """Stream the parts, in unit order, into `tokens`, `offsets` and `offsets_index`, then commit."""
     build_dir = out / BUILD_DIR
-    chunk = plan["options"]["chunk_tokens"]
-    dtype = token_dtype(info.vocab_size)
+    options = plan["options"]
     total_tokens = sum(s["tokens"] for s in summaries)
-    tokens_array = create_array(out, TOKENS, total_tokens, dtype, chunk)
-    slab = chunk * WRITE_CHUNKS
-    buffer, written, checksums, writes, lengths = [], 0, [], deque(), []
+    total_docs = sum(s["documents"] for s in summaries)
+    layouts = {
+        TOKENS: ShardLayout(
+            total_tokens, token_dtype(info.vocab_size), options["chunk_tokens"], options["shard_tokens"]
+        ),
+        OFFSETS: ShardLayout(total_docs + 1, np.dtype(np.uint64), OFFSETS_CHUNK, OFFSETS_SHARD),
+        OFFSETS_INDEX: ShardLayout(
+            -(-(total_docs + 1) // OFFSETS_CHUNK), np.dtype(np.uint64), OFFSETS_CHUNK, OFFSETS_SHARD
+        ),
+    }
+    writers = {name: _ArrayWriter(out, name, layout) for name, layout in layouts.items()}
+    writers[OFFSETS].append(np.zeros(1, np.uint64))
+    writers[OFFSETS_INDEX].append(np.zeros(1, np.uint64))
+    position, documents = 0, 1
     with ProgressBar(len(summaries), "assembling", enabled=progress) as bar:
         for unit, summary in enumerate(summaries):
             tokens_path, lengths_path, _ = part_paths(build_dir, unit)
-            buffer.append(np.load(tokens_path, allow_pickle=False))
-            lengths.append(np.load(lengths_path, allow_pickle=False))
-            pending = np.concatenate(buffer)
-            full = len(pending) // slab * slab
-            if full:
-                writes.append(tokens_array[written : written + full].write(pending[:full]))
-                while len(writes) > MAX_PENDING_WRITES:
-                    writes.popleft().result()
-                checksums += chunk_checksums(pending[:full], chunk)
-                written += full
-            buffer = [pending[full:]]
+            writers[TOKENS].append(np.load(tokens_path, allow_pickle=False))
+            offsets = position + np.cumsum(np.load(lengths_path, allow_pickle=False), dtype=np.uint64)
+            writers[OFFSETS].append(offsets)
+            writers[OFFSETS_INDEX].append(offsets[-documents % OFFSETS_CHUNK :: OFFSETS_CHUNK])
+            position, documents = int(offsets[-1]) if offsets.size else position, documents + offsets.size
             bar.advance(1, summary["documents"], summary["tokens"])
-    tail = np.concatenate(buffer)
-    writes.append(tokens_array[written : written + len(tail)].write(tail))
-    checksums += chunk_checksums(tail, chunk)
-    offsets = np.concatenate([np.zeros(1, np.uint64), np.cumsum(np.concatenate(lengths), dtype=np.uint64)])
-    writes.append(
-        create_array(out, OFFSETS, len(offsets), np.dtype(np.uint64), OFFSETS_CHUNK)[:].write(offsets)
-    )
-    for write in writes:
-        write.result()
+    digests = {name: writer.finish() for name, writer in writers.items()}
+    for name, layout in layouts.items():
+        _check_shards(out, name, layout)
     manifest = {key: plan[key] for key in ("format_version", "tokenizer", "options", "sources")}
-    manifest["counts"] = {"documents": len(offsets) - 1, "tokens": total_tokens} | counts
-    manifest[TOKENS] = {"dtype": dtype.name, "chunk": chunk, "checksums": checksums}
-    manifest[OFFSETS] = {
-        "dtype": "uint64",
-        "chunk": OFFSETS_CHUNK,
-        "checksums": chunk_checksums(offsets, OFFSETS_CHUNK),
-    }
+    manifest["counts"] = {"documents": total_docs, "tokens": total_tokens} | counts
+    for name, layout in layouts.items():
+        manifest[name] = layout.describe() | {"sha256": digests[name]}
+    manifest["content_sha256"] = content_hash(layouts[TOKENS].dtype, digests[TOKENS], digests[OFFSETS])
+    manifest["checksums"] = "CRC-32C of every chunk, after its values (Zarr v3 crc32c codec)"
     write_json_atomically(out / GROUP, group_metadata())
-    _sync_tree(out)
     write_json_atomically(out / MANIFEST, manifest)
     shutil.rmtree(build_dir)
 
 
-def _sync_tree(out: Path) -> None:
-    """Flush the arrays' files to disk before the manifest makes them visible."""
-    if sys.platform != "linux":
-        return
-    for array in (TOKENS, OFFSETS):
-        for root, _, files in os.walk(out / array):
-            for name in files:
-                fd = os.open(os.path.join(root, name), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+def content_hash(dtype: np.dtype, tokens_sha256: str, offsets_sha256: str) -> str:
+    """SHA-256 naming a store's contents: its token dtype and the SHA-256s of its tokens and offsets."""
+    return hashlib.sha256(f"{np.dtype(dtype).name}:{tokens_sha256}:{offsets_sha256}".encode()).hexdigest()
+
+
+class _ArrayWriter:
+    """Writes a sharded array in order, a whole number of shards at a time, hashing the values written."""
+
+    def __init__(self, out: Path, name: str, layout: ShardLayout):
+        self.name, self.layout = name, layout
+        self.array = create_array(out, name, layout)
+        self.pending: list[np.ndarray] = []
+        self.buffered = self.written = 0
+        self.writes: deque = deque()
+        self.sha256 = hashlib.sha256()
+
+    def append(self, values: np.ndarray) -> None:
+        self.pending.append(values)
+        self.buffered += len(values)
+        if self.buffered >= self.layout.shard * WRITE_SHARDS:
+            self._write(final=False)
+
+    def _write(self, final: bool) -> None:
+        data = np.concatenate(self.pending).astype(self.layout.dtype.newbyteorder("<"), copy=False)
+        count = len(data) if final else len(data) // self.layout.shard * self.layout.shard
+        if count:
+            self.writes.append(self.array[self.written : self.written + count].write(data[:count]))
+            self.sha256.update(memoryview(np.ascontiguousarray(data[:count])).cast("B"))
+            while len(self.writes) > MAX_PENDING_WRITES:
+                self.writes.popleft().result()
+        self.pending, self.buffered, self.written = [data[count:]], len(data) - count, self.written + count
+
+    def finish(self) -> str:
+        """Write what is left, wait for every write, and give the SHA-256 of all the values."""
+        self._write(final=True)
+        while self.writes:
+            self.writes.popleft().result()
+        if self.written != self.layout.size:
+            raise DatastoreError(
+                f"{self.name}: assembled {self.written} values, expected {self.layout.size}; "
+                "the build's parts are inconsistent, rerun with --overwrite"
+            )
+        return self.sha256.hexdigest()
+
+
+def _check_shards(out: Path, name: str, layout: ShardLayout) -> None:
+    """Flush each shard to disk and check it holds its chunks densely and in order, as readers assume."""
+    for shard in range(layout.num_shards):
+        path = out / name / layout.shard_key(shard)
+        index = layout.index_bytes(shard)
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(descriptor).st_size
+            tail = os.pread(descriptor, len(index), size - len(index)) if size >= len(index) else b""
+            if sys.platform == "linux":
+                os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        if size != layout.shard_file_size(shard) or tail != index:
+            raise DatastoreError(
+                f"{path}: TensorStore wrote shard {shard} of {name!r} in a layout this library does not "
+                f"read ({size} bytes, expected {layout.shard_file_size(shard)} with every chunk in order); "
+                "please report this with your tensorstore version"
+            )

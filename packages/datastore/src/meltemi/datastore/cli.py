@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from meltemi.datastore.build import UNIT_BYTES, build_store
 from meltemi.datastore.errors import DatastoreError
-from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS
+from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS, DEFAULT_SHARD_TOKENS
 from meltemi.datastore.store import TokenStore
 
 
@@ -27,7 +27,15 @@ def _parser() -> argparse.ArgumentParser:
         "--eos-token", default=None, help="the EOS token's text (default: found in the tokenizer)"
     )
     build.add_argument("--overwrite", action="store_true", help="rebuild even if the inputs changed")
-    build.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS, help="tokens per Zarr chunk")
+    build.add_argument(
+        "--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS, help="tokens per checksummed chunk"
+    )
+    build.add_argument(
+        "--shard-tokens",
+        type=int,
+        default=DEFAULT_SHARD_TOKENS,
+        help="tokens per shard file (chunks' multiple)",
+    )
     build.add_argument("--unit-bytes", type=int, default=UNIT_BYTES, help="input bytes per unit of work")
     info = commands.add_parser("info", help="print a store's counts and tokenizer, verifying its offsets")
     info.add_argument("store", metavar="DIR")
@@ -48,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 eos_token=args.eos_token,
                 overwrite=args.overwrite,
                 chunk_tokens=args.chunk_tokens,
+                shard_tokens=args.shard_tokens,
                 unit_bytes=args.unit_bytes,
             )
             print(report.summary())

@@ -1,29 +1,45 @@
-"""The on-disk token store format: Zarr v3 arrays written through TensorStore, and a JSON manifest.
+"""The on-disk token store format: sharded Zarr v3 arrays written through TensorStore, and a JSON manifest.
 
-A store is a Zarr v3 group (a directory with `zarr.json`) holding `tokens/` (1-D, uint16 or uint32),
-`offsets/` (uint64 document boundaries, `num_docs + 1` entries from 0) and `manifest.json`. The manifest
-is written last, atomically, so its presence is what makes a store complete; a build in progress keeps its
-state in `.build/`.
+A store is a Zarr v3 group (a directory with `zarr.json`) holding three 1-D arrays and `manifest.json`:
+`tokens` (uint16 or uint32), `offsets` (uint64 document boundaries, `num_docs + 1` entries from 0) and
+`offsets_index` (every `chunk`-th entry of `offsets`, small enough to hold in memory, so that a reader
+finds the document boundaries near any token by reading one chunk of `offsets`).
+
+Each array is stored in shards (one file per `shard` elements, under `c/<n>`) of uncompressed inner chunks
+of `chunk` elements, each followed by its CRC-32C (Zarr's `crc32c` codec), then the shard index (also
+CRC-32C checked). The builder checks that every shard holds its chunks densely and in order, so a reader
+finds chunk `j` of a shard at byte `j * (chunk * itemsize + 4)` and reads any run of chunks with one
+ranged read; `zarr.open` and TensorStore read the same arrays through the standard codecs.
+
+The manifest is written last, atomically, so its presence is what makes a store complete; a build in
+progress keeps its state in `.build/`.
 """
 
 import hashlib
 import json
 import os
-import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import google_crc32c
 import numpy as np
 import tensorstore as ts
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 GROUP = "zarr.json"
 BUILD_DIR = ".build"
 TOKENS = "tokens"
 OFFSETS = "offsets"
-DEFAULT_CHUNK_TOKENS = 1 << 14
-OFFSETS_CHUNK = 1 << 16
+OFFSETS_INDEX = "offsets_index"
+ARRAYS = (TOKENS, OFFSETS, OFFSETS_INDEX)
+DEFAULT_CHUNK_TOKENS = 1 << 10
+DEFAULT_SHARD_TOKENS = 1 << 20
+OFFSETS_CHUNK = 1 << 10
+OFFSETS_SHARD = 1 << 17
+CHECKSUM_BYTES = 4
+MISSING = (1 << 64) - 1  # a shard index entry for a chunk that was never written
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -31,21 +47,119 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
-def crc32_per_chunk(values: np.ndarray, chunk: int) -> np.ndarray:
-    """CRC-32 of the little-endian bytes of each `chunk`-long piece of a 1-D array (the last may be short)."""
-    data = memoryview(np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))).cast("B")
-    step = chunk * values.dtype.itemsize
-    return np.fromiter((zlib.crc32(data[a : a + step]) for a in range(0, len(data), step)), np.uint32)
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), the checksum Zarr's `crc32c` codec appends to each chunk."""
+    return google_crc32c.value(data)
 
 
-def chunk_checksums(values: np.ndarray, chunk: int) -> list[str]:
-    """The manifest's checksums of every chunk of a 1-D array, as 8 hex digits each."""
-    return [f"{crc:08x}" for crc in crc32_per_chunk(values, chunk).tolist()]
+@dataclass(frozen=True)
+class ShardLayout:
+    """Where each element of a sharded 1-D array lives: shard file, chunk, and byte position."""
 
+    size: int
+    dtype: np.dtype
+    chunk: int
+    shard: int
 
-def chunk_file(root: str | os.PathLike, array: str, chunk_index: int) -> str:
-    """The file that holds one chunk, under Zarr v3's default chunk key encoding."""
-    return os.path.join(os.fspath(root), array, "c", str(chunk_index))
+    def __post_init__(self):
+        if self.chunk < 1 or self.shard < self.chunk or self.shard % self.chunk:
+            raise ValueError(
+                f"a shard ({self.shard}) must be a positive multiple of the chunk ({self.chunk})"
+            )
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Bytes one chunk takes in a shard: its values, then their CRC-32C."""
+        return self.chunk * self.dtype.itemsize + CHECKSUM_BYTES
+
+    @property
+    def chunks_per_shard(self) -> int:
+        return self.shard // self.chunk
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-self.size // self.chunk)
+
+    @property
+    def num_shards(self) -> int:
+        return -(-self.size // self.shard)
+
+    def shard_key(self, shard: int) -> str:
+        """The shard's file, relative to the array (Zarr v3's default chunk key encoding)."""
+        return f"c/{shard}"
+
+    def chunks_in_shard(self, shard: int) -> int:
+        return min(self.chunks_per_shard, self.num_chunks - shard * self.chunks_per_shard)
+
+    def index_bytes(self, shard: int) -> bytes:
+        """The shard index the builder writes: every chunk present, densely, in order, then its CRC-32C."""
+        present = self.chunks_in_shard(shard)
+        entries = np.full((self.chunks_per_shard, 2), MISSING, "<u8")
+        entries[:present, 0] = np.arange(present) * self.chunk_bytes
+        entries[:present, 1] = self.chunk_bytes
+        body = entries.tobytes()
+        return body + crc32c(body).to_bytes(CHECKSUM_BYTES, "little")
+
+    def shard_file_size(self, shard: int) -> int:
+        return self.chunks_in_shard(shard) * self.chunk_bytes + 16 * self.chunks_per_shard + CHECKSUM_BYTES
+
+    def metadata(self) -> dict[str, Any]:
+        """The array's Zarr v3 metadata, as TensorStore is asked to create it."""
+        little = {"name": "bytes", "configuration": {"endian": "little"}}
+        sharding = {
+            "chunk_shape": [self.chunk],
+            "codecs": [little, {"name": "crc32c"}],
+            "index_codecs": [little, {"name": "crc32c"}],
+            "index_location": "end",
+        }
+        return {
+            "shape": [self.size],
+            "data_type": self.dtype.name,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [self.shard]}},
+            "chunk_key_encoding": {"name": "default"},
+            "codecs": [{"name": "sharding_indexed", "configuration": sharding}],
+            "fill_value": 0,
+        }
+
+    def mismatch(self, zarr_json: dict[str, Any]) -> str | None:
+        """How an array's `zarr.json` differs from this layout, in words (None when it matches)."""
+        try:
+            (codec,) = zarr_json["codecs"]
+            inner = codec["configuration"]
+            found = {
+                "shape": zarr_json["shape"],
+                "data_type": zarr_json["data_type"],
+                "shard": zarr_json["chunk_grid"]["configuration"]["chunk_shape"],
+                "codec": codec["name"],
+                "chunk": inner["chunk_shape"],
+                "chunk codecs": [c["name"] for c in inner["codecs"]],
+                "endian": inner["codecs"][0].get("configuration", {}).get("endian"),
+                "index": inner.get("index_location", "end"),
+            }
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            return f"its metadata lacks a field ({e!r})"
+        expected = {
+            "shape": [self.size],
+            "data_type": self.dtype.name,
+            "shard": [self.shard],
+            "codec": "sharding_indexed",
+            "chunk": [self.chunk],
+            "chunk codecs": ["bytes", "crc32c"],
+            "endian": "little",
+            "index": "end",
+        }
+        for key, value in expected.items():
+            if found[key] != value:
+                return f"its {key} is {found[key]}, the manifest says {value}"
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's record of the array's layout."""
+        return {"dtype": self.dtype.name, "size": self.size, "chunk": self.chunk, "shard": self.shard}
+
+    @classmethod
+    def from_manifest(cls, entry: dict[str, Any]) -> "ShardLayout":
+        return cls(int(entry["size"]), np.dtype(entry["dtype"]), int(entry["chunk"]), int(entry["shard"]))
 
 
 def array_spec(root: str | os.PathLike, array: str) -> dict[str, Any]:
@@ -53,25 +167,15 @@ def array_spec(root: str | os.PathLike, array: str) -> dict[str, Any]:
     return {"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(os.fspath(root), array)}}
 
 
-def create_array(
-    root: str | os.PathLike, array: str, size: int, dtype: np.dtype, chunk: int
-) -> ts.TensorStore:
-    """Create (replacing any old one) an uncompressed 1-D Zarr v3 array: chunk reads are plain copies."""
-    metadata = {
-        "shape": [size],
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunk]}},
-        "chunk_key_encoding": {"name": "default"},
-        "data_type": np.dtype(dtype).name,
-        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
-        "fill_value": 0,
+def create_array(root: str | os.PathLike, array: str, layout: ShardLayout) -> ts.TensorStore:
+    """Create (replacing any old one) a sharded array; chunks equal to the fill value are stored too."""
+    spec = array_spec(root, array) | {
+        "metadata": layout.metadata(),
+        "create": True,
+        "delete_existing": True,
+        "store_data_equal_to_fill_value": True,
     }
-    spec = array_spec(root, array) | {"metadata": metadata, "create": True, "delete_existing": True}
     return ts.open(spec).result()
-
-
-def open_array(root: str | os.PathLike, array: str) -> ts.TensorStore:
-    """Open one of the store's arrays for reading, without a chunk cache (reads always hit storage)."""
-    return ts.open(array_spec(root, array) | {"open": True}, read=True).result()
 
 
 def group_metadata() -> dict[str, Any]:

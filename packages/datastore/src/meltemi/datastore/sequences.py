@@ -65,18 +65,27 @@ class SequenceDataset:
                 f"(seq_len {self.seq_len} over {self.store.num_tokens} tokens)"
             )
         starts = indices * self.seq_len
-        tokens = self.store.read_ranges(starts, self.seq_len + 1)
-        return Rows(tokens, self.segment_ids(starts), np.zeros(len(indices), np.int32))
+        windows = self.store.read_windows(starts, self.seq_len + 1)
+        segment_ids = segment_ids_from_boundaries(
+            len(starts), self.seq_len + 1, windows.boundary_rows, windows.boundary_positions
+        )
+        return Rows(windows.tokens, segment_ids, np.zeros(len(indices), np.int32))
 
-    def segment_ids(self, starts: np.ndarray) -> np.ndarray:
-        """Document index within each row, for rows of `seq_len + 1` tokens starting at `starts`."""
-        width = self.seq_len + 1
-        offsets = self.store.offsets
-        first = np.searchsorted(offsets, starts, side="right")
-        last = np.searchsorted(offsets, starts + width - 1, side="right")
-        counts = last - first
-        rows = np.repeat(np.arange(len(starts)), counts)
-        boundary = offsets[np.repeat(first, counts) + ragged_arange(counts)] - np.repeat(starts, counts)
-        steps = np.zeros((len(starts), width), np.int32)
-        np.add.at(steps, (rows, boundary), 1)
-        return np.cumsum(steps, axis=1, dtype=np.int32)
+
+def segment_ids_from_boundaries(rows: int, width: int, boundary_rows, boundary_positions) -> np.ndarray:
+    """Document index within each row: 0 from the row's first token, +1 at each boundary (in order).
+
+    >>> segment_ids_from_boundaries(2, 4, np.array([0, 1, 1]), np.array([2, 1, 3])).tolist()
+    [[0, 0, 1, 1], [0, 1, 1, 2]]
+    """
+    per_row = np.bincount(boundary_rows, minlength=rows)
+    pieces = per_row + 1
+    last_piece = np.cumsum(pieces) - 1
+    ends = np.full(int(pieces.sum()), width, np.int64)
+    is_boundary = np.ones(len(ends), bool)
+    is_boundary[last_piece] = False
+    ends[is_boundary] = boundary_positions
+    begins = np.roll(ends, 1)
+    begins[last_piece - per_row] = 0
+    ids = ragged_arange(pieces).astype(np.int32)
+    return np.repeat(ids, ends - begins).reshape(rows, width)

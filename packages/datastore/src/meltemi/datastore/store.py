@@ -1,13 +1,13 @@
-"""Read a token store: document and token access, with every chunk read checked against its checksum.
+"""Read a token store: documents, token ranges and document boundaries, every chunk read checked.
 
-Reads are coalesced: a request for many token ranges reads each needed chunk once, in runs of adjacent
-chunks, all issued to TensorStore before any is awaited.
+A read of many token ranges (a batch of sequences) reads each needed chunk once, adjacent chunks as one
+range, and issues the token reads and the reads of the document boundaries they need together.
 """
 
-import functools
+import json
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,108 +19,27 @@ from meltemi.datastore.errors import (
     IntegrityError,
     TokenizerMismatchError,
 )
+from meltemi.datastore.files import StoreFiles, is_url, open_files
 from meltemi.datastore.layout import (
+    ARRAYS,
     BUILD_DIR,
     FORMAT_VERSION,
     MANIFEST,
     OFFSETS,
+    OFFSETS_INDEX,
     TOKENS,
+    ShardLayout,
     canonical_tokenizer_hash,
-    chunk_file,
-    crc32_per_chunk,
-    open_array,
-    read_json,
 )
+from meltemi.datastore.shards import ShardedArray
 
 _HEX_HASH = re.compile(r"[0-9a-f]{64}")
 
 
-@functools.cache
-def _checksum_pool() -> ThreadPoolExecutor:
-    """Threads that checksum chunks while others are still being read (zlib releases the GIL)."""
-    return ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="meltemi-checksum")
+class Slicer:
+    """`store.tokens[a:b]`, `store.offsets[i]`: an array's elements by index or slice (step 1)."""
 
-
-class _ChunkedArray:
-    """One of the store's arrays with its chunk size and the manifest's checksum of every chunk."""
-
-    def __init__(self, root: Path, name: str, size: int, chunk: int, checksums: list[str], verify: bool):
-        self.root, self.name, self.size, self.chunk = root, name, size, chunk
-        self.checksums = np.array([int(c, 16) for c in checksums], np.uint32)
-        chunks = -(-size // chunk)
-        if len(self.checksums) != chunks:
-            raise DatastoreError(
-                f"{root / MANIFEST}: lists {len(self.checksums)} checksums for the {chunks} chunks "
-                f"of {name!r}; the manifest is damaged"
-            )
-        self.verify = verify
-        try:
-            self.array = open_array(root, name)
-        except ValueError as e:
-            raise IntegrityError(
-                f"{root / name / 'zarr.json'}: the array's metadata cannot be read ({e})"
-            ) from None
-
-    def read_chunks(self, chunks: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Read the sorted, distinct `chunks` in runs of adjacent ones, all at once, and check each chunk.
-
-        Returns each run's first chunk and its data (no copy joins them: callers slice the runs).
-        """
-        breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
-        run_first = chunks[np.r_[0, breaks]]
-        run_last = chunks[np.r_[breaks - 1, len(chunks) - 1]]
-        futures = []
-        for first, last in zip(run_first.tolist(), run_last.tolist(), strict=True):
-            stop = min((last + 1) * self.chunk, self.size)
-            futures.append(self.array[first * self.chunk : stop].read())
-        runs, checks = [], []
-        for first, last, future in zip(run_first.tolist(), run_last.tolist(), futures, strict=True):
-            try:
-                data = future.result()
-            except Exception as e:
-                self._pinpoint(first, last, e)
-            if self.verify:
-                checks.append((first, _checksum_pool().submit(crc32_per_chunk, data, self.chunk)))
-            runs.append(data)
-        for first, check in checks:
-            self._check(first, check.result())
-        return run_first, runs
-
-    def _check(self, first: int, actual: np.ndarray) -> None:
-        expected = self.checksums[first : first + len(actual)]
-        bad = np.flatnonzero(actual != expected)
-        if bad.size:
-            chunk = first + int(bad[0])
-            path = chunk_file(self.root, self.name, chunk)
-            state = "is missing" if not os.path.exists(path) else "is corrupted"
-            raise IntegrityError(
-                f"{path}: chunk {chunk} of {self.name!r} {state} (checksum {actual[bad[0]]:08x}, "
-                f"manifest says {expected[bad[0]]:08x}); rebuild the store or restore the file"
-            )
-
-    def _pinpoint(self, first: int, last: int, error: Exception) -> None:
-        for c in range(first, last + 1):
-            try:
-                self.array[c * self.chunk : min((c + 1) * self.chunk, self.size)].read().result()
-            except Exception as e:
-                path = chunk_file(self.root, self.name, c)
-                raise IntegrityError(f"{path}: chunk {c} of {self.name!r} cannot be read ({e})") from None
-        raise IntegrityError(f"{self.root}: chunks {first}..{last} of {self.name!r} cannot be read ({error})")
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        if not 0 <= start <= stop <= self.size:
-            raise IndexError(f"range [{start}, {stop}) is outside {self.name!r} of size {self.size}")
-        if start == stop:
-            return np.zeros(0, self.array.dtype.numpy_dtype)
-        run_first, (data,) = self.read_chunks(np.arange(start // self.chunk, (stop - 1) // self.chunk + 1))
-        base = int(run_first[0]) * self.chunk
-        return data[start - base : stop - base]
-
-
-class TokenSlicer:
-    """`store.tokens[a:b]`: token ids by position in the concatenated stream of all documents."""
-
-    def __init__(self, array: _ChunkedArray):
+    def __init__(self, array: ShardedArray):
         self._array = array
 
     def __len__(self) -> int:
@@ -130,14 +49,30 @@ class TokenSlicer:
         if isinstance(key, slice):
             start, stop, step = key.indices(self._array.size)
             if step != 1:
-                raise ValueError("token slices must have step 1")
+                raise ValueError(f"slices of {self._array.name!r} must have step 1")
             return self._array.read(start, max(start, stop))
         index = range(self._array.size)[key]
         return int(self._array.read(index, index + 1)[0])
 
 
+@dataclass(frozen=True)
+class Windows:
+    """Token windows and the documents that start inside them.
+
+    `tokens` is `(rows, length)`. Document `d` starting at token position `p` with `start < p < start +
+    length` gives an entry `boundary_rows = row`, `boundary_positions = p - start`, in order.
+    """
+
+    tokens: np.ndarray
+    boundary_rows: np.ndarray
+    boundary_positions: np.ndarray
+
+
 class TokenStore:
     """A built token store, opened for reading. Checksums are verified for every chunk read by default.
+
+    `path` is a local directory, or a URL TensorStore reads (`file:///...`, `gs://...`). Opening reads the
+    manifest and `offsets_index` (8 bytes per 1,024 documents); tokens and offsets are read as needed.
 
     >>> import tempfile
     >>> from meltemi.datastore import build_store, corpora
@@ -148,42 +83,48 @@ class TokenStore:
     >>> store = TokenStore.open(f"{tmp}/store", tokenizer=tok)
     >>> store.num_docs == len(files) - store.manifest["counts"].get("empty_files", 0)
     True
-    >>> int(store.offsets[-1]) == store.num_tokens
+    >>> store.offsets[-1] == store.num_tokens
     True
     >>> bool((store.doc(3) == store.tokens[store.offsets[3] : store.offsets[4]]).all())
     True
     """
 
-    def __init__(self, path: Path, manifest: dict[str, Any], verify: bool):
+    def __init__(self, path: str, files: StoreFiles, manifest: dict[str, Any], verify: bool):
         self.path, self.manifest, self.verify = path, manifest, verify
         counts = manifest["counts"]
         self.num_tokens, self.num_docs = int(counts["tokens"]), int(counts["documents"])
-        self._tokens = _chunked(path, TOKENS, self.num_tokens, manifest, verify)
-        offsets = _chunked(path, OFFSETS, self.num_docs + 1, manifest, verify)
-        self.offsets = offsets.read(0, self.num_docs + 1).astype(np.int64)
-        self.tokens = TokenSlicer(self._tokens)
+        arrays = {name: _open_array(path, files, name, manifest, verify) for name in ARRAYS}
+        self._tokens, self._offsets = arrays[TOKENS], arrays[OFFSETS]
+        index = arrays[OFFSETS_INDEX]
+        self._index = index.read(0, index.size).astype(np.int64)
+        self.tokens, self.offsets = Slicer(self._tokens), Slicer(self._offsets)
 
     @classmethod
     def open(cls, path: str | os.PathLike, tokenizer: str | os.PathLike | None = None, verify: bool = True):
         """Open the store at `path`; with `tokenizer` (a `tokenizer.json` or its hash), check it matches."""
-        path = Path(path)
-        if not (path / MANIFEST).exists():
-            raise _why_not_a_store(path)
+        location = os.fspath(path)
         try:
-            manifest = read_json(path / MANIFEST)
-        except (OSError, ValueError) as e:
+            files = open_files(location)
+        except ValueError as e:
+            raise DatastoreError(str(e)) from None
+        text = files.read(MANIFEST) if is_url(location) or os.path.isdir(location) else None
+        if text is None:
+            raise _why_not_a_store(location, files)
+        try:
+            manifest = json.loads(text)
+        except ValueError as e:
             raise DatastoreError(
-                f"{path / MANIFEST}: not readable JSON ({e}); the manifest is damaged"
+                f"{files.where(MANIFEST)}: not readable JSON ({e}); the manifest is damaged"
             ) from None
         if not isinstance(manifest, dict):
-            raise DatastoreError(f"{path / MANIFEST}: not a JSON object; the manifest is damaged")
+            raise DatastoreError(f"{files.where(MANIFEST)}: not a JSON object; the manifest is damaged")
         if manifest.get("format_version") != FORMAT_VERSION:
             raise DatastoreError(
-                f"{path}: token store format {manifest.get('format_version')}, "
-                f"this library reads {FORMAT_VERSION}"
+                f"{location}: token store format {manifest.get('format_version')}, "
+                f"this library reads {FORMAT_VERSION}; rebuild the store with this version"
             )
-        _check_manifest(path, manifest)
-        store = cls(path, manifest, verify)
+        _check_manifest(files, manifest)
+        store = cls(location, files, manifest, verify)
         if tokenizer is not None:
             store.check_tokenizer(tokenizer)
         return store
@@ -196,6 +137,11 @@ class TokenStore:
     @property
     def vocab_size(self) -> int:
         return int(self.manifest["tokenizer"]["vocab_size"])
+
+    @property
+    def content_hash(self) -> str:
+        """SHA-256 of the token and offset values: equal hashes, equal stores (whatever the layout)."""
+        return self.manifest["content_sha256"]
 
     def check_tokenizer(self, tokenizer: str | os.PathLike) -> None:
         """Raise `TokenizerMismatchError` unless `tokenizer` (path or hash) is the store's tokenizer."""
@@ -219,29 +165,53 @@ class TokenStore:
     def doc(self, i: int) -> np.ndarray:
         """The tokens of document `i` (its EOS included when the store was built with one)."""
         i = range(self.num_docs)[i]
-        return self._tokens.read(int(self.offsets[i]), int(self.offsets[i + 1]))
+        start, stop = self._offsets.read(i, i + 2).tolist()
+        return self._tokens.read(start, stop)
 
     def read_ranges(self, starts: np.ndarray, length: int) -> np.ndarray:
         """Tokens `[s, s + length)` for each `s` in `starts`, as a `(len(starts), length)` array."""
+        return self._read(starts, length, boundaries=False).tokens
+
+    def read_windows(self, starts: np.ndarray, length: int) -> Windows:
+        """`read_ranges`, and where documents start inside each window, read together."""
+        return self._read(starts, length, boundaries=True)
+
+    def _read(self, starts: np.ndarray, length: int, boundaries: bool) -> Windows:
         starts = np.asarray(starts, dtype=np.int64).reshape(-1)
-        if starts.size == 0:
-            return np.zeros((0, length), self._tokens.array.dtype.numpy_dtype)
-        if starts.min() < 0 or starts.max() + length > self.num_tokens:
+        if starts.size and (starts.min() < 0 or starts.max() + length > self.num_tokens):
             raise IndexError(
                 f"token ranges of length {length} from {starts.min()}..{starts.max()} "
                 f"run past the store's {self.num_tokens} tokens"
             )
-        chunk = self._tokens.chunk
+        if starts.size == 0:
+            none = np.zeros(0, np.int64)
+            return Windows(np.zeros((0, length), self._tokens.dtype), none, none)
+        chunk = self._tokens.layout.chunk
         first, last = starts // chunk, (starts + length - 1) // chunk
         spans = last - first + 1
         needed = np.unique(np.repeat(first, spans) + ragged_arange(spans))
-        run_first, runs = self._tokens.read_chunks(needed)
-        run = np.searchsorted(run_first, first, side="right") - 1
-        offset = starts - run_first[run] * chunk
-        out = np.empty((len(starts), length), runs[0].dtype)
-        for row, (r, o) in enumerate(zip(run.tolist(), offset.tolist(), strict=True)):
-            out[row] = runs[r][o : o + length]
-        return out
+        tokens = self._tokens.start_chunks(needed)
+        if boundaries:
+            span_first = np.searchsorted(self._index, starts, side="right") - 1
+            span_last = np.searchsorted(self._index, starts + length - 1, side="right") - 1
+            counts = span_last - span_first + 1
+            offset_chunks = np.unique(np.repeat(span_first, counts) + ragged_arange(counts))
+            offsets = self._offsets.start_chunks(offset_chunks)
+        at = np.searchsorted(needed, first) * chunk + starts - first * chunk
+        out = np.lib.stride_tricks.sliding_window_view(tokens(), length)[at]
+        if not boundaries:
+            return Windows(out, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        known = offsets().astype(np.int64)
+        beyond = offset_chunks[-1] * self._offsets.layout.chunk + np.arange(self._offsets.layout.chunk)
+        known[len(known) - self._offsets.layout.chunk :][beyond >= self._offsets.size] = np.iinfo(
+            np.int64
+        ).max
+        lo = np.searchsorted(known, starts, side="right")
+        hi = np.searchsorted(known, starts + length, side="left")
+        inside = hi - lo
+        rows = np.repeat(np.arange(len(starts)), inside)
+        positions = known[np.repeat(lo, inside) + ragged_arange(inside)] - starts[rows]
+        return Windows(out, rows, positions)
 
 
 def ragged_arange(lengths: np.ndarray) -> np.ndarray:
@@ -258,45 +228,71 @@ _MANIFEST_FIELDS = {
     ("tokenizer", "sha256"): str,
     ("tokenizer", "name"): str,
     ("tokenizer", "vocab_size"): int,
-    (TOKENS, "chunk"): int,
-    (TOKENS, "checksums"): list,
-    (OFFSETS, "chunk"): int,
-    (OFFSETS, "checksums"): list,
+    **{
+        (name, key): kind
+        for name in ARRAYS
+        for key, kind in [("dtype", str), ("size", int), ("chunk", int), ("shard", int)]
+    },
 }
 
 
-def _check_manifest(path: Path, manifest: dict) -> None:
+def _check_manifest(files: StoreFiles, manifest: dict) -> None:
     for (section, key), kind in _MANIFEST_FIELDS.items():
         value = manifest.get(section, {}).get(key) if isinstance(manifest.get(section), dict) else None
         if not isinstance(value, kind):
             raise DatastoreError(
-                f"{path / MANIFEST}: {section}.{key} is missing or not {kind.__name__}; "
+                f"{files.where(MANIFEST)}: {section}.{key} is missing or not {kind.__name__}; "
                 "the manifest is damaged"
+            )
+    expected_sizes = {TOKENS: manifest["counts"]["tokens"], OFFSETS: manifest["counts"]["documents"] + 1}
+    for name, size in expected_sizes.items():
+        if manifest[name]["size"] != size:
+            raise DatastoreError(
+                f"{files.where(MANIFEST)}: {name}.size is {manifest[name]['size']} but the counts imply "
+                f"{size}; the manifest is damaged"
             )
 
 
-def _chunked(path: Path, name: str, size: int, manifest: dict, verify: bool) -> _ChunkedArray:
-    entry = manifest[name]
-    return _ChunkedArray(path, name, size, int(entry["chunk"]), entry["checksums"], verify)
+def _open_array(path: str, files: StoreFiles, name: str, manifest: dict, verify: bool) -> ShardedArray:
+    key = f"{name}/zarr.json"
+    try:
+        layout = ShardLayout.from_manifest(manifest[name])
+    except (TypeError, ValueError) as e:
+        raise DatastoreError(f"{files.where(MANIFEST)}: the layout of {name!r} is invalid ({e})") from None
+    text = files.read(key)
+    if text is None:
+        raise IntegrityError(f"{files.where(key)}: the metadata of {name!r} is missing; rebuild the store")
+    try:
+        metadata = json.loads(text)
+    except ValueError as e:
+        raise IntegrityError(f"{files.where(key)}: the metadata of {name!r} is not JSON ({e})") from None
+    difference = layout.mismatch(metadata)
+    if difference:
+        raise IntegrityError(
+            f"{files.where(key)}: {name!r} is not the array the manifest describes: {difference}"
+        )
+    return ShardedArray(files, name, layout, verify)
 
 
-def _why_not_a_store(path: Path) -> DatastoreError:
-    plan_path = path / BUILD_DIR / "plan.json"
-    if plan_path.exists():
-        plan = read_json(plan_path)
+def _why_not_a_store(location: str, files: StoreFiles) -> DatastoreError:
+    plan = files.read(f"{BUILD_DIR}/plan.json")
+    if plan is not None:
+        plan = json.loads(plan)
         units = len(plan["units"])
-        done = sorted((path / BUILD_DIR / "parts").glob("*.json"))
-        tokens = sum(read_json(p)["tokens"] for p in done)
+        done = [] if is_url(location) else sorted(Path(location, BUILD_DIR, "parts").glob("*.json"))
+        tokens = sum(json.loads(p.read_text())["tokens"] for p in done)
         stage = "was assembling the arrays" if len(done) == units else "was tokenizing"
         return IncompleteStoreError(
-            f"{path} is an incomplete token store: its build {stage} and stopped after "
+            f"{location} is an incomplete token store: its build {stage} and stopped after "
             f"{len(done)} of {units} units ({tokens:,} tokens). "
             f"Finish it by running the build again: {plan['command']}"
         )
-    if (path / BUILD_DIR).exists():
+    if not is_url(location) and Path(location, BUILD_DIR).exists():
         return IncompleteStoreError(
-            f"{path} is an incomplete token store: its build stopped before planning; run the build again"
+            f"{location} is an incomplete token store: its build stopped before planning; run the build again"
         )
-    if not path.exists():
-        return DatastoreError(f"{path}: no such token store (the directory does not exist)")
-    return DatastoreError(f"{path} is not a token store (it has no {MANIFEST})")
+    if not is_url(location) and not os.path.exists(location):
+        return DatastoreError(f"{location}: no such token store (the directory does not exist)")
+    if not is_url(location) and not os.path.isdir(location):
+        return DatastoreError(f"{location} is not a token store (it is not a directory)")
+    return DatastoreError(f"{location} is not a token store (it has no {MANIFEST})")
