@@ -18,8 +18,8 @@ from meltemi.datastore import (
     TokenStore,
     build_store,
 )
-from meltemi.datastore.build import content_hash
 from meltemi.datastore.tokenizing import TokenizerInfo
+from meltemi.datastore.writing import content_hash
 
 
 @pytest.mark.filterwarnings("ignore:Object at manifest.json is not recognized")

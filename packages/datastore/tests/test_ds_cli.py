@@ -69,3 +69,29 @@ def test_the_progress_bar_stays_silent_when_disabled():
     with ProgressBar(2, "tokenizing", stream=terminal, enabled=False) as bar:
         bar.advance(2, documents=1, tokens=1)
     assert terminal.getvalue() == ""
+
+
+def test_verify_reads_everything_and_catches_a_chunk_rewritten_with_its_checksum(
+    small_store, tmp_path, capsys
+):
+    import shutil
+
+    import numpy as np
+    import tensorstore as ts
+
+    assert main(["verify", str(small_store)]) == 0
+    assert "check out" in capsys.readouterr().out
+    copy = shutil.copytree(small_store, tmp_path / "copy")
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(copy / "tokens")}}
+    array = ts.open(spec).result()
+    first_shard = array[:8000].read().result()
+    array[:8000].write(np.roll(first_shard, 1)).result()  # valid chunks and checksums, wrong values
+    assert len(TokenStore.open(copy).tokens[:8000]) == 8000
+    assert main(["verify", str(copy)]) == 1
+    error = capsys.readouterr().err
+    assert "values of 'tokens' do not match the manifest's SHA-256" in error
+    shutil.copy(small_store / "tokens" / "c" / "0", copy / "tokens" / "c" / "0")
+    assert main(["verify", str(copy)]) == 0
+    (copy / "offsets" / "c" / "0").write_bytes(b"")
+    assert main(["verify", str(copy)]) == 1
+    assert "offsets/c/0" in capsys.readouterr().err

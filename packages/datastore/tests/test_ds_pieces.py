@@ -68,3 +68,20 @@ def test_a_piece_reads_only_its_own_lines(write_files):
     counts = Counter()
     documents = [doc for piece in pieces for doc in read_documents(piece, "text", counts)]
     assert documents == [json.loads(line)["text"] for line in _jsonl(50).splitlines()]
+
+
+def test_a_small_corpus_is_still_cut_into_units_that_workers_can_share(stdlib_files, tokenizer_path):
+    from meltemi.datastore.build import MIN_UNIT_BYTES, UNIT_BYTES, UNITS_PER_CORPUS, _groups, _plan
+    from meltemi.datastore.tokenizing import TokenizerInfo
+
+    sources = [describe_source(f, split_bytes=UNIT_BYTES) for f in stdlib_files]
+    total = sum(s.size for s in sources)
+    assert total < UNIT_BYTES * 4, "a corpus that default-sized units would leave to one or two workers"
+    options = {"unit_bytes": UNIT_BYTES}
+    units = _plan(TokenizerInfo.load(tokenizer_path), sources, options, "build")["units"]
+    sizes = [sum(sources[i].size for i, *_ in unit) for unit in units]
+    target = max(MIN_UNIT_BYTES, total // UNITS_PER_CORPUS)
+    assert sum(sizes) == total and all(size >= target for size in sizes[:-1])
+    assert len(units) >= min(UNITS_PER_CORPUS, total // MIN_UNIT_BYTES) // 2
+    groups = _groups(list(range(len(units))), units, sources, UNIT_BYTES)
+    assert [u for g in groups for u in g] == list(range(len(units))) and len(groups) < len(units)

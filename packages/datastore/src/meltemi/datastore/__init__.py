@@ -4,6 +4,7 @@ It returns numpy arrays and never imports JAX, so it serves any framework (PyTor
 """
 
 from meltemi.datastore import corpora
+from meltemi.datastore.audit import audit_store
 from meltemi.datastore.build import BuildReport, build_store
 from meltemi.datastore.corpora import python_stdlib, train_tokenizer
 from meltemi.datastore.errors import (
@@ -42,6 +43,7 @@ __all__ = [
     "SourceChangedError",
     "TokenStore",
     "TokenizerMismatchError",
+    "audit_store",
     "block_counts",
     "build_store",
     "corpora",

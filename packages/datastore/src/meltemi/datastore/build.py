@@ -5,14 +5,12 @@ tokenizes each unit into a part file (in N processes), then assembles the parts,
 Zarr arrays and writes `manifest.json` last. A killed build, run again, skips the parts it has.
 """
 
-import hashlib
 import multiprocessing
 import os
 import shlex
 import shutil
-import sys
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -35,7 +33,6 @@ from meltemi.datastore.layout import (
     OFFSETS_SHARD,
     TOKENS,
     ShardLayout,
-    create_array,
     group_metadata,
     read_json,
     token_dtype,
@@ -43,11 +40,18 @@ from meltemi.datastore.layout import (
 )
 from meltemi.datastore.progress import ProgressBar, human
 from meltemi.datastore.sources import Piece, Source, describe_source, redact, resolve_inputs
-from meltemi.datastore.tokenizing import TokenizerInfo, part_paths, quiet_worker, tokenize_unit
+from meltemi.datastore.tokenizing import (
+    TokenizerInfo,
+    part_paths,
+    quiet_worker,
+    tokenize_unit,
+    tokenize_units,
+)
+from meltemi.datastore.writing import ArrayWriter, check_shards, content_hash
 
 UNIT_BYTES = 4 << 20
-WRITE_SHARDS = 1
-MAX_PENDING_WRITES = 4  # writes of WRITE_SHARDS shards in flight, so memory stays bounded
+MIN_UNIT_BYTES = 64 << 10
+UNITS_PER_CORPUS = 16
 PLAN = "plan.json"
 
 
@@ -171,16 +175,20 @@ def _command(inputs, tokenizer, out, workers: int, eos_token: str | None, option
 
 
 def _plan(info: TokenizerInfo, sources: list[Source], options: dict, command: str) -> dict[str, Any]:
-    """Sources, tokenizer and options, and the units of work: runs of source pieces of about `unit_bytes`.
+    """Sources, tokenizer and options, and the units of work: runs of source pieces.
 
-    A unit is a list of `[source index, start byte, stop byte or None, first line]`.
+    A unit holds about `unit_bytes` of input, or less for a small corpus, so that it still makes at least
+    `UNITS_PER_CORPUS` units and workers share the work evenly. Units depend only on the inputs and
+    options, never on the worker count. A unit is a list of `[source index, start, stop or None, line]`.
     """
     pieces = [(index, piece) for index, source in enumerate(sources) for piece in source.pieces()]
+    total = sum(piece.size for _, piece in pieces)
+    target = min(options["unit_bytes"], max(MIN_UNIT_BYTES, total // UNITS_PER_CORPUS))
     units, unit, size = [], [], 0
     for position, (index, piece) in enumerate(pieces):
         unit.append([index, piece.start, piece.stop, piece.first_line])
         size += piece.size
-        if size >= options["unit_bytes"] or position == len(pieces) - 1:
+        if size >= target or position == len(pieces) - 1:
             units.append(unit)
             unit, size = [], 0
     return {
@@ -255,6 +263,18 @@ def _difference(previous: dict, plan: dict) -> str | None:
     return None
 
 
+def _groups(todo: list[int], units: list, sources: list[Source], group_bytes: int) -> list[list[int]]:
+    """Consecutive units of about `group_bytes` of input together: one process tokenizes them in one go."""
+    groups, group, size = [], [], 0
+    for unit in todo:
+        group.append(unit)
+        size += sum(piece.size for piece in _pieces(units[unit], sources))
+        if size >= group_bytes:
+            groups.append(group)
+            group, size = [], 0
+    return groups + [group] if group else groups
+
+
 def _tokenize(build_dir, plan, sources, info, text_field, workers, progress) -> list[dict]:
     units = plan["units"]
     summaries: dict[int, dict] = {}
@@ -270,11 +290,11 @@ def _tokenize(build_dir, plan, sources, info, text_field, workers, progress) -> 
             sum(s["tokens"] for s in summaries.values()),
         )
         if workers == 1 or len(todo) <= 1:
-            for unit in todo:
-                summaries[unit] = tokenize_unit(
-                    build_dir, unit, _pieces(units[unit], sources), info, text_field
-                )
-                bar.advance(1, summaries[unit]["documents"], summaries[unit]["tokens"])
+            for group in _groups(todo, units, sources, plan["options"]["unit_bytes"]):
+                jobs = [(unit, _pieces(units[unit], sources)) for unit in group]
+                for summary in tokenize_units(build_dir, jobs, info, text_field):
+                    summaries[summary["unit"]] = summary
+                    bar.advance(1, summary["documents"], summary["tokens"])
         else:
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(
@@ -314,7 +334,7 @@ def _assemble(
             -(-(total_docs + 1) // OFFSETS_CHUNK), np.dtype(np.uint64), OFFSETS_CHUNK, OFFSETS_SHARD
         ),
     }
-    writers = {name: _ArrayWriter(out, name, layout) for name, layout in layouts.items()}
+    writers = {name: ArrayWriter(out, name, layout) for name, layout in layouts.items()}
     writers[OFFSETS].append(np.zeros(1, np.uint64))
     writers[OFFSETS_INDEX].append(np.zeros(1, np.uint64))
     position, documents = 0, 1
@@ -329,7 +349,7 @@ def _assemble(
             bar.advance(1, summary["documents"], summary["tokens"])
     digests = {name: writer.finish() for name, writer in writers.items()}
     for name, layout in layouts.items():
-        _check_shards(out, name, layout)
+        check_shards(out, name, layout)
     manifest = {key: plan[key] for key in ("format_version", "tokenizer", "options", "sources")}
     manifest["counts"] = {"documents": total_docs, "tokens": total_tokens} | counts
     for name, layout in layouts.items():
@@ -339,69 +359,3 @@ def _assemble(
     write_json_atomically(out / GROUP, group_metadata())
     write_json_atomically(out / MANIFEST, manifest)
     shutil.rmtree(build_dir)
-
-
-def content_hash(dtype: np.dtype, tokens_sha256: str, offsets_sha256: str) -> str:
-    """SHA-256 naming a store's contents: its token dtype and the SHA-256s of its tokens and offsets."""
-    return hashlib.sha256(f"{np.dtype(dtype).name}:{tokens_sha256}:{offsets_sha256}".encode()).hexdigest()
-
-
-class _ArrayWriter:
-    """Writes a sharded array in order, a whole number of shards at a time, hashing the values written."""
-
-    def __init__(self, out: Path, name: str, layout: ShardLayout):
-        self.name, self.layout = name, layout
-        self.array = create_array(out, name, layout)
-        self.pending: list[np.ndarray] = []
-        self.buffered = self.written = 0
-        self.writes: deque = deque()
-        self.sha256 = hashlib.sha256()
-
-    def append(self, values: np.ndarray) -> None:
-        self.pending.append(values)
-        self.buffered += len(values)
-        if self.buffered >= self.layout.shard * WRITE_SHARDS:
-            self._write(final=False)
-
-    def _write(self, final: bool) -> None:
-        data = np.concatenate(self.pending).astype(self.layout.dtype.newbyteorder("<"), copy=False)
-        count = len(data) if final else len(data) // self.layout.shard * self.layout.shard
-        if count:
-            self.writes.append(self.array[self.written : self.written + count].write(data[:count]))
-            self.sha256.update(memoryview(np.ascontiguousarray(data[:count])).cast("B"))
-            while len(self.writes) > MAX_PENDING_WRITES:
-                self.writes.popleft().result()
-        self.pending, self.buffered, self.written = [data[count:]], len(data) - count, self.written + count
-
-    def finish(self) -> str:
-        """Write what is left, wait for every write, and give the SHA-256 of all the values."""
-        self._write(final=True)
-        while self.writes:
-            self.writes.popleft().result()
-        if self.written != self.layout.size:
-            raise DatastoreError(
-                f"{self.name}: assembled {self.written} values, expected {self.layout.size}; "
-                "the build's parts are inconsistent, rerun with --overwrite"
-            )
-        return self.sha256.hexdigest()
-
-
-def _check_shards(out: Path, name: str, layout: ShardLayout) -> None:
-    """Flush each shard to disk and check it holds its chunks densely and in order, as readers assume."""
-    for shard in range(layout.num_shards):
-        path = out / name / layout.shard_key(shard)
-        index = layout.index_bytes(shard)
-        descriptor = os.open(path, os.O_RDONLY)
-        try:
-            size = os.fstat(descriptor).st_size
-            tail = os.pread(descriptor, len(index), size - len(index)) if size >= len(index) else b""
-            if sys.platform == "linux":
-                os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        if size != layout.shard_file_size(shard) or tail != index:
-            raise DatastoreError(
-                f"{path}: TensorStore wrote shard {shard} of {name!r} in a layout this library does not "
-                f"read ({size} bytes, expected {layout.shard_file_size(shard)} with every chunk in order); "
-                "please report this with your tensorstore version"
-            )

@@ -1,10 +1,11 @@
-"""The command line: `python -m meltemi.datastore build|info ...`. User errors end in one message, exit 1."""
+"""The command line: `python -m meltemi.datastore build|info|verify`. User errors: one message, exit 1."""
 
 import argparse
 import json
 import sys
 from collections.abc import Sequence
 
+from meltemi.datastore.audit import audit_store
 from meltemi.datastore.build import UNIT_BYTES, build_store
 from meltemi.datastore.errors import DatastoreError
 from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS, DEFAULT_SHARD_TOKENS
@@ -37,8 +38,12 @@ def _parser() -> argparse.ArgumentParser:
         help="tokens per shard file (chunks' multiple)",
     )
     build.add_argument("--unit-bytes", type=int, default=UNIT_BYTES, help="input bytes per unit of work")
-    info = commands.add_parser("info", help="print a store's counts and tokenizer, verifying its offsets")
-    info.add_argument("store", metavar="DIR")
+    info = commands.add_parser("info", help="print a store's counts, tokenizer, layout and content hash")
+    info.add_argument("store", metavar="DIR_OR_URL")
+    verify = commands.add_parser(
+        "verify", help="read the whole store, checking every chunk's checksum and the manifest's hashes"
+    )
+    verify.add_argument("store", metavar="DIR_OR_URL")
     return parser
 
 
@@ -60,18 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 unit_bytes=args.unit_bytes,
             )
             print(report.summary())
+        elif args.command == "info":
+            store = TokenStore.open(args.store)
+            fields = ("counts", "tokenizer", "tokens", "content_sha256")
+            print(json.dumps({"path": store.path} | {k: store.manifest[k] for k in fields}, indent=1))
         else:
             store = TokenStore.open(args.store)
-            print(
-                json.dumps(
-                    {
-                        "path": str(store.path),
-                        "counts": store.manifest["counts"],
-                        "tokenizer": store.manifest["tokenizer"],
-                    },
-                    indent=1,
-                )
-            )
+            audit_store(store)
+            print(f"{store.path}: all {store.num_tokens:,} tokens and {store.num_docs:,} documents check out")
     except (DatastoreError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -36,10 +36,11 @@ class ShardedArray:
         """
         layout = self.layout
         chunks = np.asarray(chunks, np.int64)
+        if chunks.size == 0:
+            return lambda: np.zeros(0, self.dtype)
         per_shard, chunk_bytes = layout.chunks_per_shard, layout.chunk_bytes
         breaks = np.flatnonzero((np.diff(chunks) != 1) | (np.diff(chunks // per_shard) != 0)) + 1
-        firsts = chunks[np.r_[0, breaks]] if chunks.size else chunks
-        lasts = chunks[np.r_[breaks - 1, chunks.size - 1]] if chunks.size else chunks
+        firsts, lasts = chunks[np.r_[0, breaks]], chunks[np.r_[breaks - 1, chunks.size - 1]]
         local = firsts - firsts // per_shard * per_shard
         ranges: list[Range] = [
             (f"{self.name}/c/{shard}", start, stop)

@@ -73,6 +73,7 @@ class TokenStore:
 
     `path` is a local directory, or a URL TensorStore reads (`file:///...`, `gs://...`). Opening reads the
     manifest and `offsets_index` (8 bytes per 1,024 documents); tokens and offsets are read as needed.
+    `arrays` holds the three arrays for chunk-level reads; `audit_store` checks a whole store.
 
     >>> import tempfile
     >>> from meltemi.datastore import build_store, corpora
@@ -93,9 +94,9 @@ class TokenStore:
         self.path, self.manifest, self.verify = path, manifest, verify
         counts = manifest["counts"]
         self.num_tokens, self.num_docs = int(counts["tokens"]), int(counts["documents"])
-        arrays = {name: _open_array(path, files, name, manifest, verify) for name in ARRAYS}
-        self._tokens, self._offsets = arrays[TOKENS], arrays[OFFSETS]
-        index = arrays[OFFSETS_INDEX]
+        self.arrays = {name: _open_array(path, files, name, manifest, verify) for name in ARRAYS}
+        self._tokens, self._offsets = self.arrays[TOKENS], self.arrays[OFFSETS]
+        index = self.arrays[OFFSETS_INDEX]
         self._index = index.read(0, index.size).astype(np.int64)
         self.tokens, self.offsets = Slicer(self._tokens), Slicer(self._offsets)
 

@@ -104,7 +104,19 @@ def tokenize_unit(
     build_dir: Path, unit: int, pieces: list[Piece], info: TokenizerInfo, text_field: str
 ) -> dict:
     """Tokenize `pieces` of sources into part `unit` under `build_dir`; returns its summary (also saved)."""
-    tokenizer, dtype, counts = _tokenizer(info), token_dtype(info.vocab_size), Counter()
+    return tokenize_units(build_dir, [(unit, pieces)], info, text_field)[0]
+
+
+def tokenize_units(
+    build_dir: Path, jobs: list[tuple[int, list[Piece]]], info: TokenizerInfo, text_field: str
+) -> list[dict]:
+    """Tokenize several units in one stream of `encode_batch` calls, then save each unit's part.
+
+    Batches span units, so many small units cost no more than one large one; parts are the same either way.
+    """
+    tokenizer, dtype = _tokenizer(info), token_dtype(info.vocab_size)
+    counts = [Counter() for _ in jobs]
+    docs_per_unit = [0] * len(jobs)
     token_blocks, length_blocks, pending = [], [], []
 
     def flush():
@@ -113,15 +125,33 @@ def tokenize_unit(
         length_blocks.append(lengths)
         pending.clear()
 
-    for piece in pieces:
-        for text in read_documents(piece, text_field, counts):
-            pending.append(text)
-            if len(pending) == ENCODE_BATCH:
-                flush()
+    for job, (_, pieces) in enumerate(jobs):
+        for piece in pieces:
+            for text in read_documents(piece, text_field, counts[job]):
+                pending.append(text)
+                docs_per_unit[job] += 1
+                if len(pending) == ENCODE_BATCH:
+                    flush()
     if pending:
         flush()
     tokens = np.concatenate(token_blocks) if token_blocks else np.zeros(0, dtype)
     lengths = np.concatenate(length_blocks) if length_blocks else np.zeros(0, np.int64)
+    doc_edges = np.cumsum([0, *docs_per_unit])
+    token_edges = np.concatenate([[0], np.cumsum(lengths)])[doc_edges]
+    return [
+        _save_part(
+            build_dir,
+            unit,
+            tokens[token_edges[job] : token_edges[job + 1]],
+            lengths[doc_edges[job] : doc_edges[job + 1]],
+            counts[job],
+        )
+        for job, (unit, _) in enumerate(jobs)
+    ]
+
+
+def _save_part(build_dir: Path, unit: int, tokens: np.ndarray, lengths: np.ndarray, counts: Counter) -> dict:
+    """Write a unit's tokens and document lengths, then its summary: the summary marks the part done."""
     summary = {
         "unit": unit,
         "documents": len(lengths),

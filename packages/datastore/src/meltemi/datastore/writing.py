@@ -1,0 +1,84 @@
+"""Write a store's sharded arrays: in order, whole shards at a time, hashed as written, checked after.
+
+Writing whole shards means TensorStore never rewrites one, and checking each shard's index after the
+writes means readers can rely on the dense, in-order layout `ShardLayout` describes.
+"""
+
+import hashlib
+import os
+import sys
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+from meltemi.datastore.errors import DatastoreError
+from meltemi.datastore.layout import ShardLayout, create_array
+
+MAX_PENDING_WRITES = 4  # shards in flight, so memory stays bounded
+
+
+def content_hash(dtype: np.dtype, tokens_sha256: str, offsets_sha256: str) -> str:
+    """SHA-256 naming a store's contents: its token dtype and the SHA-256s of its tokens and offsets."""
+    return hashlib.sha256(f"{np.dtype(dtype).name}:{tokens_sha256}:{offsets_sha256}".encode()).hexdigest()
+
+
+class ArrayWriter:
+    """Writes a sharded array in order, a whole number of shards at a time, hashing the values written."""
+
+    def __init__(self, out: Path, name: str, layout: ShardLayout):
+        self.name, self.layout = name, layout
+        self.array = create_array(out, name, layout)
+        self.pending: list[np.ndarray] = []
+        self.buffered = self.written = 0
+        self.writes: deque = deque()
+        self.sha256 = hashlib.sha256()
+
+    def append(self, values: np.ndarray) -> None:
+        self.pending.append(values)
+        self.buffered += len(values)
+        if self.buffered >= self.layout.shard:
+            self._write(final=False)
+
+    def _write(self, final: bool) -> None:
+        data = np.concatenate(self.pending).astype(self.layout.dtype.newbyteorder("<"), copy=False)
+        count = len(data) if final else len(data) // self.layout.shard * self.layout.shard
+        if count:
+            self.writes.append(self.array[self.written : self.written + count].write(data[:count]))
+            self.sha256.update(memoryview(np.ascontiguousarray(data[:count])).cast("B"))
+            while len(self.writes) > MAX_PENDING_WRITES:
+                self.writes.popleft().result()
+        self.pending, self.buffered, self.written = [data[count:]], len(data) - count, self.written + count
+
+    def finish(self) -> str:
+        """Write what is left, wait for every write, and give the SHA-256 of all the values."""
+        self._write(final=True)
+        while self.writes:
+            self.writes.popleft().result()
+        if self.written != self.layout.size:
+            raise DatastoreError(
+                f"{self.name}: assembled {self.written} values, expected {self.layout.size}; "
+                "the build's parts are inconsistent, rerun with --overwrite"
+            )
+        return self.sha256.hexdigest()
+
+
+def check_shards(out: Path, name: str, layout: ShardLayout) -> None:
+    """Flush each shard to disk and check it holds its chunks densely and in order, as readers assume."""
+    for shard in range(layout.num_shards):
+        path = out / name / layout.shard_key(shard)
+        index = layout.index_bytes(shard)
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(descriptor).st_size
+            tail = os.pread(descriptor, len(index), size - len(index)) if size >= len(index) else b""
+            if sys.platform == "linux":
+                os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        if size != layout.shard_file_size(shard) or tail != index:
+            raise DatastoreError(
+                f"{path}: TensorStore wrote shard {shard} of {name!r} in a layout this library does not "
+                f"read ({size} bytes, expected {layout.shard_file_size(shard)} with every chunk in order); "
+                "please report this with your tensorstore version"
+            )
