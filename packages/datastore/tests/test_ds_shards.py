@@ -83,3 +83,30 @@ def test_a_shard_in_another_layout_is_refused_by_the_builder(tmp_path):
 def test_a_shard_must_be_a_whole_number_of_chunks():
     with pytest.raises(ValueError, match=r"a shard \(10\) must be a positive multiple of the chunk \(4\)"):
         ShardLayout(100, np.dtype(np.uint16), 4, 10)
+
+
+def test_local_reads_keep_at_most_max_open_descriptors_and_stay_right_across_threads(tmp_path):
+    import threading
+
+    layout = ShardLayout(5000, np.dtype(np.uint32), 10, 50)
+    values = np.arange(5000, dtype=np.uint32)
+    write(tmp_path, layout, values, [])
+    files = LocalFiles(tmp_path, max_open=3)
+    array = ShardedArray(files, "a", layout, verify=True)
+    failures = []
+
+    def reader(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(200):
+            a = int(rng.integers(0, 4900))
+            if not np.array_equal(array.read(a, a + 100), values[a : a + 100]):
+                failures.append(a)
+
+    threads = [threading.Thread(target=reader, args=(seed,)) for seed in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures and files.open_descriptors <= 3
+    with pytest.raises(ValueError, match="max_open must be at least 1"):
+        LocalFiles(tmp_path, max_open=0)

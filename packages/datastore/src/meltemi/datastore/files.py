@@ -8,6 +8,7 @@ is read through TensorStore's key-value stores, every range of a request issued 
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -50,12 +51,19 @@ def open_files(location: str | os.PathLike) -> StoreFiles:
 
 
 class LocalFiles:
-    """A local directory, read with `os.pread` on descriptors opened once and shared by threads."""
+    """A local directory, read with `os.pread` on descriptors kept open (the `max_open` most recent).
 
-    def __init__(self, root: Path):
-        self.root = root
-        self._descriptors: dict[str, int] = {}
+    A shuffled corpus of millions of shards touches a few hundred per batch, so descriptors are recycled
+    least-recently-used first; a lock held across each read keeps one thread from closing a descriptor
+    another is reading.
+    """
+
+    def __init__(self, root: Path, max_open: int = 256):
+        self._descriptors: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
+        if max_open < 1:
+            raise ValueError(f"max_open must be at least 1, got {max_open}")
+        self.root, self.max_open = root, max_open
 
     def where(self, key: str) -> str:
         return str(self.root / key)
@@ -68,28 +76,36 @@ class LocalFiles:
 
     def start_reads(self, ranges: Sequence[Range], buffer: memoryview) -> Callable[[], list[Outcome]]:
         outcomes, position = [], 0
-        for key, start, stop in ranges:
-            outcomes.append(self._read_range(key, start, buffer[position : position + stop - start]))
-            position += stop - start
+        with self._lock:
+            for key, start, stop in ranges:
+                outcomes.append(self._read_range(key, start, buffer[position : position + stop - start]))
+                position += stop - start
         return lambda: outcomes
 
     def _read_range(self, key: str, start: int, into: memoryview) -> Outcome:
-        descriptor = self._descriptors.get(key)
-        if descriptor is None:
-            try:
-                descriptor = self._open(key)
-            except OSError as e:
-                return "the file is missing" if isinstance(e, FileNotFoundError) else e.strerror or str(e)
+        try:
+            descriptor = self._descriptor(key)
+        except OSError as e:
+            return "the file is missing" if isinstance(e, FileNotFoundError) else e.strerror or str(e)
         try:
             return os.preadv(descriptor, [into], start)
         except OSError as e:
             return e.strerror or str(e)
 
-    def _open(self, key: str) -> int:
-        with self._lock:
-            if key not in self._descriptors:
-                self._descriptors[key] = os.open(self.root / key, os.O_RDONLY)
-            return self._descriptors[key]
+    def _descriptor(self, key: str) -> int:
+        descriptor = self._descriptors.get(key)
+        if descriptor is not None:
+            self._descriptors.move_to_end(key)
+            return descriptor
+        descriptor = os.open(self.root / key, os.O_RDONLY)
+        self._descriptors[key] = descriptor
+        while len(self._descriptors) > self.max_open:
+            os.close(self._descriptors.popitem(last=False)[1])
+        return descriptor
+
+    @property
+    def open_descriptors(self) -> int:
+        return len(self._descriptors)
 
     def close(self) -> None:
         with self._lock:
