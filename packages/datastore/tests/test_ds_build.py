@@ -195,3 +195,23 @@ def test_a_shard_that_is_not_a_multiple_of_the_chunk_is_an_error(tmp_path, stdli
     with pytest.raises(ValueError, match="multiple of chunk_tokens"):
         build_store(stdlib_files[:2], tokenizer_path, tmp_path / "s", chunk_tokens=10, shard_tokens=25)
     assert not (tmp_path / "s").exists()
+
+
+def test_a_second_build_of_the_same_store_while_one_runs_is_an_error(tmp_path, stdlib_files, tokenizer_path):
+    import fcntl
+    import os
+
+    from meltemi.datastore import DatastoreError
+
+    out = tmp_path / "store"
+    build_store(stdlib_files[:3], tokenizer_path, out, progress=False)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    held = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(DatastoreError, match="another build of .* is running"):
+            build_store(stdlib_files[:4], tokenizer_path, out, overwrite=True, progress=False)
+    finally:
+        os.close(held)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert build_store(stdlib_files[:4], tokenizer_path, out, overwrite=True, progress=False).documents == 4

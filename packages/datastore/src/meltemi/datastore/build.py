@@ -5,6 +5,8 @@ tokenizes each unit into a part file (in N processes), then assembles the parts,
 Zarr arrays and writes `manifest.json` last. A killed build, run again, skips the parts it has.
 """
 
+import contextlib
+import fcntl
 import multiprocessing
 import os
 import shlex
@@ -100,7 +102,8 @@ def build_store(
     most the units in flight. A progress bar is drawn on stderr when it is a terminal and `progress` is set.
     Tokens are stored in shard files of `shard_tokens` (by default the multiple of `chunk_tokens` nearest
     below 1M), each a run of `chunk_tokens`-long chunks with a checksum each: a reader reads and checks
-    whole chunks, so small chunks waste little on short random reads.
+    whole chunks, so small chunks waste little on short random reads. The build holds a lock on `out`: a
+    second build of the same store while one runs is an error, and changes nothing.
 
     >>> import pathlib, tempfile
     >>> from meltemi.datastore import corpora
@@ -137,19 +140,39 @@ def build_store(
     }
     command = _command(inputs, tokenizer, out, workers, eos_token, options)
     plan = _plan(info, sources, options, command)
-    _prepare_directory(out, plan, overwrite)
-    if (out / MANIFEST).exists():
-        manifest = read_json(out / MANIFEST)
-        counts = manifest["counts"]
-        return BuildReport(str(out), counts["documents"], counts["tokens"], already_built=True)
-    summaries = _tokenize(out / BUILD_DIR, plan, sources, info, text_field, workers, progress)
-    counts = sum((Counter(s["counts"]) for s in summaries), Counter())
-    documents, tokens = sum(s["documents"] for s in summaries), sum(s["tokens"] for s in summaries)
-    if documents == 0:
-        shutil.rmtree(out / BUILD_DIR)
-        raise EmptyCorpusError(f"the inputs hold no non-empty document ({len(sources)} files, all empty)")
-    _assemble(out, plan, info, summaries, dict(counts), progress)
+    with _only_build(out):
+        _prepare_directory(out, plan, overwrite)
+        if (out / MANIFEST).exists():
+            manifest = read_json(out / MANIFEST)
+            counts = manifest["counts"]
+            return BuildReport(str(out), counts["documents"], counts["tokens"], already_built=True)
+        summaries = _tokenize(out / BUILD_DIR, plan, sources, info, text_field, workers, progress)
+        counts = sum((Counter(s["counts"]) for s in summaries), Counter())
+        documents, tokens = sum(s["documents"] for s in summaries), sum(s["tokens"] for s in summaries)
+        if documents == 0:
+            shutil.rmtree(out / BUILD_DIR)
+            raise EmptyCorpusError(f"the inputs hold no non-empty document ({len(sources)} files, all empty)")
+        _assemble(out, plan, info, summaries, dict(counts), progress)
     return BuildReport(str(out), documents, tokens, dict(counts), time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def _only_build(out: Path):
+    """Hold an exclusive lock on the output directory, so that two builds never write one store."""
+    if out.exists() and not out.is_dir():
+        raise DatastoreError(f"output {str(out)!r} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DatastoreError(
+                f"another build of {str(out)!r} is running; wait for it to finish (or stop it) and run again"
+            ) from None
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def _command(inputs, tokenizer, out, workers: int, eos_token: str | None, options: dict) -> str:
