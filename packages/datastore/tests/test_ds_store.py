@@ -99,6 +99,14 @@ def test_the_many_documents_store_really_spans_several_offset_chunks(many_docs_s
     assert store.doc(2999).size == store.offsets[3000] - store.offsets[2999]
 
 
+def test_token_ranges_outside_the_store_or_empty_are_errors(store):
+    with pytest.raises(IndexError, match="run past the store's"):
+        store.read_ranges(np.array([store.num_tokens - 5]), 10)
+    with pytest.raises(ValueError, match="at least 1 token long, got 0"):
+        store.read_windows(np.array([0]), 0)
+    assert store.read_windows(np.zeros(0, np.int64), 7).tokens.shape == (0, 7)
+
+
 def test_sequence_indices_outside_the_dataset_are_errors(store):
     dataset = SequenceDataset(store, 128)
     with pytest.raises(IndexError, match="outside"):

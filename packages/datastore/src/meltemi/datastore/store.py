@@ -179,6 +179,8 @@ class TokenStore:
 
     def _read(self, starts: np.ndarray, length: int, boundaries: bool) -> Windows:
         starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+        if length < 1:
+            raise ValueError(f"token ranges must be at least 1 token long, got {length}")
         if starts.size and (starts.min() < 0 or starts.max() + length > self.num_tokens):
             raise IndexError(
                 f"token ranges of length {length} from {starts.min()}..{starts.max()} "
@@ -202,11 +204,9 @@ class TokenStore:
         out = np.lib.stride_tricks.sliding_window_view(tokens(), length)[at]
         if not boundaries:
             return Windows(out, np.zeros(0, np.int64), np.zeros(0, np.int64))
-        known = offsets().astype(np.int64)
-        beyond = offset_chunks[-1] * self._offsets.layout.chunk + np.arange(self._offsets.layout.chunk)
-        known[len(known) - self._offsets.layout.chunk :][beyond >= self._offsets.size] = np.iinfo(
-            np.int64
-        ).max
+        known, per_chunk = offsets().astype(np.int64), self._offsets.layout.chunk
+        padding = offset_chunks[-1] * per_chunk + np.arange(per_chunk) >= self._offsets.size
+        known[len(known) - per_chunk :][padding] = np.iinfo(np.int64).max  # sorts after every boundary
         lo = np.searchsorted(known, starts, side="right")
         hi = np.searchsorted(known, starts + length, side="left")
         inside = hi - lo
