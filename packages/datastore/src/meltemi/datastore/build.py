@@ -378,7 +378,12 @@ def _assemble(
     for name, layout in layouts.items():
         manifest[name] = layout.describe() | {"sha256": digests[name]}
     manifest["content_sha256"] = content_hash(layouts[TOKENS].dtype, digests[TOKENS], digests[OFFSETS])
-    manifest["checksums"] = "CRC-32C of every chunk, after its values (Zarr v3 crc32c codec)"
+    manifest["checksums"] = {
+        "per_chunk": "crc32c",
+        "stored": "after each chunk's values, in its shard (Zarr v3 crc32c codec)",
+        "chunks": {name: layout.num_chunks for name, layout in layouts.items()},
+        "per_array": "sha256 of the little-endian values, in each array's entry",
+    }
     write_json_atomically(out / GROUP, group_metadata())
     write_json_atomically(out / MANIFEST, manifest)
     shutil.rmtree(build_dir)
