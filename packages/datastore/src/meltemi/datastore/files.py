@@ -46,7 +46,11 @@ def is_url(location: str | os.PathLike) -> bool:
 
 
 def open_files(location: str | os.PathLike) -> StoreFiles:
-    """A URL is read through TensorStore, anything else as a local directory."""
+    """A URL is read through TensorStore, anything else as a local directory.
+
+    >>> type(open_files("/tmp/store")).__name__, type(open_files("memory://store")).__name__
+    ('LocalFiles', 'TensorStoreFiles')
+    """
     return TensorStoreFiles(os.fspath(location)) if is_url(location) else LocalFiles(Path(location))
 
 

@@ -54,7 +54,12 @@ def crc32c(data: bytes) -> int:
 
 @dataclass(frozen=True)
 class ShardLayout:
-    """Where each element of a sharded 1-D array lives: shard file, chunk, and byte position."""
+    """Where each element of a sharded 1-D array lives: shard file, chunk, and byte position.
+
+    >>> layout = ShardLayout(size=2500, dtype=np.dtype(np.uint16), chunk=1000, shard=2000)
+    >>> layout.num_chunks, layout.num_shards, layout.chunk_bytes, layout.chunks_in_shard(1)
+    (3, 2, 2004, 1)
+    """
 
     size: int
     dtype: np.dtype

@@ -16,7 +16,20 @@ from meltemi.datastore.layout import CHECKSUM_BYTES, ShardLayout
 
 
 class ShardedArray:
-    """One of the store's arrays: chunk reads by index, and element reads by range."""
+    """One of the store's arrays: chunk reads by index, and element reads by range.
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from meltemi.datastore.files import LocalFiles
+    >>> from meltemi.datastore.writing import ArrayWriter
+    >>> root, layout = Path(tempfile.mkdtemp()), ShardLayout(10, np.dtype(np.uint32), chunk=4, shard=8)
+    >>> writer = ArrayWriter(root, "squares", layout)
+    >>> writer.append(np.arange(10, dtype=np.uint32) ** 2)
+    >>> _ = writer.finish()
+    >>> array = ShardedArray(LocalFiles(root), "squares", layout, verify=True)
+    >>> array.read(3, 6).tolist(), array.read_chunks(np.array([2])).tolist()
+    ([9, 16, 25], [64, 81, 0, 0])
+    """
 
     def __init__(self, files: StoreFiles, name: str, layout: ShardLayout, verify: bool):
         self.files, self.name, self.layout, self.verify = files, name, layout, verify

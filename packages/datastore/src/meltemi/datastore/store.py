@@ -174,7 +174,19 @@ class TokenStore:
         return self._read(starts, length, boundaries=False).tokens
 
     def read_windows(self, starts: np.ndarray, length: int) -> Windows:
-        """`read_ranges`, and where documents start inside each window, read together."""
+        """`read_ranges`, and where documents start inside each window, read together.
+
+        >>> import tempfile
+        >>> from meltemi.datastore import build_store, corpora
+        >>> tmp = tempfile.mkdtemp()
+        >>> files = corpora.python_stdlib()[:4]
+        >>> tok = corpora.train_tokenizer(files, 300, f"{tmp}/tokenizer.json")
+        >>> store = TokenStore.open(build_store(files, tok, f"{tmp}/store", progress=False).out)
+        >>> second = int(store.offsets[1])
+        >>> windows = store.read_windows(np.array([second - 2]), 5)
+        >>> windows.tokens.shape, windows.boundary_rows.tolist(), windows.boundary_positions.tolist()
+        ((1, 5), [0], [2])
+        """
         return self._read(starts, length, boundaries=True)
 
     def _read(self, starts: np.ndarray, length: int, boundaries: bool) -> Windows:
