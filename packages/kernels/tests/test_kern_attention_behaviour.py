@@ -110,6 +110,21 @@ def test_auto_choice_is_inspectable_per_platform():
     assert two_sided.implementation == "pallas" and "sliding window" in two_sided.reason
     one_sided = choose_attention_implementation(bf16, causal=True, sliding_window=4, platform="gpu")
     assert one_sided.implementation == "cudnn"
+    rocm = choose_attention_implementation(bf16, platform="rocm")
+    assert rocm.implementation == "xla" and "ROCm" in rocm.reason
+
+
+@pytest.mark.parametrize(("version", "expected"), [("rocm 6.2.4", "xla"), ("cuda 12.8", "cudnn")])
+def test_auto_tells_an_amd_gpu_from_an_nvidia_one(monkeypatch, version, expected):
+    from types import SimpleNamespace
+
+    import jax
+
+    gpu = SimpleNamespace(client=SimpleNamespace(platform_version=version))
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "devices", lambda *_: [gpu])
+    bf16 = jnp.zeros((1, 8, 2, 64), jnp.bfloat16)
+    assert choose_attention_implementation(bf16).implementation == expected
 
 
 def test_auto_logs_its_choice_and_runs_it(caplog):

@@ -30,6 +30,14 @@ class Choice:
     reason: str
 
 
+def backend_platform() -> str:
+    """JAX's default backend, with GPUs told apart as ``"cuda"`` or ``"rocm"`` (JAX calls both ``"gpu"``)."""
+    platform = jax.default_backend()
+    if platform == "gpu":
+        return "rocm" if "rocm" in jax.devices()[0].client.platform_version.lower() else "cuda"
+    return platform
+
+
 def choose_attention_implementation(
     q: jax.Array,
     segment_ids: jax.Array | None = None,
@@ -46,9 +54,11 @@ def choose_attention_implementation(
     >>> choose_attention_implementation(jnp.zeros((1, 8, 2, 64), jnp.float32), platform="gpu")
     Choice(implementation='pallas', reason='cuDNN attention needs bfloat16 or float16, got float32')
     """
-    platform = platform or jax.default_backend()
+    platform = platform or backend_platform()
     if platform == "tpu":
         return Choice("splash", "TPU: JAX's splash-attention kernel")
+    if platform == "rocm":
+        return Choice("xla", "ROCm: cuDNN is NVIDIA's, and the Pallas kernels are tested on CUDA only")
     if platform in ("gpu", "cuda"):
         why_not = cudnn_unsupported_reason(q, segment_ids, causal=causal, sliding_window=sliding_window)
         if why_not is None:
