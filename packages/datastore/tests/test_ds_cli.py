@@ -13,7 +13,7 @@ from meltemi.datastore.progress import ProgressBar, human
 def test_build_then_info_from_the_command_line(tmp_path, write_files, tokenizer_path, capsys):
     files = write_files({"a.jsonl": '{"body": "one"}\n{"body": "two"}\n'})
     argv = ["build", "--input", *files, "--tokenizer", tokenizer_path, "--out", str(tmp_path / "s")]
-    assert main([*argv, "--text-field", "body", "--no-eos", "--workers", "1"]) == 0
+    assert main([*argv, "--text-field", "body", "--no-eos", "--workers", "1", "--chunk-tokens", "1000"]) == 0
     assert "built 2 docs" in capsys.readouterr().out
     assert main(["info", str(tmp_path / "s")]) == 0
     info = json.loads(capsys.readouterr().out)
@@ -21,6 +21,10 @@ def test_build_then_info_from_the_command_line(tmp_path, write_files, tokenizer_
         info["counts"]["documents"] == 2
         and TokenStore.open(tmp_path / "s").manifest["options"]["eos"] is False
     )
+    assert info["tokens"]["chunk"] == 1000 and info["tokens"]["shard"] == 1000 * (2**20 // 1000)
+    again = ["build", "--input", *files, "--tokenizer", tokenizer_path, "--out", str(tmp_path / "t")]
+    assert main([*again, "--chunk-tokens", "10", "--shard-tokens", "25"]) == 1
+    assert "multiple of chunk_tokens (10), got 25" in capsys.readouterr().err
 
 
 def test_user_errors_are_one_line_without_a_traceback(tmp_path, tokenizer_path):

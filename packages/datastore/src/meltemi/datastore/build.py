@@ -25,7 +25,6 @@ from meltemi.datastore.errors import DatastoreError, EmptyCorpusError, SourceCha
 from meltemi.datastore.layout import (
     BUILD_DIR,
     DEFAULT_CHUNK_TOKENS,
-    DEFAULT_SHARD_TOKENS,
     FORMAT_VERSION,
     GROUP,
     MANIFEST,
@@ -35,6 +34,7 @@ from meltemi.datastore.layout import (
     OFFSETS_SHARD,
     TOKENS,
     ShardLayout,
+    default_shard_tokens,
     group_metadata,
     read_json,
     token_dtype,
@@ -123,7 +123,7 @@ def build_store(
     if chunk_tokens < 1 or unit_bytes < 1:
         raise ValueError(f"chunk_tokens and unit_bytes must be positive, got {chunk_tokens}, {unit_bytes}")
     if shard_tokens is None:
-        shard_tokens = chunk_tokens * max(1, DEFAULT_SHARD_TOKENS // chunk_tokens)
+        shard_tokens = default_shard_tokens(chunk_tokens)
     if shard_tokens < chunk_tokens or shard_tokens % chunk_tokens:
         raise ValueError(
             f"shard_tokens must be a positive multiple of chunk_tokens ({chunk_tokens}), got {shard_tokens}"
@@ -189,8 +189,7 @@ def _command(inputs, tokenizer, out, workers: int, eos_token: str | None, option
     )
     words += (
         []
-        if options["shard_tokens"]
-        == options["chunk_tokens"] * max(1, DEFAULT_SHARD_TOKENS // options["chunk_tokens"])
+        if options["shard_tokens"] == default_shard_tokens(options["chunk_tokens"])
         else ["--shard-tokens", str(options["shard_tokens"])]
     )
     words += [] if options["unit_bytes"] == UNIT_BYTES else ["--unit-bytes", str(options["unit_bytes"])]
@@ -231,8 +230,6 @@ def _pieces(unit: list[list], sources: list[Source]) -> list[Piece]:
 def _prepare_directory(out: Path, plan: dict, overwrite: bool) -> None:
     """Check `out` against `plan`: start fresh, resume, or stop because the inputs changed."""
     plan_path = out / BUILD_DIR / PLAN
-    if out.exists() and not out.is_dir():
-        raise DatastoreError(f"output {str(out)!r} exists and is not a directory")
     previous = None
     if (out / MANIFEST).exists():
         previous = read_json(out / MANIFEST)

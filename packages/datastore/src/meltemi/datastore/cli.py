@@ -34,8 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--shard-tokens",
         type=int,
-        default=DEFAULT_SHARD_TOKENS,
-        help="tokens per shard file (chunks' multiple)",
+        default=None,
+        help=f"tokens per shard file, a multiple of --chunk-tokens (default: about {DEFAULT_SHARD_TOKENS:,})",
     )
     build.add_argument("--unit-bytes", type=int, default=UNIT_BYTES, help="input bytes per unit of work")
     info = commands.add_parser("info", help="print a store's counts, tokenizer, layout and content hash")

@@ -47,6 +47,11 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
+def default_shard_tokens(chunk_tokens: int) -> int:
+    """The largest multiple of `chunk_tokens` up to `DEFAULT_SHARD_TOKENS` (at least one chunk)."""
+    return chunk_tokens * max(1, DEFAULT_SHARD_TOKENS // chunk_tokens)
+
+
 def crc32c(data: bytes) -> int:
     """CRC-32C (Castagnoli), the checksum Zarr's `crc32c` codec appends to each chunk."""
     return google_crc32c.value(data)
