@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from meltemi.datastore import (
     DatastoreError,
+    IncompleteStoreError,
     IntegrityError,
     SequenceDataset,
     TokenizerMismatchError,
@@ -204,6 +205,11 @@ def test_a_store_named_by_url_is_read_through_tensorstore(small_store, copy, sto
         TokenStore.open(copy.resolve().as_uri(), verify=False).tokens[16_000:16_001]
     with pytest.raises(DatastoreError, match="no manifest.json"):
         TokenStore.open((copy / "tokens").resolve().as_uri())
+    (copy / "manifest.json").unlink()
+    (copy / ".build").mkdir()
+    (copy / ".build" / "plan.json").write_text(json.dumps({"units": [[0], [1]], "command": "build again"}))
+    with pytest.raises(IncompleteStoreError, match="stopped before it finished its 2 units.*build again"):
+        TokenStore.open(copy.resolve().as_uri())
 
 
 def test_opening_something_that_is_not_a_store_says_so(tmp_path, copy):

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import google_crc32c
 import numpy as np
 import tensorstore as ts
+from google_crc32c import value as crc32c  # CRC-32C, the checksum Zarr's crc32c codec appends
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -50,11 +50,6 @@ def token_dtype(vocab_size: int) -> np.dtype:
 def default_shard_tokens(chunk_tokens: int) -> int:
     """The largest multiple of `chunk_tokens` up to `DEFAULT_SHARD_TOKENS` (at least one chunk)."""
     return chunk_tokens * max(1, DEFAULT_SHARD_TOKENS // chunk_tokens)
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli), the checksum Zarr's `crc32c` codec appends to each chunk."""
-    return google_crc32c.value(data)
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,10 @@ chunk's values are followed by their CRC-32C, checked (unless switched off) befo
 from collections.abc import Callable
 
 import numpy as np
-from google_crc32c import value as crc32c
 
 from meltemi.datastore.errors import IntegrityError
 from meltemi.datastore.files import Range, StoreFiles
-from meltemi.datastore.layout import CHECKSUM_BYTES, ShardLayout
+from meltemi.datastore.layout import CHECKSUM_BYTES, ShardLayout, crc32c
 
 
 class ShardedArray:

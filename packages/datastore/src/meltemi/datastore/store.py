@@ -94,7 +94,7 @@ class TokenStore:
         self.path, self.manifest, self.verify = path, manifest, verify
         counts = manifest["counts"]
         self.num_tokens, self.num_docs = int(counts["tokens"]), int(counts["documents"])
-        self.arrays = {name: _open_array(path, files, name, manifest, verify) for name in ARRAYS}
+        self.arrays = {name: _open_array(files, name, manifest, verify) for name in ARRAYS}
         self._tokens, self._offsets = self.arrays[TOKENS], self.arrays[OFFSETS]
         index = self.arrays[OFFSETS_INDEX]
         self._index = index.read(0, index.size).astype(np.int64)
@@ -266,7 +266,7 @@ def _check_manifest(files: StoreFiles, manifest: dict) -> None:
             )
 
 
-def _open_array(path: str, files: StoreFiles, name: str, manifest: dict, verify: bool) -> ShardedArray:
+def _open_array(files: StoreFiles, name: str, manifest: dict, verify: bool) -> ShardedArray:
     key = f"{name}/zarr.json"
     try:
         layout = ShardLayout.from_manifest(manifest[name])
@@ -288,24 +288,28 @@ def _open_array(path: str, files: StoreFiles, name: str, manifest: dict, verify:
 
 
 def _why_not_a_store(location: str, files: StoreFiles) -> DatastoreError:
+    local = None if is_url(location) else Path(location)
     plan = files.read(f"{BUILD_DIR}/plan.json")
     if plan is not None:
         plan = json.loads(plan)
         units = len(plan["units"])
-        done = [] if is_url(location) else sorted(Path(location, BUILD_DIR, "parts").glob("*.json"))
-        tokens = sum(json.loads(p.read_text())["tokens"] for p in done)
-        stage = "was assembling the arrays" if len(done) == units else "was tokenizing"
+        if local is None:
+            progress = f"stopped before it finished its {units} units"
+        else:
+            done = sorted(Path(local, BUILD_DIR, "parts").glob("*.json"))
+            tokens = sum(json.loads(p.read_text())["tokens"] for p in done)
+            stage = "was assembling the arrays" if len(done) == units else "was tokenizing"
+            progress = f"{stage} and stopped after {len(done)} of {units} units ({tokens:,} tokens)"
         return IncompleteStoreError(
-            f"{location} is an incomplete token store: its build {stage} and stopped after "
-            f"{len(done)} of {units} units ({tokens:,} tokens). "
+            f"{location} is an incomplete token store: its build {progress}. "
             f"Finish it by running the build again: {plan['command']}"
         )
-    if not is_url(location) and Path(location, BUILD_DIR).exists():
+    if local is not None and (local / BUILD_DIR).exists():
         return IncompleteStoreError(
             f"{location} is an incomplete token store: its build stopped before planning; run the build again"
         )
-    if not is_url(location) and not os.path.exists(location):
+    if local is not None and not local.exists():
         return DatastoreError(f"{location}: no such token store (the directory does not exist)")
-    if not is_url(location) and not os.path.isdir(location):
+    if local is not None and not local.is_dir():
         return DatastoreError(f"{location} is not a token store (it is not a directory)")
     return DatastoreError(f"{location} is not a token store (it has no {MANIFEST})")
