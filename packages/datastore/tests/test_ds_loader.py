@@ -101,3 +101,15 @@ def test_numpy_integers_are_batch_sizes_and_bad_schedules_are_errors(dataset):
     for bad, message in [([(1, 8)], "start at step 0"), ([(0, 8), (0, 4)], "must increase"), (0, "positive")]:
         with pytest.raises(ValueError, match=message):
             BatchSchedule(bad)
+
+
+def test_the_loss_mask_drops_exactly_the_targets_that_start_a_document(small_store):
+    store = TokenStore.open(small_store)
+    seq_len, rows = 32, 200  # 6,400 tokens per step: several documents end inside step 1
+    batch = BatchLoader(SequenceDataset(store, seq_len), rows).batch(step=1)
+    # Row i of step 1 is sequence rows + i: its target t is token rows*seq_len + i*seq_len + t + 1.
+    target_positions = (rows + np.arange(rows))[:, None] * seq_len + np.arange(seq_len)[None, :] + 1
+    doc_starts = np.array([store.offsets[d] for d in range(1, store.num_docs)])
+    expected = ~np.isin(target_positions, doc_starts)
+    assert batch["loss_mask"].dtype == bool and (~expected).any()
+    np.testing.assert_array_equal(batch["loss_mask"], expected)

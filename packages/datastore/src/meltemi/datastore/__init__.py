@@ -22,7 +22,9 @@ from meltemi.datastore.loader import BatchLoader, BatchSchedule
 from meltemi.datastore.mixture import MixtureDataset, block_counts
 from meltemi.datastore.sequences import Rows, SequenceDataset
 from meltemi.datastore.shuffle import ShuffledDataset
+from meltemi.datastore.splits import SequenceRange, hold_out
 from meltemi.datastore.store import TokenStore
+from meltemi.datastore.token_bytes import token_byte_lengths
 
 __version__ = "0.1.0"
 
@@ -38,6 +40,7 @@ __all__ = [
     "IntegrityError",
     "MixtureDataset",
     "Rows",
+    "SequenceRange",
     "SequenceDataset",
     "ShuffledDataset",
     "SourceChangedError",
@@ -48,6 +51,8 @@ __all__ = [
     "build_store",
     "corpora",
     "derive_key",
+    "hold_out",
     "python_stdlib",
+    "token_byte_lengths",
     "train_tokenizer",
 ]

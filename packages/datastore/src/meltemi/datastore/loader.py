@@ -62,7 +62,11 @@ class BatchSchedule:
 
 
 class BatchLoader:
-    """Batches of `input_ids`, `targets`, `segment_ids` (each `(rows, seq_len)`) and `source` (`(rows,)`).
+    """Batches of `input_ids`, `targets`, `segment_ids`, `loss_mask` (each `(rows, seq_len)`) and `source`.
+
+    `loss_mask` is True where the target is in the same document as its input: the one pair per document
+    boundary (a document's last token, then the next one's first) teaches nothing and is masked out.
+    `source` (`(rows,)`) says which mixture source each row came from.
 
     >>> class Toy:
     ...     num_sequences = None
@@ -113,6 +117,7 @@ class BatchLoader:
             "input_ids": rows.tokens[:, :-1],
             "targets": rows.tokens[:, 1:],
             "segment_ids": rows.segment_ids[:, :-1],
+            "loss_mask": rows.segment_ids[:, 1:] == rows.segment_ids[:, :-1],
             "source": rows.source,
         }
 
