@@ -1,0 +1,101 @@
+"""``python -m meltemi.trainer``: train from a YAML config with dotted overrides, or print the sharding plan.
+
+    python -m meltemi.trainer --config configs/tiny.yaml --run-dir runs/tiny --trainer.num_train_steps 100
+    python -m meltemi.trainer --config configs/tiny.yaml --print-sharding
+
+Every config field is an override (``--help`` lists them with their defaults); a user error ends with one
+line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from meltemi.trainer.config_io import describe_fields, load_config
+from meltemi.trainer.errors import TrainerError
+
+USAGE = """usage: python -m meltemi.trainer [--config PATH] [--run-dir DIR] [--print-sharding] [--FIELD VALUE ...]
+
+Train a Llama from a YAML config. Any field below can be set with --FIELD VALUE (or --FIELD=VALUE);
+values are read as YAML (100, 3e-4, null, [[0, 32], [1000, 64]]).
+
+  --config PATH      a YAML preset (default: every field at its default)
+  --run-dir DIR      where metrics, plots and checkpoints go (default: runs/<config name>)
+  --print-sharding   print each parameter's axes, sharding and bytes per device, then exit
+  --help             this text
+"""
+
+
+def help_text() -> str:
+    rows = describe_fields()
+    width = max(len(r[0]) for r in rows)
+    lines = [USAGE, "fields:"]
+    for name, kind, default, description in rows:
+        lines.append(f"  --{name:<{width}}  {default:<12} {kind}: {description}")
+    return "\n".join(lines)
+
+
+def split_arguments(argv: Sequence[str]) -> tuple[dict[str, str | bool], list[str]]:
+    """The launcher's own flags (``--config``, ``--run-dir``, ``--print-sharding``, ``--help``) and the
+    config overrides (everything else), in order.
+
+    >>> split_arguments(["--config", "a.yaml", "--trainer.seed", "3", "--print-sharding"])
+    ({'config': 'a.yaml', 'print_sharding': True}, ['--trainer.seed', '3'])
+    """
+    own: dict[str, str | bool] = {}
+    rest: list[str] = []
+    words = list(argv)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name, _, inline = word.partition("=")
+        if name in ("--help", "-h", "--print-sharding"):
+            own[name.lstrip("-").replace("-", "_")] = True
+            i += 1
+        elif name in ("--config", "--run-dir"):
+            if not inline and i + 1 >= len(words):
+                raise TrainerError(f"{name} needs a value")
+            own[name.lstrip("-").replace("-", "_")] = inline or words[i + 1]
+            i += 1 if inline else 2
+        else:
+            rest.append(word)
+            i += 1
+    return own, rest
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        own, overrides = split_arguments(argv)
+        if own.get("help") or own.get("h"):
+            print(help_text())
+            return 0
+        config_path = own.get("config")
+        config = load_config(config_path, overrides)
+        from meltemi.trainer.mesh import MeshPlan
+
+        if own.get("print_sharding"):
+            from meltemi.trainer.sharding_report import format_report, sharding_report
+
+            plan = MeshPlan.of(config)
+            print(format_report(sharding_report(config, plan), plan))
+            return 0
+        from meltemi.trainer.trainer import Trainer
+
+        name = Path(config_path).stem if config_path else "default"
+        summary = Trainer(config, own.get("run_dir") or Path("runs") / name).run()
+    except TrainerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    print(
+        f"trained {summary.steps} steps ({summary.tokens:,} tokens, {summary.tokens_per_second:,.0f} tokens/s); "
+        f"held-out loss {summary.first_eval.get('eval/loss', float('nan')):.4f} -> "
+        f"{summary.last_eval.get('eval/loss', float('nan')):.4f}; metrics {summary.metrics_path}, "
+        f"plot {summary.plot_path}"
+    )
+    return 0

@@ -1,0 +1,242 @@
+"""The run's configuration: four pydantic models (model, optimizer, trainer, data) under one ``RunConfig``.
+
+Every field has a default and a description; unknown keys and wrong types are errors. YAML presets live in
+``configs/``; :mod:`meltemi.trainer.config_io` loads them and applies command-line overrides.
+
+>>> config = RunConfig(data={"sources": {"web": {"store": "stores/web"}}})
+>>> config.trainer.mesh.data, config.model.remat, config.optimizer.schedule
+(-1, 'full', 'cosine')
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Remat = Literal["none", "full", "save_dots", "offload"]
+AttentionKernel = Literal["auto", "reference", "xla", "pallas", "splash", "cudnn"]
+LossKernel = Literal["auto", "reference", "xla", "pallas"]
+FloatDtype = Literal["float32", "bfloat16", "float16"]
+PhysicalAxes = str | list[str] | None
+
+
+class Section(BaseModel):
+    """A config section: unknown keys are errors; immutable (a changed config is a new one, `model_copy`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RopeScaling(Section):
+    """Llama 3's rotary frequency scaling (``rope_type: llama3`` in Hugging Face's config)."""
+
+    factor: float = Field(8.0, gt=0, description="how much longer the target context is than the original")
+    low_freq_factor: float = Field(1.0, gt=0, description="wavelengths above original/low are scaled fully")
+    high_freq_factor: float = Field(4.0, gt=0, description="wavelengths below original/high are kept")
+    original_max_position_embeddings: int = Field(
+        8192, gt=0, description="the context the model was made for"
+    )
+
+
+class ModelConfig(Section):
+    """A Llama decoder: shapes, positional encoding, and the kernels and remat policy it runs with."""
+
+    vocab_size: int = Field(32000, gt=0, description="rows of the embedding; must equal the tokenizer's")
+    hidden_dim: int = Field(256, gt=0, description="width of the residual stream (embed axis)")
+    intermediate_dim: int = Field(768, gt=0, description="width of the SwiGLU MLP (mlp axis)")
+    num_layers: int = Field(4, gt=0, description="decoder blocks (layers axis, run by a scan)")
+    num_heads: int = Field(8, gt=0, description="query heads")
+    num_kv_heads: int = Field(
+        4, gt=0, description="key/value heads (grouped-query attention); divides num_heads"
+    )
+    head_dim: int | None = Field(None, gt=0, description="per-head width; default hidden_dim / num_heads")
+    max_seq_len: int = Field(4096, gt=0, description="longest sequence the positional encoding is built for")
+    rope_theta: float = Field(10000.0, gt=0, description="rotary base frequency")
+    rope_scaling: RopeScaling | None = Field(None, description="Llama 3 frequency scaling, or null for none")
+    norm_eps: float = Field(1e-5, gt=0, description="RMSNorm epsilon")
+    tie_embeddings: bool = Field(False, description="unembed with the input embedding's table")
+    init_std: float = Field(0.02, gt=0, description="standard deviation of the initial weights")
+    remat: Remat = Field(
+        "full", description="gradient checkpointing of each block: none|full|save_dots|offload"
+    )
+    attention: AttentionKernel = Field("auto", description="meltemi.kernels attention implementation")
+    cross_entropy: LossKernel = Field(
+        "auto", description="meltemi.kernels fused cross-entropy implementation"
+    )
+    cross_entropy_block_size: int = Field(4096, gt=0, description="vocabulary block of the fused loss")
+    z_loss_weight: float = Field(0.0, ge=0, description="weight of the z-loss (log-normalizer squared)")
+
+    @model_validator(mode="after")
+    def _heads_fit(self) -> ModelConfig:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"model.num_kv_heads ({self.num_kv_heads}) must divide model.num_heads ({self.num_heads})"
+            )
+        if self.head_dim is None and self.hidden_dim % self.num_heads:
+            raise ValueError(
+                f"model.hidden_dim ({self.hidden_dim}) is not a multiple of model.num_heads "
+                f"({self.num_heads}); set model.head_dim"
+            )
+        return self
+
+    @property
+    def head_size(self) -> int:
+        """The per-head width, ``head_dim`` or ``hidden_dim / num_heads``."""
+        return self.head_dim or self.hidden_dim // self.num_heads
+
+
+class OptimizerConfig(Section):
+    """AdamW with a learning-rate schedule, decoupled weight decay and global-norm gradient clipping."""
+
+    learning_rate: float = Field(3e-4, gt=0, description="peak learning rate")
+    schedule: Literal["constant", "cosine", "linear", "wsd"] = Field(
+        "cosine", description="after warmup: constant, cosine or linear decay, or warmup-stable-decay"
+    )
+    warmup_steps: float = Field(
+        0.01, ge=0, description="warmup length: steps, or a fraction of the run if < 1"
+    )
+    decay_steps: float = Field(0.2, ge=0, description="wsd only: the final decay's length, steps or fraction")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="the floor the decay reaches, times the peak")
+    weight_decay: float = Field(0.1, ge=0, description="decoupled weight decay")
+    decay_embeddings_and_norms: bool = Field(False, description="also decay embeddings and norm scales")
+    beta1: float = Field(0.9, ge=0, lt=1, description="Adam's first-moment decay")
+    beta2: float = Field(0.95, ge=0, lt=1, description="Adam's second-moment decay")
+    epsilon: float = Field(1e-8, gt=0, description="Adam's epsilon")
+    max_grad_norm: float | None = Field(1.0, gt=0, description="clip the global gradient norm; null: never")
+
+
+class MeshConfig(Section):
+    """Device mesh sizes; -1 on one axis means 'every device the others leave'."""
+
+    replica: int = Field(1, description="data-parallel copies with replicated parameters (across slices)")
+    data: int = Field(-1, description="data parallelism with parameters sharded over it (FSDP)")
+    model: int = Field(1, description="tensor parallelism over heads and the MLP")
+
+    @model_validator(mode="after")
+    def _sizes(self) -> MeshConfig:
+        sizes = {"replica": self.replica, "data": self.data, "model": self.model}
+        bad = [f"trainer.mesh.{k}={v}" for k, v in sizes.items() if v == 0 or v < -1]
+        if bad:
+            raise ValueError(f"mesh sizes must be positive or -1: {', '.join(bad)}")
+        if list(sizes.values()).count(-1) > 1:
+            raise ValueError("at most one of trainer.mesh.replica/data/model may be -1")
+        return self
+
+
+class ProfilerConfig(Section):
+    """A JAX profiler trace of a few steps, written under ``<run dir>/profile``."""
+
+    start_step: int = Field(5, ge=0, description="first traced step (after compilation)")
+    num_steps: int = Field(3, gt=0, description="how many steps to trace")
+
+
+class WandbConfig(Section):
+    """Weights & Biases: the key comes from WANDB_API_KEY; ``offline`` needs no network."""
+
+    project: str = Field("meltemi", description="project name")
+    entity: str | None = Field(None, description="team or user; default: the key's")
+    mode: Literal["online", "offline"] = Field("offline", description="offline logs to disk for a later sync")
+
+
+class TrackersConfig(Section):
+    """Where metrics go besides ``metrics.jsonl`` (always written)."""
+
+    tensorboard: bool = Field(False, description="write TensorBoard event files under <run dir>/tensorboard")
+    wandb: WandbConfig | None = Field(None, description="log to Weights & Biases")
+
+
+class TrainerConfig(Section):
+    """How long, how big and where the run trains, and how it reports."""
+
+    num_train_steps: int = Field(1000, gt=0, description="optimizer steps")
+    global_batch_size: int | list[tuple[int, int]] = Field(
+        32, description="sequences per step, or [[start_step, size], ...] starting at step 0"
+    )
+    microbatch_size: int | None = Field(
+        None, gt=0, description="sequences per forward/backward; the step accumulates gradients over them"
+    )
+    seed: int = Field(0, ge=0, description="the one seed every random number derives from")
+    param_dtype: FloatDtype = Field("float32", description="dtype parameters and optimizer state are kept in")
+    compute_dtype: FloatDtype = Field("bfloat16", description="dtype of the forward and backward matmuls")
+    mesh: MeshConfig = Field(default_factory=MeshConfig, description="device mesh")
+    parameter_axis_mapping: dict[str, PhysicalAxes] = Field(
+        default_factory=dict, description="overrides of the logical->mesh mapping parameters are stored by"
+    )
+    compute_axis_mapping: dict[str, PhysicalAxes] = Field(
+        default_factory=dict, description="overrides of the logical->mesh mapping activations follow"
+    )
+    log_every: int = Field(10, gt=0, description="steps between metric logs")
+    eval_every: int = Field(100, ge=0, description="steps between evaluations (0: only at the end)")
+    eval_batches: int = Field(8, gt=0, description="held-out batches per source per evaluation")
+    nan_policy: Literal["skip", "stop"] = Field(
+        "skip", description="a NaN/Inf loss or gradient: skip the update (counted) or stop naming the step"
+    )
+    profiler: ProfilerConfig | None = Field(None, description="trace some steps with the JAX profiler")
+    trackers: TrackersConfig = Field(default_factory=TrackersConfig, description="metric trackers")
+
+    @model_validator(mode="after")
+    def _schedule(self) -> TrainerConfig:
+        if isinstance(self.global_batch_size, int):
+            if self.global_batch_size < 1:
+                raise ValueError(f"trainer.global_batch_size must be positive, got {self.global_batch_size}")
+            return self
+        stages = self.global_batch_size
+        if not stages or stages[0][0] != 0:
+            raise ValueError("trainer.global_batch_size: a schedule must start at step 0")
+        if any(b[0] <= a[0] for a, b in zip(stages, stages[1:], strict=False)):
+            raise ValueError("trainer.global_batch_size: schedule steps must increase")
+        if any(size < 1 for _, size in stages):
+            raise ValueError("trainer.global_batch_size: sizes must be positive")
+        return self
+
+    def batch_sizes(self) -> list[int]:
+        """Every global batch size the run uses."""
+        gbs = self.global_batch_size
+        return [gbs] if isinstance(gbs, int) else [size for _, size in gbs]
+
+
+class SourceConfig(Section):
+    """One token store of the mixture."""
+
+    store: str = Field(description="path or URL of a meltemi.datastore token store")
+    weight: float = Field(1.0, ge=0, description="mixture weight (normalised over the sources)")
+
+
+class StageConfig(Section):
+    """Mixture weights from ``start_step`` on (each stage's first sequence must start a mixture block)."""
+
+    start_step: int = Field(ge=0, description="first step of the stage")
+    weights: dict[str, float] = Field(description="weight per source name; sources left out weigh 0")
+
+
+class DataConfig(Section):
+    """Token stores, their mixture, the sequence length and the held-out split."""
+
+    tokenizer: str | None = Field(None, description="tokenizer.json the stores must have been built with")
+    sources: dict[str, SourceConfig] = Field(default_factory=dict, description="token stores by name")
+    stages: list[StageConfig] = Field(default_factory=list, description="mixture weights that change by step")
+    seq_len: int = Field(2048, gt=0, description="tokens per training sequence")
+    eval_fraction: float = Field(0.005, gt=0, lt=1, description="tail of each store held out for evaluation")
+    mixture_block_size: int = Field(1024, gt=0, description="sequences per block of fixed mixture counts")
+
+    @model_validator(mode="after")
+    def _stages(self) -> DataConfig:
+        if self.stages and self.stages[0].start_step != 0:
+            raise ValueError("data.stages: the first stage must start at step 0")
+        for stage in self.stages:
+            unknown = sorted(set(stage.weights) - set(self.sources))
+            if unknown:
+                raise ValueError(
+                    f"data.stages (step {stage.start_step}) weighs unknown sources {unknown}; "
+                    f"data.sources has {sorted(self.sources)}"
+                )
+        return self
+
+
+class RunConfig(Section):
+    """Everything a run needs; its YAML form is saved in the run directory as ``config.yaml``."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig, description="the Llama model")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="AdamW and its schedule")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the training loop")
+    data: DataConfig = Field(default_factory=DataConfig, description="token stores and sequences")

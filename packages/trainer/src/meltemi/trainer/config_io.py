@@ -1,0 +1,202 @@
+"""Configs in and out: YAML presets loaded safely, dotted command-line overrides, one-line errors, help.
+
+>>> config = load_config(None, ["--trainer.num_train_steps", "7", "--model.remat=none"])
+>>> config.trainer.num_train_steps, config.model.remat
+(7, 'none')
+>>> load_config(None, ["--trainer.num_train_step", "7"])
+Traceback (most recent call last):
+...
+meltemi.trainer.errors.ConfigError: trainer.num_train_step: unknown key (did you mean trainer.num_train_steps?)
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+from pydantic import BaseModel
+
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.errors import ConfigError
+
+
+def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = ()) -> RunConfig:
+    """The config in the YAML file at ``path`` (None: all defaults) with ``overrides`` applied.
+
+    ``overrides`` are command-line words: ``--a.b VALUE`` or ``--a.b=VALUE``; values are read as YAML
+    (``100``, ``null``, ``[1, 2]``, ``bfloat16``).
+    """
+    raw = read_yaml(path) if path is not None else {}
+    for dotted, value in parse_overrides(overrides):
+        set_dotted(raw, dotted, value)
+    return validate(raw, where=os.fspath(path) if path is not None else "the defaults")
+
+
+def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    """The mapping in a YAML file; a missing, unreadable or non-mapping file is a ``ConfigError``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {os.fspath(path)!r} does not exist") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {os.fspath(path)!r} cannot be read: {e}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {os.fspath(path)!r} is not valid YAML: {_one_line(e)}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {os.fspath(path)!r} must hold a mapping, got {type(raw).__name__}")
+    return raw
+
+
+def parse_overrides(words: Sequence[str]) -> list[tuple[str, Any]]:
+    """``["--a.b", "1", "--c=x"]`` -> ``[("a.b", 1), ("c", "x")]``.
+
+    >>> parse_overrides(["--trainer.seed", "3", "--data.seq_len=64"])
+    [('trainer.seed', 3), ('data.seq_len', 64)]
+    """
+    out, i = [], 0
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("--") or len(word) == 2:
+            raise ConfigError(f"expected an override like --trainer.num_train_steps 100, got {word!r}")
+        if "=" in word:
+            key, text = word[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(words):
+                raise ConfigError(f"override {word} has no value")
+            key, text = word[2:], words[i + 1]
+            i += 2
+        try:
+            value = yaml.safe_load(text) if text.strip() else text
+        except yaml.YAMLError:
+            value = text
+        out.append((key.replace("-", "_"), value))
+    return out
+
+
+def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``raw[a][b][c] = value`` for ``dotted = "a.b.c"``, making the intermediate mappings."""
+    parts = dotted.split(".")
+    node = raw
+    for depth, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            where = ".".join(parts[: depth + 1])
+            raise ConfigError(f"{dotted}: {where} is a value ({child!r}), not a section with fields")
+        node = child
+    node[parts[-1]] = value
+
+
+def validate(raw: dict[str, Any], where: str = "the config") -> RunConfig:
+    """``RunConfig`` from a raw mapping; the first problem becomes a one-line ``ConfigError``."""
+    try:
+        return RunConfig.model_validate(raw)
+    except pydantic.ValidationError as e:
+        raise ConfigError(_describe(e.errors()[0], where)) from None
+
+
+def _describe(error: dict, where: str) -> str:
+    loc = [str(part) for part in error["loc"]]
+    field = ".".join(loc)
+    if error["type"] == "extra_forbidden":
+        hint = _nearest(loc)
+        return f"{field}: unknown key" + (f" (did you mean {hint}?)" if hint else f" in {where}")
+    message = error["msg"].removeprefix("Value error, ")
+    if not field:
+        return message
+    given = error.get("input")
+    shown = "" if isinstance(given, dict) or given is None else f" (got {given!r})"
+    return f"{field}: {message}{shown}"
+
+
+def _nearest(loc: list[str]) -> str | None:
+    """The valid dotted name nearest to an unknown key at ``loc``."""
+    model: Any = RunConfig
+    for part in loc[:-1]:
+        fields = getattr(model, "model_fields", None)
+        if fields is None or part not in fields:
+            return None
+        model = _section_type(fields[part].annotation)
+    fields = getattr(model, "model_fields", {})
+    match = difflib.get_close_matches(loc[-1], list(fields), n=1, cutoff=0.6)
+    return ".".join([*loc[:-1], match[0]]) if match else None
+
+
+def _section_type(annotation: Any) -> Any:
+    """The pydantic model inside an annotation such as ``WandbConfig | None``, else the annotation."""
+    for arg in typing.get_args(annotation) or (annotation,):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return annotation
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())
+
+
+def dump_config(config: RunConfig) -> str:
+    """The config as YAML; ``validate(yaml.safe_load(dump_config(c))) == c``.
+
+    >>> c = load_config(None, ["--trainer.seed", "5"])
+    >>> validate(yaml.safe_load(dump_config(c))) == c
+    True
+    """
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def describe_fields(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """``(dotted name, type, default, description)`` for every field, sections expanded.
+
+    >>> [row[:3] for row in describe_fields() if row[0] == "trainer.mesh.data"]
+    [('trainer.mesh.data', 'int', '-1')]
+    """
+    rows = []
+    for name, field in model.model_fields.items():
+        dotted = f"{prefix}{name}"
+        section = _section_type(field.annotation)
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            if field.default is None:
+                rows.append((dotted, f"{section.__name__} | null", "null", field.description or ""))
+            container = typing.get_origin(field.annotation)
+            inner = {dict: f"{dotted}.<name>.", list: f"{dotted}[i]."}.get(container, f"{dotted}.")
+            if container is not None and container is not types.UnionType:
+                rows.append((dotted, _type_name(field.annotation), _default(field), field.description or ""))
+            rows.extend(describe_fields(section, inner))
+            continue
+        rows.append((dotted, _type_name(field.annotation), _default(field), field.description or ""))
+    return rows
+
+
+def _default(field: pydantic.fields.FieldInfo) -> str:
+    if field.is_required():
+        return "(required)"
+    value = field.get_default(call_default_factory=True)
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...")
+
+
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return " | ".join(_type_name(a) for a in typing.get_args(annotation))
+    if typing.get_origin(annotation) in (dict, list):
+        args = ", ".join(_type_name(a) for a in typing.get_args(annotation))
+        return f"{typing.get_origin(annotation).__name__}[{args}]"
+    if typing.get_origin(annotation) is tuple:
+        return "[" + ", ".join(_type_name(a) for a in typing.get_args(annotation)) + "]"
+    if typing.get_origin(annotation) is typing.Literal:
+        return "|".join(str(a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return "null"
+    return getattr(annotation, "__name__", str(annotation))

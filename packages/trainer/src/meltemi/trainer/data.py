@@ -1,0 +1,108 @@
+"""The run's data from its config: the training mixture and a held-out split per source, checked first.
+
+Each source's store is split into a training range and a held-out tail (``data.eval_fraction``). Training
+reads a block-deterministic mixture of the training ranges (``data.sources`` weights, or ``data.stages``);
+evaluation reads each source's held-out tail on its own, in order. Every batch is a pure function of the
+step, and each process reads only its rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from meltemi.datastore import (
+    BatchLoader,
+    BatchSchedule,
+    DatastoreError,
+    MixtureDataset,
+    SequenceDataset,
+    TokenStore,
+    hold_out,
+    token_byte_lengths,
+)
+from meltemi.trainer.adapters import data_key
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.errors import DataError
+
+
+@dataclasses.dataclass
+class RunData:
+    """The loaders of one process: training batches by step, and each source's held-out batches."""
+
+    train: BatchLoader
+    held_out: dict[str, BatchLoader]
+    eval_steps: int
+    source_names: list[str]
+    token_bytes: np.ndarray | None
+
+
+def _open_store(name: str, path: str, tokenizer: str | None) -> TokenStore:
+    try:
+        return TokenStore.open(path, tokenizer=tokenizer)
+    except DatastoreError as e:
+        raise DataError(f"data.sources.{name}.store: {e}") from None
+
+
+def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1) -> RunData:
+    """Open and check every store, then build the loaders; a ``DataError`` names the field at fault."""
+    data, trainer = config.data, config.trainer
+    if not data.sources:
+        raise DataError("data.sources is empty: name at least one token store (data.sources.NAME.store)")
+    trains, held = {}, {}
+    for name, source in data.sources.items():
+        store = _open_store(name, source.store, data.tokenizer)
+        if store.vocab_size != config.model.vocab_size:
+            raise DataError(
+                f"data.sources.{name}.store: {source.store} was tokenized with a vocabulary of "
+                f"{store.vocab_size}, but model.vocab_size is {config.model.vocab_size}"
+            )
+        if store.num_tokens < 2 * (data.seq_len + 1):
+            raise DataError(
+                f"data.seq_len {data.seq_len}: {source.store} holds {store.num_tokens} tokens, too few for one "
+                "training and one held-out sequence; lower data.seq_len or add data"
+            )
+        try:
+            trains[name], held[name] = hold_out(SequenceDataset(store, data.seq_len), data.eval_fraction)
+        except ValueError as e:
+            raise DataError(f"data.eval_fraction: {source.store}: {e}") from None
+    schedule = BatchSchedule(trainer.global_batch_size)
+    try:
+        mixture = MixtureDataset(
+            trains, _stages(config, schedule), data.mixture_block_size, data_key(trainer.seed, "mixture")
+        )
+    except ValueError as e:
+        raise DataError(f"data.sources weights / data.stages: {e}") from None
+    eval_batch = schedule.size(0)
+    eval_steps = min(trainer.eval_batches, *(h.num_sequences // eval_batch for h in held.values()))
+    if eval_steps < 1:
+        smallest = min(held, key=lambda n: held[n].num_sequences)
+        raise DataError(
+            f"data.eval_fraction: the held-out split of source {smallest!r} has {held[smallest].num_sequences} "
+            f"sequences, fewer than one evaluation batch of {eval_batch}; raise data.eval_fraction"
+        )
+    return RunData(
+        train=BatchLoader(mixture, trainer.global_batch_size, process_index, process_count),
+        held_out={n: BatchLoader(h, eval_batch, process_index, process_count) for n, h in held.items()},
+        eval_steps=eval_steps,
+        source_names=list(data.sources),
+        token_bytes=token_byte_lengths(data.tokenizer) if data.tokenizer else None,
+    )
+
+
+def _stages(config: RunConfig, schedule: BatchSchedule) -> list[tuple[int, dict[str, float]]]:
+    """Mixture stages in sequences: each stage's first step's first row, which must start a mixture block."""
+    data = config.data
+    if not data.stages:
+        return [(0, {name: source.weight for name, source in data.sources.items()})]
+    stages = []
+    for i, stage in enumerate(data.stages):
+        first = schedule.first_row(stage.start_step)
+        if first % data.mixture_block_size:
+            raise DataError(
+                f"data.stages[{i}].start_step {stage.start_step} begins at sequence {first}, not a multiple of "
+                f"data.mixture_block_size {data.mixture_block_size}; move the stage or change the block size"
+            )
+        stages.append((first, dict(stage.weights)))
+    return stages

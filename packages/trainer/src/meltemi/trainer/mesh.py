@@ -1,0 +1,165 @@
+"""The device mesh and the two axis mappings, from config, checked against the devices, batch and model.
+
+Mesh axes: ``replica`` (copies with replicated parameters: across slices), ``data`` (data parallelism with
+parameters sharded over it: FSDP) and ``model`` (tensor parallelism). Parameters and optimizer state are
+stored by the *parameter* mapping, activations follow the *compute* mapping; ``trainer.parameter_axis_mapping``
+and ``trainer.compute_axis_mapping`` override entries of the defaults below.
+
+>>> import jax
+>>> from meltemi.trainer.config import RunConfig
+>>> plan = MeshPlan.of(RunConfig(), devices=jax.devices()[:1])
+>>> plan.shape, plan.compute_mapping["batch"]
+({'replica': 1, 'data': 1, 'model': 1}, ('replica', 'data'))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+import haliax_lite as hax
+from meltemi.trainer.config import MeshConfig, RunConfig
+from meltemi.trainer.errors import MeshError
+from meltemi.trainer.llama import LlamaAxes
+
+MESH_AXES = ("replica", "data", "model")
+DATA_AXES = ("replica", "data")
+
+DEFAULT_PARAMETER_MAPPING: dict[str, str | tuple[str, ...] | None] = {
+    "embed": "data",
+    "vocab": "model",
+    "mlp": "model",
+    "kv_heads": "model",
+}
+DEFAULT_COMPUTE_MAPPING: dict[str, str | tuple[str, ...] | None] = {
+    "batch": DATA_AXES,
+    "mlp": "model",
+    "kv_heads": "model",
+}
+
+
+def _physical(value) -> str | tuple[str, ...] | None:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def resolve_mesh_shape(mesh: MeshConfig, device_count: int) -> dict[str, int]:
+    """Mesh sizes with -1 filled in; a ``MeshError`` names the fields when they do not fit the devices.
+
+    >>> resolve_mesh_shape(MeshConfig(data=-1, model=2), 8)
+    {'replica': 1, 'data': 4, 'model': 2}
+    """
+    sizes = {"replica": mesh.replica, "data": mesh.data, "model": mesh.model}
+    fixed = math.prod(v for v in sizes.values() if v != -1)
+    free = [k for k, v in sizes.items() if v == -1]
+    if free:
+        if device_count % fixed:
+            raise MeshError(
+                f"trainer.mesh: the fixed sizes ({fixed} devices) do not divide the {device_count} devices"
+            )
+        sizes[free[0]] = device_count // fixed
+    if math.prod(sizes.values()) != device_count:
+        shown = " x ".join(f"trainer.mesh.{k}={v}" for k, v in sizes.items())
+        raise MeshError(f"{shown} needs {math.prod(sizes.values())} devices, but there are {device_count}")
+    return sizes
+
+
+def _devices_in_mesh_order(shape: dict[str, int], devices: Sequence[jax.Device]) -> np.ndarray:
+    """Devices laid out on the mesh: with several slices, ``replica`` runs across them (the slow network)."""
+    sizes = tuple(shape[a] for a in MESH_AXES)
+    slices = {getattr(d, "slice_index", 0) for d in devices}
+    if len(slices) > 1 and shape["replica"] == len(slices):
+        return mesh_utils.create_hybrid_device_mesh(
+            (1, shape["data"], shape["model"]), (len(slices), 1, 1), devices
+        )
+    return np.asarray(devices).reshape(sizes)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshPlan:
+    """The mesh and the parameter and compute axis mappings, as one value the trainer passes around."""
+
+    mesh: Mesh
+    parameter_mapping: dict
+    compute_mapping: dict
+
+    @staticmethod
+    def of(config: RunConfig, devices: Sequence[jax.Device] | None = None) -> MeshPlan:
+        devices = list(devices if devices is not None else jax.devices())
+        shape = resolve_mesh_shape(config.trainer.mesh, len(devices))
+        mesh = Mesh(_devices_in_mesh_order(shape, devices), MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+        parameter = {**DEFAULT_PARAMETER_MAPPING}
+        parameter.update({k: _physical(v) for k, v in config.trainer.parameter_axis_mapping.items()})
+        compute = {**DEFAULT_COMPUTE_MAPPING}
+        compute.update({k: _physical(v) for k, v in config.trainer.compute_axis_mapping.items()})
+        for field, mapping in (("parameter_axis_mapping", parameter), ("compute_axis_mapping", compute)):
+            for logical, physical in mapping.items():
+                unknown = [
+                    p
+                    for p in ((physical,) if isinstance(physical, str) else physical or ())
+                    if p not in MESH_AXES
+                ]
+                if unknown:
+                    raise MeshError(
+                        f"trainer.{field}.{logical}: mesh axes {unknown} do not exist; use {list(MESH_AXES)}"
+                    )
+        plan = MeshPlan(mesh, parameter, compute)
+        plan.check_fits(config)
+        return plan
+
+    @property
+    def shape(self) -> dict[str, int]:
+        return dict(self.mesh.shape)
+
+    def devices_over(self, physical) -> int:
+        """How many devices a mapping value (a mesh axis, several, or None) splits an axis over."""
+        names = () if physical is None else (physical,) if isinstance(physical, str) else physical
+        return math.prod(self.mesh.shape[n] for n in names)
+
+    def check_fits(self, config: RunConfig) -> None:
+        """A ``MeshError`` naming the field when the batch or a model axis does not divide over its devices."""
+        data_parallel = self.devices_over(self.compute_mapping.get("batch"))
+        for size in config.trainer.batch_sizes():
+            if size % data_parallel:
+                raise MeshError(
+                    f"trainer.global_batch_size {size} does not split over the {data_parallel} data-parallel "
+                    f"devices (trainer.mesh.replica x trainer.mesh.data)"
+                )
+            micro = config.trainer.microbatch_size
+            if micro is not None and (size % micro or micro % data_parallel):
+                raise MeshError(
+                    f"trainer.microbatch_size {micro} must divide trainer.global_batch_size {size} and be a "
+                    f"multiple of the {data_parallel} data-parallel devices"
+                )
+        model_axes = LlamaAxes.of(config.model)
+        axes = [getattr(model_axes, f.name) for f in dataclasses.fields(model_axes)]
+        for field, mapping in (
+            ("parameter_axis_mapping", self.parameter_mapping),
+            ("compute_axis_mapping", self.compute_mapping),
+        ):
+            for axis in axes:
+                parts = self.devices_over(mapping.get(axis.name))
+                if axis.size % parts:
+                    raise MeshError(
+                        f"model axis {axis.name!r} ({axis.size}) does not split over the {parts} devices "
+                        f"trainer.{field} maps it to ({mapping.get(axis.name)}): change the mesh or the mapping"
+                    )
+
+    def sharding(self, axes: Sequence[hax.Axis], mapping: dict) -> NamedSharding:
+        return NamedSharding(self.mesh, hax.partitioning.pspec_for_axis(tuple(axes), mapping))
+
+    def replicated(self) -> NamedSharding:
+        return NamedSharding(self.mesh, PartitionSpec())
+
+    def parameter_shardings(self, tree):
+        """Shardings for a tree of (abstract) named arrays, laid out by the parameter mapping."""
+        return hax.partitioning.infer_resource_partitions(tree, self.parameter_mapping, mesh=self.mesh)
+
+    def compute_shardings(self, tree):
+        """Shardings for a tree of (abstract) named arrays, laid out by the compute mapping."""
+        return hax.partitioning.infer_resource_partitions(tree, self.compute_mapping, mesh=self.mesh)

@@ -1,0 +1,40 @@
+"""The loss curve a finished run leaves in its directory: training loss by step, held-out loss as points."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def plot_loss(records: list[dict[str, Any]], out: Path) -> Path:
+    """Draw ``train/loss`` and every ``eval/*/loss`` of ``records`` (``metrics.jsonl`` lines) to ``out``.
+
+    >>> import tempfile, pathlib
+    >>> out = plot_loss([{"step": 1, "train/loss": 3.0}, {"step": 2, "train/loss": 2.0, "eval/loss": 2.2}],
+    ...                 pathlib.Path(tempfile.mkdtemp()) / "loss.png")
+    >>> out.read_bytes()[:4] == b"\\x89PNG"
+    True
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=110)
+    train = [(r["step"], r["train/loss"]) for r in records if isinstance(r.get("train/loss"), float | int)]
+    if train:
+        axes.plot(*zip(*train, strict=True), label="train", linewidth=1.2)
+    names = sorted({k for r in records for k in r if k.startswith("eval/") and k.endswith("loss")})
+    for name in names:
+        points = [(r["step"], r[name]) for r in records if isinstance(r.get(name), float | int)]
+        axes.plot(*zip(*points, strict=True), marker="o", linestyle="--", label=name.removesuffix("/loss"))
+    axes.set_xlabel("step")
+    axes.set_ylabel("loss (nats per token)")
+    axes.grid(alpha=0.3)
+    if train or names:
+        axes.legend()
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out)
+    plt.close(figure)
+    return out

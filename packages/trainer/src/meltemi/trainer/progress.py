@@ -1,0 +1,57 @@
+"""The training progress display: a rich bar (step, loss, tokens/s, MFU or FLOP/s, ETA) on a terminal, and a
+plain line per log interval elsewhere (CI logs, files). Everything goes to stderr."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+
+def human(count: float) -> str:
+    """A count with a k/M/G/T suffix: ``human(1_234_567) == '1.23M'``."""
+    for suffix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(count) >= scale:
+            return f"{count / scale:.3g}{suffix}"
+    return f"{count:.3g}"
+
+
+class TrainingProgress:
+    """Use as a context manager; ``update`` after each logged step, ``note`` for one-off messages."""
+
+    def __init__(self, total_steps: int, start_step: int = 0, enabled: bool = True):
+        self.console = Console(stderr=True, file=sys.stderr)
+        self.enabled = enabled
+        self.interactive = enabled and self.console.is_terminal
+        self._progress = Progress(
+            TextColumn("[bold]step"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeRemainingColumn(),
+            console=self.console,
+            disable=not self.interactive,
+        )
+        self._task = self._progress.add_task("train", total=total_steps, completed=start_step, status="")
+
+    def __enter__(self) -> TrainingProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._progress.stop()
+
+    def update(
+        self, step: int, loss: float, tokens_per_second: float, mfu: float | None, flops: float
+    ) -> None:
+        speed = f"MFU {mfu:.1%}" if mfu is not None else f"{human(flops)}FLOP/s"
+        status = f"loss {loss:.4f}  {human(tokens_per_second)} tok/s  {speed}"
+        self._progress.update(self._task, completed=step, status=status)
+        if self.enabled and not self.interactive:
+            total = self._progress.tasks[0].total
+            self.console.print(f"step {step}/{total}  {status}", highlight=False)
+
+    def note(self, message: str) -> None:
+        if self.enabled:
+            self.console.print(message, highlight=False)

@@ -1,0 +1,140 @@
+"""The train state (one pytree of named arrays) and the one jitted train step.
+
+The state holds the step counter, the model, the optimizer state and the count of skipped updates; the
+data position is the step counter and nothing else, so a checkpoint of the state is a complete resume
+point. The step computes the loss and its gradient (accumulated over microbatches by a scan), applies
+the optax update, and keeps the old state instead when the loss or the gradient is not finite.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+
+import haliax_lite as hax
+from meltemi.trainer import adapters
+from meltemi.trainer.adapters import NamedBatch
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.llama import Llama, cast_floating
+from meltemi.trainer.optimizer import make_optimizer
+from meltemi.trainer.schedules import learning_rate_schedule
+
+
+class TrainState(eqx.Module):
+    """Everything that changes during training: a checkpoint saves exactly this."""
+
+    step: jax.Array
+    model: Llama
+    opt_state: optax.OptState
+    skipped_steps: jax.Array
+
+
+class StepMetrics(eqx.Module):
+    """What one step reports: the loss without z-loss, the z-loss, the gradient norm, the learning rate
+    used, and whether the update was applied (False: NaN/Inf, skipped)."""
+
+    loss: jax.Array
+    z_loss: jax.Array
+    grad_norm: jax.Array
+    learning_rate: jax.Array
+    applied: jax.Array
+
+
+def init_state(config: RunConfig, key: jax.Array) -> TrainState:
+    """A fresh state: the model from ``key`` in the parameter dtype, the optimizer's initial state."""
+    model = Llama.init(config.model, key=key)
+    model = cast_floating(model, jnp.dtype(config.trainer.param_dtype))
+    optimizer = make_optimizer(config.optimizer, config.trainer.num_train_steps, model)
+    zero = jnp.zeros((), jnp.int32)
+    return TrainState(step=zero, model=model, opt_state=optimizer.init(model), skipped_steps=zero)
+
+
+def _loss_terms(model: Llama, batch: NamedBatch, config: RunConfig, total: jax.Array):
+    """This batch's share of the global mean loss (its token sum over ``total``), and of the z-loss."""
+    m = config.model
+    compute = cast_floating(model, jnp.dtype(config.trainer.compute_dtype))
+    hidden = compute.hidden_states(batch.input_ids, batch.segment_ids)
+    mean, lse = adapters.token_losses(
+        hidden,
+        compute.unembedding(),
+        batch.targets,
+        batch.loss_mask,
+        z_loss_weight=m.z_loss_weight,
+        implementation=m.cross_entropy,
+        block_size=m.cross_entropy_block_size,
+    )
+    mask = batch.loss_mask.rearrange((adapters.BATCH, adapters.POSITION)).array
+    count = mask.sum(dtype=jnp.float32)
+    share = mean * count / jnp.maximum(total, 1.0)
+    z_loss = m.z_loss_weight * jnp.sum(jnp.where(mask, jax.lax.stop_gradient(lse) ** 2, 0.0))
+    return share, z_loss / jnp.maximum(total, 1.0)
+
+
+def _microbatches(batch: NamedBatch, count: int) -> NamedBatch:
+    """``batch`` as ``count`` microbatches along a leading ``microbatch`` axis.
+
+    Microbatch ``i`` takes rows ``i, i + count, ...``: each device's contiguous rows are spread over every
+    microbatch, so the microbatches stay sharded like the batch.
+    """
+
+    def split(x: hax.NamedArray) -> hax.NamedArray:
+        Batch = x.resolve_axis(adapters.BATCH)
+        rest = [a for a in x.axes if a.name != adapters.BATCH]
+        raw = x.rearrange((Batch, *rest)).array
+        raw = raw.reshape(Batch.size // count, count, *raw.shape[1:]).swapaxes(0, 1)
+        return hax.named(raw, (hax.Axis("microbatch", count), Batch.resize(Batch.size // count), *rest))
+
+    return jax.tree_util.tree_map(split, batch, is_leaf=hax.is_named_array)
+
+
+def make_train_step(config: RunConfig):
+    """``train_step(state, batch) -> (state, StepMetrics)``, to be jitted under the compute axis mapping."""
+    optimizer = make_optimizer(config.optimizer, config.trainer.num_train_steps, _structure_model(config))
+    schedule = learning_rate_schedule(config.optimizer, config.trainer.num_train_steps)
+    micro_size = config.trainer.microbatch_size
+    grad_fn = eqx.filter_value_and_grad(_loss_terms, has_aux=True)
+
+    def gradients(model: Llama, batch: NamedBatch):
+        total = batch.loss_mask.array.sum(dtype=jnp.float32)
+        rows = batch.input_ids.resolve_axis(adapters.BATCH).size
+        if micro_size is None or micro_size >= rows:
+            (loss, z_loss), grads = grad_fn(model, batch, config, total)
+            return loss, z_loss, grads
+        micro = _microbatches(batch, rows // micro_size)
+        zeros = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), model)
+
+        def accumulate(carry, one: NamedBatch):
+            loss, z_loss, grads = carry
+            (l, z), g = grad_fn(model, hax.auto_sharded(one), config, total)
+            grads = jax.tree_util.tree_map(lambda a, b: a + b.astype(jnp.float32), grads, g)
+            return (loss + l, z_loss + z, grads), None
+
+        start = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32), zeros)
+        (loss, z_loss, grads), _ = hax.scan(accumulate, "microbatch")(start, micro)
+        return loss, z_loss, grads
+
+    def train_step(state: TrainState, batch: NamedBatch) -> tuple[TrainState, StepMetrics]:
+        loss, z_loss, grads = gradients(state.model, batch)
+        grads = cast_floating(grads, jnp.dtype(config.trainer.param_dtype))
+        grad_norm = optax.global_norm(grads)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.model)
+        model = optax.apply_updates(state.model, updates)
+        applied = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        keep = lambda new, old: jnp.where(applied, new, old)  # noqa: E731
+        new_state = TrainState(
+            step=state.step + 1,
+            model=jax.tree_util.tree_map(keep, model, state.model),
+            opt_state=jax.tree_util.tree_map(keep, opt_state, state.opt_state),
+            skipped_steps=state.skipped_steps + (~applied).astype(jnp.int32),
+        )
+        metrics = StepMetrics(loss - z_loss, z_loss, grad_norm, schedule(state.step), applied)
+        return new_state, metrics
+
+    return train_step
+
+
+def _structure_model(config: RunConfig) -> Llama:
+    """The model's structure (abstract arrays): what the weight-decay mask is computed from."""
+    return eqx.filter_eval_shape(Llama.init, config.model, key=jax.random.key(0))

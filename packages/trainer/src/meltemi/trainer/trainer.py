@@ -1,0 +1,362 @@
+"""The training loop: check everything, compile the step once, then step, log, evaluate and plot.
+
+Typical use, from a YAML preset and command-line overrides::
+
+    config = load_config("configs/tiny.yaml", ["--trainer.num_train_steps", "60"])
+    summary = Trainer(config, "runs/tiny").run()
+    print(summary.last_eval["eval/loss"], summary.plot_path)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import haliax_lite as hax
+from meltemi.trainer import adapters
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.config_io import dump_config
+from meltemi.trainer.data import RunData, open_data
+from meltemi.trainer.errors import NonFiniteError, TrainerError
+from meltemi.trainer.evaluate import BatchSums, make_eval_step, summarize
+from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
+from meltemi.trainer.mesh import MeshPlan
+from meltemi.trainer.plots import plot_loss
+from meltemi.trainer.progress import TrainingProgress
+from meltemi.trainer.step import StepMetrics, TrainState, init_state, make_train_step
+from meltemi.trainer.trackers import Trackers, read_metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileReport:
+    """What compiling the train step cost, and the per-device memory XLA planned for it."""
+
+    seconds: float
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    """How a run went: steps, tokens, held-out loss at its first and last evaluation, speed, and its files."""
+
+    run_dir: Path
+    steps: int
+    tokens: int
+    skipped_steps: int
+    first_eval: dict[str, float]
+    last_eval: dict[str, float]
+    tokens_per_second: float
+    metrics_path: Path
+    plot_path: Path
+
+
+class Trainer:
+    """One run of ``config`` in ``run_dir``. Construction checks the mesh and the data (errors name the
+    field, before any compile); ``run()`` trains and returns a ``RunSummary``."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        run_dir: str | Path,
+        *,
+        devices: list[jax.Device] | None = None,
+        progress: bool = True,
+    ):
+        self.config, self.run_dir, self.show_progress = config, Path(run_dir), progress
+        self.plan = MeshPlan.of(config, devices)
+        self.data: RunData = open_data(config, jax.process_index(), jax.process_count())
+        self.is_primary = jax.process_index() == 0
+        self._program = self._eval_fn = None
+        self._compiled: dict[int, jax.stages.Compiled] = {}
+        self.compile_report: CompileReport | None = None
+
+    # ---- building the programs -------------------------------------------------------------------------
+
+    def abstract_state(self) -> TrainState:
+        return eqx.filter_eval_shape(
+            init_state, self.config, adapters.jax_key(self.config.trainer.seed, "init")
+        )
+
+    def state_shardings(self):
+        return self.plan.parameter_shardings(self.abstract_state())
+
+    def abstract_batch(self, global_batch_size: int) -> adapters.NamedBatch:
+        shape = (global_batch_size, self.config.data.seq_len)
+        host = {
+            "input_ids": jax.ShapeDtypeStruct(shape, jnp.int32),
+            "targets": jax.ShapeDtypeStruct(shape, jnp.int32),
+            "segment_ids": jax.ShapeDtypeStruct(shape, jnp.int32),
+            "loss_mask": jax.ShapeDtypeStruct(shape, jnp.bool_),
+            "source": jax.ShapeDtypeStruct(shape[:1], jnp.int32),
+        }
+        return jax.eval_shape(adapters.named_batch, host)
+
+    def initial_state(self) -> TrainState:
+        """The step-0 state, created directly in its sharded layout."""
+        key = adapters.jax_key(self.config.trainer.seed, "init")
+        with jax.set_mesh(self.plan.mesh):
+            make = jax.jit(lambda k: init_state(self.config, k), out_shardings=self.state_shardings())
+            return make(key)
+
+    def train_step_program(self):
+        """The train step, jitted with its shardings (parameters by the parameter mapping, batch by compute)."""
+        step = make_train_step(self.config)
+        compute = self.plan.compute_mapping
+
+        def in_mapping(state, batch):
+            with hax.axis_mapping(compute):
+                return step(state, batch)
+
+        batch_shardings = self.plan.compute_shardings(
+            self.abstract_batch(self.config.trainer.batch_sizes()[0])
+        )
+        return jax.jit(
+            in_mapping,
+            in_shardings=(self.state_shardings(), batch_shardings),
+            out_shardings=(self.state_shardings(), self.plan.replicated()),
+            donate_argnums=0,
+        )
+
+    def compile(self, global_batch_size: int | None = None):
+        """Compile the train step ahead of time for a batch size (default: the first) and record its cost."""
+        rows = global_batch_size or self.config.trainer.batch_sizes()[0]
+        if self._program is None:
+            self._program = self.train_step_program()
+        started = time.perf_counter()
+        with jax.set_mesh(self.plan.mesh):
+            compiled = self._program.lower(self.abstract_state(), self.abstract_batch(rows)).compile()
+        memory = compiled.memory_analysis()
+        self.compile_report = CompileReport(
+            seconds=time.perf_counter() - started,
+            argument_bytes=int(getattr(memory, "argument_size_in_bytes", 0)),
+            output_bytes=int(getattr(memory, "output_size_in_bytes", 0)),
+            temp_bytes=int(getattr(memory, "temp_size_in_bytes", 0)),
+        )
+        self._compiled[rows] = compiled
+        return compiled
+
+    def _step(self, state: TrainState, batch: adapters.NamedBatch, rows: int):
+        """Run the step compiled for this batch size (compiling it first when the size is new)."""
+        compiled = self._compiled.get(rows) or self.compile(rows)
+        return compiled(state, batch)
+
+    def _eval_program(self):
+        if self._eval_fn is None:
+            step = make_eval_step(self.config)
+            compute = self.plan.compute_mapping
+
+            def in_mapping(model, batch, byte_lengths):
+                with hax.axis_mapping(compute):
+                    return step(model, batch, byte_lengths)
+
+            self._eval_fn = jax.jit(in_mapping, out_shardings=self.plan.replicated())
+        return self._eval_fn
+
+    # ---- data to devices ---------------------------------------------------------------------------------
+
+    def global_batch(self, local: dict[str, np.ndarray], global_rows: int) -> adapters.NamedBatch:
+        """This process's rows, assembled with the other processes' into one global named batch."""
+        host = adapters.batch_host_arrays(local)
+        shapes = self.abstract_batch(global_rows)
+        shardings = self.plan.compute_shardings(shapes)
+
+        def to_device(name):
+            sharding = getattr(shardings, name).array
+            shape = getattr(shapes, name).array.shape
+            return jax.make_array_from_process_local_data(sharding, host[name], shape)
+
+        return adapters.named_batch({name: to_device(name) for name in host})
+
+    # ---- the loop ----------------------------------------------------------------------------------------
+
+    def evaluate(self, state: TrainState) -> dict[str, float]:
+        """Held-out loss (and bits per byte with a tokenizer) of every source, over ``eval_steps`` batches."""
+        program = self._eval_program()
+        table = self.data.token_bytes if self.data.token_bytes is not None else np.zeros(1, np.int32)
+        lengths = jnp.asarray(np.pad(table, (0, max(0, self.config.model.vocab_size - len(table)))))
+        per_source = {}
+        with jax.set_mesh(self.plan.mesh):
+            for name, loader in self.data.held_out.items():
+                sums = BatchSums(0.0, 0.0, 0.0)
+                for step in range(self.data.eval_steps):
+                    batch = self.global_batch(loader.batch(step), loader.schedule.size(step))
+                    part = jax.device_get(program(state.model, batch, lengths))
+                    sums = BatchSums(
+                        sums.loss + part.loss, sums.tokens + part.tokens, sums.bytes + part.bytes
+                    )
+                per_source[name] = sums
+        return summarize(per_source, with_bytes=self.data.token_bytes is not None)
+
+    def _prepare_run_dir(self) -> None:
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(dump_config(self.config), encoding="utf-8")
+        except OSError as e:
+            raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e.strerror})") from None
+
+    def run(self, state: TrainState | None = None) -> RunSummary:
+        """Train from ``state`` (default: a fresh one) to ``trainer.num_train_steps``."""
+        config, trainer = self.config, self.config.trainer
+        if self.is_primary:
+            self._prepare_run_dir()
+        if not self._compiled:
+            self.compile()
+        state = self.initial_state() if state is None else state
+        start = int(jax.device_get(state.step))
+        trackers = (
+            Trackers.for_run(trainer.trackers, self.run_dir, config.model_dump(mode="json"))
+            if self.is_primary
+            else Trackers([])
+        )
+        rate = _Throughput(config, self.plan.mesh.devices.size)
+        first_eval: dict[str, float] = {}
+        try:
+            with TrainingProgress(
+                trainer.num_train_steps, start, enabled=self.show_progress and self.is_primary
+            ) as progress:
+                progress.note(self._compile_note())
+                if start == 0:
+                    first_eval = self.evaluate(state)
+                    trackers.log(first_eval, step=0)
+                state, last_eval = self._train(state, start, trackers, progress, rate)
+                first_eval = first_eval or last_eval
+        finally:
+            trackers.close()
+        records = read_metrics(self.run_dir / "metrics.jsonl")
+        plot = plot_loss(records, self.run_dir / "loss.png") if self.is_primary else self.run_dir / "loss.png"
+        return RunSummary(
+            run_dir=self.run_dir,
+            steps=int(jax.device_get(state.step)),
+            tokens=rate.total_tokens,
+            skipped_steps=int(jax.device_get(state.skipped_steps)),
+            first_eval=first_eval,
+            last_eval=last_eval,
+            tokens_per_second=rate.overall(),
+            metrics_path=self.run_dir / "metrics.jsonl",
+            plot_path=plot,
+        )
+
+    def _train(self, state, start, trackers, progress, rate):
+        trainer = self.config.trainer
+        profiler = trainer.profiler
+        pending: tuple[int, StepMetrics] | None = None
+        last_eval: dict[str, float] = {}
+        rate.resume()
+        with jax.set_mesh(self.plan.mesh):
+            for step, local in self.data.train.iterate(start, trainer.num_train_steps):
+                if profiler is not None and step == profiler.start_step:
+                    jax.profiler.start_trace(str(self.run_dir / "profile"))
+                rows = self.data.train.schedule.size(step)
+                state, metrics = self._step(state, self.global_batch(local, rows), rows)
+                rate.add(rows)
+                if pending is not None:
+                    self._report(*pending, trackers, progress, rate)
+                pending = (step, metrics)
+                if profiler is not None and step == profiler.start_step + profiler.num_steps - 1:
+                    jax.block_until_ready(state)
+                    jax.profiler.stop_trace()
+                done = step + 1
+                if trainer.eval_every and done % trainer.eval_every == 0 and done < trainer.num_train_steps:
+                    self._report(*pending, trackers, progress, rate)
+                    pending = None
+                    rate.pause()
+                    last_eval = self.evaluate(state)
+                    trackers.log(last_eval, step=done)
+                    rate.resume()
+        if pending is not None:
+            self._report(*pending, trackers, progress, rate, force=True)
+        last_eval = self.evaluate(state)
+        trackers.log(last_eval, step=int(jax.device_get(state.step)))
+        return state, last_eval
+
+    def _report(self, step: int, metrics: StepMetrics, trackers, progress, rate, force: bool = False) -> None:
+        """Check a finished step's metrics (one step behind the dispatch, so the device never waits)."""
+        values = jax.device_get(metrics)
+        if not bool(values.applied):
+            if self.config.trainer.nan_policy == "stop":
+                raise NonFiniteError(
+                    f"step {step}: the loss ({float(values.loss)}) or the gradient norm ({float(values.grad_norm)}) "
+                    "is not finite; the update was not applied and the run stops (trainer.nan_policy: stop)"
+                )
+            progress.note(
+                f"step {step}: non-finite loss or gradient, update skipped (trainer.nan_policy: skip)"
+            )
+        done = step + 1
+        if done % self.config.trainer.log_every and not force:
+            return
+        speed = rate.interval()
+        record = {
+            "train/loss": float(values.loss),
+            "train/z_loss": float(values.z_loss),
+            "train/grad_norm": float(values.grad_norm),
+            "train/learning_rate": float(values.learning_rate),
+            "train/skipped": float(not bool(values.applied)),
+            "throughput/tokens_per_second": speed.tokens_per_second,
+            "throughput/flops_per_second": speed.flops_per_second,
+        }
+        if speed.mfu is not None:
+            record["throughput/mfu"] = speed.mfu
+        trackers.log(record, step=done)
+        progress.update(
+            done, record["train/loss"], speed.tokens_per_second, speed.mfu, speed.flops_per_second
+        )
+
+    def _compile_note(self) -> str:
+        r = self.compile_report
+        if r is None:
+            return ""
+        gib = 2**30
+        return (
+            f"compiled the train step in {r.seconds:.1f} s; per device: arguments {r.argument_bytes / gib:.2f} GiB, "
+            f"temporaries {r.temp_bytes / gib:.2f} GiB; mesh {self.plan.shape}"
+        )
+
+
+@dataclasses.dataclass
+class _Speed:
+    tokens_per_second: float
+    flops_per_second: float
+    mfu: float | None
+
+
+class _Throughput:
+    """Tokens per second (and model FLOP/s, MFU) since the last report, evaluation time excluded."""
+
+    def __init__(self, config: RunConfig, device_count: int):
+        self.flops_per_token = flops_per_token(config.model, config.data.seq_len)
+        self.seq_len = config.data.seq_len
+        peak = peak_flops_per_device()
+        self.peak = None if peak is None else peak * device_count
+        self.total_tokens = self._tokens = 0
+        self._since, self._banked, self._total_seconds = time.perf_counter(), 0.0, 0.0
+
+    def add(self, rows: int) -> None:
+        self._tokens += rows * self.seq_len
+        self.total_tokens += rows * self.seq_len
+
+    def pause(self) -> None:
+        """Stop the clock (an evaluation is not training time) until ``resume``."""
+        self._banked += time.perf_counter() - self._since
+
+    def resume(self) -> None:
+        self._since = time.perf_counter()
+
+    def interval(self) -> _Speed:
+        now = time.perf_counter()
+        seconds = max(self._banked + now - self._since, 1e-9)
+        self._total_seconds += seconds
+        tokens_per_second = self._tokens / seconds
+        self._tokens, self._since, self._banked = 0, now, 0.0
+        flops = tokens_per_second * self.flops_per_token
+        return _Speed(tokens_per_second, flops, None if self.peak is None else flops / self.peak)
+
+    def overall(self) -> float:
+        return self.total_tokens / max(self._total_seconds, 1e-9)
