@@ -1,0 +1,224 @@
+"""Tokens/s of the trainer's jitted step against a hand-written plain-JAX step of the same model and optimizer.
+
+The reference is what one would write without haliax-lite or config layers: a dict of arrays with the
+layers stacked, `lax.scan` over them, `jnp.einsum` with hand-chosen layouts, the same kernels
+(`meltemi.kernels.attention` and `cross_entropy`), the same optax chain, the same remat and dtypes. Both
+steps run alternately in one process on the same batches; the last line is `ratio: <ours / reference>`.
+
+    uv run python benchmarks/trainer_step.py                      # configs/tiny.yaml on this machine
+    uv run python benchmarks/trainer_step.py --config configs/llama_1b.yaml --rounds 5   # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from meltemi import kernels
+from meltemi.trainer import adapters
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.config_io import load_config
+from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
+from meltemi.trainer.llama import remat_policy
+from meltemi.trainer.mesh import MeshPlan
+from meltemi.trainer.optimizer import make_optimizer
+from meltemi.trainer.rotary import inverse_frequencies
+from meltemi.trainer.schedules import learning_rate_schedule
+from meltemi.trainer.step import init_state, make_train_step
+
+
+def reference_params(state) -> dict:
+    """The trainer's initial weights as plain arrays, each in the layout the einsums below expect."""
+    m = state.model
+    layers = m.layers.stacked
+    a, p = layers.self_attn, layers.mlp
+
+    def raw(named, order):
+        return jnp.array(named.rearrange(order).array, copy=True)  # the state is donated: no shared buffers
+
+    return {
+        "embed": raw(m.embed_tokens.weight, ("vocab", "embed")),
+        "q": raw(a.q_proj.weight, ("layers", "embed", "kv_heads", "q_heads_per_group", "head_size")),
+        "k": raw(a.k_proj.weight, ("layers", "embed", "kv_heads", "head_size")),
+        "v": raw(a.v_proj.weight, ("layers", "embed", "kv_heads", "head_size")),
+        "o": raw(a.o_proj.weight, ("layers", "kv_heads", "q_heads_per_group", "head_size", "embed")),
+        "gate": raw(p.gate_proj.weight, ("layers", "embed", "mlp")),
+        "up": raw(p.up_proj.weight, ("layers", "embed", "mlp")),
+        "down": raw(p.down_proj.weight, ("layers", "mlp", "embed")),
+        "norm1": raw(layers.input_layernorm.weight, ("layers", "embed")),
+        "norm2": raw(layers.post_attention_layernorm.weight, ("layers", "embed")),
+        "norm": raw(m.norm.weight, ("embed",)),
+        "head": raw(m.unembedding(), ("embed", "vocab")),
+    }
+
+
+def reference_step(config: RunConfig):
+    """A plain-JAX train step: same math, same kernels, same optimizer, no named axes."""
+    mc, compute = config.model, jnp.dtype(config.trainer.compute_dtype)
+    schedule = learning_rate_schedule(config.optimizer, config.trainer.num_train_steps)
+    o = config.optimizer
+    no_decay = {"embed", "norm", "norm1", "norm2"}
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(o.max_grad_norm),
+        optax.scale_by_adam(b1=o.beta1, b2=o.beta2, eps=o.epsilon),
+        optax.add_decayed_weights(o.weight_decay, mask=lambda p: {k: k not in no_decay for k in p}),
+        optax.scale_by_learning_rate(schedule),
+    )
+    policy = remat_policy(mc.remat)
+
+    def rms(x, w):
+        xf = x.astype(jnp.float32)
+        return (xf * jax.lax.rsqrt(jnp.mean(xf * xf, -1, keepdims=True) + mc.norm_eps)).astype(x.dtype) * w
+
+    def rotate(x, cos, sin):  # x: [b, s, ..., d]; cos/sin: [s, d]
+        half = x.shape[-1] // 2
+        rotated = jnp.concatenate([-x[..., half:], x[..., :half]], -1)
+        shape = (1, cos.shape[0]) + (1,) * (x.ndim - 3) + (cos.shape[1],)
+        return x * cos.reshape(shape).astype(x.dtype) + rotated * sin.reshape(shape).astype(x.dtype)
+
+    def block(x, layer, cos, sin, segments):
+        h = rms(x, layer["norm1"])
+        q = rotate(jnp.einsum("bse,ekgd->bskgd", h, layer["q"]), cos, sin)
+        k = rotate(jnp.einsum("bse,ekd->bskd", h, layer["k"]), cos, sin)
+        v = jnp.einsum("bse,ekd->bskd", h, layer["v"])
+        b, s, kv, g, d = q.shape
+        att = kernels.attention(
+            q.reshape(b, s, kv * g, d), k, v, segment_ids=segments, implementation=mc.attention, check_finite=False
+        ).reshape(b, s, kv, g, d)
+        x = x + jnp.einsum("bskgd,kgde->bse", att, layer["o"])
+        h = rms(x, layer["norm2"])
+        gate = jnp.einsum("bse,em->bsm", h, layer["gate"])
+        up = jnp.einsum("bse,em->bsm", h, layer["up"])
+        return x + jnp.einsum("bsm,me->bse", jax.nn.silu(gate) * up, layer["down"])
+
+    def loss_fn(params, batch):
+        p = jax.tree_util.tree_map(lambda x: x.astype(compute), params)
+        ids, targets, segments, mask = batch
+        s = ids.shape[1]
+        angles = jnp.arange(s, dtype=jnp.float32)[:, None] * inverse_frequencies(
+            mc.head_size, mc.rope_theta, mc.rope_scaling
+        )
+        angles = jnp.concatenate([angles, angles], -1)
+        cos, sin = jnp.cos(angles), jnp.sin(angles)
+        layer_names = ("q", "k", "v", "o", "gate", "up", "down", "norm1", "norm2")
+        stacked = {n: p[n] for n in layer_names}
+
+        def scan_body(x, layer):
+            return block(x, layer, cos, sin, segments), None
+
+        body = policy.checkpoint("carry", "input", scan_body)
+        x, _ = jax.lax.scan(body, p["embed"][ids], stacked)
+        x = rms(x, p["norm"])
+        b = x.shape[0]
+        loss, _ = kernels.cross_entropy(
+            x.reshape(b * s, -1),
+            p["head"],
+            targets.reshape(-1),
+            mask=mask.reshape(-1),
+            z_loss_weight=mc.z_loss_weight,
+            implementation=mc.cross_entropy,
+            block_size=mc.cross_entropy_block_size,
+            check_finite=False,
+        )
+        return loss
+
+    def step(params, opt_state, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return optimizer, jax.jit(step, donate_argnums=(0, 1))
+
+
+def batches(config: RunConfig, count: int, rows: int) -> list[dict[str, np.ndarray]]:
+    """Random token batches with several documents per row, as the token store would give."""
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(count):
+        shape = (rows, config.data.seq_len)
+        segments = np.cumsum(rng.random(shape) < 4 / config.data.seq_len, axis=1).astype(np.int32)
+        out.append(
+            {
+                "input_ids": rng.integers(0, config.model.vocab_size, shape, dtype=np.int32),
+                "targets": rng.integers(0, config.model.vocab_size, shape, dtype=np.int32),
+                "segment_ids": segments,
+                "loss_mask": np.ones(shape, bool),
+                "source": np.zeros(rows, np.int32),
+            }
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/tiny.yaml")
+    parser.add_argument("--rounds", type=int, default=5, help="alternations of the two steps")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per round and implementation")
+    args, overrides = parser.parse_known_args()
+    config = load_config(args.config, ["--trainer.mesh.data", "1", *overrides])
+    plan = MeshPlan.of(config, jax.devices()[:1])
+    rows = config.trainer.batch_sizes()[0]
+    data = batches(config, args.steps, rows)
+
+    with jax.set_mesh(plan.mesh):
+        state = jax.jit(lambda k: init_state(config, k))(adapters.jax_key(config.trainer.seed, "init"))
+        params = reference_params(state)
+        optimizer, ref_step = reference_step(config)
+        opt_state = optimizer.init(params)
+        ours = jax.jit(make_train_step(config), donate_argnums=0)
+        named = [adapters.named_batch(b) for b in data]
+        plain = [(b["input_ids"], b["targets"], b["segment_ids"], b["loss_mask"]) for b in data]
+
+        started = time.perf_counter()
+        compiled = ours.lower(state, named[0]).compile()
+        compile_seconds = time.perf_counter() - started
+        ref_compiled = ref_step.lower(params, opt_state, plain[0]).compile()
+        memory = compiled.memory_analysis()
+
+        def run_ours(state):
+            for b in named:
+                state, metrics = compiled(state, b)
+            jax.block_until_ready(metrics.loss)
+            return state
+
+        def run_reference(params, opt_state):
+            for b in plain:
+                params, opt_state, loss = ref_compiled(params, opt_state, b)
+            jax.block_until_ready(loss)
+            return params, opt_state
+
+        state = run_ours(state)  # warm-up
+        params, opt_state = run_reference(params, opt_state)
+        times_ours, times_ref = [], []
+        for _ in range(args.rounds):
+            t = time.perf_counter()
+            state = run_ours(state)
+            times_ours.append((time.perf_counter() - t) / args.steps)
+            t = time.perf_counter()
+            params, opt_state = run_reference(params, opt_state)
+            times_ref.append((time.perf_counter() - t) / args.steps)
+
+    tokens = rows * config.data.seq_len
+    ours_tps, ref_tps = tokens / statistics.median(times_ours), tokens / statistics.median(times_ref)
+    flops = flops_per_token(config.model, config.data.seq_len) * ours_tps
+    peak = peak_flops_per_device()
+    print(f"device: {jax.devices()[0].device_kind}; config {args.config}; batch {rows} x {config.data.seq_len}")
+    print(f"compile: {compile_seconds:.1f} s")
+    print(
+        f"compiled memory per device: arguments {memory.argument_size_in_bytes / 2**20:.1f} MiB, "
+        f"temporaries {memory.temp_size_in_bytes / 2**20:.1f} MiB"
+    )
+    print(f"trainer step:   {ours_tps:,.0f} tokens/s ({statistics.median(times_ours) * 1e3:.1f} ms/step)")
+    print(f"plain JAX step: {ref_tps:,.0f} tokens/s ({statistics.median(times_ref) * 1e3:.1f} ms/step)")
+    print(f"model FLOP/s: {flops / 1e9:.1f} G" + (f"; MFU {flops / peak:.1%}" if peak else ""))
+    print(f"ratio: {ours_tps / ref_tps:.2f}")
+
+
+if __name__ == "__main__":
+    main()
