@@ -236,5 +236,5 @@ def cast_floating(tree, dtype):
 
 
 def parameter_count(model: Llama) -> int:
-    """Every parameter, embeddings included (the count Hugging Face reports)."""
-    return sum(x.size for x in jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_array)))
+    """Every parameter, embeddings included (the count Hugging Face reports); abstract models too."""
+    return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(model) if hasattr(x, "shape"))

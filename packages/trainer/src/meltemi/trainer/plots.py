@@ -27,11 +27,13 @@ def plot_loss(records: list[dict[str, Any]], out: Path) -> Path:
     names = sorted({k for r in records for k in r if k.startswith("eval/") and k.endswith("loss")})
     for name in names:
         points = [(r["step"], r[name]) for r in records if isinstance(r.get(name), float | int)]
+        if not points:
+            continue
         axes.plot(*zip(*points, strict=True), marker="o", linestyle="--", label=name.removesuffix("/loss"))
     axes.set_xlabel("step")
     axes.set_ylabel("loss (nats per token)")
     axes.grid(alpha=0.3)
-    if train or names:
+    if axes.get_legend_handles_labels()[0]:
         axes.legend()
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

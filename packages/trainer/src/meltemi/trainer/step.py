@@ -118,7 +118,7 @@ def make_train_step(config: RunConfig):
     def train_step(state: TrainState, batch: NamedBatch) -> tuple[TrainState, StepMetrics]:
         loss, z_loss, grads = gradients(state.model, batch)
         grads = cast_floating(grads, jnp.dtype(config.trainer.param_dtype))
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.model)
         model = optax.apply_updates(state.model, updates)
         applied = jnp.isfinite(loss) & jnp.isfinite(grad_norm)

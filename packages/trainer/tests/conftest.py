@@ -1,0 +1,48 @@
+"""Shared fixtures: a small tokenizer and token store of standard-library files, and small run configs."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from meltemi.datastore import build_store, corpora
+from meltemi.trainer.config_io import load_config
+
+VOCAB = 384
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> dict[str, str]:
+    """A tokenizer and a store of 120 small stdlib modules (about 150k tokens)."""
+    root = tmp_path_factory.mktemp("corpus")
+    files = sorted(corpora.python_stdlib(), key=lambda p: (os.path.getsize(p), p))[:120]
+    tokenizer = corpora.train_tokenizer(files, VOCAB, root / "tokenizer.json")
+    build_store(files, tokenizer, root / "store", progress=False)
+    return {"tokenizer": str(tokenizer), "store": str(root / "store")}
+
+
+@pytest.fixture
+def make_config(corpus):
+    """A tiny run config over the test store, with overrides as dotted command-line words."""
+
+    def make(*overrides: str):
+        base = [
+            "--model.vocab_size", str(VOCAB), "--model.hidden_dim", "32", "--model.intermediate_dim", "64",
+            "--model.num_layers", "2", "--model.num_heads", "4", "--model.num_kv_heads", "2",
+            "--model.max_seq_len", "64", "--model.attention", "xla", "--model.cross_entropy", "xla",
+            "--model.cross_entropy_block_size", "128", "--model.remat", "none",
+            "--data.tokenizer", corpus["tokenizer"],
+            "--data.sources", "{py: {store: %s}}" % corpus["store"],
+            "--data.seq_len", "32", "--data.eval_fraction", "0.05", "--data.mixture_block_size", "16",
+            "--trainer.num_train_steps", "6", "--trainer.global_batch_size", "16", "--trainer.log_every", "2",
+            "--trainer.eval_every", "0", "--trainer.eval_batches", "2", "--trainer.compute_dtype", "float32",
+            "--trainer.mesh.data", "1", "--optimizer.learning_rate", "1e-2", "--optimizer.warmup_steps", "1",
+        ]  # fmt: skip
+        return load_config(None, [*base, *overrides])
+
+    return make
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    return tmp_path / "run"

@@ -1,0 +1,110 @@
+"""Configs: YAML round trips, dotted overrides, one-line errors that name the field, and --help."""
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from meltemi.trainer.cli import help_text, main
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.config_io import describe_fields, dump_config, load_config, validate
+from meltemi.trainer.errors import ConfigError
+
+configs = st.builds(
+    lambda layers, hidden, heads, lr, steps, seed, remat, batch, sources: RunConfig(
+        model={"num_layers": layers, "hidden_dim": hidden * heads, "num_heads": heads, "num_kv_heads": 1,
+               "remat": remat},
+        optimizer={"learning_rate": lr},
+        trainer={"num_train_steps": steps, "seed": seed, "global_batch_size": batch},
+        data={"sources": {name: {"store": f"/stores/{name}", "weight": w} for name, w in sources.items()}},
+    ),
+    st.integers(1, 64), st.integers(1, 64), st.sampled_from([1, 2, 4, 8]), st.floats(1e-6, 1.0),
+    st.integers(1, 10**7), st.integers(0, 2**31), st.sampled_from(["none", "full", "save_dots", "offload"]),
+    st.one_of(st.integers(1, 4096), st.just([(0, 8), (100, 16)])),
+    st.dictionaries(st.from_regex(r"[a-z]{1,8}", fullmatch=True), st.floats(0, 10), max_size=3),
+)  # fmt: skip
+
+
+@given(configs)
+def test_yaml_round_trips_exactly(config):
+    assert validate(yaml.safe_load(dump_config(config))) == config
+
+
+@given(
+    steps=st.integers(1, 10**9), seed=st.integers(0, 2**31), dtype=st.sampled_from(["float32", "bfloat16"])
+)
+def test_overrides_set_the_named_fields_in_both_spellings(steps, seed, dtype):
+    config = load_config(None, ["--trainer.num_train_steps", str(steps), f"--trainer.seed={seed}",
+                                "--trainer.compute_dtype", dtype])  # fmt: skip
+    assert (config.trainer.num_train_steps, config.trainer.seed, config.trainer.compute_dtype) == (
+        steps,
+        seed,
+        dtype,
+    )
+
+
+def test_overrides_apply_on_top_of_a_yaml_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("trainer: {num_train_steps: 5, mesh: {model: 2}}\nmodel: {remat: none}\n")
+    config = load_config(path, ["--trainer.mesh.data", "4"])
+    assert (config.trainer.num_train_steps, config.trainer.mesh.model, config.trainer.mesh.data) == (5, 2, 4)
+    assert config.model.remat == "none"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["--trainer.num_train_step", "3"], r"^trainer.num_train_step: unknown key \(did you mean trainer.num_train_steps\?\)$"),
+        (["--modle.hidden_dim", "3"], r"^modle: unknown key \(did you mean model\?\)$"),
+        (["--trainer.num_train_steps", "many"], r"^trainer.num_train_steps: .*integer.*\(got 'many'\)$"),
+        (["--model.attention", "flash"], r"^model.attention: Input should be 'auto', .*\(got 'flash'\)$"),
+        (["--model.num_kv_heads", "3"], r"model.num_kv_heads \(3\) must divide model.num_heads \(8\)"),
+        (["--trainer.mesh.data", "-1", "--trainer.mesh.model", "-1"], r"at most one of trainer.mesh"),
+        (["--trainer.global_batch_size", "[[5, 8]]"], r"must start at step 0"),
+        (["--trainer.seed.x", "1"], r"^trainer.seed: Input should be a valid integer"),
+        (["trainer.seed", "1"], r"expected an override like"),
+        (["--trainer.seed"], r"has no value"),
+        (["--data.stages", "[{start_step: 0, weights: {web: 1}}]"], r"unknown sources \['web'\]"),
+    ],
+)  # fmt: skip
+def test_bad_values_are_one_line_errors_naming_the_field(overrides, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        load_config(None, overrides)
+    assert "\n" not in str(error.value)
+
+
+def test_bad_files_are_one_line_errors(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must hold a mapping, got list"):
+        load_config(tmp_path / "list.yaml")
+    (tmp_path / "broken.yaml").write_text("model: {hidden_dim: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "broken.yaml")
+    (tmp_path / "unsafe.yaml").write_text("model: !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "unsafe.yaml")
+
+
+def test_help_lists_every_field_with_its_default(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name, _, default, _ in describe_fields():
+        assert f"--{name}" in out and default in out
+    assert "--trainer.mesh.replica" in help_text() and "--data.sources.<name>.store" in help_text()
+
+
+def test_the_command_line_reports_a_bad_override_in_one_line(capsys):
+    assert main(["--trainer.num_train_step", "3"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "error: trainer.num_train_step: unknown key (did you mean trainer.num_train_steps?)"
+
+
+@pytest.mark.parametrize("preset", ["tiny", "llama_1b", "marin_8b"])
+def test_presets_load(preset):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    config = load_config(root / "configs" / f"{preset}.yaml")
+    assert config.model.vocab_size > 0

@@ -1,0 +1,73 @@
+"""Bad inputs a user can give: each a one-line error naming the field, raised before any compile, and
+nothing already written is lost."""
+
+import jax
+import pytest
+
+from meltemi.datastore import build_store, corpora
+from meltemi.trainer.errors import ConfigError, DataError, TrainerError
+from meltemi.trainer.trainer import Trainer
+
+
+def make_trainer(config, run_dir):
+    return Trainer(config, run_dir, devices=jax.devices()[:1], progress=False)
+
+
+def test_a_store_with_another_vocabulary_is_named(make_config, run_dir):
+    with pytest.raises(
+        DataError, match=r"^data.sources.py.store: .* vocabulary of 384, but model.vocab_size is 500$"
+    ):
+        make_trainer(make_config("--model.vocab_size", "500"), run_dir)
+
+
+def test_a_store_built_with_another_tokenizer_is_named(make_config, run_dir, tmp_path, corpus):
+    files = corpora.python_stdlib()[:3]
+    other = corpora.train_tokenizer(files, 300, tmp_path / "other.json")
+    with pytest.raises(DataError, match=r"^data.sources.py.store: .*was built with tokenizer"):
+        make_trainer(make_config("--data.tokenizer", other), run_dir)
+
+
+def test_a_sequence_length_the_store_cannot_fill_is_named(make_config, run_dir, tmp_path, corpus):
+    small = tmp_path / "small.py"
+    small.write_text("x = 1\n")
+    build_store([str(small)], corpus["tokenizer"], tmp_path / "small", progress=False)
+    config = make_config(
+        "--data.sources", "{tiny: {store: %s}}" % (tmp_path / "small"), "--model.max_seq_len", "4096"
+    )
+    with pytest.raises(DataError, match=r"^data.seq_len 32: .* holds \d+ tokens, too few"):
+        make_trainer(config, run_dir)
+
+
+def test_a_held_out_split_smaller_than_a_batch_is_named(make_config, run_dir):
+    with pytest.raises(
+        DataError, match=r"^data.eval_fraction: the held-out split of source 'py' has \d+ sequences"
+    ):
+        make_trainer(make_config("--data.eval_fraction", "0.0001"), run_dir)
+
+
+def test_a_missing_store_and_no_store_at_all_are_named(make_config, run_dir, tmp_path):
+    with pytest.raises(DataError, match=r"^data.sources.py.store: "):
+        make_trainer(make_config("--data.sources", "{py: {store: %s}}" % (tmp_path / "nope")), run_dir)
+    with pytest.raises(DataError, match=r"^data.sources is empty"):
+        make_trainer(make_config("--data.sources", "{}"), run_dir)
+
+
+def test_mixture_stages_must_start_on_a_block(make_config, run_dir):
+    stages = "[{start_step: 0, weights: {py: 1}}, {start_step: 3, weights: {py: 2}}]"
+    with pytest.raises(
+        DataError, match=r"data.stages\[1\].start_step 3 begins at sequence 48, not a multiple of"
+    ):
+        make_trainer(make_config("--data.stages", stages, "--data.mixture_block_size", "32"), run_dir)
+
+
+def test_an_unknown_kernel_is_named_by_the_config(make_config):
+    with pytest.raises(ConfigError, match=r"^model.cross_entropy: Input should be"):
+        make_config("--model.cross_entropy", "triton")
+
+
+def test_an_unwritable_run_directory_is_named_and_nothing_is_lost(make_config, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("keep me")
+    with pytest.raises(TrainerError, match=r"run directory .*file/run: cannot write there"):
+        make_trainer(make_config(), blocker / "run").run()
+    assert blocker.read_text() == "keep me"
