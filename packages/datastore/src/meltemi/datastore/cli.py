@@ -1,4 +1,7 @@
-"""The command line: `python -m meltemi.datastore build|info|verify`. User errors: one message, exit 1."""
+"""The command line: `python -m meltemi.datastore build|info|verify`.
+
+A user error (a bad input, a damaged or half-built store) prints one line, `error: ...`, and exits 1.
+"""
 
 import argparse
 import json
@@ -13,7 +16,10 @@ from meltemi.datastore.store import TokenStore
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m meltemi.datastore", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m meltemi.datastore",
+        description="Build a deterministic token store from text, JSONL or Parquet, inspect it, verify it.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="tokenize text, JSONL or Parquet into a token store")
     build.add_argument("--input", nargs="+", required=True, metavar="PATH_OR_GLOB_OR_URL")
