@@ -16,6 +16,7 @@ import fsspec
 import numpy as np
 from tokenizers import Tokenizer
 
+from meltemi.datastore.durable import write_atomically
 from meltemi.datastore.errors import InputError
 from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
 from meltemi.datastore.sources import Piece, read_documents, redact
@@ -160,13 +161,9 @@ def _save_part(build_dir: Path, unit: int, tokens: np.ndarray, lengths: np.ndarr
     }
     tokens_path, lengths_path, summary_path = part_paths(build_dir, unit)
     for path, array in ((tokens_path, tokens), (lengths_path, lengths.astype(np.uint64))):
-        aside = path.with_name("." + path.name + ".partial")
-        with open(aside, "wb") as f:
-            np.save(f, array, allow_pickle=False)
-        os.replace(aside, path)
-    aside = summary_path.with_name("." + summary_path.name + ".partial")
-    aside.write_text(json.dumps(summary, sort_keys=True))
-    os.replace(aside, summary_path)
+        write_atomically(path, lambda f, array=array: np.save(f, array, allow_pickle=False))
+    text = json.dumps(summary, sort_keys=True)
+    write_atomically(summary_path, lambda f: f.write(text.encode()))
     return summary
 
 
