@@ -31,6 +31,7 @@ FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 GROUP = "zarr.json"
 BUILD_DIR = ".build"
+STOPPED = "stopped.json"  # in BUILD_DIR: why a build stopped at a bad input, and how to go on
 TOKENS = "tokens"
 OFFSETS = "offsets"
 OFFSETS_INDEX = "offsets_index"

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from meltemi.datastore.build_records import PartSummary
 from meltemi.datastore.errors import (
     DatastoreError,
     IncompleteStoreError,
@@ -27,6 +28,7 @@ from meltemi.datastore.layout import (
     MANIFEST,
     OFFSETS,
     OFFSETS_INDEX,
+    STOPPED,
     TOKENS,
     ShardLayout,
     canonical_tokenizer_hash,
@@ -322,9 +324,16 @@ def _why_not_a_store(location: str, files: StoreFiles) -> DatastoreError:
             progress = f"stopped before it finished its {units} units"
         else:
             done = sorted(Path(local, BUILD_DIR, "parts").glob("*.json"))
-            tokens = sum(json.loads(p.read_text())["tokens"] for p in done)
+            tokens = sum(PartSummary.from_json(json.loads(p.read_text())).tokens for p in done)
             stage = "was assembling the arrays" if len(done) == units else "was tokenizing"
             progress = f"{stage} and stopped after {len(done)} of {units} units ({tokens:,} tokens)"
+        stopped = files.read(f"{BUILD_DIR}/{STOPPED}")
+        if stopped is not None:
+            why = json.loads(stopped)
+            return IncompleteStoreError(
+                f"{location} is an incomplete token store: its build {progress}, at a bad input: "
+                f"{why['error']}. {why['how']}"
+            )
         return IncompleteStoreError(
             f"{location} is an incomplete token store: its build {progress}. "
             f"Finish it by running the build again: {plan['command']}"
