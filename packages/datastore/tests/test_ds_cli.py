@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from meltemi.datastore import TokenStore
 from meltemi.datastore.cli import main
 from meltemi.datastore.progress import ProgressBar, human
@@ -99,3 +101,19 @@ def test_verify_reads_everything_and_catches_a_chunk_rewritten_with_its_checksum
     (copy / "offsets" / "c" / "0").write_bytes(b"")
     assert main(["verify", str(copy)]) == 1
     assert "offsets/c/0" in capsys.readouterr().err
+
+
+def test_info_and_verify_of_a_regular_file_say_it_is_a_file(tmp_path, capsys):
+    path = tmp_path / "notes.txt"
+    path.write_text("not a store")
+    expected = f"error: {path} is a file, not a token store (a token store is a directory with manifest.json)"
+    for command in ("info", "verify"):
+        assert main([command, str(path)]) == 1
+        assert capsys.readouterr().err == expected + "\n"
+
+
+def test_the_help_is_written_for_users(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    shown = capsys.readouterr().out
+    assert "User errors" not in shown and "Build a deterministic token store" in shown

@@ -1,7 +1,6 @@
 """A large JSONL file is cut at line boundaries into pieces that many workers share; nothing else changes."""
 
 import json
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -9,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meltemi.datastore import InputError, TokenStore, build_store
-from meltemi.datastore.sources import describe_source, read_documents
+from meltemi.datastore.sources import ReadNotes, describe_source, read_documents
 
 
 @settings(max_examples=40)
@@ -65,20 +64,21 @@ def test_errors_in_a_piece_name_the_line_in_the_whole_file(tmp_path, write_files
 def test_a_piece_reads_only_its_own_lines(write_files):
     (path,) = write_files({"d.jsonl": _jsonl(50)})
     pieces = describe_source(path, split_bytes=300).pieces()
-    counts = Counter()
-    documents = [doc for piece in pieces for doc in read_documents(piece, "text", counts)]
+    notes = ReadNotes()
+    documents = [doc for piece in pieces for doc in read_documents(piece, "text", notes)]
     assert documents == [json.loads(line)["text"] for line in _jsonl(50).splitlines()]
 
 
 def test_a_small_corpus_is_still_cut_into_units_that_workers_can_share(stdlib_files, tokenizer_path):
-    from meltemi.datastore.build import MIN_UNIT_BYTES, UNIT_BYTES, UNITS_PER_CORPUS, _groups, _plan
+    from meltemi.datastore.build import MIN_UNIT_BYTES, UNITS_PER_CORPUS, _groups, _plan
+    from meltemi.datastore.build_request import UNIT_BYTES, BuildRequest
     from meltemi.datastore.tokenizing import TokenizerInfo
 
     sources = [describe_source(f, split_bytes=UNIT_BYTES) for f in stdlib_files]
     total = sum(s.size for s in sources)
     assert total < UNIT_BYTES * 4, "a corpus that default-sized units would leave to one or two workers"
-    options = {"unit_bytes": UNIT_BYTES}
-    units = _plan(TokenizerInfo.load(tokenizer_path), sources, options, "build")["units"]
+    options = BuildRequest(("in",), tokenizer_path, "out").options()
+    units = _plan(TokenizerInfo.load(tokenizer_path), sources, options, "build").units
     sizes = [sum(sources[i].size for i, *_ in unit) for unit in units]
     target = max(MIN_UNIT_BYTES, total // UNITS_PER_CORPUS)
     assert sum(sizes) == total and all(size >= target for size in sizes[:-1])

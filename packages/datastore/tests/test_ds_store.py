@@ -116,6 +116,34 @@ def test_sequence_indices_outside_the_dataset_are_errors(store):
         SequenceDataset(store, store.num_tokens)
 
 
+def test_document_and_offset_indices_out_of_range_name_the_count_and_the_index(store):
+    docs = store.num_docs
+    with pytest.raises(
+        IndexError, match=f"doc: index {docs + 5} is out of range: the store has {docs} documents"
+    ):
+        store.doc(docs + 5)
+    with pytest.raises(IndexError, match=f"doc: index {-docs - 1} is out of range: .* {docs} documents"):
+        store.doc(-docs - 1)
+    with pytest.raises(
+        IndexError, match=f"offsets\\[\\]: index {docs + 1} is out of range: .* {docs + 1} elements"
+    ):
+        store.offsets[docs + 1]
+    with pytest.raises(TypeError, match="doc: the index must be an int, got str 'a'"):
+        store.doc("a")
+    assert (store.doc(-1) == store.doc(docs - 1)).all() and store.doc(np.int64(2)).size > 0
+
+
+def test_a_tokenizer_mismatch_names_both_tokenizers_plainly(small_store, tokenizer_path):
+    stored = TokenStore.open(small_store).tokenizer_hash
+    other = "0" * 64
+    with pytest.raises(TokenizerMismatchError) as error:
+        TokenStore.open(small_store, tokenizer=other)
+    message = str(error.value)
+    built = f"was built with tokenizer tokenizer.json (sha256 {stored}), "
+    assert built + f"not with the tokenizer with sha256 {other}" in message
+    assert "expects the expected" not in message
+
+
 def test_a_tokenizer_mismatch_names_both_tokenizers(small_store, tmp_path, tokenizer_path):
     other = corpora.train_tokenizer(corpora.python_stdlib()[:3], 300, tmp_path / "other.json")
     TokenStore.open(small_store, tokenizer=tokenizer_path)

@@ -16,3 +16,12 @@ def test_import_does_not_load_jax():
     probe = "import sys, meltemi.datastore; print('jax' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_the_public_api_has_examples():
+    """The root pytest options run every docstring example (--doctest-modules); these must have some."""
+    import doctest
+
+    documented = {"meltemi.datastore.build", "meltemi.datastore.feistel", "meltemi.datastore.loader"}
+    for name in documented:
+        assert doctest.DocTestFinder().find(importlib.import_module(name)), f"{name} has no example"

@@ -1,4 +1,4 @@
-"""The runnable examples in the core's docstrings stay true."""
+"""Every public module keeps a runnable example; the root pytest options run them (--doctest-modules)."""
 
 import doctest
 import importlib
@@ -7,13 +7,12 @@ import pytest
 
 MODULES = (
     "haliax_lite axis core broadcast creation dot einsum einops_syntax elementwise reductions ops shape_ops "
-    "indexing random hof checkpoint partitioning tree_util"
+    "indexing random hof checkpoint partitioning tree_util nn nn.activations nn.attention nn.dropout "
+    "nn.embedding nn.linear nn.loss nn.mlp nn.normalization nn.scan"
 ).split()
 
 
 @pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples(name):
+def test_the_module_has_a_runnable_example(name):
     module = importlib.import_module(name if name == "haliax_lite" else f"haliax_lite.{name}")
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS, report=False)
-    assert result.attempted > 0, f"{name} has no runnable example"
-    assert result.failed == 0, f"{result.failed} docstring examples of {name} fail; run doctest on it to see"
+    assert any(test.examples for test in doctest.DocTestFinder().find(module)), f"{name} has no example"

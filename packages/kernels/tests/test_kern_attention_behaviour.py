@@ -7,8 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from meltemi.kernels import PallasAttentionConfig, attention, choose_attention_implementation
-from meltemi.kernels._attention_args import MaskSpec
+from meltemi.kernels import MaskSpec, PallasAttentionConfig, attention, choose_attention_implementation
 from meltemi.kernels.attention_pallas import pallas_attention
 
 COMPUTED = ("reference", "xla", "pallas")
@@ -60,12 +59,33 @@ def test_non_finite_inputs_are_reported_by_name(bad, argument):
         attention(inputs["q"], inputs["k"], inputs["v"], implementation="xla")
 
 
-def test_non_finite_inputs_fail_inside_jit():
+def test_non_finite_inputs_fail_inside_jit_with_the_documented_error():
+    """What the README promises a jitted caller: a JaxRuntimeError whose message names the argument."""
     q, k, v = qkv()
     run = jax.jit(lambda q, k, v: attention(q, k, v, implementation="xla"))
     run(q, k, v).block_until_ready()
-    with pytest.raises(Exception, match="attention: NaN or infinite values in q"):
-        run(q.at[0, 0, 0, 0].set(jnp.nan), k, v).block_until_ready()
+    with pytest.raises(jax.errors.JaxRuntimeError) as caught:
+        run(q, k, v.at[0, 0, 0, 0].set(jnp.nan)).block_until_ready()
+    last_line = str(caught.value).rstrip().splitlines()[-1]
+    assert last_line == "FloatingPointError: attention: NaN or infinite values in v"
+
+
+@pytest.mark.parametrize("other", ["k", "v"])
+def test_q_k_and_v_must_share_a_dtype(other):
+    inputs = dict(zip("qkv", qkv(), strict=True))
+    inputs[other] = inputs[other].astype(jnp.bfloat16)
+    with pytest.raises(ValueError, match="attention: q, k, v must share a dtype"):
+        attention(**inputs)
+
+
+def test_mask_spec_is_public_and_checks_its_fields():
+    import meltemi.kernels
+
+    assert "MaskSpec" in meltemi.kernels.__all__
+    with pytest.raises(ValueError, match="MaskSpec: softmax_scale must be a positive finite number"):
+        MaskSpec(causal=True, sliding_window=None, softmax_scale=float("nan"))
+    with pytest.raises(ValueError, match="MaskSpec: sliding_window must be a positive int or None"):
+        MaskSpec(causal=False, sliding_window=-3, softmax_scale=1.0)
 
 
 @pytest.mark.parametrize(
@@ -92,9 +112,11 @@ def test_bad_arguments_get_clear_errors(change, message):
         attention(**arguments)
 
 
-def test_pallas_config_rejects_tiles_triton_cannot_use():
-    with pytest.raises(ValueError, match="block_q must be a power of two >= 16"):
+def test_pallas_config_rejects_settings_triton_cannot_use():
+    with pytest.raises(ValueError, match="PallasAttentionConfig: block_q must be a power of two >= 16"):
         PallasAttentionConfig(block_q=48)
+    with pytest.raises(ValueError, match="PallasAttentionConfig: num_stages must be a positive int, got 0"):
+        PallasAttentionConfig(num_stages=0)
 
 
 def test_auto_choice_is_inspectable_per_platform():

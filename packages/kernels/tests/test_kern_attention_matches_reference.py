@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meltemi.kernels import PallasAttentionConfig, attention
-from meltemi.kernels._attention_args import MaskSpec
+from meltemi.kernels import MaskSpec, PallasAttentionConfig, attention
 from meltemi.kernels.attention_pallas import pallas_attention
 from meltemi.kernels.attention_reference import reference_attention
 from meltemi.kernels.attention_xla import xla_attention

@@ -135,10 +135,42 @@ def test_non_finite_hidden_is_reported():
 
 
 @pytest.mark.parametrize("bad_label", [-1, 30])
-def test_labels_outside_the_vocabulary_are_reported(bad_label):
+def test_labels_outside_the_vocabulary_are_reported_by_position_and_value(bad_label):
     hidden, unembedding, labels, _, _ = make_inputs(4, 8, 30, jnp.float32, seed=4)
-    with pytest.raises(ValueError, match="labels must lie in \\[0, 30\\)"):
-        cross_entropy(hidden, unembedding, labels.at[2].set(bad_label))
+    labels = labels.at[2].set(bad_label).at[3].set(99)
+    with pytest.raises(ValueError, match=f"labels must lie in \\[0, 30\\); labels\\[2\\] is {bad_label} "):
+        cross_entropy(hidden, unembedding, labels)
+
+
+def test_labels_outside_the_vocabulary_are_reported_by_position_and_value_inside_jit():
+    hidden, unembedding, labels, _, _ = make_inputs(4, 8, 30, jnp.float32, seed=4)
+    run = jax.jit(lambda labels: cross_entropy(hidden, unembedding, labels)[0])
+    run(labels).block_until_ready()
+    expected = "ValueError: cross_entropy: labels must lie in \\[0, 30\\); labels\\[1\\] is 31 "
+    with pytest.raises(jax.errors.JaxRuntimeError, match=expected):
+        run(labels.at[1].set(31).at[3].set(-5)).block_until_ready()
+
+
+def test_non_finite_hidden_inside_jit_fails_with_the_documented_error():
+    """What the README promises a jitted caller: a JaxRuntimeError whose message names the argument."""
+    hidden, unembedding, labels, _, _ = make_inputs(4, 8, 30, jnp.float32, seed=3)
+    run = jax.jit(lambda hidden: cross_entropy(hidden, unembedding, labels)[0])
+    with pytest.raises(jax.errors.JaxRuntimeError) as caught:
+        run(hidden.at[1, 1].set(jnp.inf)).block_until_ready()
+    last_line = str(caught.value).rstrip().splitlines()[-1]
+    assert last_line == "FloatingPointError: cross_entropy: NaN or infinite values in hidden"
+
+
+@pytest.mark.parametrize("implementation", ["reference", "xla", "pallas"])
+def test_hidden_and_unembedding_must_share_a_dtype(implementation):
+    hidden, unembedding, labels, _, _ = make_inputs(4, 8, 30, jnp.float32, seed=5)
+    message = "hidden and unembedding must share a dtype, got bfloat16 and float32"
+    with pytest.raises(ValueError, match=message):
+        cross_entropy(hidden.astype(jnp.bfloat16), unembedding, labels, implementation=implementation)
+    loss, _ = cross_entropy(
+        hidden.astype(jnp.bfloat16), unembedding.astype(jnp.bfloat16), labels, implementation=implementation
+    )
+    assert loss.dtype == jnp.float32
 
 
 @pytest.mark.parametrize(
@@ -161,6 +193,20 @@ def test_bad_arguments_get_clear_errors(change, message):
     )
     with pytest.raises(ValueError, match=f"cross_entropy: .*{message}"):
         cross_entropy(**(arguments | change))
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(block_vocab=48), "block_vocab must be a power of two >= 16, got 48"),
+        (dict(block_embed=8), "block_embed must be a power of two >= 16, got 8"),
+        (dict(num_stages=0), "num_stages must be a positive int, got 0"),
+        (dict(num_warps=3), "num_warps must be a power of two >= 1 or None, got 3"),
+    ],
+)
+def test_pallas_config_rejects_settings_triton_cannot_use(settings, message):
+    with pytest.raises(ValueError, match=f"PallasCrossEntropyConfig: {message}"):
+        PallasCrossEntropyConfig(**settings)
 
 
 def test_auto_choice_is_inspectable():

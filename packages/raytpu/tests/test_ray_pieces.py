@@ -15,7 +15,12 @@ from ray.util.placement_group import PlacementGroup
 from meltemi.raytpu import (
     EventLog,
     HostEnv,
+    NotConnectedError,
+    NotInJobError,
+    RaytpuError,
     RetryPolicy,
+    SliceJobError,
+    SlicesUnavailableError,
     StatusLine,
     current_host,
     discover_slices,
@@ -28,7 +33,7 @@ from meltemi.raytpu.host_env import host_envs
 from meltemi.raytpu.hosts import host_task_options
 from meltemi.raytpu.inventory import SliceInfo
 from meltemi.raytpu.local_cluster import LocalSliceCluster, fake_host_args
-from meltemi.raytpu.outcomes import Attempt, SliceJobError, classify, remote_traceback, short_detail
+from meltemi.raytpu.outcomes import Attempt, classify, remote_traceback, short_detail
 from meltemi.raytpu.runner import acceptable_slice_counts
 from meltemi.raytpu.slices import TPU_GENERATIONS
 from meltemi.raytpu.status import format_rows, slice_rows
@@ -123,7 +128,7 @@ def test_host_environments_number_processes_slice_by_slice(num_slices, hosts, at
 
 
 def test_current_host_outside_a_job_is_an_error():
-    with pytest.raises(RuntimeError, match="only available inside a function run by run_on_slices"):
+    with pytest.raises(NotInJobError, match="only available inside a function run by run_on_slices"):
         current_host({})
 
 
@@ -239,10 +244,38 @@ def test_a_local_cluster_rejects_bad_sizes_before_starting_anything():
 
 def test_without_a_ray_connection_the_error_says_how_to_connect():
     assert not ray.is_initialized()
-    with pytest.raises(RuntimeError, match=r"needs a Ray connection: call ray.init\(address=...\) first"):
+    message = r"needs a Ray connection: call ray.init\(address=...\) first"
+    with pytest.raises(NotConnectedError, match=message):
         run_on_slices(
             lambda: None, slice_type="cpu-1", num_slices=1, max_retries_preemption=0, max_retries_failure=0
         )
+
+
+def test_a_retry_policy_is_passed_whole_and_gets_as_far_as_the_connection_check():
+    assert not ray.is_initialized()
+    with pytest.raises(NotConnectedError):
+        run_on_slices(lambda: None, slice_type="cpu-1", num_slices=1, retry=RetryPolicy(2, 0, backoff_s=0.0))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"retry": RetryPolicy(1, 0), "max_retries_failure": 3}, "got retry= and also max_retries_failure"),
+        ({"retry": RetryPolicy(1, 0), "backoff_s": 1.0}, "got retry= and also backoff_s"),
+        ({"max_retries_preemption": 1}, "missing max_retries_failure"),
+        ({}, "needs retry=RetryPolicy\\(...\\) or both retry budgets"),
+        ({"retry": {"max_retries_preemption": 1}}, "retry must be a RetryPolicy, got dict"),
+    ],
+)
+def test_retry_settings_come_either_as_a_policy_or_as_keywords(kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        run_on_slices(lambda: None, slice_type="cpu-1", num_slices=1, **kwargs)
+
+
+def test_every_error_raytpu_raises_on_purpose_shares_one_base():
+    for error in (SliceJobError, SlicesUnavailableError, NotConnectedError, NotInJobError):
+        assert issubclass(error, RaytpuError)
+    assert issubclass(RaytpuError, RuntimeError)  # what callers caught before the base existed
 
 
 def test_a_non_callable_workload_is_a_type_error():

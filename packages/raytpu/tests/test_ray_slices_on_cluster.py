@@ -19,6 +19,7 @@ from ray import cloudpickle
 from meltemi.raytpu import (
     EventLog,
     LocalSliceCluster,
+    RetryPolicy,
     SliceJobError,
     SlicesUnavailableError,
     current_host,
@@ -188,8 +189,9 @@ def test_an_exception_is_a_failure_and_is_retried_within_its_budget(cluster):
 def test_an_exhausted_failure_budget_raises_with_every_attempt_and_the_traceback(cluster):
     with pytest.raises(SliceJobError) as caught:
         run_on_slices(
-            fail_on_first_attempts(10), slice_type=V4_16, num_slices=1, max_retries_preemption=5,
-            max_retries_failure=1, **FAST,
+            fail_on_first_attempts(10), slice_type=V4_16, num_slices=1,
+            retry=RetryPolicy(max_retries_preemption=5, max_retries_failure=1, backoff_s=0.0),
+            **{k: v for k, v in FAST.items() if k != "backoff_s"},
         )  # fmt: skip
     error = caught.value
     assert [(a.number, a.cause) for a in error.attempts] == [(0, "failure"), (1, "failure")]

@@ -8,6 +8,7 @@ from meltemi.datastore.audit import audit_store
 from meltemi.datastore.build import BuildReport, build_store
 from meltemi.datastore.corpora import python_stdlib, train_tokenizer
 from meltemi.datastore.errors import (
+    BadLineError,
     DatastoreError,
     EmptyCorpusError,
     IncompleteStoreError,
@@ -29,6 +30,7 @@ from meltemi.datastore.token_bytes import token_byte_lengths
 __version__ = "0.1.0"
 
 __all__ = [
+    "BadLineError",
     "BatchLoader",
     "BatchSchedule",
     "BuildReport",

@@ -9,19 +9,18 @@ import contextlib
 import fcntl
 import multiprocessing
 import os
-import shlex
 import shutil
 import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from meltemi.datastore.errors import DatastoreError, EmptyCorpusError, SourceChangedError
+from meltemi.datastore.build_records import BuildOptions, BuildReport, PartSummary, Plan, SourceRecord
+from meltemi.datastore.build_request import UNIT_BYTES, BuildRequest
+from meltemi.datastore.errors import BadLineError, DatastoreError, EmptyCorpusError, SourceChangedError
 from meltemi.datastore.layout import (
     BUILD_DIR,
     DEFAULT_CHUNK_TOKENS,
@@ -32,16 +31,16 @@ from meltemi.datastore.layout import (
     OFFSETS_CHUNK,
     OFFSETS_INDEX,
     OFFSETS_SHARD,
+    STOPPED,
     TOKENS,
     ShardLayout,
-    default_shard_tokens,
     group_metadata,
     read_json,
     token_dtype,
     write_json_atomically,
 )
-from meltemi.datastore.progress import ProgressBar, human
-from meltemi.datastore.sources import Piece, Source, describe_source, redact, resolve_inputs
+from meltemi.datastore.progress import ProgressBar
+from meltemi.datastore.sources import Piece, Source, describe_source, resolve_inputs
 from meltemi.datastore.tokenizing import (
     TokenizerInfo,
     part_paths,
@@ -51,33 +50,9 @@ from meltemi.datastore.tokenizing import (
 )
 from meltemi.datastore.writing import ArrayWriter, check_shards, content_hash
 
-UNIT_BYTES = 4 << 20
 MIN_UNIT_BYTES = 64 << 10
 UNITS_PER_CORPUS = 16
 PLAN = "plan.json"
-
-
-@dataclass
-class BuildReport:
-    """What a build did: counts of documents and tokens, repaired and skipped inputs, and the time taken."""
-
-    out: str
-    documents: int
-    tokens: int
-    counts: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    already_built: bool = False
-
-    def summary(self) -> str:
-        if self.already_built:
-            size = f"{human(self.documents)} docs, {human(self.tokens)} tokens"
-            return f"{self.out}: already built ({size}); nothing to do"
-        notes = "".join(f", {n} {k.replace('_', ' ')}" for k, n in sorted(self.counts.items()) if n)
-        rate = self.tokens / max(self.seconds, 1e-9)
-        return (
-            f"{self.out}: built {self.documents:,} docs, {self.tokens:,} tokens in {self.seconds:.1f}s "
-            f"({human(rate)} tokens/s){notes}"
-        )
 
 
 def build_store(
@@ -93,6 +68,7 @@ def build_store(
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     shard_tokens: int | None = None,
     unit_bytes: int = UNIT_BYTES,
+    skip_bad_lines: bool = False,
     progress: bool = True,
 ) -> BuildReport:
     """Tokenize `inputs` with `tokenizer` into a token store at `out` (or finish a build that stopped).
@@ -104,6 +80,10 @@ def build_store(
     below 1M), each a run of `chunk_tokens`-long chunks with a checksum each: a reader reads and checks
     whole chunks, so small chunks waste little on short random reads. The build holds a lock on `out`: a
     second build of the same store while one runs is an error, and changes nothing.
+
+    A JSONL line that is not a JSON object with a string `text_field` stops the build with a
+    `BadLineError` naming the file and line; the units already done are kept, so after fixing the line (or
+    with `skip_bad_lines=True`, which skips such lines and names them in the manifest) the build resumes.
 
     >>> import pathlib, tempfile
     >>> from meltemi.datastore import corpora
@@ -117,43 +97,72 @@ def build_store(
     """
     started = time.perf_counter()
     inputs = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)
-    out = Path(out)
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    if chunk_tokens < 1 or unit_bytes < 1:
-        raise ValueError(f"chunk_tokens and unit_bytes must be positive, got {chunk_tokens}, {unit_bytes}")
-    if shard_tokens is None:
-        shard_tokens = default_shard_tokens(chunk_tokens)
-    if shard_tokens < chunk_tokens or shard_tokens % chunk_tokens:
-        raise ValueError(
-            f"shard_tokens must be a positive multiple of chunk_tokens ({chunk_tokens}), got {shard_tokens}"
-        )
+    request = BuildRequest(
+        inputs=tuple(os.fspath(i) for i in inputs),
+        tokenizer=os.fspath(tokenizer),
+        out=os.fspath(out),
+        text_field=text_field,
+        workers=workers,
+        eos=eos,
+        eos_token=eos_token,
+        overwrite=overwrite,
+        chunk_tokens=chunk_tokens,
+        shard_tokens=shard_tokens,
+        unit_bytes=unit_bytes,
+        skip_bad_lines=skip_bad_lines,
+    )
+    out, options = Path(out), request.options()
     info = TokenizerInfo.load(tokenizer, eos=eos, eos_token=eos_token)
-    urls = resolve_inputs([os.fspath(i) for i in inputs])
-    sources = [describe_source(url, split_bytes=unit_bytes) for url in urls]
-    options = {
-        "text_field": text_field,
-        "eos": eos,
-        "chunk_tokens": chunk_tokens,
-        "shard_tokens": shard_tokens,
-        "unit_bytes": unit_bytes,
-    }
-    command = _command(inputs, tokenizer, out, workers, eos_token, options)
-    plan = _plan(info, sources, options, command)
+    sources = [describe_source(url, split_bytes=unit_bytes) for url in resolve_inputs(list(request.inputs))]
+    plan = _plan(info, sources, options, request.command())
     with _only_build(out):
         _prepare_directory(out, plan, overwrite)
         if (out / MANIFEST).exists():
-            manifest = read_json(out / MANIFEST)
-            counts = manifest["counts"]
-            return BuildReport(str(out), counts["documents"], counts["tokens"], already_built=True)
-        summaries = _tokenize(out / BUILD_DIR, plan, sources, info, text_field, workers, progress)
-        counts = sum((Counter(s["counts"]) for s in summaries), Counter())
-        documents, tokens = sum(s["documents"] for s in summaries), sum(s["tokens"] for s in summaries)
+            return _already_built(out)
+        try:
+            summaries = _tokenize(out / BUILD_DIR, plan, sources, info, request, progress)
+        except BadLineError as error:
+            raise _stopped(out, error, request) from None
+        counts = sum((Counter(s.counts) for s in summaries), Counter())
+        documents, tokens = sum(s.documents for s in summaries), sum(s.tokens for s in summaries)
         if documents == 0:
             shutil.rmtree(out / BUILD_DIR)
             raise EmptyCorpusError(f"the inputs hold no non-empty document ({len(sources)} files, all empty)")
-        _assemble(out, plan, info, summaries, dict(counts), progress)
-    return BuildReport(str(out), documents, tokens, dict(counts), time.perf_counter() - started)
+        report = BuildReport(
+            str(out),
+            documents,
+            tokens,
+            dict(counts),
+            invalid_utf8_files=sorted({f for s in summaries for f in s.invalid_utf8_files}),
+            skipped_lines=[line for s in summaries for line in s.skipped_lines],
+        )
+        _assemble(out, plan, info, summaries, report, progress)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _already_built(out: Path) -> BuildReport:
+    manifest = read_json(out / MANIFEST)
+    counts = manifest["counts"]
+    return BuildReport(
+        str(out),
+        counts["documents"],
+        counts["tokens"],
+        {key: n for key, n in counts.items() if key not in ("documents", "tokens")},
+        already_built=True,
+        invalid_utf8_files=manifest.get("invalid_utf8_files", []),
+        skipped_lines=manifest.get("skipped_lines", []),
+    )
+
+
+def _stopped(out: Path, error: BadLineError, request: BuildRequest) -> BadLineError:
+    """Record why the build stopped (for `TokenStore.open`'s message), and say how to go on."""
+    how = (
+        f"Fix that line and run the build again to resume ({request.command()}), or skip such lines, "
+        f"counted and named in the manifest: {request.command(skip_bad_lines=True)}"
+    )
+    write_json_atomically(out / BUILD_DIR / STOPPED, {"error": str(error), "how": how})
+    return BadLineError(f"{error}. {how}")
 
 
 @contextlib.contextmanager
@@ -175,59 +184,38 @@ def _only_build(out: Path):
         os.close(descriptor)
 
 
-def _command(inputs, tokenizer, out, workers: int, eos_token: str | None, options: dict) -> str:
-    """The command line that (re)runs this build, for messages that say how to finish it."""
-    words = ["python", "-m", "meltemi.datastore", "build", "--input", *(redact(os.fspath(i)) for i in inputs)]
-    words += ["--tokenizer", redact(os.fspath(tokenizer)), "--out", os.fspath(out), "--workers", str(workers)]
-    words += [] if options["text_field"] == "text" else ["--text-field", options["text_field"]]
-    words += [] if options["eos"] else ["--no-eos"]
-    words += [] if eos_token is None else ["--eos-token", eos_token]
-    words += (
-        []
-        if options["chunk_tokens"] == DEFAULT_CHUNK_TOKENS
-        else ["--chunk-tokens", str(options["chunk_tokens"])]
-    )
-    words += (
-        []
-        if options["shard_tokens"] == default_shard_tokens(options["chunk_tokens"])
-        else ["--shard-tokens", str(options["shard_tokens"])]
-    )
-    words += [] if options["unit_bytes"] == UNIT_BYTES else ["--unit-bytes", str(options["unit_bytes"])]
-    return shlex.join(words)
-
-
-def _plan(info: TokenizerInfo, sources: list[Source], options: dict, command: str) -> dict[str, Any]:
+def _plan(info: TokenizerInfo, sources: list[Source], options: BuildOptions, command: str) -> Plan:
     """Sources, tokenizer and options, and the units of work: runs of source pieces.
 
     A unit holds about `unit_bytes` of input, or less for a small corpus, so that it still makes at least
     `UNITS_PER_CORPUS` units and workers share the work evenly. Units depend only on the inputs and
-    options, never on the worker count. A unit is a list of `[source index, start, stop or None, line]`.
+    options, never on the worker count.
     """
     pieces = [(index, piece) for index, source in enumerate(sources) for piece in source.pieces()]
     total = sum(piece.size for _, piece in pieces)
-    target = min(options["unit_bytes"], max(MIN_UNIT_BYTES, total // UNITS_PER_CORPUS))
+    target = min(options.unit_bytes, max(MIN_UNIT_BYTES, total // UNITS_PER_CORPUS))
     units, unit, size = [], [], 0
     for position, (index, piece) in enumerate(pieces):
-        unit.append([index, piece.start, piece.stop, piece.first_line])
+        unit.append((index, piece.start, piece.stop, piece.first_line))
         size += piece.size
         if size >= target or position == len(pieces) - 1:
-            units.append(unit)
+            units.append(tuple(unit))
             unit, size = [], 0
-    return {
-        "format_version": FORMAT_VERSION,
-        "tokenizer": info.identity(),
-        "options": options,
-        "sources": [{"url": s.name, "size": s.size, "sha256": s.sha256} for s in sources],
-        "units": units,
-        "command": command,
-    }
+    return Plan(
+        format_version=FORMAT_VERSION,
+        tokenizer=info.identity(),
+        options=options,
+        sources=tuple(SourceRecord(s.name, s.size, s.sha256) for s in sources),
+        units=tuple(units),
+        command=command,
+    )
 
 
-def _pieces(unit: list[list], sources: list[Source]) -> list[Piece]:
+def _pieces(unit: Sequence[Sequence], sources: list[Source]) -> list[Piece]:
     return [Piece(sources[index], start, stop, first_line) for index, start, stop, first_line in unit]
 
 
-def _prepare_directory(out: Path, plan: dict, overwrite: bool) -> None:
+def _prepare_directory(out: Path, plan: Plan, overwrite: bool) -> None:
     """Check `out` against `plan`: start fresh, resume, or stop because the inputs changed."""
     plan_path = out / BUILD_DIR / PLAN
     previous = None
@@ -238,7 +226,7 @@ def _prepare_directory(out: Path, plan: dict, overwrite: bool) -> None:
     elif out.exists() and any(out.iterdir()) and not (out / BUILD_DIR).exists():
         raise DatastoreError(f"output {str(out)!r} is a non-empty directory that is not a token store")
     if previous is not None:
-        difference = _difference(previous, plan)
+        difference = _difference(previous, plan.to_json())
         if difference and not overwrite:
             raise SourceChangedError(
                 f"{str(out)!r} was built from different inputs: {difference}; "
@@ -247,6 +235,8 @@ def _prepare_directory(out: Path, plan: dict, overwrite: bool) -> None:
         if not difference:
             if (out / MANIFEST).exists():
                 shutil.rmtree(out / BUILD_DIR, ignore_errors=True)
+            else:
+                (out / BUILD_DIR / STOPPED).unlink(missing_ok=True)
             return
     for name in (MANIFEST, GROUP, TOKENS, OFFSETS, OFFSETS_INDEX, BUILD_DIR):
         path = out / name
@@ -255,11 +245,14 @@ def _prepare_directory(out: Path, plan: dict, overwrite: bool) -> None:
         elif path.exists():
             path.unlink()
     (out / BUILD_DIR / "parts").mkdir(parents=True)
-    write_json_atomically(plan_path, plan)
+    write_json_atomically(plan_path, plan.to_json())
 
 
 def _difference(previous: dict, plan: dict) -> str | None:
-    """The first way `plan` differs from what a store or half-built store was made from, in words."""
+    """The first way `plan` (as JSON) differs from what a store or half-built store was made from, in words.
+
+    Both sides are read as JSON, since `previous` may be a manifest or a plan written by another version.
+    """
     if previous.get("format_version") != plan["format_version"]:
         return f"format version {previous.get('format_version')} != {plan['format_version']}"
     old = {s["url"]: s for s in previous["sources"]}
@@ -283,7 +276,7 @@ def _difference(previous: dict, plan: dict) -> str | None:
     return None
 
 
-def _groups(todo: list[int], units: list, sources: list[Source], group_bytes: int) -> list[list[int]]:
+def _groups(todo: list[int], units: Sequence, sources: list[Source], group_bytes: int) -> list[list[int]]:
     """Consecutive units of about `group_bytes` of input together: one process tokenizes them in one go."""
     groups, group, size = [], [], 0
     for unit in todo:
@@ -295,33 +288,37 @@ def _groups(todo: list[int], units: list, sources: list[Source], group_bytes: in
     return groups + [group] if group else groups
 
 
-def _tokenize(build_dir, plan, sources, info, text_field, workers, progress) -> list[dict]:
-    units = plan["units"]
-    summaries: dict[int, dict] = {}
+def _tokenize(
+    build_dir: Path, plan: Plan, sources: list[Source], info: TokenizerInfo, request: BuildRequest, progress
+) -> list[PartSummary]:
+    units, text_field, skip = plan.units, request.text_field, request.skip_bad_lines
+    summaries: dict[int, PartSummary] = {}
     for unit in range(len(units)):
         summary_path = part_paths(build_dir, unit)[2]
         if summary_path.exists():
-            summaries[unit] = read_json(summary_path)
+            summaries[unit] = PartSummary.from_json(read_json(summary_path))
     todo = [u for u in range(len(units)) if u not in summaries]
     with ProgressBar(len(units), "tokenizing", enabled=progress) as bar:
         bar.advance(
             len(summaries),
-            sum(s["documents"] for s in summaries.values()),
-            sum(s["tokens"] for s in summaries.values()),
+            sum(s.documents for s in summaries.values()),
+            sum(s.tokens for s in summaries.values()),
         )
-        if workers == 1 or len(todo) <= 1:
-            for group in _groups(todo, units, sources, plan["options"]["unit_bytes"]):
+        if request.workers == 1 or len(todo) <= 1:
+            for group in _groups(todo, units, sources, plan.options.unit_bytes):
                 jobs = [(unit, _pieces(units[unit], sources)) for unit in group]
-                for summary in tokenize_units(build_dir, jobs, info, text_field):
-                    summaries[summary["unit"]] = summary
-                    bar.advance(1, summary["documents"], summary["tokens"])
+                for summary in tokenize_units(build_dir, jobs, info, text_field, skip):
+                    summaries[summary.unit] = summary
+                    bar.advance(1, summary.documents, summary.tokens)
         else:
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(
-                min(workers, len(todo)), mp_context=context, initializer=quiet_worker
+                min(request.workers, len(todo)), mp_context=context, initializer=quiet_worker
             ) as pool:
                 pending = {
-                    pool.submit(tokenize_unit, build_dir, u, _pieces(units[u], sources), info, text_field)
+                    pool.submit(
+                        tokenize_unit, build_dir, u, _pieces(units[u], sources), info, text_field, skip
+                    )
                     for u in todo
                 }
                 while pending:
@@ -332,22 +329,21 @@ def _tokenize(build_dir, plan, sources, info, text_field, workers, progress) -> 
                                 other.cancel()
                             raise future.exception()
                         summary = future.result()
-                        summaries[summary["unit"]] = summary
-                        bar.advance(1, summary["documents"], summary["tokens"])
+                        summaries[summary.unit] = summary
+                        bar.advance(1, summary.documents, summary.tokens)
     return [summaries[u] for u in range(len(units))]
 
 
 def _assemble(
-    out: Path, plan: dict, info: TokenizerInfo, summaries: list[dict], counts: dict, progress
+    out: Path, plan: Plan, info: TokenizerInfo, summaries: list[PartSummary], report: BuildReport, progress
 ) -> None:
     """Stream the parts, in unit order, into `tokens`, `offsets` and `offsets_index`, then commit."""
     build_dir = out / BUILD_DIR
-    options = plan["options"]
-    total_tokens = sum(s["tokens"] for s in summaries)
-    total_docs = sum(s["documents"] for s in summaries)
+    options = plan.options
+    total_tokens, total_docs = report.tokens, report.documents
     layouts = {
         TOKENS: ShardLayout(
-            total_tokens, token_dtype(info.vocab_size), options["chunk_tokens"], options["shard_tokens"]
+            total_tokens, token_dtype(info.vocab_size), options.chunk_tokens, options.shard_tokens
         ),
         OFFSETS: ShardLayout(total_docs + 1, np.dtype(np.uint64), OFFSETS_CHUNK, OFFSETS_SHARD),
         OFFSETS_INDEX: ShardLayout(
@@ -366,12 +362,15 @@ def _assemble(
             writers[OFFSETS].append(offsets)
             writers[OFFSETS_INDEX].append(offsets[-documents % OFFSETS_CHUNK :: OFFSETS_CHUNK])
             position, documents = int(offsets[-1]) if offsets.size else position, documents + offsets.size
-            bar.advance(1, summary["documents"], summary["tokens"])
+            bar.advance(1, summary.documents, summary.tokens)
     digests = {name: writer.finish() for name, writer in writers.items()}
     for name, layout in layouts.items():
         check_shards(out, name, layout)
-    manifest = {key: plan[key] for key in ("format_version", "tokenizer", "options", "sources")}
-    manifest["counts"] = {"documents": total_docs, "tokens": total_tokens} | counts
+    recorded = plan.to_json()
+    manifest = {key: recorded[key] for key in ("format_version", "tokenizer", "options", "sources")}
+    manifest["counts"] = {"documents": total_docs, "tokens": total_tokens} | report.counts
+    manifest["invalid_utf8_files"] = report.invalid_utf8_files
+    manifest["skipped_lines"] = report.skipped_lines
     for name, layout in layouts.items():
         manifest[name] = layout.describe() | {"sha256": digests[name]}
     manifest["content_sha256"] = content_hash(layouts[TOKENS].dtype, digests[TOKENS], digests[OFFSETS])

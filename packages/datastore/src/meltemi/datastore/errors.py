@@ -9,6 +9,14 @@ class InputError(DatastoreError):
     """An input path, file or line cannot be read as documents (the message names the file and line)."""
 
 
+class BadLineError(InputError):
+    """A JSONL line is not a JSON object with a string text field (the message names the file and line).
+
+    The build stops at it; fix the line, or build with `skip_bad_lines=True` (`--skip-bad-lines`) to skip
+    such lines, counted and named in the manifest.
+    """
+
+
 class EmptyCorpusError(DatastoreError):
     """The inputs hold no non-empty document, so there is nothing to build."""
 

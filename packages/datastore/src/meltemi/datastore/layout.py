@@ -19,17 +19,19 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tensorstore as ts
 from google_crc32c import value as crc32c  # CRC-32C, the checksum Zarr's crc32c codec appends
 
+from meltemi.datastore.durable import write_atomically
+
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 GROUP = "zarr.json"
 BUILD_DIR = ".build"
+STOPPED = "stopped.json"  # in BUILD_DIR: why a build stopped at a bad input, and how to go on
 TOKENS = "tokens"
 OFFSETS = "offsets"
 OFFSETS_INDEX = "offsets_index"
@@ -189,15 +191,9 @@ def group_metadata() -> dict[str, Any]:
 
 
 def write_json_atomically(path: str | os.PathLike, payload: dict[str, Any]) -> None:
-    """Write JSON aside, flush it to disk, then rename it into place: readers see all of it or none."""
-    path = Path(path)
-    aside = path.with_name(f".{path.name}.partial")
-    with open(aside, "w") as f:
-        json.dump(payload, f, indent=1, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(aside, path)
+    """Write JSON durably: readers see all of it or none, even after a crash."""
+    text = json.dumps(payload, indent=1, sort_keys=True) + "\n"
+    write_atomically(path, lambda f: f.write(text.encode()))
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:

@@ -11,11 +11,11 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import fsspec
 
-from meltemi.datastore.errors import InputError
+from meltemi.datastore.errors import BadLineError, InputError
 
 _GLOB_CHARS = "*?["
 _HASH_BLOCK = 1 << 22
@@ -154,42 +154,75 @@ def describe_source(url: str, split_bytes: int | None = None, block_bytes: int =
     return Source(url=url, size=size, sha256=digest.hexdigest(), cuts=tuple(cuts))
 
 
-def _decode(data: bytes, counts: Counter) -> str:
+@dataclass
+class ReadNotes:
+    """What reading documents skipped or repaired: counts by kind, and where, so a user can fix the inputs.
+
+    `counts` holds `empty_files`, `empty_documents`, `invalid_utf8_documents` and `skipped_lines`;
+    `invalid_utf8_files` names each file with a repaired document, `skipped_lines` each line skipped
+    (`"<file>, line <n>: <why>"`, only with `skip_bad_lines`).
+    """
+
+    counts: Counter = field(default_factory=Counter)
+    invalid_utf8_files: set[str] = field(default_factory=set)
+    skipped_lines: list[str] = field(default_factory=list)
+
+    def repaired(self, source: Source) -> None:
+        self.counts["invalid_utf8_documents"] += 1
+        self.invalid_utf8_files.add(source.name)
+
+
+def _decode(data: bytes, source: Source, notes: ReadNotes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        counts["invalid_utf8_documents"] += 1
+        notes.repaired(source)
         return data.decode("utf-8", errors="replace")
 
 
-def _without_surrogates(text: str, counts: Counter) -> str:
-    """JSON may escape lone surrogates (`"\\ud800"`), which are not text: replace them, and count it."""
+def _without_surrogates(text: str, source: Source, notes: ReadNotes) -> str:
+    """JSON may escape lone surrogates (`"\\ud800"`), which are not text: replace them, and note it."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        counts["invalid_utf8_documents"] += 1
+        notes.repaired(source)
         return text.encode("utf-8", errors="replace").decode("utf-8")
     return text
 
 
-def read_documents(piece: Piece, text_field: str, counts: Counter) -> Iterator[str]:
-    """The non-empty documents of a piece of a source, in file order; skipped and repaired ones counted."""
+def read_documents(
+    piece: Piece, text_field: str, notes: ReadNotes, skip_bad_lines: bool = False
+) -> Iterator[str]:
+    """The non-empty documents of a piece of a source, in file order; skipped and repaired ones noted.
+
+    A JSONL line that is not a JSON object with a string `text_field` is a `BadLineError` naming the file
+    and line, or, with `skip_bad_lines`, skipped and noted.
+
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.jsonl"
+    >>> _ = path.write_text('{"text": "one"}\\nnot json\\n{"text": "two"}\\n')
+    >>> notes = ReadNotes()
+    >>> list(read_documents(describe_source(str(path)).pieces()[0], "text", notes, skip_bad_lines=True))
+    ['one', 'two']
+    >>> notes.counts["skipped_lines"], notes.skipped_lines[0].split(", ")[-1]
+    (1, 'line 2: not valid JSON (Expecting value at column 1)')
+    """
     kind = piece.source.kind
     if kind == "text":
-        yield from _text_documents(piece.source, counts)
+        yield from _text_documents(piece.source, notes)
     elif kind == "parquet":
-        yield from _parquet_documents(piece.source, text_field, counts)
+        yield from _parquet_documents(piece.source, text_field, notes)
     else:
-        yield from _jsonl_documents(piece, text_field, counts)
+        yield from _jsonl_documents(piece, text_field, notes, skip_bad_lines)
 
 
-def _text_documents(source: Source, counts: Counter) -> Iterator[str]:
+def _text_documents(source: Source, notes: ReadNotes) -> Iterator[str]:
     with fsspec.open(source.url, "rb") as f:
         data = f.read()
     if not data.strip():
-        counts["empty_files"] += 1
+        notes.counts["empty_files"] += 1
         return
-    yield _decode(data, counts)
+    yield _decode(data, source, notes)
 
 
 def _lines(f, piece: Piece) -> Iterator[bytes]:
@@ -201,7 +234,7 @@ def _lines(f, piece: Piece) -> Iterator[bytes]:
         yield line
 
 
-def _jsonl_documents(piece: Piece, text_field: str, counts: Counter) -> Iterator[str]:
+def _jsonl_documents(piece: Piece, text_field: str, notes: ReadNotes, skip_bad_lines: bool) -> Iterator[str]:
     source = piece.source
     with fsspec.open(source.url, "rb") as raw:
         f = gzip.open(raw, "rb") if source.kind == "jsonl.gz" else raw
@@ -210,27 +243,39 @@ def _jsonl_documents(piece: Piece, text_field: str, counts: Counter) -> Iterator
         for number, line in enumerate(lines, start=piece.first_line):
             if not line.strip():
                 continue
-            where = f"{source.name}, line {number}"
             try:
-                record = json.loads(_decode(line, counts))
-            except json.JSONDecodeError as e:
-                raise InputError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(record, dict) or text_field not in record:
-                raise InputError(f"{where}: no {text_field!r} field (pass --text-field to name another)")
-            text = record[text_field]
-            if not isinstance(text, str):
-                raise InputError(f"{where}: field {text_field!r} is {type(text).__name__}, not a string")
-            text = _without_surrogates(text, counts)
+                text = _jsonl_text(line, text_field, source, notes)
+            except BadLineError as error:
+                problem = f"{source.name}, line {number}: {error}"
+                if not skip_bad_lines:
+                    raise BadLineError(problem) from None
+                notes.counts["skipped_lines"] += 1
+                notes.skipped_lines.append(problem)
+                continue
             if text:
                 yielded = True
                 yield text
             else:
-                counts["empty_documents"] += 1
+                notes.counts["empty_documents"] += 1
         if not yielded and piece.whole:
-            counts["empty_files"] += 1
+            notes.counts["empty_files"] += 1
 
 
-def _parquet_documents(source: Source, text_field: str, counts: Counter) -> Iterator[str]:
+def _jsonl_text(line: bytes, text_field: str, source: Source, notes: ReadNotes) -> str:
+    """The text of one JSONL line, or a `BadLineError` saying what is wrong with it (no place yet)."""
+    try:
+        record = json.loads(_decode(line, source, notes))
+    except json.JSONDecodeError as e:
+        raise BadLineError(f"not valid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(record, dict) or text_field not in record:
+        raise BadLineError(f"no {text_field!r} field (pass --text-field to name another)")
+    text = record[text_field]
+    if not isinstance(text, str):
+        raise BadLineError(f"field {text_field!r} is {type(text).__name__}, not a string")
+    return _without_surrogates(text, source, notes)
+
+
+def _parquet_documents(source: Source, text_field: str, notes: ReadNotes) -> Iterator[str]:
     import pyarrow.parquet as pq
 
     with fsspec.open(source.url, "rb") as f:
@@ -244,7 +289,7 @@ def _parquet_documents(source: Source, text_field: str, counts: Counter) -> Iter
         yielded = False
         for batch in table.iter_batches(columns=[text_field]):
             for value in batch.column(0).to_pylist():
-                text = _decode(value, counts) if isinstance(value, bytes) else value
+                text = _decode(value, source, notes) if isinstance(value, bytes) else value
                 if text and isinstance(text, str):
                     yielded = True
                     yield text
@@ -253,6 +298,6 @@ def _parquet_documents(source: Source, text_field: str, counts: Counter) -> Iter
                         f"{source.name}: column {text_field!r} holds {type(text).__name__}, not text"
                     )
                 else:
-                    counts["empty_documents"] += 1
+                    notes.counts["empty_documents"] += 1
         if not yielded:
-            counts["empty_files"] += 1
+            notes.counts["empty_files"] += 1

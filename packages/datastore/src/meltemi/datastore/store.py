@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from meltemi.datastore.build_records import PartSummary
 from meltemi.datastore.errors import (
     DatastoreError,
     IncompleteStoreError,
@@ -27,6 +28,7 @@ from meltemi.datastore.layout import (
     MANIFEST,
     OFFSETS,
     OFFSETS_INDEX,
+    STOPPED,
     TOKENS,
     ShardLayout,
     canonical_tokenizer_hash,
@@ -51,8 +53,28 @@ class Slicer:
             if step != 1:
                 raise ValueError(f"slices of {self._array.name!r} must have step 1")
             return self._array.read(start, max(start, stop))
-        index = range(self._array.size)[key]
+        index = checked_index(key, self._array.size, f"{self._array.name}[]", "elements")
         return int(self._array.read(index, index + 1)[0])
+
+
+def checked_index(key: object, size: int, where: str, what: str) -> int:
+    """``key`` as an index into ``size`` things (negative from the end), or an error naming both.
+
+    >>> checked_index(-1, 6, "doc", "documents")
+    5
+    >>> checked_index(99, 6, "doc", "documents")
+    Traceback (most recent call last):
+    ...
+    IndexError: doc: index 99 is out of range: the store has 6 documents (valid: 0..5, or -6..-1)
+    """
+    if isinstance(key, bool) or not isinstance(key, int | np.integer):
+        raise TypeError(f"{where}: the index must be an int, got {type(key).__name__} {key!r}")
+    if not -size <= key < size:
+        raise IndexError(
+            f"{where}: index {key} is out of range: the store has {size:,} {what}"
+            + (f" (valid: 0..{size - 1}, or -{size}..-1)" if size else "")
+        )
+    return int(key) % size
 
 
 @dataclass(frozen=True)
@@ -148,10 +170,11 @@ class TokenStore:
         """Raise `TokenizerMismatchError` unless `tokenizer` (path or hash) is the store's tokenizer."""
         text = os.fspath(tokenizer)
         if _HEX_HASH.fullmatch(text):
-            expected, name = text, "the expected tokenizer"
+            expected, given = text, f"the tokenizer with sha256 {text}"
         elif os.path.isfile(text):
             with open(text, encoding="utf-8") as f:
-                expected, name = canonical_tokenizer_hash(f.read()), text
+                expected = canonical_tokenizer_hash(f.read())
+            given = f"{text} (sha256 {expected})"
         else:
             raise DatastoreError(
                 f"expected tokenizer {text!r} is neither a tokenizer.json file nor a SHA-256 hash"
@@ -160,12 +183,12 @@ class TokenStore:
             built = self.manifest["tokenizer"]["name"]
             raise TokenizerMismatchError(
                 f"{self.path} was built with tokenizer {built} (sha256 {self.tokenizer_hash}), "
-                f"but the caller expects {name} (sha256 {expected})"
+                f"not with {given}; open it with the tokenizer it was built with, or rebuild it"
             )
 
     def doc(self, i: int) -> np.ndarray:
         """The tokens of document `i` (its EOS included when the store was built with one)."""
-        i = range(self.num_docs)[i]
+        i = checked_index(i, self.num_docs, "doc", "documents")
         start, stop = self._offsets.read(i, i + 2).tolist()
         return self._tokens.read(start, stop)
 
@@ -289,6 +312,10 @@ def _open_array(files: StoreFiles, name: str, manifest: dict, verify: bool) -> S
 
 def _why_not_a_store(location: str, files: StoreFiles) -> DatastoreError:
     local = None if is_url(location) else Path(location)
+    if local is not None and local.exists() and not local.is_dir():
+        return DatastoreError(
+            f"{location} is a file, not a token store (a token store is a directory with {MANIFEST})"
+        )
     plan = files.read(f"{BUILD_DIR}/plan.json")
     if plan is not None:
         plan = json.loads(plan)
@@ -297,9 +324,16 @@ def _why_not_a_store(location: str, files: StoreFiles) -> DatastoreError:
             progress = f"stopped before it finished its {units} units"
         else:
             done = sorted(Path(local, BUILD_DIR, "parts").glob("*.json"))
-            tokens = sum(json.loads(p.read_text())["tokens"] for p in done)
+            tokens = sum(PartSummary.from_json(json.loads(p.read_text())).tokens for p in done)
             stage = "was assembling the arrays" if len(done) == units else "was tokenizing"
             progress = f"{stage} and stopped after {len(done)} of {units} units ({tokens:,} tokens)"
+        stopped = files.read(f"{BUILD_DIR}/{STOPPED}")
+        if stopped is not None:
+            why = json.loads(stopped)
+            return IncompleteStoreError(
+                f"{location} is an incomplete token store: its build {progress}, at a bad input: "
+                f"{why['error']}. {why['how']}"
+            )
         return IncompleteStoreError(
             f"{location} is an incomplete token store: its build {progress}. "
             f"Finish it by running the build again: {plan['command']}"
@@ -310,6 +344,4 @@ def _why_not_a_store(location: str, files: StoreFiles) -> DatastoreError:
         )
     if local is not None and not local.exists():
         return DatastoreError(f"{location}: no such token store (the directory does not exist)")
-    if local is not None and not local.is_dir():
-        return DatastoreError(f"{location} is not a token store (it is not a directory)")
     return DatastoreError(f"{location} is not a token store (it has no {MANIFEST})")

@@ -6,7 +6,6 @@ not at all: that is what lets a killed build resume where it stopped.
 
 import json
 import os
-from collections import Counter
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -16,9 +15,11 @@ import fsspec
 import numpy as np
 from tokenizers import Tokenizer
 
+from meltemi.datastore.build_records import PartSummary
+from meltemi.datastore.durable import write_atomically
 from meltemi.datastore.errors import InputError
 from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
-from meltemi.datastore.sources import Piece, read_documents, redact
+from meltemi.datastore.sources import Piece, ReadNotes, read_documents, redact
 
 ENCODE_BATCH = 512
 _TOKENIZERS: dict[str, Tokenizer] = {}  # parsed tokenizers by hash, so each process parses one once
@@ -101,21 +102,30 @@ def part_paths(build_dir: Path, unit: int) -> tuple[Path, Path, Path]:
 
 
 def tokenize_unit(
-    build_dir: Path, unit: int, pieces: list[Piece], info: TokenizerInfo, text_field: str
-) -> dict:
+    build_dir: Path,
+    unit: int,
+    pieces: list[Piece],
+    info: TokenizerInfo,
+    text_field: str,
+    skip_bad_lines: bool = False,
+) -> PartSummary:
     """Tokenize `pieces` of sources into part `unit` under `build_dir`; returns its summary (also saved)."""
-    return tokenize_units(build_dir, [(unit, pieces)], info, text_field)[0]
+    return tokenize_units(build_dir, [(unit, pieces)], info, text_field, skip_bad_lines)[0]
 
 
 def tokenize_units(
-    build_dir: Path, jobs: list[tuple[int, list[Piece]]], info: TokenizerInfo, text_field: str
-) -> list[dict]:
+    build_dir: Path,
+    jobs: list[tuple[int, list[Piece]]],
+    info: TokenizerInfo,
+    text_field: str,
+    skip_bad_lines: bool = False,
+) -> list[PartSummary]:
     """Tokenize several units in one stream of `encode_batch` calls, then save each unit's part.
 
     Batches span units, so many small units cost no more than one large one; parts are the same either way.
     """
     tokenizer, dtype = _tokenizer(info), token_dtype(info.vocab_size)
-    counts = [Counter() for _ in jobs]
+    notes = [ReadNotes() for _ in jobs]
     docs_per_unit = [0] * len(jobs)
     token_blocks, length_blocks, pending = [], [], []
 
@@ -127,7 +137,7 @@ def tokenize_units(
 
     for job, (_, pieces) in enumerate(jobs):
         for piece in pieces:
-            for text in read_documents(piece, text_field, counts[job]):
+            for text in read_documents(piece, text_field, notes[job], skip_bad_lines):
                 pending.append(text)
                 docs_per_unit[job] += 1
                 if len(pending) == ENCODE_BATCH:
@@ -144,29 +154,29 @@ def tokenize_units(
             unit,
             tokens[token_edges[job] : token_edges[job + 1]],
             lengths[doc_edges[job] : doc_edges[job + 1]],
-            counts[job],
+            notes[job],
         )
         for job, (unit, _) in enumerate(jobs)
     ]
 
 
-def _save_part(build_dir: Path, unit: int, tokens: np.ndarray, lengths: np.ndarray, counts: Counter) -> dict:
+def _save_part(
+    build_dir: Path, unit: int, tokens: np.ndarray, lengths: np.ndarray, notes: ReadNotes
+) -> PartSummary:
     """Write a unit's tokens and document lengths, then its summary: the summary marks the part done."""
-    summary = {
-        "unit": unit,
-        "documents": len(lengths),
-        "tokens": len(tokens),
-        "counts": dict(sorted(counts.items())),
-    }
+    summary = PartSummary(
+        unit=unit,
+        documents=len(lengths),
+        tokens=len(tokens),
+        counts=dict(sorted(notes.counts.items())),
+        invalid_utf8_files=tuple(sorted(notes.invalid_utf8_files)),
+        skipped_lines=tuple(notes.skipped_lines),
+    )
     tokens_path, lengths_path, summary_path = part_paths(build_dir, unit)
     for path, array in ((tokens_path, tokens), (lengths_path, lengths.astype(np.uint64))):
-        aside = path.with_name("." + path.name + ".partial")
-        with open(aside, "wb") as f:
-            np.save(f, array, allow_pickle=False)
-        os.replace(aside, path)
-    aside = summary_path.with_name("." + summary_path.name + ".partial")
-    aside.write_text(json.dumps(summary, sort_keys=True))
-    os.replace(aside, summary_path)
+        write_atomically(path, lambda f, array=array: np.save(f, array, allow_pickle=False))
+    text = json.dumps(summary.to_json(), sort_keys=True)
+    write_atomically(summary_path, lambda f: f.write(text.encode()))
     return summary
 
 

@@ -21,6 +21,7 @@ from meltemi.kernels.cross_entropy import (
     cross_entropy,
 )
 from meltemi.kernels.cross_entropy_pallas import PallasCrossEntropyConfig
+from meltemi.kernels.mask_spec import MaskSpec
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,7 @@ __all__ = [
     "AttentionImplementation",
     "Choice",
     "CrossEntropyImplementation",
+    "MaskSpec",
     "PallasAttentionConfig",
     "PallasCrossEntropyConfig",
     "attention",

@@ -1,24 +1,15 @@
-"""Validation of attention arguments, and the static mask settings every implementation shares."""
+"""Validation of attention arguments, turned into the ``MaskSpec`` every implementation takes."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax
 
 from meltemi.kernels._checks import require, require_floating, require_integer
+from meltemi.kernels.mask_spec import MaskSpec, mask_problem
 
 WHERE = "attention"
-
-
-@dataclasses.dataclass(frozen=True)
-class MaskSpec:
-    """Static attention settings; hashable, so it can be a ``jit`` static or a ``custom_vjp`` nondiff arg."""
-
-    causal: bool
-    sliding_window: int | None
-    softmax_scale: float
 
 
 def check_attention_inputs(
@@ -62,20 +53,8 @@ def check_attention_inputs(
             f"segment_ids must be [batch, seq] = {(batch, seq)}, got shape {tuple(segment_ids.shape)}",
         )
         require_integer(WHERE, "segment_ids", segment_ids)
-    if sliding_window is not None:
-        require(
-            isinstance(sliding_window, int) and not isinstance(sliding_window, bool) and sliding_window >= 1,
-            WHERE,
-            f"sliding_window must be a positive int or None, got {sliding_window!r}",
-        )
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
-    require(
-        isinstance(softmax_scale, int | float)
-        and not isinstance(softmax_scale, bool)
-        and math.isfinite(softmax_scale)
-        and softmax_scale > 0,
-        WHERE,
-        f"softmax_scale must be a positive finite number or None, got {softmax_scale!r}",
-    )
+    problem = mask_problem(sliding_window, softmax_scale)
+    require(problem is None, WHERE, str(problem))
     return MaskSpec(causal=bool(causal), sliding_window=sliding_window, softmax_scale=float(softmax_scale))

@@ -2,7 +2,10 @@
 
 Shape and dtype errors are raised at trace time. Non-finite values are raised at once for concrete
 arrays; inside ``jit`` they are reported by a host callback that fails the computation with the same
-message, so a NaN never flows silently into a loss.
+message, so a NaN never flows silently into a loss. JAX turns an exception raised in a callback into a
+``jax.errors.JaxRuntimeError`` (whose message ends with ``FloatingPointError: <function>: ...``) and logs
+"jax.debug.callback failed" with the callback's traceback on stderr; there is no public way to re-raise
+the original type from inside a compiled computation.
 """
 
 from __future__ import annotations

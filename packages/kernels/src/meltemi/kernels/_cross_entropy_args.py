@@ -28,6 +28,12 @@ def check_cross_entropy_inputs(
         f"unembedding must be [embed, vocab], got shape {tuple(unembedding.shape)}",
     )
     require_floating(WHERE, hidden=hidden, unembedding=unembedding)
+    require(
+        hidden.dtype == unembedding.dtype,
+        WHERE,
+        f"hidden and unembedding must share a dtype, got {hidden.dtype} and {unembedding.dtype} "
+        "(cast the unembedding to the compute dtype)",
+    )
     tokens, embed = hidden.shape
     require(
         unembedding.shape[0] == embed,
@@ -62,15 +68,30 @@ def token_weights(mask: jax.Array | None, tokens: int) -> jax.Array:
     return weights / jnp.where(total > 0, total, 1.0)
 
 
-def _raise_if_out_of_range(vocab: int, bad: jax.Array) -> None:
-    if bad:
-        raise ValueError(f"{WHERE}: labels must lie in [0, {vocab}), found one outside")
+def _raise_if_out_of_range(vocab: int, any_bad: jax.Array, position: jax.Array, value: jax.Array) -> None:
+    if any_bad:
+        raise ValueError(
+            f"{WHERE}: labels must lie in [0, {vocab}); labels[{int(position)}] is {int(value)} "
+            "(the first one outside)"
+        )
 
 
 def report_bad_labels(labels: jax.Array, vocab: int) -> None:
-    """Raise at once for concrete labels outside ``[0, vocab)``; inside ``jit``, fail the computation."""
-    bad = jnp.any((labels < 0) | (labels >= vocab))
-    if isinstance(bad, jax.core.Tracer):
-        jax.debug.callback(lambda b: _raise_if_out_of_range(vocab, b), bad)
+    """Raise for labels outside ``[0, vocab)``, naming the first one's position and value.
+
+    Concrete labels raise at once; inside ``jit`` a host callback fails the computation with the same
+    message (see the package README for what a jitted caller receives).
+
+    >>> import jax.numpy as jnp
+    >>> report_bad_labels(jnp.array([3, 7, -1]), vocab=5)
+    Traceback (most recent call last):
+    ...
+    ValueError: cross_entropy: labels must lie in [0, 5); labels[1] is 7 (the first one outside)
+    """
+    bad = (labels < 0) | (labels >= vocab)
+    position = jnp.argmax(bad)
+    found = (jnp.any(bad), position, labels[position])
+    if isinstance(found[0], jax.core.Tracer):
+        jax.debug.callback(lambda *f: _raise_if_out_of_range(vocab, *f), *found)
     else:
-        _raise_if_out_of_range(vocab, bad)
+        _raise_if_out_of_range(vocab, *found)

@@ -8,13 +8,14 @@ from typing import Literal
 
 import jax
 
-from meltemi.kernels._attention_args import WHERE, MaskSpec, check_attention_inputs
+from meltemi.kernels._attention_args import WHERE, check_attention_inputs
 from meltemi.kernels._checks import report_nonfinite
 from meltemi.kernels.attention_cudnn import cudnn_attention, cudnn_unsupported_reason
 from meltemi.kernels.attention_pallas import pallas_attention
 from meltemi.kernels.attention_reference import reference_attention
 from meltemi.kernels.attention_splash import splash_attention
 from meltemi.kernels.attention_xla import xla_attention
+from meltemi.kernels.mask_spec import MaskSpec
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +90,10 @@ def attention(
     - ``implementation``: ``"reference"`` (full scores, the oracle), ``"xla"`` (blockwise, linear memory),
       ``"pallas"`` (our flash kernels; interpreted off GPU), ``"splash"`` (TPU), ``"cudnn"`` (GPU), or
       ``"auto"`` (see :func:`choose_attention_implementation`).
-    - ``check_finite``: NaN or infinite inputs raise (inside ``jit``, the computation fails with the message).
+    - ``q``, ``k`` and ``v`` must share a floating dtype (as ``cross_entropy``'s ``hidden`` and
+      ``unembedding`` must); scores and softmax statistics are float32 whatever it is.
+    - ``check_finite``: NaN or infinite inputs raise ``FloatingPointError`` naming the argument; inside
+      ``jit`` the computation fails with ``jax.errors.JaxRuntimeError`` carrying that message (README).
 
     >>> import jax.numpy as jnp
     >>> q = jnp.ones((2, 10, 4, 16)); kv = jnp.ones((2, 10, 2, 16))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from meltemi.kernels._attention_args import MaskSpec
+from meltemi.kernels.mask_spec import MaskSpec
 
 CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 CUDNN_MAX_HEAD_DIM = 128
@@ -41,7 +41,7 @@ def cudnn_attention(
     """Attention by ``jax.nn.dot_product_attention``; ``implementation="xla"`` runs the same call anywhere.
 
     >>> import jax.numpy as jnp
-    >>> from meltemi.kernels._attention_args import MaskSpec
+    >>> from meltemi.kernels import MaskSpec
     >>> x = jnp.ones((1, 4, 2, 8))
     >>> cudnn_attention(x, x, x, MaskSpec(True, 2, 0.35), implementation="xla").shape
     (1, 4, 2, 8)

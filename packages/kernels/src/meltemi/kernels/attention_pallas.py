@@ -21,19 +21,20 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
 
-from meltemi.kernels._attention_args import MaskSpec
 from meltemi.kernels._blocking import pad_axis, pad_sequence, round_up
 from meltemi.kernels._masking import allowed, key_block_range, query_block_range
-
-MIN_TILE = 16
-"""Triton's smallest matrix-multiply tile side."""
+from meltemi.kernels._pallas_launch import MIN_TILE, Launcher, check_launch_settings, fit_tile
+from meltemi.kernels.mask_spec import MaskSpec
 
 
 @dataclasses.dataclass(frozen=True)
 class PallasAttentionConfig:
-    """Tile sizes and launch settings; ``interpret=None`` interprets unless the default backend is a GPU."""
+    """Tile sizes and launch settings; ``interpret=None`` interprets unless the default backend is a GPU.
+
+    Tiles are powers of two of at least 16 (a ``ValueError`` names any other); ``num_warps=None`` picks 4
+    or 8 from the head dimension.
+    """
 
     block_q: int = 128
     block_k: int = 64
@@ -44,16 +45,15 @@ class PallasAttentionConfig:
     interpret: bool | None = None
 
     def __post_init__(self) -> None:
-        for name in ("block_q", "block_k", "backward_block_q", "backward_block_k"):
-            size = getattr(self, name)
-            if size < MIN_TILE or size & (size - 1):
-                raise ValueError(
-                    f"PallasAttentionConfig: {name} must be a power of two >= {MIN_TILE}, got {size}"
-                )
-
-
-def _tile(requested: int, seq: int) -> int:
-    return max(MIN_TILE, min(requested, pl.next_power_of_2(seq)))
+        check_launch_settings(
+            "PallasAttentionConfig",
+            self.num_warps,
+            self.num_stages,
+            block_q=self.block_q,
+            block_k=self.block_k,
+            backward_block_q=self.backward_block_q,
+            backward_block_k=self.backward_block_k,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,22 +68,12 @@ class _Plan:
     block_k: int
     backward_block_q: int
     backward_block_k: int
-    num_warps: int
-    num_stages: int
-    interpret: bool
     has_segments: bool
+    launch: Launcher
 
     @property
     def key_limit(self) -> int | None:
         return self.seq_len if self.padded_len != self.seq_len else None
-
-    def launch(self, kernel, **kwargs):
-        return pl.pallas_call(
-            kernel,
-            interpret=self.interpret,
-            compiler_params=pltriton.CompilerParams(num_warps=self.num_warps, num_stages=self.num_stages),
-            **kwargs,
-        )
 
 
 def pallas_attention(
@@ -97,17 +87,16 @@ def pallas_attention(
     """Pallas flash attention, same contract as ``reference_attention``; differentiable (custom VJP).
 
     >>> import jax.numpy as jnp
-    >>> from meltemi.kernels._attention_args import MaskSpec
+    >>> from meltemi.kernels import MaskSpec
     >>> x = jnp.ones((1, 5, 2, 16))
     >>> pallas_attention(x, x, x, None, MaskSpec(True, None, 0.25)).shape
     (1, 5, 2, 16)
     """
     batch, seq, heads, head_dim = q.shape
-    block_q, block_k = _tile(config.block_q, seq), _tile(config.block_k, seq)
-    backward_q, backward_k = _tile(config.backward_block_q, seq), _tile(config.backward_block_k, seq)
+    block_q, block_k = fit_tile(config.block_q, seq), fit_tile(config.block_k, seq)
+    backward_q, backward_k = fit_tile(config.backward_block_q, seq), fit_tile(config.backward_block_k, seq)
     padded = round_up(seq, max(block_q, block_k, backward_q, backward_k))
     padded_dim = max(MIN_TILE, pl.next_power_of_2(head_dim))
-    interpret = config.interpret if config.interpret is not None else jax.default_backend() != "gpu"
     plan = _Plan(
         spec=spec,
         seq_len=seq,
@@ -117,10 +106,10 @@ def pallas_attention(
         block_k=block_k,
         backward_block_q=backward_q,
         backward_block_k=backward_k,
-        num_warps=config.num_warps or (4 if padded_dim <= 64 else 8),
-        num_stages=config.num_stages,
-        interpret=interpret,
         has_segments=segment_ids is not None,
+        launch=Launcher.resolve(
+            config.num_warps or (4 if padded_dim <= 64 else 8), config.num_stages, config.interpret
+        ),
     )
     q, k, v, segment_ids = pad_sequence(q, k, v, segment_ids, padded)
     q, k, v = (pad_axis(x, padded_dim, axis=3) for x in (q, k, v))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from meltemi.kernels._attention_args import MaskSpec
 from meltemi.kernels._masking import allowed
+from meltemi.kernels.mask_spec import MaskSpec
 
 
 def reference_attention(
@@ -17,7 +17,7 @@ def reference_attention(
     Memory is quadratic in the sequence: use it to check the other implementations, not to train.
 
     >>> import jax.numpy as jnp
-    >>> from meltemi.kernels._attention_args import MaskSpec
+    >>> from meltemi.kernels import MaskSpec
     >>> x = jnp.ones((1, 4, 2, 8))
     >>> reference_attention(x, x, x, None, MaskSpec(True, None, 0.35)).shape
     (1, 4, 2, 8)

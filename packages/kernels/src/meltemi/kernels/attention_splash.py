@@ -14,8 +14,8 @@ import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
 
-from meltemi.kernels._attention_args import MaskSpec
 from meltemi.kernels._blocking import PADDING_SEGMENT, pad_axis, pad_sequence, round_up
+from meltemi.kernels.mask_spec import MaskSpec
 
 SPLASH_BLOCK = 128
 LANES = 128

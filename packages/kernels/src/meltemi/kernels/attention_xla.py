@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from meltemi.kernels._attention_args import MaskSpec
 from meltemi.kernels._blocking import pad_sequence, round_up
 from meltemi.kernels._masking import allowed, key_block_range, query_block_range
+from meltemi.kernels.mask_spec import MaskSpec
 
 DEFAULT_BLOCK_SIZE = 512
 
@@ -34,7 +34,7 @@ def xla_attention(
     """Blockwise attention, same contract as ``reference_attention``; any sequence length.
 
     >>> import jax.numpy as jnp
-    >>> from meltemi.kernels._attention_args import MaskSpec
+    >>> from meltemi.kernels import MaskSpec
     >>> x = jnp.ones((1, 5, 2, 8))
     >>> xla_attention(x, x, x, None, MaskSpec(True, None, 0.35), block_size=2).shape
     (1, 5, 2, 8)

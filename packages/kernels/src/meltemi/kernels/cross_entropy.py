@@ -59,6 +59,12 @@ def cross_entropy(
     log-normalizer in float32. ``"xla"`` and ``"pallas"`` work in vocabulary blocks of ``block_size`` and
     never build the ``[tokens, vocab]`` logits, forward or backward; ``"reference"`` does, as the oracle.
 
+    ``hidden`` and ``unembedding`` must share a floating dtype (as ``attention``'s ``q``, ``k``, ``v``
+    must): cast the unembedding to the compute dtype; matmuls accumulate in float32 either way. Labels
+    outside ``[0, vocab)`` and (with ``check_finite``) NaN or infinite inputs raise ``ValueError`` and
+    ``FloatingPointError`` naming the first bad label's position or the argument; inside ``jit`` the
+    computation fails with ``jax.errors.JaxRuntimeError`` carrying the same message (see the README).
+
     >>> import jax, jax.numpy as jnp
     >>> hidden = jnp.ones((6, 8)); unembedding = jnp.zeros((8, 100)); labels = jnp.arange(6)
     >>> loss, lse = cross_entropy(hidden, unembedding, labels, block_size=32)

@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
 
 from meltemi.kernels._blocking import pad_axis, round_up
+from meltemi.kernels._pallas_launch import Launcher, check_launch_settings, fit_tile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,10 +37,14 @@ class PallasCrossEntropyConfig:
     interpret: bool | None = None
 
     def __post_init__(self) -> None:
-        for name in ("block_tokens", "block_vocab", "block_embed"):
-            size = getattr(self, name)
-            if size < 16 or size & (size - 1):
-                raise ValueError(f"PallasCrossEntropyConfig: {name} must be a power of two >= 16, got {size}")
+        check_launch_settings(
+            "PallasCrossEntropyConfig",
+            self.num_warps,
+            self.num_stages,
+            block_tokens=self.block_tokens,
+            block_vocab=self.block_vocab,
+            block_embed=self.block_embed,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,22 +55,15 @@ class _Plan:
     block_tokens: int
     block_vocab: int
     block_embed: int
-    num_warps: int
-    num_stages: int
-    interpret: bool
+    launcher: Launcher
 
     @property
     def num_chunks(self) -> int:
         return -(-self.vocab // self.chunk)
 
     def launch(self, kernel, tokens: int, **kwargs):
-        return pl.pallas_call(
-            kernel,
-            grid=(tokens // self.block_tokens, self.chunk // self.block_vocab),
-            interpret=self.interpret,
-            compiler_params=pltriton.CompilerParams(num_warps=self.num_warps, num_stages=self.num_stages),
-            **kwargs,
-        )
+        grid = (tokens // self.block_tokens, self.chunk // self.block_vocab)
+        return self.launcher(kernel, grid=grid, **kwargs)
 
 
 def pallas_cross_entropy(
@@ -89,13 +86,12 @@ def pallas_cross_entropy(
     """
     tokens, embed = hidden.shape
     vocab = unembedding.shape[1]
-    block_vocab = min(config.block_vocab, pl.next_power_of_2(vocab))
-    block_vocab = max(16, block_vocab)
+    block_vocab = fit_tile(config.block_vocab, vocab)
     chunk = min(round_up(block_size, block_vocab), round_up(vocab, block_vocab))
     if chunk > vocab:
         unembedding = pad_axis(unembedding, chunk, axis=1)
-    block_tokens = max(16, min(config.block_tokens, pl.next_power_of_2(tokens)))
-    block_embed = max(16, min(config.block_embed, pl.next_power_of_2(embed)))
+    block_tokens = fit_tile(config.block_tokens, tokens)
+    block_embed = fit_tile(config.block_embed, embed)
     plan = _Plan(
         z_loss_weight=float(z_loss_weight),
         vocab=vocab,
@@ -103,9 +99,7 @@ def pallas_cross_entropy(
         block_tokens=block_tokens,
         block_vocab=block_vocab,
         block_embed=block_embed,
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-        interpret=config.interpret if config.interpret is not None else jax.default_backend() != "gpu",
+        launcher=Launcher.resolve(config.num_warps, config.num_stages, config.interpret),
     )
     padded_tokens = round_up(tokens, block_tokens)
     padded_embed = round_up(embed, block_embed)

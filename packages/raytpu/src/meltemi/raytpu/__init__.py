@@ -3,11 +3,18 @@
 JAX is not imported here: the workload that runs on the slices brings it.
 """
 
+from meltemi.raytpu.errors import (
+    NotConnectedError,
+    NotInJobError,
+    RaytpuError,
+    SliceJobError,
+    SlicesUnavailableError,
+)
 from meltemi.raytpu.events import EventLog, StatusLine
 from meltemi.raytpu.host_env import HostEnv, current_host
 from meltemi.raytpu.inventory import Host, SliceInfo, discover_slices
 from meltemi.raytpu.local_cluster import LocalSliceCluster
-from meltemi.raytpu.outcomes import Attempt, SliceJobError, SlicesUnavailableError
+from meltemi.raytpu.outcomes import Attempt
 from meltemi.raytpu.runner import RetryPolicy, run_on_slices
 from meltemi.raytpu.slices import TPU_GENERATIONS, SliceType, cpu_slice, gpu_slice, slice_type, tpu_slice
 
@@ -20,6 +27,9 @@ __all__ = [
     "Host",
     "HostEnv",
     "LocalSliceCluster",
+    "NotConnectedError",
+    "NotInJobError",
+    "RaytpuError",
     "RetryPolicy",
     "SliceInfo",
     "SliceJobError",

@@ -12,6 +12,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from meltemi.raytpu.errors import NotInJobError
+
 DEFAULT_MEGASCALE_PORT = 8081
 
 _SLICE_ID = "MELTEMI_SLICE_ID"
@@ -86,11 +88,11 @@ class HostEnv:
 def current_host(environ: Mapping[str, str] | None = None) -> HostEnv:
     """This host's place in the job, read back from the environment ``run_on_slices`` set.
 
-    Call it inside the function given to ``run_on_slices``; outside one it raises ``RuntimeError``.
+    Call it inside the function given to ``run_on_slices``; outside one it raises ``NotInJobError``.
     """
     environ = os.environ if environ is None else environ
     if _SLICE_ID not in environ:
-        raise RuntimeError("current_host() is only available inside a function run by run_on_slices")
+        raise NotInJobError("current_host() is only available inside a function run by run_on_slices")
     return HostEnv(
         coordinator_address=environ["JAX_COORDINATOR_ADDRESS"],
         num_processes=int(environ["JAX_NUM_PROCESSES"]),

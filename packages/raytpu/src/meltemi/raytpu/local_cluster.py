@@ -50,6 +50,8 @@ class LocalSliceCluster:
     the first host of the first slice (one raylet fewer to start), so it is the one host that cannot be
     killed.
 
+    This example starts a Ray cluster, so the doctest run skips it (``+SKIP``); the cluster tests run one:
+
     >>> with LocalSliceCluster([("cpu-1", 1)]) as cluster:  # doctest: +SKIP
     ...     cluster.slice_names()
     ['cpu-1-0']

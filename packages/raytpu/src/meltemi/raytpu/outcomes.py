@@ -1,4 +1,4 @@
-"""Why an attempt ended, and the one error raised when the retries run out.
+"""Why an attempt ended: a preemption (run again) or a failure of the workload (maybe a bug).
 
 A lost node, a lost actor or worker on a dead node, or a preemption signal is a *preemption*: the slice was
 taken away and the job should simply run again. An exception raised by the workload is a *failure*: it may
@@ -8,7 +8,7 @@ be a bug, so it has its own (usually smaller) retry budget.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from typing import Literal
 
 from ray import exceptions as rex
@@ -61,23 +61,6 @@ class Attempt:
     def summary(self) -> str:
         where = f"slice {self.slice_name}" + (f" host {self.host_id}" if self.host_id is not None else "")
         return f"attempt {self.number} on {self.num_slices} slice(s): {self.cause} at {where}: {self.detail}"
-
-
-class SliceJobError(RuntimeError):
-    """The job ran out of retries. ``attempts`` lists every attempt; ``remote_traceback`` is the workload's
-    own traceback from the last failure (also chained as ``__cause__``)."""
-
-    def __init__(self, reason: str, attempts: Sequence[Attempt], remote_traceback: str | None) -> None:
-        self.attempts = tuple(attempts)
-        self.remote_traceback = remote_traceback
-        lines = [reason, *(f"  {a.summary()}" for a in attempts)]
-        if remote_traceback:
-            lines += ["last traceback from the workload:", remote_traceback.rstrip()]
-        super().__init__("\n".join(lines))
-
-
-class SlicesUnavailableError(RuntimeError):
-    """Not even the smallest acceptable number of slices could be claimed in time."""
 
 
 def short_detail(error: BaseException, limit: int = 200) -> str:

@@ -11,20 +11,12 @@ from typing import Any, TypeVar
 import ray
 
 from meltemi.raytpu.claims import SliceClaim, claim_slices, intact_slices, release
+from meltemi.raytpu.errors import NotConnectedError, SliceJobError, SlicesUnavailableError
 from meltemi.raytpu.events import EventLog, StatusLine, status_text
 from meltemi.raytpu.host_env import RESERVED_PREFIXES, host_envs
 from meltemi.raytpu.hosts import coordinator_endpoint, host_task_options, run_host
 from meltemi.raytpu.inventory import SliceInfo
-from meltemi.raytpu.outcomes import (
-    Attempt,
-    Cause,
-    SliceJobError,
-    SlicesUnavailableError,
-    classify,
-    counts,
-    remote_traceback,
-    short_detail,
-)
+from meltemi.raytpu.outcomes import Attempt, Cause, classify, counts, remote_traceback, short_detail
 from meltemi.raytpu.slices import SliceType
 from meltemi.raytpu.slices import slice_type as parse_slice_type
 
@@ -37,6 +29,11 @@ class RetryPolicy:
     """How often each kind of trouble may be retried, and how long to wait before the next attempt.
 
     The wait doubles with every retry of the same cause, from ``backoff_s`` up to ``max_backoff_s``.
+    Pass one to ``run_on_slices(..., retry=...)``.
+
+    >>> policy = RetryPolicy(max_retries_preemption=10, max_retries_failure=2, backoff_s=1.0)
+    >>> policy.budget("failure"), [policy.delay(n) for n in (1, 2, 3)]
+    (2, [1.0, 2.0, 4.0])
     """
 
     max_retries_preemption: int
@@ -75,12 +72,13 @@ def run_on_slices(
     *,
     slice_type: str | SliceType,
     num_slices: int | Sequence[int],
-    max_retries_preemption: int,
-    max_retries_failure: int,
+    retry: RetryPolicy | None = None,
+    max_retries_preemption: int | None = None,
+    max_retries_failure: int | None = None,
+    backoff_s: float | None = None,
+    max_backoff_s: float | None = None,
     env: Mapping[str, str] | None = None,
     runtime_env: Mapping[str, Any] | None = None,
-    backoff_s: float = 5.0,
-    max_backoff_s: float = 300.0,
     preemption_check: PreemptionCheck | None = None,
     scale_up_interval_s: float | None = None,
     acquire_timeout_s: float = 600.0,
@@ -100,17 +98,23 @@ def run_on_slices(
     acceptable counts: the job starts on the most it can claim now and, every ``scale_up_interval_s``
     seconds, restarts on more when more are free (the workload resumes from its own checkpoint).
 
-    >>> from meltemi.raytpu import LocalSliceCluster, run_on_slices
+    The retry budgets and backoff are a ``RetryPolicy``, given as ``retry=RetryPolicy(...)`` or, for short,
+    as its fields (``max_retries_preemption`` and ``max_retries_failure``, optionally ``backoff_s`` and
+    ``max_backoff_s``); giving both is an error.
+
+    This example starts a Ray cluster, so the doctest run skips it (``+SKIP``); the README example and the
+    cluster tests run the same thing:
+
+    >>> from meltemi.raytpu import LocalSliceCluster, RetryPolicy, run_on_slices  # doctest: +SKIP
     >>> with LocalSliceCluster([("cpu-1", 1)]):  # doctest: +SKIP
-    ...     run_on_slices(lambda: 42, slice_type="cpu-1", num_slices=1,
-    ...                   max_retries_preemption=1, max_retries_failure=0)
+    ...     run_on_slices(lambda: 42, slice_type="cpu-1", num_slices=1, retry=RetryPolicy(1, 0))
     [42]
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     kind = parse_slice_type(slice_type)
     acceptable = acceptable_slice_counts(num_slices)
-    policy = RetryPolicy(max_retries_preemption, max_retries_failure, backoff_s, max_backoff_s)
+    policy = retry_policy(retry, max_retries_preemption, max_retries_failure, backoff_s, max_backoff_s)
     environ = _checked_env(env)
     for name, value in (("acquire_timeout_s", acquire_timeout_s), ("claim_wait_s", claim_wait_s)):
         if value <= 0:
@@ -120,7 +124,7 @@ def run_on_slices(
     if scale_up_interval_s is not None and scale_up_interval_s <= 0:
         raise ValueError(f"scale_up_interval_s must be positive or None, got {scale_up_interval_s}")
     if not ray.is_initialized():
-        raise RuntimeError(
+        raise NotConnectedError(
             "run_on_slices needs a Ray connection: call ray.init(address=...) first "
             "(or use LocalSliceCluster to try it on this machine)"
         )
@@ -239,6 +243,43 @@ class _Job:
             preemptions=(counts(self.attempts, "preemption"), self.policy.max_retries_preemption),
             failures=(counts(self.attempts, "failure"), self.policy.max_retries_failure),
         )
+
+
+def retry_policy(
+    retry: RetryPolicy | None,
+    max_retries_preemption: int | None,
+    max_retries_failure: int | None,
+    backoff_s: float | None,
+    max_backoff_s: float | None,
+) -> RetryPolicy:
+    """``retry`` itself, or the policy its fields spell out as separate keywords (never both).
+
+    >>> retry_policy(None, 3, 1, None, None) == RetryPolicy(3, 1)
+    True
+    """
+    fields = {
+        "max_retries_preemption": max_retries_preemption,
+        "max_retries_failure": max_retries_failure,
+        "backoff_s": backoff_s,
+        "max_backoff_s": max_backoff_s,
+    }
+    given = {name: value for name, value in fields.items() if value is not None}
+    if retry is not None:
+        if not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
+        if given:
+            raise TypeError(
+                f"run_on_slices got retry= and also {', '.join(given)}: pass the policy alone "
+                "(RetryPolicy holds every retry setting)"
+            )
+        return retry
+    missing = [name for name in ("max_retries_preemption", "max_retries_failure") if name not in given]
+    if missing:
+        raise TypeError(
+            "run_on_slices needs retry=RetryPolicy(...) or both retry budgets; "
+            f"missing {' and '.join(missing)}"
+        )
+    return RetryPolicy(**given)
 
 
 def acceptable_slice_counts(num_slices: int | Sequence[int]) -> list[int]:

@@ -1,0 +1,138 @@
+"""One build as the user asked for it, and its command-line flags: the one place that knows both.
+
+`cli.py` makes its `build` arguments from `BUILD_FLAGS`, and a build writes the command that resumes it
+from the same table, so a new option is added once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from meltemi.datastore.build_records import BuildOptions
+from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS, DEFAULT_SHARD_TOKENS, default_shard_tokens
+from meltemi.datastore.sources import redact
+
+UNIT_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """`build_store`'s arguments (paths as strings), checked; `options` are those that decide the bytes."""
+
+    inputs: tuple[str, ...]
+    tokenizer: str
+    out: str
+    text_field: str = "text"
+    workers: int = 1
+    eos: bool = True
+    eos_token: str | None = None
+    overwrite: bool = False
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    shard_tokens: int | None = None
+    unit_bytes: int = UNIT_BYTES
+    skip_bad_lines: bool = False
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.chunk_tokens < 1 or self.unit_bytes < 1:
+            raise ValueError(
+                f"chunk_tokens and unit_bytes must be positive, got {self.chunk_tokens}, {self.unit_bytes}"
+            )
+        shard = self.options().shard_tokens
+        if shard < self.chunk_tokens or shard % self.chunk_tokens:
+            raise ValueError(
+                f"shard_tokens must be a positive multiple of chunk_tokens ({self.chunk_tokens}), got {shard}"
+            )
+
+    def options(self) -> BuildOptions:
+        shard = default_shard_tokens(self.chunk_tokens) if self.shard_tokens is None else self.shard_tokens
+        return BuildOptions(self.text_field, self.eos, self.chunk_tokens, shard, self.unit_bytes)
+
+    def command(self, **changes: Any) -> str:
+        """The command line that runs this build (with `changes`), credentials in URLs masked.
+
+        >>> BuildRequest(("a.jsonl",), "tok.json", "store", workers=4).command(skip_bad_lines=True)
+        'python -m meltemi.datastore build --input a.jsonl --tokenizer tok.json --out store --workers 4
+        --skip-bad-lines'
+        """
+        request = dataclasses.replace(self, **changes)
+        words = ["python", "-m", "meltemi.datastore", "build"]
+        for flag in BUILD_FLAGS:
+            if flag.resumes:
+                words += flag.words(getattr(request, flag.field), _DEFAULTS.get(flag.field))
+        return shlex.join(redact(word) for word in words)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One `build` flag: the `BuildRequest` field it sets, how it is spelled, and its help."""
+
+    field: str
+    help: str
+    kind: Literal["text", "int", "many", "switch", "on_off"] = "text"
+    option: str | None = None
+    metavar: str | None = None
+    resumes: bool = True  # part of the command that resumes a half-built store
+
+    @property
+    def spelling(self) -> str:
+        return self.option or "--" + self.field.replace("_", "-")
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        required = self.field not in _DEFAULTS
+        settings: dict[str, Any] = {"dest": self.field, "help": self.help}
+        if self.kind == "switch":
+            settings["action"] = "store_true"
+        elif self.kind == "on_off":
+            settings |= {"action": argparse.BooleanOptionalAction, "default": _DEFAULTS[self.field]}
+        else:
+            settings |= {"metavar": self.metavar, "required": required}
+            settings |= {"type": int} if self.kind == "int" else {}
+            settings |= {"nargs": "+"} if self.kind == "many" else {}
+            settings |= {} if required else {"default": _DEFAULTS[self.field]}
+        parser.add_argument(self.spelling, **settings)
+
+    def words(self, value: Any, default: Any) -> list[str]:
+        """How `value` is said on a command line: nothing when it is the default."""
+        if self.kind == "many":
+            return [self.spelling, *value]
+        if self.field in _DEFAULTS and value == default:
+            return []
+        if self.kind == "switch":
+            return [self.spelling]
+        if self.kind == "on_off":
+            return [self.spelling if value else "--no-" + self.spelling.removeprefix("--")]
+        return [self.spelling, str(value)]
+
+
+BUILD_FLAGS = (
+    Flag("inputs", "files, directories, globs or URLs", "many", "--input", "PATH_OR_GLOB_OR_URL"),
+    Flag("tokenizer", "a Hugging Face tokenizer.json (path or URL)", metavar="TOKENIZER_JSON"),
+    Flag("out", "the store's directory", metavar="DIR"),
+    Flag("text_field", "JSONL field / Parquet column holding the text"),
+    Flag("workers", "tokenizer processes (the result is the same)", "int"),
+    Flag("eos", "an end-of-document token after each document", "on_off"),
+    Flag("eos_token", "the EOS token's text (default: found in the tokenizer)"),
+    Flag("overwrite", "rebuild even if the inputs changed", "switch", resumes=False),
+    Flag("chunk_tokens", "tokens per checksummed chunk", "int"),
+    Flag(
+        "shard_tokens",
+        f"tokens per shard file, a multiple of --chunk-tokens (default: about {DEFAULT_SHARD_TOKENS:,})",
+        "int",
+    ),
+    Flag("unit_bytes", "input bytes per unit of work", "int"),
+    Flag(
+        "skip_bad_lines",
+        "skip JSONL lines that are not a JSON object with the text field (counted and named in the manifest)",
+        "switch",
+    ),
+)
+
+_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(BuildRequest) if f.default is not dataclasses.MISSING
+}

@@ -1,0 +1,85 @@
+"""Inputs a build repairs or stops at: named, so a user can find them, and never a dead end."""
+
+import inspect
+
+import pytest
+
+from meltemi.datastore import BadLineError, IncompleteStoreError, TokenStore, build_store
+from meltemi.datastore.build_request import BUILD_FLAGS, BuildRequest
+from meltemi.datastore.cli import main
+
+
+def test_files_with_invalid_utf8_are_named_in_the_summary_and_all_of_them_in_the_manifest(
+    write_files, tmp_path, tokenizer_path
+):
+    bad = {f"bad{i}.txt": b"caf\xe9 " + str(i).encode() for i in range(5)}
+    files = write_files({"good.txt": "fine", **bad, "e.jsonl": b'{"text": "x\xff"}\n'})
+    report = build_store(files, tokenizer_path, tmp_path / "s", progress=False)
+    named = sorted(f for f in files if "bad" in f or f.endswith(".jsonl"))
+    assert report.invalid_utf8_files == named
+    assert TokenStore.open(tmp_path / "s").manifest["invalid_utf8_files"] == named
+    summary = report.summary()
+    assert f"invalid UTF-8 in: {'; '.join(named[:3])} and 3 more (all in manifest.json)" in summary
+    again = build_store(files, tokenizer_path, tmp_path / "s", progress=False)
+    assert again.already_built and again.invalid_utf8_files == named
+
+
+def test_a_bad_line_stops_the_build_saying_how_to_fix_or_skip_it_and_resume(
+    write_files, tmp_path, tokenizer_path, capsys
+):
+    lines = ['{"text": "one"}', "not json", '{"text": "three"}', '{"body": "four"}', '{"text": "five"}']
+    files = write_files({"a.txt": "first file", "b.jsonl": "\n".join(lines) + "\n", "c.txt": "last"})
+    out = tmp_path / "s"
+    with pytest.raises(BadLineError) as stopped:
+        build_store(files, tokenizer_path, out, progress=False, unit_bytes=1)
+    message = str(stopped.value)
+    assert "b.jsonl, line 2: not valid JSON" in message
+    assert "Fix that line and run the build again" in message and "--skip-bad-lines" in message
+    with pytest.raises(IncompleteStoreError) as half_built:
+        TokenStore.open(out)
+    said = str(half_built.value)
+    assert "at a bad input: " in said and "b.jsonl, line 2: not valid JSON" in said
+    assert "--skip-bad-lines" in said and "Finish it by running the build again" not in said
+    assert main(["info", str(out)]) == 1 and "b.jsonl, line 2" in capsys.readouterr().err
+
+    report = build_store(files, tokenizer_path, out, progress=False, unit_bytes=1, skip_bad_lines=True)
+    assert report.documents == 5 and report.counts["skipped_lines"] == 2
+    assert [line.split("b.jsonl, ")[1] for line in report.skipped_lines] == [
+        "line 2: not valid JSON (Expecting value at column 1)",
+        "line 4: no 'text' field (pass --text-field to name another)",
+    ]
+    manifest = TokenStore.open(out).manifest
+    assert manifest["skipped_lines"] == report.skipped_lines and manifest["counts"]["skipped_lines"] == 2
+
+
+def test_skip_bad_lines_from_the_command_line(write_files, tmp_path, tokenizer_path, capsys):
+    files = write_files({"b.jsonl": '{"text": "one"}\n[1]\n'})
+    argv = ["build", "--input", *files, "--tokenizer", tokenizer_path, "--out", str(tmp_path / "s")]
+    assert main(argv) == 1
+    assert "--skip-bad-lines" in capsys.readouterr().err
+    assert main([*argv, "--skip-bad-lines"]) == 0
+    assert "1 skipped lines" in capsys.readouterr().out
+
+
+def test_the_command_line_and_build_store_share_one_set_of_options_and_defaults():
+    fields = {f for f in inspect.signature(BuildRequest).parameters}
+    assert {flag.field for flag in BUILD_FLAGS} == fields
+    signature = inspect.signature(build_store).parameters
+    assert set(signature) - {"progress"} == fields
+    for name in fields:
+        assert signature[name].default == inspect.signature(BuildRequest).parameters[name].default, name
+
+
+def test_the_resume_command_spells_out_every_option_that_is_not_the_default():
+    request = BuildRequest(
+        ("a b.jsonl", "https://u:secret@host/c.jsonl"), "tok.json", "out", text_field="body", eos=False,
+        eos_token="</s>", overwrite=True, chunk_tokens=64, shard_tokens=128, unit_bytes=99, workers=3,
+    )  # fmt: skip
+    assert request.command() == (
+        "python -m meltemi.datastore build --input 'a b.jsonl' 'https://***@host/c.jsonl' "
+        "--tokenizer tok.json --out out --text-field body --workers 3 --no-eos --eos-token '</s>' "
+        "--chunk-tokens 64 --shard-tokens 128 --unit-bytes 99"
+    )
+    recorded = BuildRequest(("a",), "t", "o").options().to_json()  # what plans and manifests keep
+    sizes = {"chunk_tokens": 1024, "shard_tokens": 1 << 20, "unit_bytes": 4 << 20}
+    assert recorded == {"text_field": "text", "eos": True} | sizes
