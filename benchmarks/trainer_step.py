@@ -89,7 +89,12 @@ def reference_step(config: RunConfig):
         v = jnp.einsum("bse,ekd->bskd", h, layer["v"])
         b, s, kv, g, d = q.shape
         att = kernels.attention(
-            q.reshape(b, s, kv * g, d), k, v, segment_ids=segments, implementation=mc.attention, check_finite=False
+            q.reshape(b, s, kv * g, d),
+            k,
+            v,
+            segment_ids=segments,
+            implementation=mc.attention,
+            check_finite=False,
         ).reshape(b, s, kv, g, d)
         x = x + jnp.einsum("bskgd,kgde->bse", att, layer["o"])
         h = rms(x, layer["norm2"])
@@ -208,7 +213,9 @@ def main() -> None:
     ours_tps, ref_tps = tokens / statistics.median(times_ours), tokens / statistics.median(times_ref)
     flops = flops_per_token(config.model, config.data.seq_len) * ours_tps
     peak = peak_flops_per_device()
-    print(f"device: {jax.devices()[0].device_kind}; config {args.config}; batch {rows} x {config.data.seq_len}")
+    print(
+        f"device: {jax.devices()[0].device_kind}; config {args.config}; batch {rows} x {config.data.seq_len}"
+    )
     print(f"compile: {compile_seconds:.1f} s")
     print(
         f"compiled memory per device: arguments {memory.argument_size_in_bytes / 2**20:.1f} MiB, "
