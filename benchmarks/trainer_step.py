@@ -1,8 +1,9 @@
-"""Tokens/s of the trainer's jitted step against a hand-written plain-JAX step of the same model and optimizer.
+"""Tokens/s of the trainer's jitted step against a hand-written plain-JAX step of the same model and optimizer
+(the same kernels, optax chain, remat and dtypes).
 
 The reference is what one would write without haliax-lite or config layers: a dict of arrays with the
-layers stacked, `lax.scan` over them, `jnp.einsum` with hand-chosen layouts, the same kernels
-(`meltemi.kernels.attention` and `cross_entropy`), the same optax chain, the same remat and dtypes. Both
+layers stacked, `lax.scan` over them, `jnp.einsum` with hand-chosen layouts, `meltemi.kernels.attention`
+and `cross_entropy`. Both
 steps run alternately in one process on the same batches; the last line is `ratio: <ours / reference>`.
 
     uv run python benchmarks/trainer_step.py                      # configs/tiny.yaml on this machine
@@ -27,7 +28,6 @@ from meltemi.trainer.config_io import load_config
 from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
 from meltemi.trainer.llama import remat_policy
 from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.optimizer import make_optimizer
 from meltemi.trainer.rotary import inverse_frequencies
 from meltemi.trainer.schedules import learning_rate_schedule
 from meltemi.trainer.step import init_state, make_train_step

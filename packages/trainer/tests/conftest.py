@@ -32,7 +32,7 @@ def make_config(corpus):
             "--model.max_seq_len", "64", "--model.attention", "xla", "--model.cross_entropy", "xla",
             "--model.cross_entropy_block_size", "128", "--model.remat", "none",
             "--data.tokenizer", corpus["tokenizer"],
-            "--data.sources", "{py: {store: %s}}" % corpus["store"],
+            "--data.sources", f"{{py: {{store: {corpus['store']}}}}}",
             "--data.seq_len", "32", "--data.eval_fraction", "0.05", "--data.mixture_block_size", "16",
             "--trainer.num_train_steps", "6", "--trainer.global_batch_size", "16", "--trainer.log_every", "2",
             "--trainer.eval_every", "0", "--trainer.eval_batches", "2", "--trainer.compute_dtype", "float32",

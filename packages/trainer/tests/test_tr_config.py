@@ -54,7 +54,7 @@ def test_overrides_apply_on_top_of_a_yaml_file(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["--trainer.num_train_step", "3"], r"^trainer.num_train_step: unknown key \(did you mean trainer.num_train_steps\?\)$"),
+        (["--trainer.num_train_step", "3"], r"^trainer.num_train_step: unknown key \(did you mean trainer.num_train_steps\?\)$"),  # noqa: E501
         (["--modle.hidden_dim", "3"], r"^modle: unknown key \(did you mean model\?\)$"),
         (["--trainer.num_train_steps", "many"], r"^trainer.num_train_steps: .*integer.*\(got 'many'\)$"),
         (["--model.attention", "flash"], r"^model.attention: Input should be 'auto', .*\(got 'flash'\)$"),

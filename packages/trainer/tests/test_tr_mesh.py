@@ -59,12 +59,12 @@ def test_parameters_are_stored_sharded_as_the_mapping_says(make_config):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["--trainer.mesh.data", "3"], r"trainer.mesh.replica=1 x trainer.mesh.data=3 x trainer.mesh.model=1 needs 3 devices, but there are 8"),
+        (["--trainer.mesh.data", "3"], r"trainer.mesh.replica=1 x trainer.mesh.data=3 x trainer.mesh.model=1 needs 3 devices, but there are 8"),  # noqa: E501
         (["--trainer.mesh.data", "-1", "--trainer.mesh.model", "3"], r"do not divide the 8 devices"),
-        (["--trainer.mesh.data", "8", "--trainer.global_batch_size", "12"], r"global_batch_size 12 does not split over the 8"),
-        (["--trainer.mesh.data", "2", "--trainer.mesh.model", "4"], r"'kv_heads' \(2\) does not split over the 4 devices"),
+        (["--trainer.mesh.data", "8", "--trainer.global_batch_size", "12"], r"global_batch_size 12 does not split over the 8"),  # noqa: E501
+        (["--trainer.mesh.data", "2", "--trainer.mesh.model", "4"], r"'kv_heads' \(2\) does not split over the 4 devices"),  # noqa: E501
         (["--trainer.mesh.data", "8", "--trainer.microbatch_size", "4"], r"microbatch_size 4 must divide"),
-        (["--trainer.mesh.data", "8", "--trainer.parameter_axis_mapping", "{embed: fsdp}"], r"trainer.parameter_axis_mapping.embed: mesh axes \['fsdp'\] do not exist"),
+        (["--trainer.mesh.data", "8", "--trainer.parameter_axis_mapping", "{embed: fsdp}"], r"trainer.parameter_axis_mapping.embed: mesh axes \['fsdp'\] do not exist"),  # noqa: E501
     ],
 )  # fmt: skip
 def test_a_mesh_that_does_not_fit_is_a_named_error_before_any_compile(

@@ -33,10 +33,10 @@ def test_parameters_carry_hugging_face_names_and_shapes(model):
     layer = "layers.stacked."
     assert names == {
         "embed_tokens.weight": {"vocab": 50, "embed": 32},
-        layer + "self_attn.q_proj.weight": {"layers": 2, "kv_heads": 2, "q_heads_per_group": 2, "head_size": 8, "embed": 32},
+        layer + "self_attn.q_proj.weight": {"layers": 2, "kv_heads": 2, "q_heads_per_group": 2, "head_size": 8, "embed": 32},  # noqa: E501
         layer + "self_attn.k_proj.weight": {"layers": 2, "kv_heads": 2, "head_size": 8, "embed": 32},
         layer + "self_attn.v_proj.weight": {"layers": 2, "kv_heads": 2, "head_size": 8, "embed": 32},
-        layer + "self_attn.o_proj.weight": {"layers": 2, "embed": 32, "kv_heads": 2, "q_heads_per_group": 2, "head_size": 8},
+        layer + "self_attn.o_proj.weight": {"layers": 2, "embed": 32, "kv_heads": 2, "q_heads_per_group": 2, "head_size": 8},  # noqa: E501
         layer + "mlp.gate_proj.weight": {"layers": 2, "mlp": 48, "embed": 32},
         layer + "mlp.up_proj.weight": {"layers": 2, "mlp": 48, "embed": 32},
         layer + "mlp.down_proj.weight": {"layers": 2, "embed": 32, "mlp": 48},

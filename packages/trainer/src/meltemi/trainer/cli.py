@@ -16,7 +16,8 @@ from pathlib import Path
 from meltemi.trainer.config_io import describe_fields, load_config
 from meltemi.trainer.errors import TrainerError
 
-USAGE = """usage: python -m meltemi.trainer [--config PATH] [--run-dir DIR] [--print-sharding] [--FIELD VALUE ...]
+USAGE = """usage: python -m meltemi.trainer [--config PATH] [--run-dir DIR] [--print-sharding]
+                                  [--FIELD VALUE ...]
 
 Train a Llama from a YAML config. Any field below can be set with --FIELD VALUE (or --FIELD=VALUE);
 values are read as YAML (100, 3e-4, null, [[0, 32], [1000, 64]]).
@@ -93,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     print(
-        f"trained {summary.steps} steps ({summary.tokens:,} tokens, {summary.tokens_per_second:,.0f} tokens/s); "
+        f"trained {summary.steps} steps ({summary.tokens:,} tokens, "
+        f"{summary.tokens_per_second:,.0f} tokens/s); "
         f"held-out loss {summary.first_eval.get('eval/loss', float('nan')):.4f} -> "
         f"{summary.last_eval.get('eval/loss', float('nan')):.4f}; metrics {summary.metrics_path}, "
         f"plot {summary.plot_path}"

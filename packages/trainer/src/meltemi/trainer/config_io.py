@@ -6,7 +6,7 @@
 >>> load_config(None, ["--trainer.num_train_step", "7"])
 Traceback (most recent call last):
 ...
-meltemi.trainer.errors.ConfigError: trainer.num_train_step: unknown key (did you mean trainer.num_train_steps?)
+meltemi.trainer.errors.ConfigError: trainer.num_train_step: unknown key (did you mean ...num_train_steps?)
 """
 
 from __future__ import annotations

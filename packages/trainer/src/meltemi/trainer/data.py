@@ -60,8 +60,8 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
             )
         if store.num_tokens < 2 * (data.seq_len + 1):
             raise DataError(
-                f"data.seq_len {data.seq_len}: {source.store} holds {store.num_tokens} tokens, too few for one "
-                "training and one held-out sequence; lower data.seq_len or add data"
+                f"data.seq_len {data.seq_len}: {source.store} holds {store.num_tokens} tokens, too few for "
+                "one training and one held-out sequence; lower data.seq_len or add data"
             )
         try:
             trains[name], held[name] = hold_out(SequenceDataset(store, data.seq_len), data.eval_fraction)
@@ -79,8 +79,9 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
     if eval_steps < 1:
         smallest = min(held, key=lambda n: held[n].num_sequences)
         raise DataError(
-            f"data.eval_fraction: the held-out split of source {smallest!r} has {held[smallest].num_sequences} "
-            f"sequences, fewer than one evaluation batch of {eval_batch}; raise data.eval_fraction"
+            f"data.eval_fraction: the held-out split of source {smallest!r} has "
+            f"{held[smallest].num_sequences} sequences, fewer than one evaluation batch of {eval_batch}; "
+            "raise data.eval_fraction"
         )
     return RunData(
         train=BatchLoader(mixture, trainer.global_batch_size, process_index, process_count),
@@ -101,8 +102,9 @@ def _stages(config: RunConfig, schedule: BatchSchedule) -> list[tuple[int, dict[
         first = schedule.first_row(stage.start_step)
         if first % data.mixture_block_size:
             raise DataError(
-                f"data.stages[{i}].start_step {stage.start_step} begins at sequence {first}, not a multiple of "
-                f"data.mixture_block_size {data.mixture_block_size}; move the stage or change the block size"
+                f"data.stages[{i}].start_step {stage.start_step} begins at sequence {first}, not a multiple "
+                f"of data.mixture_block_size {data.mixture_block_size}; move the stage or change the block "
+                "size"
             )
         stages.append((first, dict(stage.weights)))
     return stages

@@ -58,7 +58,7 @@ def make_eval_step(config: RunConfig):
 
 
 def summarize(per_source: dict[str, BatchSums], with_bytes: bool) -> dict[str, float]:
-    """Metrics ``eval/<source>/loss``, ``eval/<source>/bpb`` and the token-weighted ``eval/loss``, ``eval/bpb``.
+    """Per source ``eval/<source>/loss`` and ``/bpb``; over all tokens ``eval/loss`` and ``eval/bpb``.
 
     >>> sums = {"web": BatchSums(jnp.float32(20.0), jnp.float32(10.0), jnp.float32(40.0))}
     >>> {k: round(v, 3) for k, v in summarize(sums, with_bytes=True).items()}

@@ -80,7 +80,7 @@ def remat_policy(remat: str) -> hax.ScanCheckpointPolicy:
 
 
 def _linear(In, Out, std: float, key) -> hnn.Linear:
-    """A bias-free projection with weights ~ N(0, std) truncated at 3 std, stored ``(Out, In)`` as in PyTorch."""
+    """A bias-free projection, weights ~ N(0, std) truncated at 3 std, stored ``(Out, In)`` as in PyTorch."""
     return hnn.Linear.init(In, Out, key=key, use_bias=False, init_scale=std * math.sqrt(hax.axis_size(In)))
 
 

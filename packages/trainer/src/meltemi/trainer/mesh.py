@@ -2,8 +2,8 @@
 
 Mesh axes: ``replica`` (copies with replicated parameters: across slices), ``data`` (data parallelism with
 parameters sharded over it: FSDP) and ``model`` (tensor parallelism). Parameters and optimizer state are
-stored by the *parameter* mapping, activations follow the *compute* mapping; ``trainer.parameter_axis_mapping``
-and ``trainer.compute_axis_mapping`` override entries of the defaults below.
+stored by the *parameter* mapping, activations follow the *compute* mapping;
+``trainer.parameter_axis_mapping`` and ``trainer.compute_axis_mapping`` override entries of the defaults.
 
 >>> import jax
 >>> from meltemi.trainer.config import RunConfig
@@ -122,7 +122,7 @@ class MeshPlan:
         return math.prod(self.mesh.shape[n] for n in names)
 
     def check_fits(self, config: RunConfig) -> None:
-        """A ``MeshError`` naming the field when the batch or a model axis does not divide over its devices."""
+        """A ``MeshError`` naming the field when the batch or a model axis does not split over its devices."""
         data_parallel = self.devices_over(self.compute_mapping.get("batch"))
         for size in config.trainer.batch_sizes():
             if size % data_parallel:
@@ -147,7 +147,8 @@ class MeshPlan:
                 if axis.size % parts:
                     raise MeshError(
                         f"model axis {axis.name!r} ({axis.size}) does not split over the {parts} devices "
-                        f"trainer.{field} maps it to ({mapping.get(axis.name)}): change the mesh or the mapping"
+                        f"trainer.{field} maps it to ({mapping.get(axis.name)}): change the mesh or the "
+                        "mapping"
                     )
 
     def sharding(self, axes: Sequence[hax.Axis], mapping: dict) -> NamedSharding:

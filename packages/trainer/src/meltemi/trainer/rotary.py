@@ -8,7 +8,7 @@ Face's Llama, so exported query/key weights need no permutation.
 >>> cos, sin = rotary_tables(Pos, HeadSize, theta=10000.0)
 >>> x = hax.ones((Pos, HeadSize))
 >>> rotated = apply_rotary(x, cos, sin)
->>> bool(hax.all(hax.isclose(rotated["position", 0], x["position", 0])).item())  # position 0 is unrotated
+>>> bool(hax.all(hax.isclose(rotated["position", 0], x["position", 0])).item())  # position 0: unrotated
 True
 """
 
@@ -23,7 +23,7 @@ from meltemi.trainer.config import RopeScaling
 
 
 def inverse_frequencies(head_size: int, theta: float, scaling: RopeScaling | None = None) -> jnp.ndarray:
-    """``1 / theta^(2i / head_size)`` for each rotating pair, rescaled as Llama 3 does when ``scaling`` is set.
+    """``1 / theta^(2i / head_size)`` for each rotating pair, rescaled as Llama 3 does with ``scaling``.
 
     Llama 3 keeps high frequencies (wavelength under ``original / high_freq_factor``), divides low ones
     (wavelength over ``original / low_freq_factor``) by ``factor``, and interpolates smoothly between.

@@ -107,9 +107,9 @@ def make_train_step(config: RunConfig):
 
         def accumulate(carry, one: NamedBatch):
             loss, z_loss, grads = carry
-            (l, z), g = grad_fn(model, hax.auto_sharded(one), config, total)
+            (part, z), g = grad_fn(model, hax.auto_sharded(one), config, total)
             grads = jax.tree_util.tree_map(lambda a, b: a + b.astype(jnp.float32), grads, g)
-            return (loss + l, z_loss + z, grads), None
+            return (loss + part, z_loss + z, grads), None
 
         start = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32), zeros)
         (loss, z_loss, grads), _ = hax.scan(accumulate, "microbatch")(start, micro)

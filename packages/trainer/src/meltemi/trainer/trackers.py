@@ -35,7 +35,7 @@ class JsonlTracker:
 
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self._file = open(path, "a", encoding="utf-8")
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         record = {"step": step, **{k: (v if math.isfinite(v) else str(v)) for k, v in metrics.items()}}

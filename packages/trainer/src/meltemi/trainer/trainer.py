@@ -107,7 +107,7 @@ class Trainer:
             return make(key)
 
     def train_step_program(self):
-        """The train step, jitted with its shardings (parameters by the parameter mapping, batch by compute)."""
+        """The jitted train step: parameters laid out by the parameter mapping, the batch by compute."""
         step = make_train_step(self.config)
         compute = self.plan.compute_mapping
 
@@ -283,8 +283,9 @@ class Trainer:
         if not bool(values.applied):
             if self.config.trainer.nan_policy == "stop":
                 raise NonFiniteError(
-                    f"step {step}: the loss ({float(values.loss)}) or the gradient norm ({float(values.grad_norm)}) "
-                    "is not finite; the update was not applied and the run stops (trainer.nan_policy: stop)"
+                    f"step {step}: the loss ({float(values.loss)}) or the gradient norm "
+                    f"({float(values.grad_norm)}) is not finite; the update was not applied and the run "
+                    "stops (trainer.nan_policy: stop)"
                 )
             progress.note(
                 f"step {step}: non-finite loss or gradient, update skipped (trainer.nan_policy: skip)"
@@ -315,8 +316,9 @@ class Trainer:
             return ""
         gib = 2**30
         return (
-            f"compiled the train step in {r.seconds:.1f} s; per device: arguments {r.argument_bytes / gib:.2f} GiB, "
-            f"temporaries {r.temp_bytes / gib:.2f} GiB; mesh {self.plan.shape}"
+            f"compiled the train step in {r.seconds:.1f} s; per device: arguments "
+            f"{r.argument_bytes / gib:.2f} GiB, temporaries {r.temp_bytes / gib:.2f} GiB; "
+            f"mesh {self.plan.shape}"
         )
 
 
