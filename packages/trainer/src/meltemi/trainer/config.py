@@ -145,6 +145,14 @@ class TrackersConfig(Section):
     wandb: WandbConfig | None = Field(None, description="log to Weights & Biases")
 
 
+class InitializeFrom(Section):
+    """Start a new run (a new phase) from another run's checkpoint, as Marin's phases did."""
+
+    path: str = Field(description="a run directory (its latest good checkpoint) or a step-N directory")
+    parameters_only: bool = Field(False, description="take the parameters only; the optimizer starts fresh")
+    reset_step: bool = Field(False, description="start counting steps (and the schedule, and the data) at 0")
+
+
 class TrainerConfig(Section):
     """How long, how big and where the run trains, and how it reports."""
 
@@ -168,6 +176,18 @@ class TrainerConfig(Section):
     log_every: int = Field(10, gt=0, description="steps between metric logs")
     eval_every: int = Field(100, ge=0, description="steps between evaluations (0: only at the end)")
     eval_batches: int = Field(8, gt=0, description="held-out batches per source per evaluation")
+    checkpoint_every: int | None = Field(
+        100, gt=0, description="steps between checkpoints (null: only at the end and when stopped)"
+    )
+    checkpoint_every_minutes: float | None = Field(
+        None, gt=0, description="also checkpoint when this many minutes passed since the last one"
+    )
+    keep_every: int | None = Field(
+        None,
+        gt=0,
+        description="keep checkpoints at multiples of this step for good (others: until a newer one)",
+    )
+    initialize_from: InitializeFrom | None = Field(None, description="begin from another run's checkpoint")
     nan_policy: Literal["skip", "stop"] = Field(
         "skip", description="a NaN/Inf loss or gradient: skip the update (counted) or stop naming the step"
     )

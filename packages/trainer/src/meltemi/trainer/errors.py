@@ -19,3 +19,7 @@ class MeshError(TrainerError):
 
 class NonFiniteError(TrainerError):
     """The loss or the gradient went NaN or infinite and ``trainer.nan_policy`` is ``stop``."""
+
+
+class CheckpointError(TrainerError):
+    """A checkpoint is incomplete, damaged, or does not fit the config (the message names it)."""

@@ -21,7 +21,7 @@ class TrainingProgress:
     """Use as a context manager; ``update`` after each logged step, ``note`` for one-off messages."""
 
     def __init__(self, total_steps: int, start_step: int = 0, enabled: bool = True):
-        self.console = Console(stderr=True, file=sys.stderr)
+        self.console = Console(stderr=True, file=sys.stderr, soft_wrap=True)
         self.enabled = enabled
         self.interactive = enabled and self.console.is_terminal
         self._progress = Progress(
@@ -41,6 +41,10 @@ class TrainingProgress:
 
     def __exit__(self, *exc) -> None:
         self._progress.stop()
+
+    def update_total(self, total_steps: int, completed: int) -> None:
+        """Where the bar starts (a resumed run starts part of the way)."""
+        self._progress.update(self._task, total=total_steps, completed=completed)
 
     def update(
         self, step: int, loss: float, tokens_per_second: float, mfu: float | None, flops: float

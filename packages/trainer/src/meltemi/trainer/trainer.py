@@ -20,6 +20,7 @@ import numpy as np
 
 import haliax_lite as hax
 from meltemi.trainer import adapters
+from meltemi.trainer.checkpoints import Checkpointer
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data import RunData, open_data
@@ -29,6 +30,8 @@ from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
 from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.plots import plot_loss
 from meltemi.trainer.progress import TrainingProgress
+from meltemi.trainer.resume import Start, starting_state
+from meltemi.trainer.signals import StopSignals
 from meltemi.trainer.step import StepMetrics, TrainState, init_state, make_train_step
 from meltemi.trainer.trackers import Trackers, read_metrics
 
@@ -45,7 +48,8 @@ class CompileReport:
 
 @dataclasses.dataclass(frozen=True)
 class RunSummary:
-    """How a run went: steps, tokens, held-out loss at its first and last evaluation, speed, and its files."""
+    """How a run went: steps, tokens, held-out loss at its first and last evaluation, speed, its files, and
+    whether a signal stopped it early (``stopped_by``: ``"SIGTERM"``, ``"SIGINT"``) after a checkpoint."""
 
     run_dir: Path
     steps: int
@@ -56,6 +60,9 @@ class RunSummary:
     tokens_per_second: float
     metrics_path: Path
     plot_path: Path
+    last_checkpoint: Path | None
+    stopped_by: str | None
+    checkpoint_seconds_blocked: float
 
 
 class Trainer:
@@ -203,79 +210,59 @@ class Trainer:
             raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e.strerror})") from None
 
     def run(self, state: TrainState | None = None) -> RunSummary:
-        """Train from ``state`` (default: a fresh one) to ``trainer.num_train_steps``."""
+        """Train to ``trainer.num_train_steps`` from ``state``, or else from where this run directory's
+        checkpoints left off (``trainer.initialize_from``, or a fresh state, when it has none).
+
+        SIGTERM and Ctrl-C save a checkpoint at the next step boundary and return (``stopped_by`` says which).
+        """
         config, trainer = self.config, self.config.trainer
         if self.is_primary:
             self._prepare_run_dir()
-        if not self._compiled:
-            self.compile()
-        state = self.initial_state() if state is None else state
-        start = int(jax.device_get(state.step))
         trackers = (
             Trackers.for_run(trainer.trackers, self.run_dir, config.model_dump(mode="json"))
             if self.is_primary
             else Trackers([])
         )
-        rate = _Throughput(config, self.plan.mesh.devices.size)
-        first_eval: dict[str, float] = {}
+        progress = TrainingProgress(
+            trainer.num_train_steps, 0, enabled=self.show_progress and self.is_primary
+        )
         try:
-            with TrainingProgress(
-                trainer.num_train_steps, start, enabled=self.show_progress and self.is_primary
-            ) as progress:
+            with progress, StopSignals() as stop:
+                if not self._compiled:
+                    self.compile()
                 progress.note(self._compile_note())
-                if start == 0:
-                    first_eval = self.evaluate(state)
-                    trackers.log(first_eval, step=0)
-                state, last_eval = self._train(state, start, trackers, progress, rate)
-                first_eval = first_eval or last_eval
+                start = Start(state, None, None) if state is not None else starting_state(self, progress.note)
+                checkpointer = Checkpointer(
+                    self.run_dir,
+                    trainer,
+                    config.model_dump(mode="json"),
+                    is_primary=self.is_primary,
+                    initialized_from=start.initialized_from,
+                )
+                if start.resumed_from is not None:
+                    progress.note(f"resuming from {start.resumed_from}")
+                elif start.initialized_from is not None:
+                    progress.note(f"initialized from {start.initialized_from}")
+                loop = _Loop(self, start.state, trackers, progress, checkpointer, stop)
+                loop.run()
         finally:
             trackers.close()
         records = read_metrics(self.run_dir / "metrics.jsonl")
         plot = plot_loss(records, self.run_dir / "loss.png") if self.is_primary else self.run_dir / "loss.png"
         return RunSummary(
             run_dir=self.run_dir,
-            steps=int(jax.device_get(state.step)),
-            tokens=rate.total_tokens,
-            skipped_steps=int(jax.device_get(state.skipped_steps)),
-            first_eval=first_eval,
-            last_eval=last_eval,
-            tokens_per_second=rate.overall(),
+            steps=int(jax.device_get(loop.state.step)),
+            tokens=loop.rate.total_tokens,
+            skipped_steps=int(jax.device_get(loop.state.skipped_steps)),
+            first_eval=loop.first_eval,
+            last_eval=loop.last_eval,
+            tokens_per_second=loop.rate.overall(),
             metrics_path=self.run_dir / "metrics.jsonl",
             plot_path=plot,
+            last_checkpoint=loop.last_checkpoint,
+            stopped_by=stop.received,
+            checkpoint_seconds_blocked=checkpointer.seconds_blocked,
         )
-
-    def _train(self, state, start, trackers, progress, rate):
-        trainer = self.config.trainer
-        profiler = trainer.profiler
-        pending: tuple[int, StepMetrics] | None = None
-        last_eval: dict[str, float] = {}
-        rate.resume()
-        with jax.set_mesh(self.plan.mesh):
-            for step, local in self.data.train.iterate(start, trainer.num_train_steps):
-                if profiler is not None and step == profiler.start_step:
-                    jax.profiler.start_trace(str(self.run_dir / "profile"))
-                rows = self.data.train.schedule.size(step)
-                state, metrics = self._step(state, self.global_batch(local, rows), rows)
-                rate.add(rows)
-                if pending is not None:
-                    self._report(*pending, trackers, progress, rate)
-                pending = (step, metrics)
-                if profiler is not None and step == profiler.start_step + profiler.num_steps - 1:
-                    jax.block_until_ready(state)
-                    jax.profiler.stop_trace()
-                done = step + 1
-                if trainer.eval_every and done % trainer.eval_every == 0 and done < trainer.num_train_steps:
-                    self._report(*pending, trackers, progress, rate)
-                    pending = None
-                    rate.pause()
-                    last_eval = self.evaluate(state)
-                    trackers.log(last_eval, step=done)
-                    rate.resume()
-        if pending is not None:
-            self._report(*pending, trackers, progress, rate, force=True)
-        last_eval = self.evaluate(state)
-        trackers.log(last_eval, step=int(jax.device_get(state.step)))
-        return state, last_eval
 
     def _report(self, step: int, metrics: StepMetrics, trackers, progress, rate, force: bool = False) -> None:
         """Check a finished step's metrics (one step behind the dispatch, so the device never waits)."""
@@ -320,6 +307,81 @@ class Trainer:
             f"{r.argument_bytes / gib:.2f} GiB, temporaries {r.temp_bytes / gib:.2f} GiB; "
             f"mesh {self.plan.shape}"
         )
+
+
+class _Loop:
+    """One pass of the step loop: dispatch, report one step behind, evaluate, checkpoint, stop on a signal."""
+
+    def __init__(self, trainer: Trainer, state: TrainState, trackers, progress, checkpointer, stop):
+        self.t, self.state, self.trackers, self.progress = trainer, state, trackers, progress
+        self.checkpointer, self.stop = checkpointer, stop
+        self.rate = _Throughput(trainer.config, trainer.plan.mesh.devices.size)
+        self.first_eval: dict[str, float] = {}
+        self.last_eval: dict[str, float] = {}
+        self.last_checkpoint: Path | None = None
+        self.pending: tuple[int, StepMetrics] | None = None
+
+    def _evaluate(self, step: int) -> dict[str, float]:
+        self.rate.pause()
+        metrics = self.t.evaluate(self.state)
+        self.trackers.log(metrics, step=step)
+        self.rate.resume()
+        return metrics
+
+    def _flush(self, force: bool = False) -> None:
+        if self.pending is not None:
+            self.t._report(*self.pending, self.trackers, self.progress, self.rate, force=force)
+            self.pending = None
+
+    def _checkpoint(self, wait: bool = False) -> None:
+        self.last_checkpoint = self.checkpointer.save(self.state, wait=wait)
+
+    def run(self) -> None:
+        trainer = self.t.config.trainer
+        profiler = trainer.profiler
+        start = int(jax.device_get(self.state.step))
+        self.progress.update_total(trainer.num_train_steps, start)
+        if start >= trainer.num_train_steps:
+            self.progress.note(
+                f"already trained to step {start} (trainer.num_train_steps {trainer.num_train_steps})"
+            )
+            self.last_eval = self.first_eval = self._evaluate(start)
+            return
+        if start == 0:
+            self.first_eval = self._evaluate(0)
+        self.rate.resume()
+        with jax.set_mesh(self.t.plan.mesh):
+            for step, local in self.t.data.train.iterate(start, trainer.num_train_steps):
+                if profiler is not None and step == profiler.start_step:
+                    jax.profiler.start_trace(str(self.t.run_dir / "profile"))
+                rows = self.t.data.train.schedule.size(step)
+                self.state, metrics = self.t._step(self.state, self.t.global_batch(local, rows), rows)
+                self.rate.add(rows)
+                self._flush()
+                self.pending = (step, metrics)
+                if profiler is not None and step == profiler.start_step + profiler.num_steps - 1:
+                    jax.block_until_ready(self.state)
+                    jax.profiler.stop_trace()
+                done = step + 1
+                if done == trainer.num_train_steps:
+                    break
+                if trainer.eval_every and done % trainer.eval_every == 0:
+                    self._flush()
+                    self.last_eval = self._evaluate(done)
+                if self.stop.received:
+                    self._flush(force=True)
+                    self._checkpoint(wait=True)
+                    self.progress.note(
+                        f"stopped by {self.stop.received} after step {done}: saved {self.last_checkpoint}; "
+                        "run the same command again to resume"
+                    )
+                    return
+                if self.checkpointer.due(done):
+                    self._checkpoint()
+        self._flush(force=True)
+        self._checkpoint(wait=True)
+        self.last_eval = self._evaluate(int(jax.device_get(self.state.step)))
+        self.first_eval = self.first_eval or self.last_eval
 
 
 @dataclasses.dataclass

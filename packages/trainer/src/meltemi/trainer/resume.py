@@ -1,0 +1,87 @@
+"""Where a run starts: its own latest good checkpoint (a resumption, with no flag), else the checkpoint named
+by ``trainer.initialize_from`` (a new phase of an earlier run), else a fresh state.
+
+A damaged or incomplete checkpoint is skipped with a one-line warning naming it and the one before it is
+used; a checkpoint the config cannot continue (another model shape or vocabulary) is a ``ConfigError``
+naming the field, never a silent fresh start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from meltemi.trainer.checkpoints import find_checkpoints, incompatible_field, inspect_checkpoint, restore
+from meltemi.trainer.errors import CheckpointError, ConfigError
+from meltemi.trainer.step import TrainState
+
+if TYPE_CHECKING:
+    from meltemi.trainer.trainer import Trainer
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """The state a run starts from, and where it came from (for the log and the manifest)."""
+
+    state: TrainState
+    resumed_from: Path | None
+    initialized_from: str | None
+
+
+def _latest_good(location: Path, restore_one: Callable, field: str, config_json: dict, warn) -> tuple | None:
+    for path in find_checkpoints(location):
+        try:
+            manifest = inspect_checkpoint(path)
+        except CheckpointError as e:
+            warn(f"skipping checkpoint {e}")
+            continue
+        problem = incompatible_field(manifest.config, config_json)
+        if problem is not None:
+            raise ConfigError(f"{problem}: {field} {path} cannot continue with this config")
+        try:
+            return restore_one(path, manifest), path, manifest
+        except CheckpointError as e:
+            warn(f"skipping checkpoint {e}")
+    return None
+
+
+def starting_state(trainer: Trainer, warn: Callable[[str], None]) -> Start:
+    """Resume, initialise from another run, or start fresh, in that order of preference."""
+    config = trainer.config
+    config_json = config.model_dump(mode="json")
+    abstract, shardings = trainer.abstract_state(), trainer.state_shardings()
+
+    def whole(path, manifest):
+        return restore(path, manifest, abstract, shardings)
+
+    found = _latest_good(trainer.run_dir, whole, "the run's checkpoint", config_json, warn)
+    if found is not None:
+        state, path, manifest = found
+        return Start(state, path, manifest.initialized_from)
+    source = config.trainer.initialize_from
+    if source is None:
+        return Start(trainer.initial_state(), None, None)
+
+    def parameters(path, manifest):
+        return restore(path, manifest, abstract.model, shardings.model, prefix="model.")
+
+    pick = parameters if source.parameters_only else whole
+    found = _latest_good(Path(source.path), pick, "trainer.initialize_from", config_json, warn)
+    if found is None:
+        raise CheckpointError(f"trainer.initialize_from: {source.path} holds no usable checkpoint")
+    restored, path, _ = found
+    state = (
+        eqx.tree_at(lambda s: s.model, trainer.initial_state(), restored)
+        if source.parameters_only
+        else restored
+    )
+    if source.reset_step:
+        zero = jax.device_put(np.int32(0), trainer.plan.replicated())
+        state = eqx.tree_at(lambda s: (s.step, s.skipped_steps), state, (zero, zero))
+    return Start(state, None, str(path))
