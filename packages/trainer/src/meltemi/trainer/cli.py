@@ -93,11 +93,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    if summary.stopped_by is not None:
+        print(
+            f"stopped by {summary.stopped_by} at step {summary.steps}; checkpoint {summary.last_checkpoint}; "
+            "run the same command again to resume"
+        )
+        return 0
     print(
         f"trained {summary.steps} steps ({summary.tokens:,} tokens, "
         f"{summary.tokens_per_second:,.0f} tokens/s); "
         f"held-out loss {summary.first_eval.get('eval/loss', float('nan')):.4f} -> "
         f"{summary.last_eval.get('eval/loss', float('nan')):.4f}; metrics {summary.metrics_path}, "
-        f"plot {summary.plot_path}"
+        f"plot {summary.plot_path}, last checkpoint {summary.last_checkpoint}"
     )
     return 0

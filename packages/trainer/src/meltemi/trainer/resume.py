@@ -82,6 +82,6 @@ def starting_state(trainer: Trainer, warn: Callable[[str], None]) -> Start:
         else restored
     )
     if source.reset_step:
-        zero = jax.device_put(np.int32(0), trainer.plan.replicated())
-        state = eqx.tree_at(lambda s: (s.step, s.skipped_steps), state, (zero, zero))
+        zeros = tuple(jax.device_put(np.int32(0), trainer.plan.replicated()) for _ in range(2))  # 2 buffers
+        state = eqx.tree_at(lambda s: (s.step, s.skipped_steps), state, zeros)
     return Start(state, None, str(path))

@@ -1,0 +1,191 @@
+"""Checkpoints in process: damaged ones skipped by name, mesh changes, zarr-python, retention, phases."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+import zarr
+from hypothesis import given
+from hypothesis import strategies as st
+
+from meltemi.trainer.checkpoint_format import Manifest, read_array
+from meltemi.trainer.checkpoints import RetentionPolicy, SaveSchedule, inspect_checkpoint, step_dirs
+from meltemi.trainer.errors import CheckpointError, ConfigError
+from meltemi.trainer.resume import starting_state
+from meltemi.trainer.trainer import Trainer
+
+
+def train(config, run_dir, devices=1, **kwargs):
+    return Trainer(
+        config, run_dir, devices=jax.devices()[:devices], progress=kwargs.pop("progress", False)
+    ).run()
+
+
+def files(step_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(step_dir)): p.read_bytes() for p in sorted(step_dir.rglob("*")) if p.is_file()}
+
+
+def checkpointed(make_config, *extra):
+    return make_config("--trainer.num_train_steps", "4", "--trainer.checkpoint_every", "2",
+                       "--trainer.keep_every", "2", *extra)  # fmt: skip
+
+
+def flip_a_byte(step_dir: Path) -> str:
+    chunk = step_dir / "model.embed_tokens.weight" / "c" / "0" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    return r"model.embed_tokens.weight does not read back"
+
+
+def truncate_an_array(step_dir: Path) -> str:
+    chunk = step_dir / "model.norm.weight" / "c" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:10])
+    return r"model.norm.weight does not read back"
+
+
+def delete_the_mark(step_dir: Path) -> str:
+    (step_dir / "COMMITTED").unlink()
+    return r"not marked complete"
+
+
+def remove_the_manifest(step_dir: Path) -> str:
+    (step_dir / "manifest.json").unlink()
+    return r"manifest.json is missing"
+
+
+def delete_a_chunk(step_dir: Path) -> str:
+    shutil.rmtree(step_dir / "opt_state.1.mu.lm_head.weight" / "c")
+    return r"opt_state.1.mu.lm_head.weight is missing 1 of its chunk files"
+
+
+@pytest.mark.parametrize(
+    "damage", [flip_a_byte, truncate_an_array, delete_the_mark, remove_the_manifest, delete_a_chunk]
+)
+def test_a_damaged_checkpoint_is_skipped_by_name_and_the_one_before_used(
+    make_config, tmp_path, capsys, damage
+):
+    config = checkpointed(make_config)
+    train(config, tmp_path / "good")
+    good = files(tmp_path / "good" / "checkpoints" / "step-4")
+    shutil.copytree(tmp_path / "good", tmp_path / "run")
+    pattern = damage(tmp_path / "run" / "checkpoints" / "step-4")
+    capsys.readouterr()
+    summary = train(config, tmp_path / "run", progress=True)
+    err = capsys.readouterr().err
+    warning = next(line for line in err.splitlines() if line.startswith("skipping checkpoint"))
+    assert "step-4" in warning and re.search(pattern, warning), warning
+    assert "resuming from" in err and "step-2" in err
+    assert summary.steps == 4
+    assert files(tmp_path / "run" / "checkpoints" / "step-4") == good
+
+
+def test_zarr_python_opens_every_array_and_reads_the_saved_values(make_config, run_dir):
+    train(checkpointed(make_config), run_dir)
+    step_dir = run_dir / "checkpoints" / "step-4"
+    manifest = Manifest.from_json((step_dir / "manifest.json").read_text())
+    group = zarr.open_group(step_dir, mode="r")
+    assert sorted(group.array_keys()) == sorted(r.name for r in manifest.arrays)
+    for record in manifest.arrays:
+        opened = zarr.open_array(step_dir / record.name, mode="r")
+        assert opened.shape == record.shape and opened.attrs["dtype"] == record.dtype
+        np.testing.assert_array_equal(opened[...], read_array(step_dir, record))
+    assert (
+        int(group["step"][...]) == 4
+        and manifest.step == 4
+        and manifest.config["trainer"]["num_train_steps"] == 4
+    )
+    assert {"jax", "meltemi-trainer"} <= set(manifest.versions)
+    assert not any(p.suffix == ".pkl" for p in step_dir.rglob("*"))
+
+
+@pytest.mark.parametrize(("data", "model"), [(2, 4), (1, 1)])
+def test_a_checkpoint_restores_bitwise_onto_another_mesh(make_config, tmp_path, data, model):
+    heads = ["--model.num_heads", "8", "--model.num_kv_heads", "4"]
+    train(checkpointed(make_config, *heads, "--trainer.mesh.data", "8"), tmp_path / "run", devices=8)
+    step_dir = tmp_path / "run" / "checkpoints" / "step-4"
+    manifest = inspect_checkpoint(step_dir)
+    saved = {r.name: read_array(step_dir, r) for r in manifest.arrays}
+    mesh = ["--trainer.mesh.data", str(data), "--trainer.mesh.model", str(model)]
+    config = checkpointed(make_config, *heads, *mesh,
+                          "--trainer.num_train_steps", "6")  # fmt: skip
+    trainer = Trainer(config, tmp_path / "run", devices=jax.devices()[: data * model], progress=False)
+    start = starting_state(trainer, warn=pytest.fail)
+    assert start.resumed_from == step_dir
+    from meltemi.trainer.checkpoints import _named_leaves, _raw
+
+    for name, leaf in _named_leaves(start.state):
+        array = _raw(leaf)
+        assert array.sharding.mesh.shape == {"replica": 1, "data": data, "model": model}
+        assert np.asarray(array).tobytes() == saved[name].tobytes(), name
+    summary = trainer.run()
+    assert summary.steps == 6 and np.isfinite(summary.last_eval["eval/loss"])
+
+
+def test_retention_keeps_the_permanent_ones_and_the_newest(make_config, run_dir):
+    config = make_config(
+        "--trainer.num_train_steps", "7", "--trainer.checkpoint_every", "1", "--trainer.keep_every", "3"
+    )
+    train(config, run_dir)
+    assert [s for s, _ in step_dirs(run_dir / "checkpoints")] == [7, 6, 3]
+    assert not list((run_dir / "checkpoints").glob(".tmp-*"))
+
+
+@given(
+    keep_every=st.one_of(st.none(), st.integers(1, 50)),
+    steps=st.lists(st.integers(1, 500), min_size=1, unique=True),
+)
+def test_retention_policy_keeps_exactly_the_multiples_and_the_newest(keep_every, steps):
+    kept = RetentionPolicy(keep_every).keeps(steps)
+    assert kept == sorted(s for s in steps if s == max(steps) or (keep_every and s % keep_every == 0))
+
+
+@given(every=st.one_of(st.none(), st.integers(1, 20)), minutes=st.one_of(st.none(), st.floats(0.1, 10)),
+       step=st.integers(1, 1000), elapsed=st.floats(0, 20))  # fmt: skip
+def test_a_save_is_due_on_the_step_interval_or_after_the_minutes(every, minutes, step, elapsed):
+    due = SaveSchedule(every, minutes).due(step, elapsed)
+    assert due == ((every is not None and step % every == 0) or (minutes is not None and elapsed >= minutes))
+
+
+def test_a_config_that_breaks_resume_names_the_field_and_one_that_does_not_resumes(make_config, run_dir):
+    train(checkpointed(make_config), run_dir)
+    with pytest.raises(
+        ConfigError, match=r"^model.hidden_dim: the checkpoint has 32, the config 64: the run's"
+    ):
+        train(checkpointed(make_config, "--model.hidden_dim", "64"), run_dir)
+    longer = train(
+        checkpointed(make_config, "--trainer.num_train_steps", "6", "--trainer.log_every", "1"), run_dir
+    )
+    assert longer.steps == 6 and longer.tokens == 2 * 16 * 32
+
+
+def test_a_new_phase_begins_from_another_runs_parameters(make_config, tmp_path):
+    train(checkpointed(make_config), tmp_path / "phase1")
+    source = tmp_path / "phase1" / "checkpoints" / "step-4"
+    config = make_config("--trainer.num_train_steps", "2", "--trainer.initialize_from",
+                         f"{{path: {tmp_path / 'phase1'}, parameters_only: true, reset_step: true}}",
+                         "--optimizer.weight_decay", "0.0")  # fmt: skip
+    trainer = Trainer(config, tmp_path / "phase2", devices=jax.devices()[:1], progress=False)
+    start = starting_state(trainer, warn=pytest.fail)
+    assert start.initialized_from == str(source) and int(start.state.step) == 0
+    embed = read_array(
+        source, next(r for r in inspect_checkpoint(source).arrays if r.name == "model.embed_tokens.weight")
+    )
+    assert np.asarray(start.state.model.embed_tokens.weight.array).tobytes() == embed.tobytes()
+    mu = start.state.opt_state[1].mu.embed_tokens.weight.array
+    assert not np.asarray(mu).any()  # a fresh optimizer
+    trainer.run()
+    manifest = json.loads((tmp_path / "phase2" / "checkpoints" / "step-2" / "manifest.json").read_text())
+    assert manifest["initialized_from"] == str(source)
+
+
+def test_initialize_from_a_directory_without_checkpoints_is_named(make_config, tmp_path):
+    config = make_config("--trainer.initialize_from", f"{{path: {tmp_path / 'empty'}}}")
+    with pytest.raises(
+        CheckpointError, match=r"^trainer.initialize_from: .*empty holds no usable checkpoint$"
+    ):
+        train(config, tmp_path / "run")

@@ -1,0 +1,119 @@
+"""Preemption, for real: runs SIGKILLed mid-step and mid-checkpoint, then resumed, end bitwise equal to a run
+never interrupted; SIGTERM saves and stops cleanly. Each run is a subprocess on one CPU device."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from meltemi.trainer.config_io import dump_config
+
+STEPS = 24
+
+
+def launch(config_path: Path, run_dir: Path) -> subprocess.Popen:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1", "PYTHONUNBUFFERED": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "meltemi.trainer",
+        "--config",
+        str(config_path),
+        "--run-dir",
+        str(run_dir),
+    ]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def step_files(run_dir: Path, step: int) -> dict[str, bytes]:
+    root = run_dir / "checkpoints" / f"step-{step}"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def committed_steps(run_dir: Path) -> set[int]:
+    return {int(p.parent.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("step-*/COMMITTED")}
+
+
+def wait_for(condition, process: subprocess.Popen, timeout: float = 120) -> bool:
+    """Poll ``condition`` every 2 ms until it holds (True) or the process ends (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        if process.poll() is not None:
+            return False
+        time.sleep(0.002)
+    raise TimeoutError("the trainer neither reached the moment to kill nor finished")
+
+
+def test_five_sigkills_during_steps_and_checkpoint_writes_end_bitwise_equal(make_config, tmp_path):
+    config = make_config("--trainer.num_train_steps", str(STEPS), "--trainer.checkpoint_every", "3",
+                         "--trainer.log_every", "1", "--model.num_layers", "4")  # fmt: skip
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(dump_config(config))
+    reference = tmp_path / "reference"
+    done = launch(config_path, reference)
+    assert done.wait(timeout=300) == 0, done.stderr.read()
+    expected = step_files(reference, STEPS)
+
+    run_dir, rng, kills = tmp_path / "killed", random.Random(0), []
+
+    def metrics_lines() -> int:
+        path = run_dir / "metrics.jsonl"
+        return path.read_text().count("\n") if path.exists() else 0
+
+    for attempt in range(5):
+        process = launch(config_path, run_dir)
+        before = committed_steps(run_dir) if (run_dir / "checkpoints").exists() else set()
+        # Let every attempt commit one more checkpoint first, so the run makes progress between kills.
+        reached = wait_for(
+            lambda b=before: (run_dir / "checkpoints").exists() and committed_steps(run_dir) - b, process
+        )
+        if (
+            attempt % 2 == 0
+        ):  # during a checkpoint write: the moment the next one's temporary directory appears
+            moment = "write"
+            reached = reached and wait_for(
+                lambda: any((run_dir / "checkpoints").glob(".tmp-step-*")), process
+            )
+        else:  # during steps: a random moment after one more step was logged
+            moment, lines = "step", metrics_lines()
+            reached = reached and wait_for(lambda n=lines: metrics_lines() > n, process)
+            time.sleep(rng.uniform(0, 0.02))
+        if reached:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            kills.append((moment, sorted(before), sorted(committed_steps(run_dir))))
+        else:
+            assert process.returncode == 0, process.stderr.read()
+    assert len(kills) == 5, kills
+    assert kills[-1][2][-1] < STEPS, kills
+
+    final = launch(config_path, run_dir)
+    assert final.wait(timeout=300) == 0, final.stderr.read()
+    assert "resuming from" in final.stderr.read()
+    assert step_files(run_dir, STEPS) == expected
+
+
+def test_sigterm_saves_a_checkpoint_at_the_step_boundary_and_exits_cleanly(make_config, tmp_path):
+    config = make_config("--trainer.num_train_steps", "400", "--trainer.checkpoint_every", "1000",
+                         "--trainer.log_every", "1")  # fmt: skip
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(dump_config(config))
+    run_dir = tmp_path / "run"
+    process = launch(config_path, run_dir)
+    assert wait_for(lambda: (run_dir / "metrics.jsonl").exists()
+                    and '"train/loss"' in (run_dir / "metrics.jsonl").read_text(), process)  # fmt: skip
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    saved = sorted(committed_steps(run_dir))
+    assert len(saved) == 1 and 0 < saved[0] < 400
+    assert (
+        f"stopped by SIGTERM after step {saved[0]}: saved {run_dir / 'checkpoints' / f'step-{saved[0]}'}"
+        in err
+    )
+    assert "run the same command again to resume" in err and "stopped by SIGTERM" in out
