@@ -96,19 +96,13 @@ def test_two_runs_of_one_config_are_bitwise_equal_and_learn(make_config, tmp_pat
 
 def test_final_parameters_of_two_runs_are_bitwise_equal(make_config, tmp_path):
     config = make_config("--trainer.num_train_steps", "4")
-    finals = []
     for name in ("a", "b"):
-        trainer = Trainer(config, tmp_path / name, devices=jax.devices()[:1], progress=False)
-        captured = {}
-        original = trainer._train
+        Trainer(config, tmp_path / name, devices=jax.devices()[:1], progress=False).run()
 
-        def keep(state, *args, _original=original, _captured=captured):
-            state, last = _original(state, *args)
-            _captured["state"] = state
-            return state, last
+    def arrays(run):
+        root = tmp_path / run / "checkpoints" / "step-4"
+        return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
-        trainer._train = keep
-        trainer.run()
-        finals.append(leaves(captured["state"]))
-    for x, y in zip(*finals, strict=True):
-        assert x.tobytes() == y.tobytes()
+    first, second = arrays("a"), arrays("b")
+    assert len([n for n in first if n.startswith("model.")]) >= 12
+    assert first == second

@@ -55,7 +55,7 @@ def starting_state(trainer: Trainer, warn: Callable[[str], None]) -> Start:
     """Resume, initialise from another run, or start fresh, in that order of preference."""
     config = trainer.config
     config_json = config.model_dump(mode="json")
-    abstract, shardings = trainer.abstract_state(), trainer.state_shardings()
+    abstract, shardings = trainer.program.abstract_state(), trainer.program.state_shardings()
 
     def whole(path, manifest):
         return restore(path, manifest, abstract, shardings)

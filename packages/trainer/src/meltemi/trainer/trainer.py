@@ -13,7 +13,6 @@ import dataclasses
 import time
 from pathlib import Path
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,21 +28,12 @@ from meltemi.trainer.evaluate import BatchSums, make_eval_step, summarize
 from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
 from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.plots import plot_loss
+from meltemi.trainer.program import CompileReport, TrainProgram
 from meltemi.trainer.progress import TrainingProgress
 from meltemi.trainer.resume import Start, starting_state
 from meltemi.trainer.signals import StopSignals
-from meltemi.trainer.step import StepMetrics, TrainState, init_state, make_train_step
+from meltemi.trainer.step import StepMetrics, TrainState
 from meltemi.trainer.trackers import Trackers, read_metrics
-
-
-@dataclasses.dataclass(frozen=True)
-class CompileReport:
-    """What compiling the train step cost, and the per-device memory XLA planned for it."""
-
-    seconds: float
-    argument_bytes: int
-    output_bytes: int
-    temp_bytes: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,79 +71,18 @@ class Trainer:
         self.plan = MeshPlan.of(config, devices)
         self.data: RunData = open_data(config, jax.process_index(), jax.process_count())
         self.is_primary = jax.process_index() == 0
-        self._program = self._eval_fn = None
-        self._compiled: dict[int, jax.stages.Compiled] = {}
+        self.program = TrainProgram(config, self.plan)
+        self._eval_fn = None
         self.compile_report: CompileReport | None = None
-
-    # ---- building the programs -------------------------------------------------------------------------
-
-    def abstract_state(self) -> TrainState:
-        return eqx.filter_eval_shape(
-            init_state, self.config, adapters.jax_key(self.config.trainer.seed, "init")
-        )
-
-    def state_shardings(self):
-        return self.plan.parameter_shardings(self.abstract_state())
-
-    def abstract_batch(self, global_batch_size: int) -> adapters.NamedBatch:
-        shape = (global_batch_size, self.config.data.seq_len)
-        host = {
-            "input_ids": jax.ShapeDtypeStruct(shape, jnp.int32),
-            "targets": jax.ShapeDtypeStruct(shape, jnp.int32),
-            "segment_ids": jax.ShapeDtypeStruct(shape, jnp.int32),
-            "loss_mask": jax.ShapeDtypeStruct(shape, jnp.bool_),
-            "source": jax.ShapeDtypeStruct(shape[:1], jnp.int32),
-        }
-        return jax.eval_shape(adapters.named_batch, host)
 
     def initial_state(self) -> TrainState:
         """The step-0 state, created directly in its sharded layout."""
-        key = adapters.jax_key(self.config.trainer.seed, "init")
-        with jax.set_mesh(self.plan.mesh):
-            make = jax.jit(lambda k: init_state(self.config, k), out_shardings=self.state_shardings())
-            return make(key)
+        return self.program.initial_state()
 
-    def train_step_program(self):
-        """The jitted train step: parameters laid out by the parameter mapping, the batch by compute."""
-        step = make_train_step(self.config)
-        compute = self.plan.compute_mapping
-
-        def in_mapping(state, batch):
-            with hax.axis_mapping(compute):
-                return step(state, batch)
-
-        batch_shardings = self.plan.compute_shardings(
-            self.abstract_batch(self.config.trainer.batch_sizes()[0])
-        )
-        return jax.jit(
-            in_mapping,
-            in_shardings=(self.state_shardings(), batch_shardings),
-            out_shardings=(self.state_shardings(), self.plan.replicated()),
-            donate_argnums=0,
-        )
-
-    def compile(self, global_batch_size: int | None = None):
-        """Compile the train step ahead of time for a batch size (default: the first) and record its cost."""
-        rows = global_batch_size or self.config.trainer.batch_sizes()[0]
-        if self._program is None:
-            self._program = self.train_step_program()
-        started = time.perf_counter()
-        with jax.set_mesh(self.plan.mesh):
-            compiled = self._program.lower(self.abstract_state(), self.abstract_batch(rows)).compile()
-        memory = compiled.memory_analysis()
-        self.compile_report = CompileReport(
-            seconds=time.perf_counter() - started,
-            argument_bytes=int(getattr(memory, "argument_size_in_bytes", 0)),
-            output_bytes=int(getattr(memory, "output_size_in_bytes", 0)),
-            temp_bytes=int(getattr(memory, "temp_size_in_bytes", 0)),
-        )
-        self._compiled[rows] = compiled
+    def compile(self, global_batch_size: int | None = None) -> jax.stages.Compiled:
+        """Compile the train step for a batch size (default: the first) ahead of time; keep its report."""
+        compiled, self.compile_report = self.program.compile(global_batch_size)
         return compiled
-
-    def _step(self, state: TrainState, batch: adapters.NamedBatch, rows: int):
-        """Run the step compiled for this batch size (compiling it first when the size is new)."""
-        compiled = self._compiled.get(rows) or self.compile(rows)
-        return compiled(state, batch)
 
     def _eval_program(self):
         if self._eval_fn is None:
@@ -172,7 +101,7 @@ class Trainer:
     def global_batch(self, local: dict[str, np.ndarray], global_rows: int) -> adapters.NamedBatch:
         """This process's rows, assembled with the other processes' into one global named batch."""
         host = adapters.batch_host_arrays(local)
-        shapes = self.abstract_batch(global_rows)
+        shapes = self.program.abstract_batch(global_rows)
         shardings = self.plan.compute_shardings(shapes)
 
         def to_device(name):
@@ -228,8 +157,7 @@ class Trainer:
         )
         try:
             with progress, StopSignals() as stop:
-                if not self._compiled:
-                    self.compile()
+                self.compile()
                 progress.note(self._compile_note())
                 start = Start(state, None, None) if state is not None else starting_state(self, progress.note)
                 checkpointer = Checkpointer(
@@ -355,7 +283,7 @@ class _Loop:
                 if profiler is not None and step == profiler.start_step:
                     jax.profiler.start_trace(str(self.t.run_dir / "profile"))
                 rows = self.t.data.train.schedule.size(step)
-                self.state, metrics = self.t._step(self.state, self.t.global_batch(local, rows), rows)
+                self.state, metrics = self.t.program.step(self.state, self.t.global_batch(local, rows), rows)
                 self.rate.add(rows)
                 self._flush()
                 self.pending = (step, metrics)

@@ -1,0 +1,123 @@
+"""The train step of a config on a mesh, as a program: abstract shapes, shardings, the step-0 state, and the
+step compiled ahead of time (from shapes alone: nothing is allocated, which is what a dry run needs).
+
+>>> import jax
+>>> from meltemi.trainer.config import RunConfig
+>>> from meltemi.trainer.mesh import MeshPlan
+>>> config = RunConfig(model={"vocab_size": 64, "hidden_dim": 32, "intermediate_dim": 64, "num_layers": 2},
+...                    trainer={"global_batch_size": 2, "compute_dtype": "float32"}, data={"seq_len": 16})
+>>> program = TrainProgram(config, MeshPlan.of(config, jax.devices()[:1]))
+>>> compiled, report = program.compile()
+>>> report.temp_bytes > 0
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+import haliax_lite as hax
+from meltemi.trainer import adapters
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.mesh import MeshPlan
+from meltemi.trainer.step import TrainState, init_state, make_train_step
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileReport:
+    """What compiling the train step cost, and the per-device memory XLA planned for it."""
+
+    seconds: float
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+
+    @property
+    def peak_bytes(self) -> int:
+        """Arguments, outputs not aliased to (donated) arguments, and temporaries: the step's footprint."""
+        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+
+
+class TrainProgram:
+    """The jitted train step of ``config`` on ``plan``'s mesh, compiled once per global batch size."""
+
+    def __init__(self, config: RunConfig, plan: MeshPlan):
+        self.config, self.plan = config, plan
+        self._jitted = None
+        self._compiled: dict[int, jax.stages.Compiled] = {}
+
+    def abstract_state(self) -> TrainState:
+        """The train state's shapes and dtypes (nothing allocated)."""
+        return eqx.filter_eval_shape(
+            init_state, self.config, adapters.jax_key(self.config.trainer.seed, "init")
+        )
+
+    def state_shardings(self):
+        """Where each leaf of the state lives: the parameter axis mapping on the mesh."""
+        return self.plan.parameter_shardings(self.abstract_state())
+
+    def abstract_batch(self, global_batch_size: int) -> adapters.NamedBatch:
+        """A global batch's shapes and dtypes."""
+        shape = (global_batch_size, self.config.data.seq_len)
+        host = {
+            "input_ids": jax.ShapeDtypeStruct(shape, jnp.int32),
+            "targets": jax.ShapeDtypeStruct(shape, jnp.int32),
+            "segment_ids": jax.ShapeDtypeStruct(shape, jnp.int32),
+            "loss_mask": jax.ShapeDtypeStruct(shape, jnp.bool_),
+            "source": jax.ShapeDtypeStruct(shape[:1], jnp.int32),
+        }
+        return jax.eval_shape(adapters.named_batch, host)
+
+    def initial_state(self) -> TrainState:
+        """The step-0 state, created directly in its sharded layout."""
+        key = adapters.jax_key(self.config.trainer.seed, "init")
+        with jax.set_mesh(self.plan.mesh):
+            make = jax.jit(lambda k: init_state(self.config, k), out_shardings=self.state_shardings())
+            return make(key)
+
+    def jitted(self):
+        """The jitted step: the state laid out by the parameter mapping (donated), the batch by compute."""
+        if self._jitted is None:
+            step = make_train_step(self.config)
+            compute = self.plan.compute_mapping
+
+            def in_mapping(state, batch):
+                with hax.axis_mapping(compute):
+                    return step(state, batch)
+
+            batch = self.abstract_batch(self.config.trainer.batch_sizes()[0])
+            self._jitted = jax.jit(
+                in_mapping,
+                in_shardings=(self.state_shardings(), self.plan.compute_shardings(batch)),
+                out_shardings=(self.state_shardings(), self.plan.replicated()),
+                donate_argnums=0,
+            )
+        return self._jitted
+
+    def compile(self, global_batch_size: int | None = None) -> tuple[jax.stages.Compiled, CompileReport]:
+        """Lower from abstract shapes and compile for a batch size (default: the first); kept for ``step``."""
+        rows = global_batch_size or self.config.trainer.batch_sizes()[0]
+        started = time.perf_counter()
+        with jax.set_mesh(self.plan.mesh):
+            compiled = self.jitted().lower(self.abstract_state(), self.abstract_batch(rows)).compile()
+        memory = compiled.memory_analysis()
+        report = CompileReport(
+            seconds=time.perf_counter() - started,
+            argument_bytes=int(getattr(memory, "argument_size_in_bytes", 0)),
+            output_bytes=int(getattr(memory, "output_size_in_bytes", 0)),
+            alias_bytes=int(getattr(memory, "alias_size_in_bytes", 0)),
+            temp_bytes=int(getattr(memory, "temp_size_in_bytes", 0)),
+        )
+        self._compiled[rows] = compiled
+        return compiled, report
+
+    def step(self, state: TrainState, batch: adapters.NamedBatch, rows: int):
+        """Run the step compiled for this batch size (compiling it first when the size is new)."""
+        compiled = self._compiled.get(rows) or self.compile(rows)[0]
+        return compiled(state, batch)
