@@ -3,6 +3,7 @@
 import hashlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +41,16 @@ def test_training_needs_files_and_room_for_the_bytes(tmp_path):
         corpora.train_tokenizer([tmp_path / "absent.py"], 300, tmp_path / "t.json")
     with pytest.raises(ValueError, match="at least 257"):
         corpora.train_tokenizer(corpora.python_stdlib()[:1], 100, tmp_path / "t.json")
+
+
+def test_the_stdlib_corpus_is_built_once_and_reused(tmp_path):
+    from meltemi.datastore import TokenStore
+    from meltemi.datastore.corpora import stdlib_corpus
+
+    tokenizer, store = stdlib_corpus(tmp_path / "stdlib", 300)
+    manifest = Path(store) / "manifest.json"
+    built = (Path(tokenizer).read_bytes(), manifest.stat().st_mtime_ns)
+    assert stdlib_corpus(tmp_path / "stdlib", 300) == (tokenizer, store)
+    assert (Path(tokenizer).read_bytes(), manifest.stat().st_mtime_ns) == built
+    assert TokenStore.open(store, tokenizer=tokenizer).num_docs > 500
+    assert not list((tmp_path / "stdlib").glob(".tokenizer-*"))

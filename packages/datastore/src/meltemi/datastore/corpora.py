@@ -5,7 +5,9 @@ import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 
-from meltemi.datastore.errors import InputError
+from meltemi.datastore.build import build_store
+from meltemi.datastore.errors import DatastoreError, InputError
+from meltemi.datastore.store import TokenStore
 
 EOS_TOKEN = "<|endoftext|>"
 _TEST_DIRS = frozenset({"test", "tests", "idle_test"})
@@ -64,3 +66,30 @@ def train_tokenizer(files: Sequence[str | os.PathLike], vocab_size: int, out: st
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     tokenizer.save(os.fspath(out))
     return os.fspath(out)
+
+
+def stdlib_corpus(directory: str | os.PathLike, vocab_size: int, progress: bool = False) -> tuple[str, str]:
+    """`(tokenizer.json, token store)` of the standard library under `directory`, built on first use.
+
+    A later call reuses both; a build that was killed is finished, and a half-written tokenizer is never
+    left behind (it is written aside and renamed). The directory should name the vocabulary size and the
+    Python version, since both change the result.
+
+    >>> import tempfile
+    >>> tokenizer, store = stdlib_corpus(tempfile.mkdtemp(), 300)
+    >>> stdlib_corpus(Path(store).parent, 300) == (tokenizer, store)
+    True
+    """
+    root = Path(directory)
+    tokenizer, store = root / "tokenizer.json", root / "store"
+    files = python_stdlib()
+    if not tokenizer.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        aside = root / f".tokenizer-{os.getpid()}.json"
+        train_tokenizer(files, vocab_size, aside)
+        os.replace(aside, tokenizer)
+    try:
+        TokenStore.open(store, tokenizer=tokenizer)
+    except DatastoreError:  # not built yet, or a build that stopped: (finish) building it
+        build_store(files, tokenizer, store, progress=progress)
+    return str(tokenizer), str(store)

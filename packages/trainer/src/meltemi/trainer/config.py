@@ -253,6 +253,13 @@ class DataConfig(Section):
         return self
 
 
+class HardwareConfig(Section):
+    """The accelerators a run is meant for: what ``--dry-run`` plans against (memory, peak FLOP/s)."""
+
+    chip: str | None = Field(None, description="device kind, e.g. 'TPU v4', 'TPU v5e', 'TPU v5p', 'H100'")
+    devices: int | None = Field(None, gt=0, description="how many devices (chips) the run spans")
+
+
 class RunConfig(Section):
     """Everything a run needs; its YAML form is saved in the run directory as ``config.yaml``."""
 
@@ -260,3 +267,4 @@ class RunConfig(Section):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="AdamW and its schedule")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the training loop")
     data: DataConfig = Field(default_factory=DataConfig, description="token stores and sequences")
+    hardware: HardwareConfig = Field(default_factory=HardwareConfig, description="the target accelerators")

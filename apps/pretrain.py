@@ -1,0 +1,165 @@
+"""Pretrain a Llama: by default the tiny config on the Python standard library, on this machine's CPU.
+
+    uv run apps/pretrain.py                                     # first run builds the corpus; reruns resume
+    uv run apps/pretrain.py --trainer.num_train_steps 200       # any config field, by its dotted name
+    uv run apps/pretrain.py --data.stores STORE [STORE ...]     # your own token stores
+    uv run apps/pretrain.py --data.corpus FILE_OR_DIR           # text/JSONL/Parquet, tokenized on first use
+    uv run apps/pretrain.py --config configs/marin_8b.yaml --dry-run [--devices N] [--mfu 0.5]
+
+Progress and logs go to stderr; the summary goes to stdout. ``--help`` lists every field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = ROOT / "configs" / "tiny.yaml"
+STDLIB_DIR = Path(".cache/meltemi/stdlib")  # where configs/tiny.yaml expects the default corpus
+APP_FLAGS = """
+apps/pretrain.py adds:
+  --dry-run               compile the train step ahead of time on fake CPU devices and print the plan
+  --devices N             how many devices to plan for (default: hardware.devices, or the mesh's size)
+  --mfu X                 the MFU the planned step time assumes (default 0.5)
+  --data.stores P [P...]  train on these token stores (equal weights), in place of data.sources
+  --data.corpus PATH      a text/JSONL/Parquet file or directory, built into a store with data.tokenizer
+"""
+
+
+def present(argv: list[str], flag: str) -> bool:
+    """Remove a value-less ``flag`` from ``argv``; whether it was there."""
+    if flag in argv:
+        argv.remove(flag)
+        return True
+    return False
+
+
+def take(argv: list[str], flag: str, many: bool = False) -> list[str] | None:
+    """Remove ``flag`` and its value(s) from ``argv``; its values, or None when absent."""
+    if flag not in argv:
+        return None
+    at = argv.index(flag)
+    end = at + 1
+    while end < len(argv) and not argv[end].startswith("--") and (many or end == at + 1):
+        end += 1
+    values = argv[at + 1 : end]
+    del argv[at:end]
+    if not values:
+        raise SystemExit(f"error: {flag} needs a value")
+    return values
+
+
+def stdlib_directory(vocab_size: int) -> Path:
+    """The cache of the default corpus for this Python and vocabulary."""
+    version = sysconfig.get_python_version()
+    return STDLIB_DIR.parent / f"stdlib-py{version}-v{vocab_size}"
+
+
+def main(argv: list[str]) -> int:
+    argv = list(argv)
+    dry_run = present(argv, "--dry-run")
+    devices = take(argv, "--devices")
+    mfu = take(argv, "--mfu")
+    stores = take(argv, "--data.stores", many=True)
+    corpus = take(argv, "--data.corpus")
+
+    from meltemi.datastore import DatastoreError, build_store, corpora
+    from meltemi.trainer.cli import help_text, split_arguments
+    from meltemi.trainer.config_io import load_config
+    from meltemi.trainer.errors import TrainerError
+
+    try:
+        own, overrides = split_arguments(argv)
+        if own.get("help") or own.get("h"):
+            print(help_text() + APP_FLAGS)
+            return 0
+        config_path = Path(own.get("config") or DEFAULT_CONFIG)
+        if stores:
+            sources = {Path(s).name or f"store{i}": {"store": s} for i, s in enumerate(stores)}
+            overrides += ["--data.sources", repr(sources).replace("'", '"')]
+        config = load_config(config_path, overrides)
+        if corpus:
+            name = Path(corpus[0]).stem or "corpus"
+            digest = hashlib.sha256(str(Path(corpus[0]).resolve()).encode()).hexdigest()[:12]
+            if config.data.tokenizer is None:
+                raise TrainerError("--data.corpus needs data.tokenizer (the tokenizer.json to build it with)")
+            out = Path(".cache/meltemi/corpora") / f"{name}-{digest}"
+            print(f"building a token store of {corpus[0]} in {out} (first use only)", file=sys.stderr)
+            build_store(corpus[0], config.data.tokenizer, out, progress=True)
+            config = load_config(
+                config_path, [*overrides, "--data.sources", f'{{"{name}": {{"store": "{out}"}}}}']
+            )
+        if dry_run:
+            return plan(config, devices, mfu)
+        config = with_default_corpus(config, config_path, overrides, corpora)
+        return train(config, Path(own.get("run_dir") or Path("runs") / config_path.stem))
+    except (TrainerError, DatastoreError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def with_default_corpus(config, config_path, overrides, corpora):
+    """Build (once) the standard-library corpus when the config trains on it, and point the config at it."""
+    uses_default = config.data.tokenizer is not None and Path(config.data.tokenizer).parent == STDLIB_DIR
+    if not uses_default:
+        return config
+    from meltemi.trainer.config_io import load_config
+
+    directory = stdlib_directory(config.model.vocab_size)
+    if not (directory / "store" / "manifest.json").exists():
+        print(f"building the standard-library corpus in {directory} (first run only)", file=sys.stderr)
+    tokenizer, store = corpora.stdlib_corpus(directory, config.model.vocab_size, progress=True)
+    sources = {name: {"store": store, "weight": s.weight} for name, s in config.data.sources.items()}
+    return load_config(
+        config_path,
+        [*overrides, "--data.tokenizer", tokenizer, "--data.sources", repr(sources).replace("'", '"')],
+    )
+
+
+def train(config, run_dir: Path) -> int:
+    from meltemi.trainer.trainer import Trainer
+
+    summary = Trainer(config, run_dir).run()
+    if summary.stopped_by is not None:
+        print(f"stopped by {summary.stopped_by} at step {summary.steps}: saved {summary.last_checkpoint}")
+        print("run the same command again to resume")
+        return 0
+    first, last = summary.first_eval.get("eval/loss"), summary.last_eval.get("eval/loss")
+    print(f"steps: {summary.steps}   tokens: {summary.tokens:,}   {summary.tokens_per_second:,.0f} tokens/s")
+    print(f"held-out loss: {first:.3f} at the start -> {last:.3f} now" if first and last else "")
+    print(f"metrics: {summary.metrics_path}\nloss curve: {summary.plot_path}")
+    print(f"last checkpoint: {summary.last_checkpoint}")
+    return 0
+
+
+def plan(config, devices: list[str] | None, mfu: list[str] | None) -> int:
+    """The dry run: fake the target's devices on this CPU, compile the step from shapes, print the plan."""
+    mesh = config.trainer.mesh
+    sizes = (mesh.replica, mesh.data, mesh.model)
+    fixed = sizes[0] * sizes[1] * sizes[2] if min(sizes) > 0 else None
+    count = int(devices[0]) if devices else config.hardware.devices or fixed
+    if not count:
+        print("error: --dry-run needs a device count: --devices N, hardware.devices, or a mesh without -1")
+        return 1
+    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
+    os.environ["XLA_FLAGS"] = " ".join([*kept, f"--xla_force_host_platform_device_count={count}"])
+    import jax
+
+    from meltemi.trainer.dry_run import format_plan, plan_run
+
+    jax.config.update("jax_platforms", "cpu")
+    run = plan_run(config, jax.devices()[:count], mfu=float(mfu[0]) if mfu else 0.5)
+    print(format_plan(run))
+    if not run.fits:
+        over = (run.compiled.peak_bytes - run.device_memory) / 2**30
+        print(f"error: the plan needs {over:.2f} GiB more per device than a {run.chip} has", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

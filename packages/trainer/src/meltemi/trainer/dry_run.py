@@ -1,0 +1,123 @@
+"""Plan a run without its hardware: the real train step lowered and compiled ahead of time from abstract
+shapes on fake devices of the target's count, nothing allocated; parameter count, FLOPs, per-device memory
+against the chip's, each parameter's sharding, and the step time a stated MFU implies.
+
+Run it with as many devices as the target has; on a CPU, fake them before JAX starts its backend:
+``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (``apps/pretrain.py --dry-run`` does this).
+
+>>> import jax
+>>> from meltemi.trainer.config import RunConfig
+>>> config = RunConfig(model={"vocab_size": 64, "hidden_dim": 32, "intermediate_dim": 64, "num_layers": 2},
+...                    trainer={"global_batch_size": 8}, data={"seq_len": 16}, hardware={"chip": "TPU v4"})
+>>> plan = plan_run(config, jax.devices()[:1])
+>>> plan.parameter_count, plan.fits
+(22688, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.flops import PEAK_BF16_FLOPS, flops_per_token
+from meltemi.trainer.mesh import MeshPlan
+from meltemi.trainer.program import CompileReport, TrainProgram
+from meltemi.trainer.sharding_report import ShardingReport, format_report, sharding_report
+
+GIB = 2**30
+
+# High-bandwidth memory per device, by a substring of the chip's name (first match wins).
+DEVICE_MEMORY_BYTES: tuple[tuple[str, int], ...] = (
+    ("TPU v6e", 32 * GIB),
+    ("TPU v5e", 16 * GIB),
+    ("TPU v5p", 95 * GIB),
+    ("TPU v4", 32 * GIB),
+    ("TPU v3", 16 * GIB),
+    ("H200", 141 * GIB),
+    ("H100", 80 * GIB),
+    ("B200", 180 * GIB),
+    ("A100", 80 * GIB),
+)
+
+
+def _lookup(table, chip: str):
+    return next((value for name, value in table if name.lower() in chip.lower()), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What a dry run found: sizes, FLOPs, the memory XLA planned per device, and whether it fits."""
+
+    chip: str | None
+    devices: int
+    layout: MeshPlan
+    parameter_count: int
+    flops_per_token: float
+    tokens_per_step: int
+    sharding: ShardingReport
+    compiled: CompileReport
+    device_memory: int | None
+    mfu: float
+
+    @property
+    def fits(self) -> bool:
+        return self.device_memory is None or self.compiled.peak_bytes <= self.device_memory
+
+    @property
+    def step_seconds(self) -> float | None:
+        """Seconds per step at ``mfu`` of the chip's bf16 peak, over every device."""
+        peak = _lookup(PEAK_BF16_FLOPS, self.chip or "")
+        if peak is None:
+            return None
+        return self.flops_per_token * self.tokens_per_step / (self.mfu * peak * self.devices)
+
+
+def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu: float = 0.5) -> RunPlan:
+    """Lay out and compile ``config``'s train step on ``devices`` (default: all) without allocating it."""
+    plan = MeshPlan.of(config, devices)
+    program = TrainProgram(config, plan)
+    _, compiled = program.compile()
+    report = sharding_report(config, plan)
+    chip = config.hardware.chip
+    rows = config.trainer.batch_sizes()[0]
+    return RunPlan(
+        chip=chip,
+        devices=plan.mesh.devices.size,
+        layout=plan,
+        parameter_count=report.parameter_count,
+        flops_per_token=flops_per_token(config.model, config.data.seq_len),
+        tokens_per_step=rows * config.data.seq_len,
+        sharding=report,
+        compiled=compiled,
+        device_memory=None if chip is None else _lookup(DEVICE_MEMORY_BYTES, chip),
+        mfu=mfu,
+    )
+
+
+def format_plan(run: RunPlan) -> str:
+    """The plan as text: the sharding table, then sizes, memory per device and time per step."""
+    c = run.compiled
+    lines = [
+        format_report(run.sharding, run.layout),
+        f"devices: {run.devices} ({run.chip or 'chip not set: hardware.chip'}), mesh {run.layout.shape}",
+        f"parameters: {run.parameter_count:,}",
+        f"FLOPs per token: {run.flops_per_token / 1e9:.2f} G; "
+        f"per step: {run.flops_per_token * run.tokens_per_step:.3e}",
+        "per device (XLA's plan for the compiled step):",
+        f"  parameters {run.sharding.parameter_bytes / GIB:.2f} GiB, optimizer state "
+        f"{run.sharding.optimizer_bytes / GIB:.2f} GiB, "
+        f"gradients {run.sharding.gradient_bytes / GIB:.2f} GiB",
+        f"  arguments {c.argument_bytes / GIB:.2f} GiB, temporaries {c.temp_bytes / GIB:.2f} GiB, outputs "
+        f"not aliased {(c.output_bytes - c.alias_bytes) / GIB:.2f} GiB: peak {c.peak_bytes / GIB:.2f} GiB",
+    ]
+    if run.device_memory is not None:
+        over = (c.peak_bytes - run.device_memory) / GIB
+        verdict = "fits" if run.fits else f"does NOT fit: {over:.2f} GiB over"
+        lines.append(f"  against {run.device_memory / GIB:.0f} GiB per {run.chip}: {verdict}")
+    if run.step_seconds is not None:
+        lines.append(f"step time at {run.mfu:.0%} MFU: {run.step_seconds:.2f} s")
+    lines.append(f"compiled ahead of time in {c.seconds:.1f} s (on this machine's CPU compiler)")
+    return "\n".join(lines)
