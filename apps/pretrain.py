@@ -103,9 +103,11 @@ def main(argv: list[str]) -> int:
 
 
 def with_default_corpus(config, config_path, overrides, corpora):
-    """Build (once) the standard-library corpus when the config trains on it, and point the config at it."""
-    uses_default = config.data.tokenizer is not None and Path(config.data.tokenizer).parent == STDLIB_DIR
-    if not uses_default:
+    """Build (once) the standard-library corpus where the config names its default location
+    (``.cache/meltemi/stdlib/...``), and point the config at the built tokenizer and store."""
+    default_store = [n for n, s in config.data.sources.items() if Path(s.store).parent == STDLIB_DIR]
+    default_tokenizer = config.data.tokenizer is not None and Path(config.data.tokenizer).parent == STDLIB_DIR
+    if not default_store and not default_tokenizer:
         return config
     from meltemi.trainer.config_io import load_config
 
@@ -113,11 +115,12 @@ def with_default_corpus(config, config_path, overrides, corpora):
     if not (directory / "store" / "manifest.json").exists():
         print(f"building the standard-library corpus in {directory} (first run only)", file=sys.stderr)
     tokenizer, store = corpora.stdlib_corpus(directory, config.model.vocab_size, progress=True)
-    sources = {name: {"store": store, "weight": s.weight} for name, s in config.data.sources.items()}
-    return load_config(
-        config_path,
-        [*overrides, "--data.tokenizer", tokenizer, "--data.sources", repr(sources).replace("'", '"')],
-    )
+    sources = {
+        name: {"store": store if name in default_store else s.store, "weight": s.weight}
+        for name, s in config.data.sources.items()
+    }
+    extra = ["--data.tokenizer", tokenizer] if default_tokenizer else []
+    return load_config(config_path, [*overrides, *extra, "--data.sources", repr(sources).replace("'", '"')])
 
 
 def train(config, run_dir: Path) -> int:

@@ -1,0 +1,101 @@
+"""apps/: the newcomer's command end to end from an empty directory, the 8B dry run, and bad inputs.
+
+Each app runs as a subprocess, as a user runs it, in a fresh working directory on one CPU device.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = [
+    "--model.vocab_size", "512", "--model.hidden_dim", "32", "--model.intermediate_dim", "64",
+    "--model.num_layers", "2", "--model.num_heads", "4", "--model.num_kv_heads", "2",
+    "--data.seq_len", "64", "--trainer.global_batch_size", "8", "--trainer.eval_batches", "2",
+    "--trainer.log_every", "2", "--trainer.eval_every", "0",
+]  # fmt: skip
+
+
+def app(
+    name: str, *args: str, cwd: Path, devices: int = 1, timeout: int = 600
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    command = [sys.executable, str(ROOT / "apps" / name), *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A 4-step run of the default command (smaller model) from an empty directory, then resumed to 6."""
+    cwd = tmp_path_factory.mktemp("newcomer")
+    first = app("pretrain.py", *SMALL, "--trainer.num_train_steps", "4", cwd=cwd)
+    second = app("pretrain.py", *SMALL, "--trainer.num_train_steps", "6", cwd=cwd)
+    return cwd, first, second
+
+
+def test_the_default_command_builds_the_corpus_trains_and_summarizes(trained):
+    cwd, first, _ = trained
+    assert first.returncode == 0, first.stderr
+    assert "building the standard-library corpus" in first.stderr
+    assert re.search(r"^steps: 4   tokens: 2,048", first.stdout, flags=re.MULTILINE), first.stdout
+    start, end = map(
+        float, re.search(r"held-out loss: ([\d.]+) at the start -> ([\d.]+) now", first.stdout).groups()
+    )
+    assert end < start
+    run = cwd / "runs" / "tiny"
+    for name in ("metrics.jsonl", "loss.png", "config.yaml"):
+        assert (run / name).exists(), name
+    assert f"last checkpoint: {Path('runs/tiny/checkpoints/step-4')}" in first.stdout
+
+
+def test_rerunning_the_command_resumes_without_rebuilding(trained):
+    cwd, _, second = trained
+    assert second.returncode == 0, second.stderr
+    assert "building the standard-library corpus" not in second.stderr
+    assert "resuming from runs/tiny/checkpoints/step-4" in second.stderr
+    assert "steps: 6   tokens: 1,024" in second.stdout
+    checkpoints = cwd / "runs" / "tiny" / "checkpoints"
+    assert (checkpoints / "step-6" / "COMMITTED").exists() and not (checkpoints / "step-4").exists()
+
+
+def test_the_8b_dry_run_plans_a_reduced_mesh_and_reports_consistent_memory(tmp_path):
+    result = app("pretrain.py", "--config", str(ROOT / "configs" / "marin_8b.yaml"), "--dry-run", "--devices", "8",  # noqa: E501
+                 "--trainer.global_batch_size", "8", cwd=tmp_path, devices=8, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "parameters: 8,030,261,248" in out and "FLOPs per token: 48.25 G" in out
+    per_device = float(re.search(r"parameters: 8,030,261,248 \(([\d.]+) GiB per device\)", out).group(1))
+    assert per_device == pytest.approx(8_030_261_248 * 4 / 8 / 2**30, rel=1e-3)  # float32, FSDP over 8
+    optimizer = float(re.search(r"optimizer state: ([\d.]+) GiB per device", out).group(1))
+    assert optimizer == pytest.approx(2 * per_device, rel=1e-3)  # Adam's two moments
+    assert "lm_head.weight" in out and "P('model', 'data')" in out
+    assert re.search(r"against 32 GiB per TPU v4: (fits|does NOT fit)", out)
+
+
+def test_a_dry_run_that_does_not_fit_says_by_how_much(tmp_path):
+    result = app("pretrain.py", "--config", str(ROOT / "configs" / "marin_8b.yaml"), "--dry-run", "--devices", "8",  # noqa: E501
+                 "--trainer.global_batch_size", "64", cwd=tmp_path, devices=8)  # fmt: skip
+    assert result.returncode == 2
+    assert re.search(r"error: the plan needs [\d.]+ GiB more per device than a TPU v4 has", result.stderr)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trainer.num_train_step", "3"], r"^error: trainer.num_train_step: unknown key \(did you mean trainer.num_train_steps\?\)$"),  # noqa: E501
+        (["--trainer.num_train_steps", "many"], r"^error: trainer.num_train_steps: Input should be a valid integer"),  # noqa: E501
+        (["--config", "missing.yaml"], r"^error: config file 'missing.yaml' does not exist$"),
+        (["--run-dir", "blocker/run"], r"^error: run directory blocker/run: cannot write there"),
+        (["--data.stores", "no/such/store"], r"^error: data.sources.store.store: no/such/store: no such token store"),  # noqa: E501
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_loses_nothing(tmp_path, args, message):
+    (tmp_path / "blocker").write_text("keep me")
+    result = app("pretrain.py", *SMALL, *args, cwd=tmp_path)
+    assert result.returncode == 1
+    assert re.match(message, result.stderr.strip().splitlines()[-1]), result.stderr
+    assert (tmp_path / "blocker").read_text() == "keep me"
