@@ -130,6 +130,7 @@ def array_spec(directory: Path, record: ArrayRecord, create: bool) -> dict[str, 
             "attributes": {"dtype": record.dtype},
         }
         spec["create"] = True
+        spec["open"] = True  # every process of a run creates the same array, then writes its own shards
         spec["store_data_equal_to_fill_value"] = True  # every chunk on disk: a missing one is damage
     return spec
 

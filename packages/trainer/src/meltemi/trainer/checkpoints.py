@@ -127,14 +127,20 @@ class Checkpointer:
         trainer: TrainerConfig,
         config_json: dict[str, Any],
         *,
-        is_primary: bool = True,
         initialized_from: str | None = None,
+        process_index: int = 0,
+        process_count: int = 1,
+        token: str = "local",
+        commit_timeout_s: float = 1800.0,
     ):
         self.root = Path(run_dir) / "checkpoints"
+        self.process_index, self.process_count, self.token = process_index, process_count, token
+        self.is_primary = process_index == 0
+        self.commit_timeout_s = commit_timeout_s
         self.schedule = SaveSchedule(trainer.checkpoint_every, trainer.checkpoint_every_minutes)
         self.retention = RetentionPolicy(trainer.keep_every)
         self.seed, self.config_json = trainer.seed, config_json
-        self.is_primary, self.initialized_from = is_primary, initialized_from
+        self.initialized_from = initialized_from
         self._writer: threading.Thread | None = None
         self._error: BaseException | None = None
         self.last_save = time.monotonic()
@@ -176,28 +182,37 @@ class Checkpointer:
             self._error = error
 
     def _commit(self, copy: _HostCopy) -> None:
+        """Every process writes its shards into one directory aside and marks them written; the first
+        process waits for every mark, then writes the manifest, renames the directory and marks it committed.
+        The directory is named by the attempt's shared token, so a killed attempt's leftovers never mix in."""
         final = self.root / f"{STEP_PREFIX}{copy.step}"
-        aside = self.root / f".tmp-{STEP_PREFIX}{copy.step}"
-        if aside.exists():  # left by a writer that was killed
-            shutil.rmtree(aside)
-        aside.mkdir(parents=True)
+        aside = self.root / f".tmp-{STEP_PREFIX}{copy.step}-{self.token}"
+        aside.mkdir(parents=True, exist_ok=True)
         futures = []
         for record, shards in zip(copy.records, copy.shards, strict=True):
             futures += write_shards(aside, record, shards)
         for future in futures:
             future.result()
-        if self.is_primary:
-            write_group_marker(aside)
-            manifest = Manifest(
-                format_version=FORMAT_VERSION,
-                step=copy.step,
-                seed=self.seed,
-                config=self.config_json,
-                arrays=copy.records,
-                initialized_from=self.initialized_from,
-                versions={"jax": jax.__version__, "meltemi-trainer": metadata.version("meltemi-trainer")},
-            )
-            (aside / MANIFEST).write_text(manifest.to_json())
+        fsync_tree(aside)
+        written = aside / f".written-{self.process_index}"
+        written.write_text("")
+        fsync_directory(aside)
+        if not self.is_primary:
+            return
+        self._wait_for_every_process(aside, copy.step)
+        write_group_marker(aside)
+        manifest = Manifest(
+            format_version=FORMAT_VERSION,
+            step=copy.step,
+            seed=self.seed,
+            config=self.config_json,
+            arrays=copy.records,
+            initialized_from=self.initialized_from,
+            versions={"jax": jax.__version__, "meltemi-trainer": metadata.version("meltemi-trainer")},
+        )
+        (aside / MANIFEST).write_text(manifest.to_json())
+        for mark in aside.glob(".written-*"):
+            mark.unlink()
         fsync_tree(aside)
         if final.exists():  # a stale, uncommitted or older copy of the same step
             shutil.rmtree(final)
@@ -207,15 +222,26 @@ class Checkpointer:
         fsync_tree(final)
         self._prune()
 
+    def _wait_for_every_process(self, aside: Path, step: int) -> None:
+        deadline = time.monotonic() + self.commit_timeout_s
+        while len(list(aside.glob(".written-*"))) < self.process_count:
+            if time.monotonic() > deadline:
+                done = len(list(aside.glob(".written-*")))
+                raise TimeoutError(
+                    f"step {step}: only {done} of {self.process_count} processes wrote their shards"
+                )
+            time.sleep(0.05)
+
     def _prune(self) -> None:
-        """Delete what the retention policy no longer keeps, and directories of writes that never finished."""
+        """Delete what the retention policy no longer keeps, and what killed attempts left half-written."""
         committed = [s for s, path in step_dirs(self.root) if (path / COMMITTED).exists()]
         keep = set(self.retention.keeps(committed))
         for step, path in step_dirs(self.root):
             if step not in keep:
                 shutil.rmtree(path, ignore_errors=True)
         for path in self.root.glob(f".tmp-{STEP_PREFIX}*"):
-            shutil.rmtree(path, ignore_errors=True)
+            if not path.name.endswith(f"-{self.token}"):  # this attempt's other writes may be in flight
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def inspect_checkpoint(path: Path) -> Manifest:

@@ -75,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         config_path = own.get("config")
         config = load_config(config_path, overrides)
+        from meltemi.trainer.distributed import initialize_from_environment
+
+        initialize_from_environment()
         from meltemi.trainer.mesh import MeshPlan
 
         if own.get("print_sharding"):

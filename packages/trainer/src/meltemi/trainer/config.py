@@ -192,6 +192,9 @@ class TrainerConfig(Section):
         "skip", description="a NaN/Inf loss or gradient: skip the update (counted) or stop naming the step"
     )
     profiler: ProfilerConfig | None = Field(None, description="trace some steps with the JAX profiler")
+    log_batch_hashes: bool = Field(
+        False, description="append each step's global batch hash to <run dir>/batches.jsonl (to compare runs)"
+    )
     trackers: TrackersConfig = Field(default_factory=TrackersConfig, description="metric trackers")
 
     @model_validator(mode="after")

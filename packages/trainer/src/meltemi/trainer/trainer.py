@@ -10,6 +10,7 @@ Typical use, from a YAML preset and command-line overrides::
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from meltemi.trainer.checkpoints import Checkpointer
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data import RunData, open_data
+from meltemi.trainer.distributed import agree, global_batch_hash, shared_token
 from meltemi.trainer.errors import NonFiniteError, TrainerError
 from meltemi.trainer.evaluate import BatchSums, make_eval_step, summarize
 from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
@@ -164,8 +166,10 @@ class Trainer:
                     self.run_dir,
                     trainer,
                     config.model_dump(mode="json"),
-                    is_primary=self.is_primary,
                     initialized_from=start.initialized_from,
+                    process_index=jax.process_index(),
+                    process_count=jax.process_count(),
+                    token=shared_token(),
                 )
                 if start.resumed_from is not None:
                     progress.note(f"resuming from {start.resumed_from}")
@@ -261,6 +265,13 @@ class _Loop:
             self.t._report(*self.pending, self.trackers, self.progress, self.rate, force=force)
             self.pending = None
 
+    def _log_batch_hash(self, step: int, local: dict) -> None:
+        """Append the global batch's hash to ``batches.jsonl``: the same for any number of processes."""
+        digest = global_batch_hash(np.concatenate([local["input_ids"], local["targets"]], axis=1))
+        if self.t.is_primary:
+            with open(self.t.run_dir / "batches.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": step, "hash": digest}) + "\n")
+
     def _checkpoint(self, wait: bool = False) -> None:
         self.last_checkpoint = self.checkpointer.save(self.state, wait=wait)
 
@@ -283,6 +294,8 @@ class _Loop:
                 if profiler is not None and step == profiler.start_step:
                     jax.profiler.start_trace(str(self.t.run_dir / "profile"))
                 rows = self.t.data.train.schedule.size(step)
+                if trainer.log_batch_hashes:
+                    self._log_batch_hash(step, local)
                 self.state, metrics = self.t.program.step(self.state, self.t.global_batch(local, rows), rows)
                 self.rate.add(rows)
                 self._flush()
@@ -296,15 +309,17 @@ class _Loop:
                 if trainer.eval_every and done % trainer.eval_every == 0:
                     self._flush()
                     self.last_eval = self._evaluate(done)
-                if self.stop.received:
+                stop, due = agree([self.stop.received is not None, self.checkpointer.due(done)])
+                if stop:
                     self._flush(force=True)
                     self._checkpoint(wait=True)
                     self.progress.note(
-                        f"stopped by {self.stop.received} after step {done}: saved {self.last_checkpoint}; "
+                        f"stopped by {self.stop.received or 'another process'} after step {done}: saved "
+                        f"{self.last_checkpoint}; "
                         "run the same command again to resume"
                     )
                     return
-                if self.checkpointer.due(done):
+                if due:
                     self._checkpoint()
         self._flush(force=True)
         self._checkpoint(wait=True)

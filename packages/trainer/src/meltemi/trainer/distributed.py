@@ -1,0 +1,70 @@
+"""Several processes, one run: joining the JAX job, agreeing on host-side decisions, one shared token.
+
+Every process of a multi-host run steps in lockstep, so a decision taken on the host (stop for a signal,
+checkpoint because time passed) must be taken by all of them at the same step: ``agree`` gathers each
+process's flags and returns, to all of them, which flags any process raised. With one process these are
+plain local values and no collective is run.
+
+>>> agree([True, False])
+[True, False]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+ENVIRONMENT = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+
+
+def initialize_from_environment() -> bool:
+    """Join a multi-process JAX job when the environment describes one (as ``meltemi.raytpu`` sets it):
+    ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``. Returns whether it joined.
+
+    Call it before anything asks JAX for its devices.
+    """
+    if not all(os.environ.get(name) for name in ENVIRONMENT) or int(os.environ["JAX_NUM_PROCESSES"]) < 2:
+        return False
+    jax.distributed.initialize(
+        coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+        num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+        process_id=int(os.environ["JAX_PROCESS_ID"]),
+    )
+    return True
+
+
+def agree(flags: Sequence[bool]) -> list[bool]:
+    """For each flag, whether any process raised it (the same answer on every process)."""
+    if jax.process_count() == 1:
+        return [bool(f) for f in flags]
+    gathered = multihost_utils.process_allgather(np.array([bool(f) for f in flags], np.int32))
+    return [bool(v) for v in np.asarray(gathered).reshape(jax.process_count(), -1).any(axis=0)]
+
+
+def shared_token() -> str:
+    """A random token, the same on every process (process 0's), to name what this attempt writes."""
+    value = np.frombuffer(secrets.token_bytes(8), np.uint32).copy()
+    if jax.process_count() > 1:
+        value = np.asarray(multihost_utils.broadcast_one_to_all(value))
+    return "".join(f"{int(v):08x}" for v in value)
+
+
+def row_hashes(rows: np.ndarray) -> np.ndarray:
+    """An 8-byte digest per row, as ``(rows, 2)`` uint32 (JAX gathers 64-bit integers only with x64 on)."""
+    digests = [hashlib.blake2b(np.ascontiguousarray(r).tobytes(), digest_size=8).digest() for r in rows]
+    return np.frombuffer(b"".join(digests), np.uint32).reshape(len(rows), 2)
+
+
+def global_batch_hash(local_inputs: np.ndarray) -> str:
+    """A hash of the whole global batch in row order, whatever the number of processes that read it."""
+    mine = row_hashes(local_inputs)
+    every = (
+        np.asarray(multihost_utils.process_allgather(mine)).reshape(-1) if jax.process_count() > 1 else mine
+    )
+    return hashlib.sha256(every.tobytes()).hexdigest()[:16]
