@@ -5,6 +5,7 @@
     uv run apps/pretrain.py --data.stores STORE [STORE ...]     # your own token stores
     uv run apps/pretrain.py --data.corpus FILE_OR_DIR           # text/JSONL/Parquet, tokenized on first use
     uv run apps/pretrain.py --config configs/marin_8b.yaml --dry-run [--devices N] [--mfu 0.5]
+    uv run apps/pretrain.py --launch ray --slices 2 [--slice-type TYPE] [--address ADDR] [--min-slices M]
 
 Progress and logs go to stderr; the summary goes to stdout. ``--help`` lists every field.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import sys
 import sysconfig
 from pathlib import Path
@@ -20,6 +22,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "tiny.yaml"
 STDLIB_DIR = Path(".cache/meltemi/stdlib")  # where configs/tiny.yaml expects the default corpus
+LAUNCH_FLAGS = (
+    "launch",
+    "slices",
+    "min-slices",
+    "slice-type",
+    "address",
+    "devices-per-host",
+    "acquire-timeout",
+)
 APP_FLAGS = """
 apps/pretrain.py adds:
   --dry-run               compile the train step ahead of time on fake CPU devices and print the plan
@@ -27,6 +38,13 @@ apps/pretrain.py adds:
   --mfu X                 the MFU the planned step time assumes (default 0.5)
   --data.stores P [P...]  train on these token stores (equal weights), in place of data.sources
   --data.corpus PATH      a text/JSONL/Parquet file or directory, built into a store with data.tokenizer
+  --launch ray            train on slices through Ray, one process per host (see the README)
+  --slices N              how many slices (default 1)
+  --min-slices M          start (and go on) with as few as M slices when fewer are free
+  --slice-type TYPE       v4-16, v5litepod-256, gpu-8, ... (default cpu-1: a local cluster of fake slices)
+  --address ADDR          a running Ray cluster (default: start a local cluster of fake CPU slices)
+  --devices-per-host D    fake CPU devices per host of a cpu-* slice (default 4)
+  --acquire-timeout S     how long to wait for the slices (default 600)
 """
 
 
@@ -66,6 +84,7 @@ def main(argv: list[str]) -> int:
     mfu = take(argv, "--mfu")
     stores = take(argv, "--data.stores", many=True)
     corpus = take(argv, "--data.corpus")
+    launch = {flag: take(argv, f"--{flag}") for flag in LAUNCH_FLAGS}
 
     from meltemi.datastore import DatastoreError, build_store, corpora
     from meltemi.trainer.cli import help_text, split_arguments
@@ -96,7 +115,10 @@ def main(argv: list[str]) -> int:
         if dry_run:
             return plan(config, devices, mfu)
         config = with_default_corpus(config, config_path, overrides, corpora)
-        return train(config, Path(own.get("run_dir") or Path("runs") / config_path.stem))
+        run_dir = Path(own.get("run_dir") or Path("runs") / config_path.stem)
+        if launch["launch"]:
+            return train_on_ray(config, run_dir, {k: v[0] for k, v in launch.items() if v})
+        return train(config, run_dir)
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -136,6 +158,55 @@ def train(config, run_dir: Path) -> int:
     print(f"held-out loss: {first:.3f} at the start -> {last:.3f} now" if first and last else "")
     print(f"metrics: {summary.metrics_path}\nloss curve: {summary.plot_path}")
     print(f"last checkpoint: {summary.last_checkpoint}")
+    return 0
+
+
+def train_on_ray(config, run_dir: Path, flags: dict[str, str]) -> int:
+    """Train on slices: a local cluster of fake CPU slices, or the Ray cluster at ``--address``."""
+    import contextlib
+
+    from meltemi.raytpu import LocalSliceCluster, RaytpuError
+    from meltemi.trainer.errors import TrainerError
+    from meltemi.trainer.launch import SliceLaunch, train_on_slices
+
+    if flags["launch"] != "ray":
+        raise TrainerError(f"--launch {flags['launch']}: the only launcher is ray")
+    try:
+        launch = SliceLaunch(
+            slice_type=flags.get("slice-type", "cpu-1"),
+            slices=int(flags.get("slices", 1)),
+            min_slices=int(flags["min-slices"]) if "min-slices" in flags else None,
+            devices_per_host=int(flags.get("devices-per-host", 4)),
+            acquire_timeout_s=float(flags.get("acquire-timeout", 600)),
+        )
+        from meltemi.raytpu import slice_type
+
+        slice_type(launch.slice_type)
+    except ValueError as e:
+        raise TrainerError(f"--launch ray: {e}") from None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if "address" in flags:
+        import ray
+
+        host, _, port = flags["address"].rpartition(":")
+        try:  # Ray would retry a silent address for minutes: ask it once first
+            socket.create_connection((host or "127.0.0.1", int(port)), timeout=10).close()
+        except (OSError, ValueError) as e:
+            raise TrainerError(f"--address {flags['address']}: no Ray cluster answers there ({e})") from None
+        try:
+            ray.init(address=flags["address"], include_dashboard=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise TrainerError(f"--address {flags['address']}: no Ray cluster answers there ({e})") from None
+        cluster = contextlib.nullcontext()
+    else:
+        cluster = LocalSliceCluster([(launch.slice_type, launch.slices)])
+    with cluster:
+        try:
+            results = train_on_slices(config, run_dir, launch, event_log=str(run_dir / "events.jsonl"))
+        except RaytpuError as e:
+            raise TrainerError(" ".join(str(e).split())) from None
+    first = results[0]
+    print(f"trained on {first.process_count} processes to step {first.steps}; run directory {run_dir}")
     return 0
 
 

@@ -8,13 +8,7 @@ import sys
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-
-def human(count: float) -> str:
-    """A count with a k/M/G/T suffix: ``human(1_234_567) == '1.23M'``."""
-    for suffix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(count) >= scale:
-            return f"{count / scale:.3g}{suffix}"
-    return f"{count:.3g}"
+from meltemi.datastore.progress import human
 
 
 class TrainingProgress:

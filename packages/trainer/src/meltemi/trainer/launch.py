@@ -1,0 +1,96 @@
+"""Training across slices on Ray (`pip install meltemi-trainer[ray]`): a process per host, one global mesh.
+
+``train_on_slices`` runs :func:`train_on_this_host` on every host of ``slices`` slices through
+``meltemi.raytpu.run_on_slices``. Each host joins the JAX job from the environment raytpu gives it, reads its
+own rows, writes its own checkpoint shards, and resumes from the run directory's latest good checkpoint, so
+when raytpu restarts the job after a lost host (a preemption) the run continues where it left off. The run
+directory must be storage every host sees (one machine's disk for a local cluster, a shared file system for
+a real one). With ``min_slices`` the job starts on as many slices as it can claim (at least that many) and
+grows at a checkpoint when more come back: the data order does not depend on the number of processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from meltemi.trainer.config import RunConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class HostResult:
+    """What one host reports when the run ends."""
+
+    process_index: int
+    process_count: int
+    steps: int
+    stopped_by: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SliceLaunch:
+    """Where and how widely to run: ``slices`` of ``slice_type`` (``cpu-<hosts>`` are fake CPU slices, each
+    host with ``devices_per_host`` fake devices), at least ``min_slices`` of them, on the Ray cluster at
+    ``address`` (None: the one this process is connected to)."""
+
+    slice_type: str
+    slices: int
+    min_slices: int | None = None
+    devices_per_host: int = 4
+    max_retries_preemption: int = 5
+    max_retries_failure: int = 0
+    scale_up_interval_s: float | None = None
+    acquire_timeout_s: float = 600.0
+
+    def slice_counts(self) -> int | list[int]:
+        if self.min_slices is None or self.min_slices >= self.slices:
+            return self.slices
+        return list(range(self.min_slices, self.slices + 1))
+
+
+def train_on_this_host(config: RunConfig, run_dir: str, devices_per_host: int, fake_cpu: bool) -> HostResult:
+    """The workload of every host: fake CPU devices where there is no accelerator, join the job, train."""
+    if fake_cpu:
+        kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
+        os.environ["XLA_FLAGS"] = " ".join(
+            [*kept, f"--xla_force_host_platform_device_count={devices_per_host}"]
+        )
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    from meltemi.trainer.distributed import initialize_from_environment
+
+    initialize_from_environment()
+    import jax
+
+    from meltemi.trainer.trainer import Trainer
+
+    summary = Trainer(config, Path(run_dir)).run()
+    return HostResult(jax.process_index(), jax.process_count(), summary.steps, summary.stopped_by)
+
+
+def train_on_slices(
+    config: RunConfig, run_dir: str | Path, launch: SliceLaunch, event_log: str | None = None
+):
+    """Run the training on slices through raytpu (connected to Ray already); each host's ``HostResult``."""
+    from meltemi.raytpu import RetryPolicy, run_on_slices, slice_type
+
+    kind = slice_type(launch.slice_type)
+    fake_cpu = kind.name.startswith("cpu-")
+
+    def workload() -> HostResult:
+        return train_on_this_host(config, str(Path(run_dir).resolve()), launch.devices_per_host, fake_cpu)
+
+    return run_on_slices(
+        workload,
+        slice_type=kind,
+        num_slices=launch.slice_counts(),
+        retry=RetryPolicy(
+            max_retries_preemption=launch.max_retries_preemption,
+            max_retries_failure=launch.max_retries_failure,
+            backoff_s=1.0,
+        ),
+        scale_up_interval_s=launch.scale_up_interval_s,
+        acquire_timeout_s=launch.acquire_timeout_s,
+        event_log=event_log,
+        job_name=f"pretrain-{Path(run_dir).name}",
+    )
