@@ -22,6 +22,22 @@ from pydantic import ValidationError
 from meltemi.trainer.config import ModelConfig, RopeScaling
 from meltemi.trainer.errors import TrainerError
 
+# Our ModelConfig's fields by their config.json names, to name the user's field in errors.
+_HF_NAMES = {
+    "vocab_size": "vocab_size",
+    "hidden_dim": "hidden_size",
+    "intermediate_dim": "intermediate_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+    "head_dim": "head_dim",
+    "max_seq_len": "max_position_embeddings",
+    "rope_theta": "rope_theta",
+    "norm_eps": "rms_norm_eps",
+    "tie_embeddings": "tie_word_embeddings",
+    "init_std": "initializer_range",
+}
+
 
 class HfFormatError(TrainerError):
     """A Hugging Face directory our Llama cannot load or write: the message names the file and field."""
@@ -115,5 +131,6 @@ def model_config_from_hf(
         return ModelConfig(**{**base.model_dump(), **shapes})
     except ValidationError as error:
         first = error.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "the model"
+        ours = ".".join(str(p) for p in first["loc"])
+        field = _HF_NAMES.get(ours, ours or "the model")
         raise HfFormatError(f"{where}: {field}: {first['msg']}") from None

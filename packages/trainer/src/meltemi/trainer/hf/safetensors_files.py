@@ -97,7 +97,8 @@ def write_safetensors(
                 data = np.ascontiguousarray(np.asarray(fetch(t)).astype(jnp.dtype(t.dtype)))
                 if data.shape != t.shape:
                     raise ValueError(f"{t.name}: fetched shape {data.shape}, planned {t.shape}")
-                f.write(data.tobytes())
+                f.write(data.reshape(-1).view(np.uint8).data)
+                f.flush()  # on disk before the next tensor is fetched
         paths.append(path)
     if len(shards) > 1:
         weight_map = {t.name: name for name, tensors in zip(names, shards, strict=True) for t in tensors}
