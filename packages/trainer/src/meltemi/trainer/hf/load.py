@@ -110,6 +110,9 @@ def train_state_from_hf(directory: str | Path, config: RunConfig, *, shardings=N
     """
     _, model = import_hf(directory, config.model, dtype=config.trainer.param_dtype)
     optimizer = make_optimizer(config.optimizer, config.trainer.num_train_steps, model)
-    zero = jnp.zeros((), jnp.int32)
-    state = TrainState(step=zero, model=model, opt_state=optimizer.init(model), skipped_steps=zero)
-    return state if shardings is None else jax.device_put(state, shardings)
+
+    def fresh(model: Llama) -> TrainState:  # in one program: every leaf its own buffer (the step donates)
+        zero = jnp.zeros((), jnp.int32)
+        return TrainState(step=zero, model=model, opt_state=optimizer.init(model), skipped_steps=zero + 0)
+
+    return jax.jit(fresh, out_shardings=shardings)(model)
