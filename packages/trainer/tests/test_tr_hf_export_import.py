@@ -16,6 +16,7 @@ from meltemi.trainer.hf import HfFormatError, export_hf, hf_config, import_hf, m
 from meltemi.trainer.hf.layout import hf_tensors
 from meltemi.trainer.hf.safetensors_files import SafetensorsReader, TensorPlan, write_safetensors
 from meltemi.trainer.llama import Llama, cast_floating
+from meltemi.trainer.trainer import Trainer
 
 SMALL = ModelConfig(
     vocab_size=96,
@@ -227,3 +228,33 @@ def test_bad_export_requests_are_named(tmp_path, exported):
     with pytest.raises(HfFormatError, match="no-such.json: no such tokenizer file"):
         export_hf(model, tmp_path / "y", tokenizer=tmp_path / "no-such.json")
     assert not (tmp_path / "y").exists()
+
+
+def test_the_model_sharded_as_trained_exports_the_same_bytes(make_config, run_dir, tmp_path):
+    config = make_config("--trainer.mesh.data", "2", "--trainer.mesh.model", "2")
+    trainer = Trainer(config, run_dir, devices=jax.devices()[:4], progress=False)
+    sharded = trainer.initial_state().model
+    assert len(sharded.layers.stacked.self_attn.q_proj.weight.array.sharding.device_set) == 4
+    a = export_hf(sharded, tmp_path / "sharded")
+    b = export_hf(jax.device_put(sharded, jax.devices()[0]), tmp_path / "local")
+    assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
+
+
+@settings(max_examples=40)
+@given(
+    shapes=st.lists(st.lists(st.integers(1, 5), min_size=1, max_size=3), min_size=1, max_size=6),
+    dtype=st.sampled_from(["float32", "bfloat16", "float16"]),
+    limit=st.integers(1, 400),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_safetensors_files_round_trip_exactly_at_any_shard_size(tmp_path_factory, shapes, dtype, limit, seed):
+    out = tmp_path_factory.mktemp("st")
+    rng = np.random.default_rng(seed)
+    plan = [TensorPlan(f"w{i}", tuple(s), dtype) for i, s in enumerate(shapes)]
+    arrays = {t.name: rng.normal(size=t.shape).astype(jnp.dtype(dtype)) for t in plan}
+    files = write_safetensors(out, plan, lambda t: arrays[t.name], max_shard_bytes=limit)
+    assert (len(files) > 1) == (out / "model.safetensors.index.json").exists()
+    reader = SafetensorsReader(out)
+    assert reader.shapes == {t.name: t.shape for t in plan}
+    for name, array in arrays.items():
+        assert reader[name].dtype == array.dtype and reader[name].tobytes() == array.tobytes()
