@@ -133,7 +133,7 @@ def test_import_is_bitwise_equal_and_continues_training(run):
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
     more = config.model_copy(update={"trainer": config.trainer.model_copy(update={"num_train_steps": 2})})
     trainer = Trainer(more, run["root"] / "continued", devices=jax.devices()[:1], progress=False)
-    state = train_state_from_hf(run["hf_dir"], more, shardings=trainer.state_shardings())
+    state = train_state_from_hf(run["hf_dir"], more, plan=trainer.plan)
     summary = trainer.run(state)
     assert summary.steps == 2 and summary.skipped_steps == 0
 

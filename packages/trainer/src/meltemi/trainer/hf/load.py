@@ -8,6 +8,7 @@ the same bits (in the exported dtype).
 >>> from meltemi.trainer.config import ModelConfig
 >>> from meltemi.trainer.hf.export import export_hf
 >>> from meltemi.trainer.llama import Llama
+from meltemi.trainer.mesh import MeshPlan
 >>> config = ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2)
 >>> out = export_hf(Llama.init(config, key=jax.random.key(0)), Path(tempfile.mkdtemp()) / "hf")
 >>> loaded_config, model = import_hf(out, config)
@@ -32,6 +33,7 @@ from meltemi.trainer.hf.config_map import HfFormatError, model_config_from_hf
 from meltemi.trainer.hf.layout import HfTensor, hf_tensors
 from meltemi.trainer.hf.safetensors_files import SafetensorsReader
 from meltemi.trainer.llama import Llama
+from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.optimizer import make_optimizer
 from meltemi.trainer.step import TrainState
 
@@ -102,11 +104,14 @@ def import_hf(
     return config, model
 
 
-def train_state_from_hf(directory: str | Path, config: RunConfig, *, shardings=None) -> TrainState:
+def train_state_from_hf(
+    directory: str | Path, config: RunConfig, *, plan: MeshPlan | None = None
+) -> TrainState:
     """A step-0 ``TrainState`` whose model is the checkpoint's (in ``trainer.param_dtype``), with a fresh
     optimizer state, to continue pretraining: ``Trainer(config, run_dir).run(state)``.
 
-    ``shardings`` (``Trainer.state_shardings()``) lays the state out as the trainer's step expects.
+    With ``plan`` (the trainer's ``MeshPlan``) the state is laid out by its parameter mapping, as the
+    trainer's step expects.
     """
     _, model = import_hf(directory, config.model, dtype=config.trainer.param_dtype)
     optimizer = make_optimizer(config.optimizer, config.trainer.num_train_steps, model)
@@ -115,4 +120,8 @@ def train_state_from_hf(directory: str | Path, config: RunConfig, *, shardings=N
         zero = jnp.zeros((), jnp.int32)
         return TrainState(step=zero, model=model, opt_state=optimizer.init(model), skipped_steps=zero + 0)
 
-    return jax.jit(fresh, out_shardings=shardings)(model)
+    if plan is None:
+        return jax.jit(fresh)(model)
+    shardings = plan.parameter_shardings(eqx.filter_eval_shape(fresh, model))
+    with jax.set_mesh(plan.mesh):
+        return jax.jit(fresh, out_shardings=shardings)(model)
