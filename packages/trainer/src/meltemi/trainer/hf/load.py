@@ -8,7 +8,6 @@ the same bits (in the exported dtype).
 >>> from meltemi.trainer.config import ModelConfig
 >>> from meltemi.trainer.hf.export import export_hf
 >>> from meltemi.trainer.llama import Llama
-from meltemi.trainer.mesh import MeshPlan
 >>> config = ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2)
 >>> out = export_hf(Llama.init(config, key=jax.random.key(0)), Path(tempfile.mkdtemp()) / "hf")
 >>> loaded_config, model = import_hf(out, config)
