@@ -39,6 +39,7 @@ from . import partitioning as partitioning
 from . import random as random
 from . import tree_util as tree_util
 from . import nn as nn  # last: the layers build on every name above
+from . import state_dict as state_dict
 # isort: on
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,280 @@
+"""Text generation: batched prompts, a KV cache, one compiled prefill and one compiled decode loop.
+
+The prompts are left-padded to one length and run once through the model (prefill), filling the cache;
+then a jitted ``while_loop`` adds one token per step to every row, ``chunk`` steps per call, so nothing is
+compiled per token. Between chunks the host checks stop strings and stops when every row has ended (EOS, a
+stop string, or ``max_new_tokens``). ``use_cache=False`` recomputes the full forward pass of the training
+model for every token instead: the reference the cache is tested and benchmarked against.
+
+With a ``MeshPlan`` the model runs as trained: parameters as they are laid out, activations and the cache
+by the compute axis mapping (rows are padded to a multiple of the data-parallel devices).
+
+>>> import jax
+>>> from meltemi.trainer.config import ModelConfig
+>>> from meltemi.trainer.llama import Llama
+>>> config = ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2,
+...                      attention="reference")
+>>> model = Llama.init(config, key=jax.random.key(0))
+>>> out = generate(model, [[1, 2, 3], [4, 5]], SamplingConfig(max_new_tokens=4))
+>>> [len(c.tokens) for c in out.completions], out.completions[0].stop_reason
+([4, 4], 'length')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tokenizers import Tokenizer
+
+import haliax_lite as hax
+from meltemi.trainer.kv_cache import KVCache, forward_cached
+from meltemi.trainer.llama import Llama
+from meltemi.trainer.mesh import MeshPlan
+from meltemi.trainer.sampling import GenerationError, SamplingConfig, next_tokens
+
+# How many times each program was traced (compiled): a diagnostic, and the proof of "once per shape".
+TRACES: Counter[str] = Counter()
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """One prompt's new tokens (ending with EOS when it stopped there), their text when a tokenizer was
+    given (without EOS, cut before a stop string), and why it stopped: ``eos``, ``stop_string``,
+    ``length``."""
+
+    tokens: tuple[int, ...]
+    text: str | None
+    stop_reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """Every prompt's completion, and the wall time it took (compilation included on a first call)."""
+
+    completions: tuple[Completion, ...]
+    seconds: float
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(len(c.tokens) for c in self.completions)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds > 0 else float("inf")
+
+
+class _Loop(eqx.Module):
+    """The decode loop's state: the token buffer, each row's first slot, the next slot, which rows ended,
+    the next logits, and the cache."""
+
+    tokens: jax.Array
+    pad: jax.Array
+    t: jax.Array
+    done: jax.Array
+    logits: jax.Array
+    cache: KVCache | None
+
+
+def _named_ids(ids: jax.Array) -> hax.NamedArray:
+    return hax.named(ids, ("batch", "position"))
+
+
+def _full_logits(model: Llama, tokens: jax.Array, pad: jax.Array, index) -> jax.Array:
+    """The training forward pass over the whole buffer; the logits at ``index`` (batch, vocab)."""
+    slots = jnp.arange(tokens.shape[1])
+    segments = (slots[None, :] >= pad[:, None]).astype(jnp.int32)
+    logits = model.logits(_named_ids(tokens), _named_ids(segments)).rearrange(("batch", "position", "vocab"))
+    return jax.lax.dynamic_index_in_dim(logits.array, index, axis=1, keepdims=False)
+
+
+@eqx.filter_jit
+def _prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) -> _Loop:
+    TRACES["prefill"] += 1
+    pad_named = hax.named(pad, ("batch",))
+    if use_cache:
+        Batch = hax.Axis("batch", tokens.shape[0])
+        dtype = model.embed_tokens.weight.dtype
+        cache = KVCache.init(model.config, Batch, slots=tokens.shape[1], dtype=dtype)
+        prompt = _named_ids(tokens[:, :prompt_len])
+        logits, cache = forward_cached(model, prompt, jnp.int32(0), pad_named, cache)
+        logits = logits.rearrange(("batch", "vocab")).array
+    else:
+        cache, logits = None, _full_logits(model, tokens, pad, prompt_len - 1)
+    return _Loop(tokens, pad, jnp.int32(prompt_len), done, logits, cache)
+
+
+@eqx.filter_jit(donate="all-except-first")
+def _decode_chunk(model: Llama, loop: _Loop, settings: SamplingConfig, eos: int | None, chunk: int) -> _Loop:
+    TRACES["decode"] += 1
+    end = loop.tokens.shape[1]
+    filler = 0 if eos is None else eos
+    pad = loop.pad
+    pad_named = hax.named(pad, ("batch",))
+
+    def running(carry):
+        i, s = carry
+        return (i < chunk) & (s.t < end) & ~jnp.all(s.done)
+
+    def step(carry):
+        i, s = carry
+        chosen = next_tokens(s.logits, jax.random.fold_in(jax.random.key(settings.seed), s.t), settings)
+        chosen = jnp.where(s.done, filler, chosen)
+        tokens = jax.lax.dynamic_update_index_in_dim(s.tokens, chosen, s.t, axis=1)
+        done = s.done if eos is None else s.done | (chosen == eos)
+        if s.cache is not None:
+            logits, cache = forward_cached(model, _named_ids(chosen[:, None]), s.t, pad_named, s.cache)
+            logits = logits.rearrange(("batch", "vocab")).array
+        else:
+            cache, logits = None, _full_logits(model, tokens, pad, s.t)
+        return i + 1, _Loop(tokens, pad, s.t + 1, done, logits, cache)
+
+    return jax.lax.while_loop(running, step, (jnp.int32(0), loop))[1]
+
+
+def _tokenizer(tokenizer: Tokenizer | str | Path | None) -> Tokenizer | None:
+    if tokenizer is None or isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    try:
+        return Tokenizer.from_file(str(tokenizer))
+    except Exception as error:  # tokenizers raises a bare Exception for unreadable files
+        raise GenerationError(f"{tokenizer}: not a tokenizer.json ({error})") from None
+
+
+def _prompt_ids(prompts, tokenizer: Tokenizer | None, vocab: int) -> list[list[int]]:
+    if isinstance(prompts, str) or not prompts:
+        raise GenerationError("prompts must be a non-empty list of strings or of token-id lists")
+    ids = []
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            if tokenizer is None:
+                raise GenerationError(f"prompt {i} is text: pass tokenizer= to encode it")
+            prompt = tokenizer.encode(prompt).ids
+        prompt = [int(t) for t in prompt]
+        if not prompt:
+            raise GenerationError(f"prompt {i} is empty: give it at least one token")
+        bad = [t for t in prompt if not 0 <= t < vocab]
+        if bad:
+            raise GenerationError(f"prompt {i}: token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+        ids.append(prompt)
+    return ids
+
+
+def _stop_index(tokens: list[int], tokenizer: Tokenizer, stops: Sequence[str]) -> int | None:
+    """The length of the shortest prefix of ``tokens`` whose text holds a stop string, or None."""
+    if not any(s in tokenizer.decode(tokens) for s in stops):
+        return None
+    for n in range(1, len(tokens) + 1):
+        if any(s in tokenizer.decode(tokens[:n]) for s in stops):
+            return n
+    return len(tokens)
+
+
+def _completion(row: list[int], eos, tokenizer: Tokenizer | None, stops: Sequence[str]) -> Completion:
+    reason = "length"
+    if eos is not None and eos in row:
+        row, reason = row[: row.index(eos) + 1], "eos"
+    if tokenizer is None:
+        return Completion(tuple(row), None, reason)
+    body = row[:-1] if reason == "eos" else row
+    cut = _stop_index(body, tokenizer, stops) if stops else None
+    if cut is not None:
+        row, body, reason = row[:cut], body[:cut], "stop_string"
+    text = tokenizer.decode(body)
+    if reason == "stop_string":
+        text = text[: min(text.index(s) for s in stops if s in text)]
+    return Completion(tuple(row), text, reason)
+
+
+def generate(
+    model: Llama,
+    prompts: Sequence[str] | Sequence[Sequence[int]],
+    settings: SamplingConfig | None = None,
+    *,
+    tokenizer: Tokenizer | str | Path | None = None,
+    eos_token_id: int | None = None,
+    plan: MeshPlan | None = None,
+    chunk: int = 32,
+    use_cache: bool = True,
+) -> Generation:
+    """Continue each prompt (text, with ``tokenizer``; or token ids) by up to ``settings.max_new_tokens``.
+
+    A row stops at ``eos_token_id`` (kept as its last token) or, with a tokenizer, once its text holds one
+    of ``settings.stop_strings``. ``chunk`` is how many tokens the compiled loop adds between the host's
+    checks.
+    """
+    settings = settings or SamplingConfig()
+    tokenizer = _tokenizer(tokenizer)
+    config = model.config
+    if settings.stop_strings and tokenizer is None:
+        raise GenerationError("stop_strings need the tokenizer: pass tokenizer=")
+    if chunk < 1:
+        raise GenerationError(f"chunk must be a positive number of tokens, got {chunk}")
+    ids = _prompt_ids(prompts, tokenizer, config.vocab_size)
+    prompt_len = max(len(p) for p in ids)
+    end = prompt_len + settings.max_new_tokens
+    if end > config.max_seq_len:
+        raise GenerationError(
+            f"the longest prompt ({prompt_len} tokens) plus max_new_tokens ({settings.max_new_tokens}) "
+            f"exceeds model.max_seq_len ({config.max_seq_len})"
+        )
+    multiple = 1 if plan is None else plan.devices_over(plan.compute_mapping.get("batch"))
+    rows = -(-len(ids) // multiple) * multiple
+    tokens = np.zeros((rows, end), np.int32)
+    pad = np.full(rows, prompt_len - 1, np.int32)
+    for i, prompt in enumerate(ids):
+        tokens[i, prompt_len - len(prompt) : prompt_len] = prompt
+        pad[i] = prompt_len - len(prompt)
+    done = np.arange(rows) >= len(ids)  # rows added to fill the data-parallel devices start finished
+
+    start = time.perf_counter()
+    with _placement(plan):
+        arrays = (jnp.asarray(tokens), jnp.asarray(pad), jnp.asarray(done))
+        loop = _prefill(model, *arrays, prompt_len, use_cache)
+        while True:
+            loop = _decode_chunk(model, loop, settings, eos_token_id, chunk)
+            t, done = int(loop.t), np.asarray(loop.done)
+            if settings.stop_strings:
+                new = np.asarray(loop.tokens)[:, prompt_len:t]
+                done = _mark_stops(new, done, tokenizer, settings.stop_strings)
+                loop = eqx.tree_at(lambda s: s.done, loop, jnp.asarray(done))
+            if t >= end or done.all():
+                break
+        new = np.asarray(loop.tokens)[: len(ids), prompt_len:t]
+    seconds = time.perf_counter() - start
+    stops = settings.stop_strings
+    completions = tuple(_completion(row.tolist(), eos_token_id, tokenizer, stops) for row in new)
+    return Generation(completions, seconds)
+
+
+def _mark_stops(new: np.ndarray, done: np.ndarray, tokenizer: Tokenizer, stops: Sequence[str]) -> np.ndarray:
+    done = done.copy()
+    for i in np.flatnonzero(~done):
+        text = tokenizer.decode(new[i].tolist())
+        done[i] = any(s in text for s in stops)
+    return done
+
+
+class _placement:
+    """Inside: the plan's mesh and compute axis mapping (nothing without a plan)."""
+
+    def __init__(self, plan: MeshPlan | None):
+        self.plan = plan
+        self.contexts = []
+        if plan is not None:
+            self.contexts = [jax.set_mesh(plan.mesh), hax.axis_mapping(plan.compute_mapping)]
+
+    def __enter__(self):
+        for c in self.contexts:
+            c.__enter__()
+
+    def __exit__(self, *exc):
+        for c in reversed(self.contexts):
+            c.__exit__(*exc)

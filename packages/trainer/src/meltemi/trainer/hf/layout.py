@@ -1,0 +1,88 @@
+"""Which Hugging Face tensor each of our parameters is, in which axis order, and its 2-D shape there.
+
+Our parameter paths are Hugging Face's names with the layer index in a ``layers`` axis (see
+``meltemi.trainer.llama``); haliax-lite's state dict restores the per-layer names. What differs is only
+the shape: a projection whose ``Out`` or ``In`` is several axes (query heads: ``kv_heads,
+q_heads_per_group, head_size``) is one ``[out, in]`` matrix in PyTorch, flattened in row-major order,
+which puts query head ``kv * group + g`` where Hugging Face has it. No permutation is needed (rotary uses
+``rotate_half`` in both).
+
+>>> from meltemi.trainer.config import ModelConfig
+>>> config = ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2)
+>>> table = hf_tensors(config)
+>>> table["model.layers.1.self_attn.k_proj.weight"].shape
+(16, 32)
+>>> len(table), "lm_head.weight" in table
+(21, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+import haliax_lite as hax
+from meltemi.trainer.config import ModelConfig
+from meltemi.trainer.llama import LlamaAxes
+
+_IN_LAYER = {
+    "self_attn.q_proj.weight": ("kv_heads", "q_heads_per_group", "head_size", "embed"),
+    "self_attn.k_proj.weight": ("kv_heads", "head_size", "embed"),
+    "self_attn.v_proj.weight": ("kv_heads", "head_size", "embed"),
+    "self_attn.o_proj.weight": ("embed", "kv_heads", "q_heads_per_group", "head_size"),
+    "mlp.gate_proj.weight": ("mlp", "embed"),
+    "mlp.up_proj.weight": ("mlp", "embed"),
+    "mlp.down_proj.weight": ("embed", "mlp"),
+    "input_layernorm.weight": ("embed",),
+    "post_attention_layernorm.weight": ("embed",),
+}
+# A projection's output axes: they become the matrix's rows, the rest its columns.
+_OUT_AXES = {"q_proj": 3, "k_proj": 2, "v_proj": 2, "o_proj": 1, "gate_proj": 1, "up_proj": 1, "down_proj": 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class HfTensor:
+    """One tensor of the Hugging Face checkpoint: its name there and ours (``model.`` dropped), our axes
+    in the order that flattens to it, and its shape there."""
+
+    name: str
+    ours: str
+    axes: tuple[hax.Axis, ...]
+    shape: tuple[int, ...]
+
+    def to_hf(self, array: hax.NamedArray) -> np.ndarray:
+        """Our (per-layer) array as the Hugging Face tensor, on the host."""
+        return np.asarray(array.rearrange(tuple(a.name for a in self.axes)).array).reshape(self.shape)
+
+    def from_hf(self, array: np.ndarray) -> np.ndarray:
+        """The Hugging Face tensor in our axis order (the inverse of ``to_hf``)."""
+        return np.asarray(array).reshape(tuple(a.size for a in self.axes))
+
+
+def _matrix_shape(axes: tuple[hax.Axis, ...], rows: int) -> tuple[int, ...]:
+    if len(axes) == 1:
+        return (axes[0].size,)
+    return (math.prod(a.size for a in axes[:rows]), math.prod(a.size for a in axes[rows:]))
+
+
+def hf_tensors(config: ModelConfig) -> dict[str, HfTensor]:
+    """Every tensor of the checkpoint of ``config``'s model, by Hugging Face name, in our tree's order."""
+    axes = LlamaAxes.of(config)
+    by_name = {a.name: a for a in (getattr(axes, f.name) for f in dataclasses.fields(axes))}
+    table: dict[str, HfTensor] = {}
+
+    def add(name: str, ours: str, names: tuple[str, ...], rows: int = 1) -> None:
+        named = tuple(by_name[n] for n in names)
+        table[name] = HfTensor(name, ours, named, _matrix_shape(named, rows))
+
+    add("model.embed_tokens.weight", "embed_tokens.weight", ("vocab", "embed"))
+    for suffix, names in _IN_LAYER.items():
+        rows = _OUT_AXES.get(suffix.split(".")[1], 1)
+        for i in range(config.num_layers):
+            add(f"model.layers.{i}.{suffix}", f"layers.{i}.{suffix}", names, rows)
+    add("model.norm.weight", "norm.weight", ("embed",))
+    if not config.tie_embeddings:
+        add("lm_head.weight", "lm_head.weight", ("vocab", "embed"))
+    return table

@@ -1,0 +1,126 @@
+"""Load a Hugging Face Llama directory into our model, or into a fresh train state to go on pretraining.
+
+Every tensor's shape is checked against the config from the safetensors headers before any data is read;
+a mismatch names the tensor and both shapes. Tensors are then read one at a time. Export then import gives
+the same bits (in the exported dtype).
+
+>>> import jax, tempfile
+>>> from meltemi.trainer.config import ModelConfig
+>>> from meltemi.trainer.hf.export import export_hf
+>>> from meltemi.trainer.llama import Llama
+>>> config = ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2)
+>>> out = export_hf(Llama.init(config, key=jax.random.key(0)), Path(tempfile.mkdtemp()) / "hf")
+>>> loaded_config, model = import_hf(out, config)
+>>> model.layers.stacked.self_attn.q_proj.weight.axes[0]
+Axis(name='layers', size=2)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import haliax_lite as hax
+from meltemi.trainer.config import ModelConfig, RunConfig
+from meltemi.trainer.hf.config_map import HfFormatError, model_config_from_hf
+from meltemi.trainer.hf.layout import HfTensor, hf_tensors
+from meltemi.trainer.hf.safetensors_files import SafetensorsReader
+from meltemi.trainer.llama import Llama
+from meltemi.trainer.mesh import MeshPlan
+from meltemi.trainer.optimizer import make_optimizer
+from meltemi.trainer.step import TrainState
+
+
+def read_hf_config(directory: str | Path, base: ModelConfig | None = None) -> ModelConfig:
+    """The ``ModelConfig`` of a Hugging Face directory's ``config.json`` (other fields from ``base``)."""
+    path = Path(directory) / "config.json"
+    try:
+        fields = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise HfFormatError(f"{path}: missing; not a Hugging Face model directory") from None
+    except ValueError as error:
+        raise HfFormatError(f"{path}: not valid JSON ({error})") from None
+    return model_config_from_hf(fields, base, where=str(path))
+
+
+def check_shapes(table: dict[str, HfTensor], shapes: Mapping[str, tuple[int, ...]], where: str) -> None:
+    """An ``HfFormatError`` for the first tensor missing, unexpected, or shaped unlike the config says."""
+    for name, tensor in table.items():
+        if name not in shapes:
+            raise HfFormatError(f"{where}: the tensor {name} (shape {tensor.shape}) is missing")
+        if tuple(shapes[name]) != tensor.shape:
+            raise HfFormatError(
+                f"{where}: the tensor {name} has shape {tuple(shapes[name])}, the config needs {tensor.shape}"
+            )
+    extra = sorted(set(shapes) - set(table))
+    if extra:
+        raise HfFormatError(
+            f"{where}: the tensor {extra[0]} (shape {tuple(shapes[extra[0]])}) has no place in the config's "
+            f"model ({len(extra)} such tensors)"
+        )
+
+
+class _OursFromHf(Mapping[str, np.ndarray]):
+    """Our state-dict names mapped onto the checkpoint's tensors, each read (and cast) when asked for."""
+
+    def __init__(self, reader: SafetensorsReader, table: dict[str, HfTensor], dtype: jnp.dtype):
+        self.reader, self.dtype = reader, dtype
+        self.by_ours = {t.ours: t for t in table.values()}
+
+    def __getitem__(self, ours: str) -> np.ndarray:
+        tensor = self.by_ours[ours]
+        return tensor.from_hf(self.reader[tensor.name]).astype(self.dtype)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.by_ours)
+
+    def __len__(self) -> int:
+        return len(self.by_ours)
+
+
+def import_hf(
+    directory: str | Path, config: ModelConfig | None = None, *, dtype: str = "float32"
+) -> tuple[ModelConfig, Llama]:
+    """``(config, model)`` from a Hugging Face Llama directory, parameters in ``dtype``.
+
+    With ``config``, the checkpoint must have exactly its model's tensors and shapes (its kernels and
+    remat are kept); without, the config is ``config.json``'s.
+    """
+    directory = Path(directory)
+    if config is None:
+        config = read_hf_config(directory)
+    reader = SafetensorsReader(directory)
+    table = hf_tensors(config)
+    check_shapes(table, reader.shapes, str(directory))
+    template = eqx.filter_eval_shape(Llama.init, config, key=jax.random.key(0))
+    model = hax.state_dict.from_state_dict(template, _OursFromHf(reader, table, jnp.dtype(dtype)))
+    return config, model
+
+
+def train_state_from_hf(
+    directory: str | Path, config: RunConfig, *, plan: MeshPlan | None = None
+) -> TrainState:
+    """A step-0 ``TrainState`` whose model is the checkpoint's (in ``trainer.param_dtype``), with a fresh
+    optimizer state, to continue pretraining: ``Trainer(config, run_dir).run(state)``.
+
+    With ``plan`` (the trainer's ``MeshPlan``) the state is laid out by its parameter mapping, as the
+    trainer's step expects.
+    """
+    _, model = import_hf(directory, config.model, dtype=config.trainer.param_dtype)
+    optimizer = make_optimizer(config.optimizer, config.trainer.num_train_steps, model)
+
+    def fresh(model: Llama) -> TrainState:  # in one program: every leaf its own buffer (the step donates)
+        zero = jnp.zeros((), jnp.int32)
+        return TrainState(step=zero, model=model, opt_state=optimizer.init(model), skipped_steps=zero + 0)
+
+    if plan is None:
+        return jax.jit(fresh)(model)
+    shardings = plan.parameter_shardings(eqx.filter_eval_shape(fresh, model))
+    with jax.set_mesh(plan.mesh):
+        return jax.jit(fresh, out_shardings=shardings)(model)

@@ -1,0 +1,73 @@
+"""The tokenizer files of a Hugging Face directory: ``tokenizer.json`` as trained, and the two small files
+that tell ``AutoTokenizer`` which of its special tokens ends a document.
+
+>>> import tempfile
+>>> from meltemi.datastore import corpora
+>>> from meltemi.datastore.corpora import python_stdlib
+>>> out = Path(tempfile.mkdtemp())
+>>> path = corpora.train_tokenizer(sorted(python_stdlib())[:3], 300, out / "t.json")
+>>> special = write_tokenizer_files(path, out / "hf", model_max_length=64)
+>>> special.eos_token, special.eos_token_id is not None
+('<|endoftext|>', True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from meltemi.trainer.hf.config_map import HfFormatError
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialTokens:
+    """The end-of-text token (and its id) a checkpoint's generation stops at; None when there is none."""
+
+    eos_token: str | None
+    eos_token_id: int | None
+
+
+def special_tokens(tokenizer_path: Path, eos_token: str | None = None) -> SpecialTokens:
+    """``eos_token`` (checked to exist), or the tokenizer's one special token, or none if it has several."""
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    except Exception as error:  # tokenizers raises a bare Exception for unreadable files
+        raise HfFormatError(f"{tokenizer_path}: not a tokenizer.json ({error})") from None
+    if eos_token is not None:
+        token_id = tokenizer.token_to_id(eos_token)
+        if token_id is None:
+            raise HfFormatError(f"{tokenizer_path}: the eos token {eos_token!r} is not in the vocabulary")
+        return SpecialTokens(eos_token, token_id)
+    special = [t for t in tokenizer.get_added_tokens_decoder().values() if t.special]
+    if len(special) != 1:
+        return SpecialTokens(None, None)
+    return SpecialTokens(special[0].content, tokenizer.token_to_id(special[0].content))
+
+
+def write_tokenizer_files(
+    tokenizer_path: str | Path, out_dir: Path, *, model_max_length: int, eos_token: str | None = None
+) -> SpecialTokens:
+    """Copy ``tokenizer.json`` into ``out_dir`` with ``tokenizer_config.json`` and
+    ``special_tokens_map.json``; return the end-of-text token they name."""
+    tokenizer_path = Path(tokenizer_path)
+    if not tokenizer_path.is_file():
+        raise HfFormatError(f"{tokenizer_path}: no such tokenizer file")
+    special = special_tokens(tokenizer_path, eos_token)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(tokenizer_path, out_dir / "tokenizer.json")
+    tokens = {} if special.eos_token is None else {"eos_token": special.eos_token}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": model_max_length,
+        "clean_up_tokenization_spaces": False,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        **tokens,
+    }
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out_dir / "special_tokens_map.json").write_text(json.dumps(tokens, indent=2) + "\n")
+    return special

@@ -1,0 +1,49 @@
+"""Sampling filters, as properties over random logits: top-k keeps the k largest, top-p the fewest tokens
+whose probability reaches p, and every draw comes from what the filters keep."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from meltemi.trainer.sampling import SamplingConfig, filter_logits, next_tokens
+
+distinct_rows = st.integers(2, 40).flatmap(
+    lambda n: st.lists(st.floats(-8, 8, allow_nan=False, width=32), min_size=n, max_size=n, unique=True)
+)
+
+
+@given(row=distinct_rows, k=st.integers(1, 50), temperature=st.floats(0.1, 3.0))
+def test_top_k_keeps_exactly_the_k_largest(row, k, temperature):
+    logits = jnp.asarray([row], jnp.float32)
+    kept = np.isfinite(np.asarray(filter_logits(logits, SamplingConfig(temperature=temperature, top_k=k))[0]))
+    largest = set(np.argsort(-np.asarray(row))[: min(k, len(row))].tolist())
+    assert set(np.flatnonzero(kept).tolist()) == largest
+
+
+@given(row=distinct_rows, p=st.floats(0.05, 0.99))
+def test_top_p_keeps_the_fewest_most_likely_tokens_reaching_p(row, p):
+    logits = jnp.asarray([row], jnp.float32)
+    kept = np.isfinite(np.asarray(filter_logits(logits, SamplingConfig(temperature=1.0, top_p=p))[0]))
+    probs = np.asarray(jax.nn.softmax(logits[0]), np.float64)
+    order = np.argsort(-probs)
+    mass = np.cumsum(probs[order])
+    count = int(np.flatnonzero(mass >= p - 1e-6)[0]) + 1  # float32 sums: a hair of slack at the boundary
+    assert count - 1 <= kept.sum() <= count + 1
+    assert set(np.flatnonzero(kept).tolist()) == set(order[: kept.sum()].tolist())
+
+
+@given(row=distinct_rows, k=st.integers(1, 5), p=st.floats(0.1, 1.0), seed=st.integers(0, 2**31 - 1))
+def test_draws_come_from_the_kept_tokens(row, k, p, seed):
+    settings = SamplingConfig(temperature=1.0, top_k=k, top_p=p, seed=seed)
+    logits = jnp.asarray([row] * 8, jnp.float32)
+    kept = np.isfinite(np.asarray(filter_logits(logits, settings)[0]))
+    drawn = np.asarray(next_tokens(logits, jax.random.key(seed), settings))
+    assert kept[drawn].all()
+    assert kept.sum() >= 1
+
+
+def test_greedy_takes_the_first_of_equal_maxima():
+    logits = jnp.asarray([[1.0, 3.0, 3.0, 0.0]])
+    assert next_tokens(logits, jax.random.key(0), SamplingConfig()).tolist() == [1]

@@ -1,0 +1,166 @@
+"""Generation: the KV cache computes what the full forward pass does, sampling obeys its settings, rows stop
+where they should, nothing compiles per token, and bad requests are named errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+import haliax_lite as hax
+from meltemi.trainer.generation import TRACES, generate
+from meltemi.trainer.kv_cache import KVCache, forward_cached
+from meltemi.trainer.llama import Llama
+from meltemi.trainer.sampling import GenerationError, SamplingConfig
+from meltemi.trainer.trainer import Trainer
+
+PROMPTS = [[5, 17, 200, 33, 91, 7, 64], [250, 3], [12, 13, 14, 15]]
+
+
+@pytest.fixture
+def model(make_config):
+    return Llama.init(make_config().model, key=jax.random.key(3))
+
+
+@pytest.fixture
+def tokenizer(corpus):
+    return Tokenizer.from_file(corpus["tokenizer"])
+
+
+def named(ids):
+    return hax.named(jnp.asarray(ids, jnp.int32), ("batch", "position"))
+
+
+def full_logits(model, row):
+    """The training forward pass over one unpadded row: (position, vocab)."""
+    ids = named([row])
+    return np.asarray(model.logits(ids, hax.zeros_like(ids)).array[0])
+
+
+def test_cached_prefill_and_steps_equal_the_full_forward_pass(model):
+    row = PROMPTS[0]
+    reference = full_logits(model, row)
+    Batch = hax.Axis("batch", 1)
+    cache = KVCache.init(model.config, Batch, slots=len(row), dtype=jnp.float32)
+    pad = hax.named(jnp.zeros(1, int), "batch")
+    logits, cache = forward_cached(model, named([row[:3]]), jnp.int32(0), pad, cache)
+    np.testing.assert_allclose(logits.array[0], reference[2], rtol=1e-5, atol=1e-5)
+    for t in range(3, len(row)):
+        logits, cache = forward_cached(model, named([[row[t]]]), jnp.int32(t), pad, cache)
+        np.testing.assert_allclose(logits.array[0], reference[t], rtol=1e-5, atol=1e-5)
+
+
+def test_a_left_padded_row_computes_what_it_computes_alone(model):
+    short = PROMPTS[1]
+    Batch = hax.Axis("batch", 2)
+    cache = KVCache.init(model.config, Batch, slots=5, dtype=jnp.float32)
+    ids = named([[9, 9, 9, *short], [1, 2, 3, 4, 5]])
+    pad = hax.named(jnp.array([3, 0]), "batch")
+    logits, _ = forward_cached(model, ids, jnp.int32(0), pad, cache)
+    np.testing.assert_allclose(logits.array[0], full_logits(model, short)[-1], rtol=1e-5, atol=1e-5)
+
+
+def test_greedy_with_the_cache_equals_recomputing_the_full_forward_each_token(model):
+    settings = SamplingConfig(max_new_tokens=20)
+    cached = generate(model, PROMPTS, settings, chunk=7)
+    recomputed = generate(model, PROMPTS, settings, use_cache=False)
+    assert [c.tokens for c in cached.completions] == [c.tokens for c in recomputed.completions]
+    alone = [generate(model, [p], settings).completions[0].tokens for p in PROMPTS]
+    assert [c.tokens for c in cached.completions] == alone
+    assert all(len(c.tokens) == 20 and c.stop_reason == "length" for c in cached.completions)
+    assert cached.tokens_per_second > 0 and cached.new_tokens == 60
+
+
+def test_top_k_one_is_greedy_and_a_seed_fixes_the_draws(model):
+    greedy = generate(model, PROMPTS, SamplingConfig(max_new_tokens=12)).completions
+    top1 = generate(model, PROMPTS, SamplingConfig(max_new_tokens=12, temperature=1.5, top_k=1, seed=4))
+    assert [c.tokens for c in top1.completions] == [c.tokens for c in greedy]
+    sampled = SamplingConfig(max_new_tokens=12, temperature=1.0, top_p=0.9, top_k=50, seed=1)
+    a = generate(model, PROMPTS, sampled).completions
+    b = generate(model, PROMPTS, sampled).completions
+    other = generate(model, PROMPTS, SamplingConfig(**{**sampled.__dict__, "seed": 2})).completions
+    assert a == b
+    assert [c.tokens for c in a] != [c.tokens for c in other]
+    assert [c.tokens for c in a] != [c.tokens for c in greedy]
+
+
+def test_a_row_stops_at_eos_and_keeps_it_while_the_others_go_on(model):
+    settings = SamplingConfig(max_new_tokens=10)
+    free = generate(model, PROMPTS, settings).completions
+    eos = free[1].tokens[3]
+    stopped = generate(model, PROMPTS, settings, eos_token_id=eos).completions
+    first = free[1].tokens.index(eos)
+    assert stopped[1].tokens == free[1].tokens[: first + 1] and stopped[1].stop_reason == "eos"
+    for free_row, row in zip(free, stopped, strict=True):
+        if eos not in free_row.tokens:
+            assert row.tokens == free_row.tokens and row.stop_reason == "length"
+
+
+def test_a_stop_string_ends_the_text_before_it(model, tokenizer):
+    prompts = ["def main(", "import os\n"]
+    settings = SamplingConfig(max_new_tokens=24)
+    free = generate(model, prompts, settings, tokenizer=tokenizer).completions
+    text = free[0].text
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    assert stop.strip(), f"pick a visible stop string from {text!r}"
+    settings = SamplingConfig(max_new_tokens=24, stop_strings=(stop,))
+    stopped = generate(model, prompts, settings, tokenizer=tokenizer, chunk=4).completions
+    assert stopped[0].stop_reason == "stop_string"
+    assert stopped[0].text == text[: text.index(stop)]
+    assert len(stopped[0].tokens) < len(free[0].tokens)
+    assert stop in tokenizer.decode(list(stopped[0].tokens))
+    assert free[0].tokens[: len(stopped[0].tokens)] == stopped[0].tokens
+
+
+def test_decoding_compiles_once_not_per_token_or_chunk(model):
+    settings = SamplingConfig(max_new_tokens=30)
+    generate(model, PROMPTS, settings, chunk=4)
+    before = TRACES.copy()
+    generate(model, [[t + 1 for t in p] for p in PROMPTS], settings, chunk=4)  # same shapes, 8 chunks
+    generate(model, [[7] * 7, [8], [9]], settings, chunk=4)
+    assert TRACES == before
+
+
+def test_the_model_sharded_as_trained_generates_the_same_tokens(make_config, run_dir):
+    config = make_config("--trainer.mesh.data", "2", "--trainer.mesh.model", "2")
+    trainer = Trainer(config, run_dir, devices=jax.devices()[:4], progress=False)
+    sharded = trainer.initial_state().model
+    assert len(sharded.layers.stacked.mlp.up_proj.weight.array.sharding.device_set) == 4
+    local = jax.device_put(sharded, jax.devices()[0])
+    settings = SamplingConfig(max_new_tokens=8)
+    ours = generate(sharded, PROMPTS, settings, plan=trainer.plan).completions
+    assert [c.tokens for c in ours] == [c.tokens for c in generate(local, PROMPTS, settings).completions]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"max_new_tokens": 0}, "max_new_tokens must be a positive integer, got 0"),
+        ({"temperature": -1.0}, r"temperature must be >= 0 \(0: greedy\), got -1.0"),
+        ({"top_k": 0}, "top_k must be a positive integer or None, got 0"),
+        ({"top_p": 1.5}, r"top_p must be in \(0, 1\] or None, got 1.5"),
+        ({"stop_strings": "END"}, "stop_strings must be a tuple of non-empty strings"),
+    ],
+)
+def test_bad_settings_are_named(fields, message):
+    with pytest.raises(GenerationError, match=f"^{message}"):
+        SamplingConfig(**fields)
+
+
+def test_bad_requests_are_named(model, tokenizer):
+    settings = SamplingConfig(max_new_tokens=4)
+    cases = [
+        (([[1, 2], [3, 999]],), {}, r"^prompt 1: token id 999 is outside the vocabulary \(0..383\)$"),
+        (([[1], []],), {}, "^prompt 1 is empty"),
+        ((["text"],), {}, "^prompt 0 is text: pass tokenizer= to encode it$"),
+        (([],), {}, "^prompts must be a non-empty list"),
+        (([[1] * 62],), {}, r"^the longest prompt \(62 tokens\) plus max_new_tokens \(4\) exceeds model"),
+        (([[1]],), {"chunk": 0}, "^chunk must be a positive number of tokens, got 0$"),
+    ]
+    for args, kwargs, message in cases:
+        with pytest.raises(GenerationError, match=message):
+            generate(model, *args, settings, **kwargs)
+    with pytest.raises(GenerationError, match="^stop_strings need the tokenizer"):
+        generate(model, [[1]], SamplingConfig(stop_strings=("x",)))
+    with pytest.raises(GenerationError, match="not a tokenizer.json"):
+        generate(model, ["x"], settings, tokenizer=__file__)

@@ -1,0 +1,260 @@
+"""Hugging Face export and import without transformers: exact round trips, the files and their layout,
+streaming, sharding, and errors that name the file, field or tensor."""
+
+import json
+import struct
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meltemi.trainer.config import ModelConfig, RopeScaling
+from meltemi.trainer.hf import HfFormatError, export_hf, hf_config, import_hf, model_config_from_hf
+from meltemi.trainer.hf.layout import hf_tensors
+from meltemi.trainer.hf.safetensors_files import SafetensorsReader, TensorPlan, write_safetensors
+from meltemi.trainer.llama import Llama, cast_floating
+from meltemi.trainer.trainer import Trainer
+
+SMALL = ModelConfig(
+    vocab_size=96,
+    hidden_dim=32,
+    intermediate_dim=48,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    max_seq_len=64,
+)
+
+
+def leaves(model):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(model)]
+
+
+def assert_bitwise(a, b):
+    for x, y in zip(leaves(a), leaves(b), strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_export_then_import_is_bitwise_equal(tmp_path, tied):
+    config = SMALL.model_copy(update={"tie_embeddings": tied})
+    model = Llama.init(config, key=jax.random.key(1))
+    out = export_hf(model, tmp_path / "hf")
+    loaded_config, loaded = import_hf(out)
+    assert loaded_config == config
+    assert_bitwise(model, loaded)
+    names = set(SafetensorsReader(out).shapes)
+    assert ("lm_head.weight" in names) is not tied and len(names) == 2 + 9 * 3 + (not tied)
+
+
+def test_bfloat16_export_holds_the_bfloat16_weights(tmp_path):
+    model = Llama.init(SMALL, key=jax.random.key(2))
+    out = export_hf(model, tmp_path / "hf", dtype="bfloat16")
+    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    _, loaded = import_hf(out, dtype="bfloat16")
+    assert_bitwise(cast_floating(model, jnp.bfloat16), loaded)
+
+
+def test_the_layout_is_hugging_faces(tmp_path):
+    """Query head ``kv * group + g`` is rows ``[(kv * group + g) * head_dim, ...)`` of q_proj, as in HF."""
+    model = Llama.init(SMALL, key=jax.random.key(3))
+    reader = SafetensorsReader(export_hf(model, tmp_path / "hf"))
+    q = (
+        model.layers.stacked.self_attn.q_proj.weight
+    )  # (layers, kv_heads, q_heads_per_group, head_size, embed)
+    hf_q = reader["model.layers.2.self_attn.q_proj.weight"]
+    assert hf_q.shape == (4 * 8, 32)
+    np.testing.assert_array_equal(hf_q[(1 * 2 + 1) * 8 : (1 * 2 + 2) * 8], q.array[2, 1, 1])
+    o = (
+        model.layers.stacked.self_attn.o_proj.weight
+    )  # (layers, embed, kv_heads, q_heads_per_group, head_size)
+    np.testing.assert_array_equal(
+        reader["model.layers.0.self_attn.o_proj.weight"][:, 8:16], o.array[0, :, 0, 1]
+    )
+    np.testing.assert_array_equal(reader["model.embed_tokens.weight"], model.embed_tokens.weight.array)
+
+
+def test_large_exports_are_sharded_with_an_index(tmp_path):
+    model = Llama.init(SMALL, key=jax.random.key(4))
+    out = export_hf(model, tmp_path / "hf", max_shard_bytes=20_000)
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    files = sorted(p.name for p in out.glob("*.safetensors"))
+    assert len(files) > 2 and set(index["weight_map"].values()) == set(files)
+    assert set(index["weight_map"]) == set(hf_tensors(SMALL))
+    assert index["metadata"]["total_size"] == sum(4 * np.prod(t.shape) for t in hf_tensors(SMALL).values())
+    assert not (out / "model.safetensors").exists()
+    assert_bitwise(model, import_hf(out)[1])
+
+
+def test_tensors_are_written_one_at_a_time(tmp_path):
+    """Each tensor is fetched only after the previous one is on disk: the host holds one at a time."""
+    plan = [TensorPlan(f"t{i}", (3, 5), "float32") for i in range(4)]
+    path = tmp_path / "model.safetensors"
+    fetched = []
+
+    def fetch(tensor):
+        if fetched:
+            (header,) = struct.unpack("<Q", path.read_bytes()[:8])
+            assert path.stat().st_size == 8 + header + 60 * len(fetched)
+        fetched.append(tensor.name)
+        return np.full(tensor.shape, len(fetched), np.float32)
+
+    write_safetensors(tmp_path, plan, fetch)
+    assert fetched == ["t0", "t1", "t2", "t3"]
+    assert float(SafetensorsReader(tmp_path)["t3"][0, 0]) == 4.0
+
+
+configs = st.builds(
+    ModelConfig,
+    vocab_size=st.integers(8, 500),
+    hidden_dim=st.sampled_from([16, 32, 64]),
+    intermediate_dim=st.integers(1, 300),
+    num_layers=st.integers(1, 40),
+    num_heads=st.sampled_from([4, 8]),
+    num_kv_heads=st.sampled_from([1, 2, 4]),
+    head_dim=st.none() | st.sampled_from([8, 24]),
+    max_seq_len=st.integers(1, 10**6),
+    rope_theta=st.floats(1.0, 1e7),
+    rope_scaling=st.none() | st.builds(RopeScaling, factor=st.floats(1.0, 32.0)),
+    norm_eps=st.floats(1e-8, 1e-3),
+    tie_embeddings=st.booleans(),
+)
+
+
+@settings(max_examples=50)
+@given(config=configs)
+def test_the_config_round_trips_through_config_json(config):
+    fields = json.loads(json.dumps(hf_config(config, dtype="float32")))
+    back = model_config_from_hf(fields)
+    assert back.model_copy(update={"head_dim": config.head_dim}) == config
+    assert back.head_size == config.head_size
+
+
+def test_transformers_5_rope_parameters_are_read():
+    fields = hf_config(SMALL, dtype="float32")
+    del fields["rope_theta"], fields["rope_scaling"]
+    fields["rope_parameters"] = {
+        "rope_type": "llama3",
+        "rope_theta": 5e5,
+        **RopeScaling(factor=4.0).model_dump(),
+    }
+    config = model_config_from_hf(fields)
+    assert config.rope_theta == 5e5 and config.rope_scaling == RopeScaling(factor=4.0)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"hidden_act": "gelu"}, r"config.json: hidden_act='gelu' is not supported \(ours: 'silu'\)"),
+        ({"attention_bias": True}, "config.json: attention_bias=True is not supported"),
+        ({"model_type": "mistral"}, "config.json: model_type 'mistral' is not a Llama"),
+        (
+            {"rope_scaling": {"rope_type": "yarn", "factor": 2.0}},
+            "config.json: rope scaling 'yarn' is not supported",
+        ),
+        ({"num_key_value_heads": 3}, r"config.json: .*num_kv_heads \(3\) must divide model.num_heads \(4\)"),
+        ({"hidden_size": None}, "config.json: hidden_size:"),
+    ],
+)
+def test_configs_our_llama_cannot_be_are_named(change, message):
+    fields = {**hf_config(SMALL, dtype="float32"), **change}
+    with pytest.raises(HfFormatError, match=message):
+        model_config_from_hf(fields)
+
+
+def test_a_missing_config_field_is_named():
+    fields = hf_config(SMALL, dtype="float32")
+    del fields["intermediate_size"]
+    with pytest.raises(HfFormatError, match="^config.json: the field 'intermediate_size' is missing$"):
+        model_config_from_hf(fields)
+
+
+@pytest.fixture
+def exported(tmp_path):
+    return export_hf(Llama.init(SMALL, key=jax.random.key(5)), tmp_path / "hf")
+
+
+def test_a_vocabulary_mismatch_names_the_tensor_and_both_shapes(exported):
+    other = SMALL.model_copy(update={"vocab_size": 128})
+    expected = r"the tensor model.embed_tokens.weight has shape \(96, 32\), the config needs \(128, 32\)$"
+    with pytest.raises(HfFormatError, match=expected):
+        import_hf(exported, other)
+
+
+def test_a_shape_mismatch_names_the_tensor_and_both_shapes(exported):
+    other = SMALL.model_copy(update={"intermediate_dim": 64})
+    expected = (
+        r"the tensor model.layers.0.mlp.gate_proj.weight has shape \(48, 32\), the config needs \(64, 32\)$"
+    )
+    with pytest.raises(HfFormatError, match=expected):
+        import_hf(exported, other)
+
+
+def test_missing_and_unexpected_tensors_are_named(exported):
+    with pytest.raises(
+        HfFormatError,
+        match=r"the tensor model.layers.3.self_attn.q_proj.weight \(shape \(32, 32\)\) is missing",
+    ):
+        import_hf(exported, SMALL.model_copy(update={"num_layers": 4}))
+    with pytest.raises(HfFormatError, match=r"the tensor lm_head.weight \(shape \(96, 32\)\) has no place"):
+        import_hf(exported, SMALL.model_copy(update={"tie_embeddings": True}))
+
+
+def test_broken_directories_are_named(tmp_path, exported):
+    with pytest.raises(HfFormatError, match="config.json: missing; not a Hugging Face model directory"):
+        import_hf(tmp_path)
+    (exported / "config.json").write_text("{not json")
+    with pytest.raises(HfFormatError, match="config.json: not valid JSON"):
+        import_hf(exported)
+    (exported / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{garbage")
+    with pytest.raises(HfFormatError, match="model.safetensors: not a readable safetensors file"):
+        import_hf(exported, SMALL)
+    (exported / "model.safetensors").unlink()
+    with pytest.raises(
+        HfFormatError, match="neither model.safetensors nor model.safetensors.index.json is there"
+    ):
+        import_hf(exported, SMALL)
+
+
+def test_bad_export_requests_are_named(tmp_path, exported):
+    model = Llama.init(SMALL, key=jax.random.key(6))
+    with pytest.raises(HfFormatError, match="already exists and is not an empty directory"):
+        export_hf(model, exported)
+    with pytest.raises(HfFormatError, match="export dtype 'int8': choose one of float32, bfloat16"):
+        export_hf(model, tmp_path / "x", dtype="int8")
+    with pytest.raises(HfFormatError, match="no-such.json: no such tokenizer file"):
+        export_hf(model, tmp_path / "y", tokenizer=tmp_path / "no-such.json")
+    assert not (tmp_path / "y").exists()
+
+
+def test_the_model_sharded_as_trained_exports_the_same_bytes(make_config, run_dir, tmp_path):
+    config = make_config("--trainer.mesh.data", "2", "--trainer.mesh.model", "2")
+    trainer = Trainer(config, run_dir, devices=jax.devices()[:4], progress=False)
+    sharded = trainer.initial_state().model
+    assert len(sharded.layers.stacked.self_attn.q_proj.weight.array.sharding.device_set) == 4
+    a = export_hf(sharded, tmp_path / "sharded")
+    b = export_hf(jax.device_put(sharded, jax.devices()[0]), tmp_path / "local")
+    assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
+
+
+@settings(max_examples=40)
+@given(
+    shapes=st.lists(st.lists(st.integers(1, 5), min_size=1, max_size=3), min_size=1, max_size=6),
+    dtype=st.sampled_from(["float32", "bfloat16", "float16"]),
+    limit=st.integers(1, 400),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_safetensors_files_round_trip_exactly_at_any_shard_size(tmp_path_factory, shapes, dtype, limit, seed):
+    out = tmp_path_factory.mktemp("st")
+    rng = np.random.default_rng(seed)
+    plan = [TensorPlan(f"w{i}", tuple(s), dtype) for i, s in enumerate(shapes)]
+    arrays = {t.name: rng.normal(size=t.shape).astype(jnp.dtype(dtype)) for t in plan}
+    files = write_safetensors(out, plan, lambda t: arrays[t.name], max_shard_bytes=limit)
+    assert (len(files) > 1) == (out / "model.safetensors.index.json").exists()
+    reader = SafetensorsReader(out)
+    assert reader.shapes == {t.name: t.shape for t in plan}
+    for name, array in arrays.items():
+        assert reader[name].dtype == array.dtype and reader[name].tobytes() == array.tobytes()
