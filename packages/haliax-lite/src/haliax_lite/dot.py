@@ -6,53 +6,16 @@ non-contracted axis in order of first appearance unless ``out_axes`` says otherw
 
 from __future__ import annotations
 
-import string
 from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 
 from .axis import Axis, AxisSelection, axis_name, ensure_tuple
 from .broadcast import check_sizes_agree
+from .contraction import contract
 from .core import NamedArray
 
 __all__ = ["dot"]
-
-_LETTERS = string.ascii_letters
-
-
-def contract(
-    arrays: Sequence[NamedArray],
-    out_names: Sequence[str],
-    precision=None,
-    preferred_element_type=None,
-    dot_general=jax.lax.dot_general,
-) -> NamedArray:
-    """Multiply ``arrays`` elementwise by name and sum every axis not in ``out_names`` (an einsum)."""
-    check_sizes_agree(*(a.axes for a in arrays))
-    all_axes: dict[str, Axis] = {}
-    for a in arrays:
-        for ax in a.axes:
-            all_axes.setdefault(ax.name, ax)
-    if len(all_axes) > len(_LETTERS):
-        raise ValueError(f"Too many distinct axes ({len(all_axes)}) for one contraction")
-    letter = {name: _LETTERS[i] for i, name in enumerate(all_axes)}
-    if len(set(out_names)) != len(out_names):
-        raise ValueError(f"An output axis appears twice in {list(out_names)}")
-    missing = [n for n in out_names if n not in all_axes]
-    if missing:
-        raise ValueError(f"Output axes {missing} are in none of the arrays {[a.axes for a in arrays]}")
-    spec = ",".join("".join(letter[ax.name] for ax in a.axes) for a in arrays)
-    spec += "->" + "".join(letter[n] for n in out_names)
-    extra = {} if dot_general is jax.lax.dot_general else {"_dot_general": dot_general}
-    result = jnp.einsum(
-        spec,
-        *(a.array for a in arrays),
-        precision=precision,
-        preferred_element_type=preferred_element_type,
-        **extra,
-    )
-    return NamedArray(result, tuple(all_axes[n] for n in out_names))
 
 
 def resolve_out_axes(out_axes: AxisSelection, default: Sequence[str]) -> list[str]:
