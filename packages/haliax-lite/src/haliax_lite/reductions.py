@@ -62,11 +62,16 @@ def _reduction(name: str, jnp_fn):
 
 
 def _axis_wise(name: str, jnp_fn):
-    def axis_wise(a: NamedArray, axis: AxisSelector, **kwargs) -> NamedArray:
+    def axis_wise(a: NamedArray, axis: AxisSelector | None = None, **kwargs) -> NamedArray | jax.Array:
+        if axis is None:
+            return jnp_fn(a.array, axis=None, **kwargs)
         return NamedArray(jnp_fn(a.array, axis=a.axis_indices(axis), **kwargs), a.axes)
 
     axis_wise.__name__ = axis_wise.__qualname__ = name
-    axis_wise.__doc__ = f"``jnp.{name}`` along one named axis; the axes are unchanged."
+    axis_wise.__doc__ = (
+        f"``jnp.{name}`` along one named axis; the axes are unchanged. With no axis, as in Haliax, "
+        "it runs over the flattened array and returns a 1-d ``jax.Array``."
+    )
     return axis_wise
 
 
