@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import jax
 
-from .axis import Axis, AxisSelection, axis_name, ensure_tuple
+from .axis import Axis, AxisSelection, axis_name, ensure_tuple, rearrange_for_partial_order
 from .broadcast import check_sizes_agree
 from .contraction import contract
 from .core import NamedArray
@@ -18,21 +18,15 @@ from .core import NamedArray
 __all__ = ["dot"]
 
 
-def resolve_out_axes(out_axes: AxisSelection, default: Sequence[str]) -> list[str]:
-    """Expand an ``out_axes`` selection (which may hold one ``...``) against the default order."""
-    spec = [ax if ax is Ellipsis else axis_name(ax) for ax in ensure_tuple(out_axes)]
-    if spec.count(Ellipsis) > 1:
-        raise ValueError(f"out_axes may contain at most one ellipsis, got {out_axes}")
-    unknown = [n for n in spec if n is not Ellipsis and n not in default]
-    if unknown:
-        raise ValueError(f"out_axes {unknown} are not among the result's axes {list(default)}")
-    if Ellipsis not in spec:
-        if sorted(spec) != sorted(default):
-            raise ValueError(f"out_axes {spec} must list exactly the result axes {list(default)}, or use ...")
-        return spec
-    rest = [n for n in default if n not in spec]
-    i = spec.index(Ellipsis)
-    return spec[:i] + rest + spec[i + 1 :]
+def resolve_out_axes(out_axes, default: Sequence[str]) -> list[str]:
+    """The result's axis names ordered by ``out_axes``, a partial order that may hold several ``...``
+    (see :func:`~haliax_lite.axis.rearrange_for_partial_order`)."""
+    try:
+        return list(rearrange_for_partial_order(ensure_tuple(out_axes), tuple(default)))
+    except ValueError as e:
+        raise ValueError(
+            f"dot: out_axes {out_axes} does not fit the result's axes {list(default)}: {e}"
+        ) from None
 
 
 def dot(
