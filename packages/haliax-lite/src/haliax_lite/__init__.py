@@ -19,6 +19,7 @@ from equinox import filter_value_and_grad as filter_value_and_grad
 from equinox import filter_vmap as filter_vmap
 
 from .axis import *  # noqa: F403
+from .binary import *  # noqa: F403
 from .broadcast import *  # noqa: F403
 from .checkpoint import *  # noqa: F403
 from .core import *  # noqa: F403
@@ -32,6 +33,7 @@ from .ops import *  # noqa: F403
 from .partitioning import *  # noqa: F403
 from .reductions import *  # noqa: F403
 from .shape_ops import *  # noqa: F403
+from .unary import *  # noqa: F403
 
 # isort: off
 from . import indexing as indexing
