@@ -18,6 +18,7 @@ from equinox import filter_jit as filter_jit
 from equinox import filter_value_and_grad as filter_value_and_grad
 from equinox import filter_vmap as filter_vmap
 
+from .array_ops import *  # noqa: F403
 from .axis import *  # noqa: F403
 from .binary import *  # noqa: F403
 from .broadcast import *  # noqa: F403
@@ -27,6 +28,7 @@ from .creation import *  # noqa: F403
 from .dot import *  # noqa: F403
 from .einsum import *  # noqa: F403
 from .elementwise import *  # noqa: F403
+from .fourier import *  # noqa: F403
 from .hof import *  # noqa: F403
 from .indexing import *  # noqa: F403
 from .ops import *  # noqa: F403
@@ -40,6 +42,7 @@ from . import indexing as indexing
 from . import partitioning as partitioning
 from . import random as random
 from . import tree_util as tree_util
+from . import util as util
 from . import nn as nn  # last: the layers build on every name above
 # isort: on
 

@@ -17,7 +17,30 @@ import numpy as np
 from .axis import Axis, AxisSelection, AxisSelector, _check_no_duplicates, axis_name, ensure_tuple
 from .named_array_methods import NamedArrayMethods, _hax
 
-__all__ = ["NamedArray", "is_named_array", "named"]
+__all__ = ["NamedArray", "are_shape_checks_enabled", "enable_shape_checks", "is_named_array", "named"]
+
+_shape_checks = True
+
+
+def enable_shape_checks(enabled: bool) -> bool:
+    """Turn the check that an array's shape matches its axes on or off; returns the previous setting.
+
+    The check runs when a NamedArray is built from an array with a shape (not inside pytree
+    unflattening); turning it off saves a little Python time in tight loops, at the cost of late errors.
+
+    >>> previous = enable_shape_checks(False)
+    >>> are_shape_checks_enabled()
+    False
+    >>> _ = enable_shape_checks(previous)
+    """
+    global _shape_checks
+    previous, _shape_checks = _shape_checks, bool(enabled)
+    return previous
+
+
+def are_shape_checks_enabled() -> bool:
+    """Whether NamedArray checks that its array's shape matches its axes (see :func:`enable_shape_checks`)."""
+    return _shape_checks
 
 
 class _NamedArrayAnnotation(type):
@@ -65,7 +88,7 @@ class NamedArray(NamedArrayMethods):
             if not isinstance(a, Axis):
                 raise TypeError(f"NamedArray axes must be Axis objects, got {a!r}; use hax.named for names")
         _check_no_duplicates(axes)
-        shape = getattr(array, "shape", None)
+        shape = getattr(array, "shape", None) if _shape_checks else None
         if shape is not None and tuple(shape) != tuple(a.size for a in axes):
             raise ValueError(f"Array shape {tuple(shape)} does not match axes {axes}")
         object.__setattr__(self, "array", array)

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 import haliax_lite as hax
+from haliax_lite.checkpoint import ScanCheckpointPolicy as ScanCheckpointPolicy
 
 M = TypeVar("M", bound=eqx.Module)
 
