@@ -13,6 +13,7 @@ MODULES_WITH_EXAMPLES = [
     "haliax_lite.nn.embedding",
     "haliax_lite.nn.linear",
     "haliax_lite.nn.loss",
+    "haliax_lite.nn.pooling",
     "haliax_lite.nn.mlp",
     "haliax_lite.nn.normalization",
     "haliax_lite.nn.scan",
