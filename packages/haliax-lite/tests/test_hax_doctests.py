@@ -7,7 +7,7 @@ import pytest
 
 MODULES = (
     "haliax_lite axis core broadcast creation dot einsum einops_syntax elementwise reductions ops shape_ops "
-    "indexing random hof checkpoint partitioning tree_util unary binary array_ops fourier"
+    "indexing random hof checkpoint partitioning tree_util unary binary array_ops fourier unique_bits"
 ).split()
 
 

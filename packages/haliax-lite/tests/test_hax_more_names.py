@@ -170,3 +170,39 @@ def test_shape_checks_can_be_turned_off_and_util_helpers():
     with pytest.raises(ValueError):
         hax.util.index_where(lambda v: v > 5, [1])
     assert hax.nn.scan.ScanCheckpointPolicy is hax.ScanCheckpointPolicy
+
+
+@settings(max_examples=25)
+@given(st.permutations(POOL[:2]), st.integers(0, 2**16), st.integers(1, 8))
+def test_unique_family_equals_jnp(order, seed, n_unique):
+    raw = np.random.default_rng(seed).integers(0, 5, size=(2, 3))
+    x = hax.named(jnp.asarray(raw), tuple(POOL[:2])).rearrange(tuple(order))
+    flat = np.asarray(x.array)
+    U = hax.Axis("u", n_unique)
+    values, counts = hax.unique_counts(x, U, fill_value=-1)
+    ref = jnp.unique_counts(flat, size=n_unique, fill_value=-1)
+    np.testing.assert_array_equal(np.asarray(values.array), np.asarray(ref.values))
+    np.testing.assert_array_equal(np.asarray(counts.array), np.asarray(ref.counts))
+    values, inverse = hax.unique_inverse(x, hax.Axis("u", 5))
+    assert inverse.axes == x.axes
+    np.testing.assert_array_equal(np.asarray(values.array)[np.asarray(inverse.array)], flat)
+    v, idx, inv, cnt = hax.unique(
+        x, U, return_index=True, return_inverse=True, return_counts=True, fill_value=-1
+    )
+    np.testing.assert_array_equal(np.asarray(cnt.array), np.asarray(ref.counts))
+    assert hax.unique(x, U, fill_value=-1).axes == (U,)
+
+
+@settings(max_examples=25)
+@given(st.permutations(POOL), st.integers(0, 2**16), st.sampled_from(["big", "little"]))
+def test_packbits_round_trip_equals_jnp(order, seed, bitorder):
+    raw = np.random.default_rng(seed).integers(0, 2, size=(2, 3, 4)).astype(np.uint8)
+    x = hax.named(jnp.asarray(raw), tuple(POOL)).rearrange(tuple(order))
+    i = x.axes.index(POOL[2])
+    packed = hax.packbits(x, "c", bitorder=bitorder)
+    np.testing.assert_array_equal(
+        np.asarray(packed.array), np.packbits(np.asarray(x.array), axis=i, bitorder=bitorder)
+    )
+    back = hax.unpackbits(packed, "c", count=4, bitorder=bitorder)
+    assert back.axes == x.axes
+    np.testing.assert_array_equal(np.asarray(back.array), np.asarray(x.array))

@@ -36,6 +36,7 @@ from .partitioning import *  # noqa: F403
 from .reductions import *  # noqa: F403
 from .shape_ops import *  # noqa: F403
 from .unary import *  # noqa: F403
+from .unique_bits import *  # noqa: F403
 
 # isort: off
 from . import indexing as indexing
