@@ -147,7 +147,9 @@ def _unnamed_spec(default, args_spec, kwargs_spec, args, kwargs):
     return lambda i, leaf: dims[i] if is_named_or_shaped_array_like(leaf) else None
 
 
-def vmap(fn, axis: AxisSelection, *, default=_zero_if_array_else_none, args=(), kwargs=None):
+def vmap(
+    fn: Callable, axis: AxisSelection, *, default=_zero_if_array_else_none, args=(), kwargs=None
+) -> Callable:
     """Vectorize ``fn`` over a named axis (or several, outermost first).
 
     >>> import haliax_lite as hax
@@ -188,14 +190,14 @@ def _nested_outer_size(n: int, nested: bool | int) -> int:
 
 
 def scan(
-    f,
+    f: Callable,
     axis: AxisSelector,
     *,
     remat: ScanCheckpointSpec = False,
     reverse: bool = False,
     unroll: int = 1,
     is_scanned=is_named_or_shaped_array_like,
-):
+) -> Callable:
     """Curried named scan: ``scan(f, axis)(init, *xs)`` returns ``(carry, ys)``.
 
     ``f(carry, *x) -> (carry, y)`` sees each argument without ``axis``; ``ys`` has ``axis`` in front.
@@ -243,14 +245,14 @@ def _nested_scan(step, init, xs, n: int, policy: ScanCheckpointPolicy, reverse: 
 
 
 def fold(
-    fn,
+    fn: Callable,
     axis: AxisSelector,
     *,
     remat: ScanCheckpointSpec = False,
     reverse: bool = False,
     unroll: int = 1,
     is_scanned=is_named_or_shaped_array_like,
-):
+) -> Callable:
     """Curried named fold: ``fold(fn, axis)(init, *xs)`` returns the final carry of ``fn(carry, *x)``.
 
     >>> import haliax_lite as hax
@@ -267,14 +269,14 @@ def fold(
 
 
 def map(
-    fn,
+    fn: Callable,
     axis: AxisSelector,
     *,
     remat: ScanCheckpointSpec = False,
     reverse: bool = False,
     unroll: int = 1,
     is_mapped=is_named_or_shaped_array_like,
-):
+) -> Callable:
     """Apply ``fn`` to each slice along ``axis`` sequentially (less memory than ``vmap``)."""
 
     def step(carry, *args, **kwargs):

@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -33,32 +35,32 @@ def _leaf_or_named(is_leaf):
     return lambda x: is_named_array(x) or is_leaf(x)
 
 
-def tree_map(fn, tree, *rest, is_leaf=None):
+def tree_map(fn: Callable, tree: Any, *rest: Any, is_leaf: Callable | None = None) -> Any:
     """``jax.tree_util.tree_map`` with NamedArrays as leaves."""
     return jax.tree_util.tree_map(fn, tree, *rest, is_leaf=_leaf_or_named(is_leaf))
 
 
-def tree_flatten(tree, is_leaf=None):
+def tree_flatten(tree: Any, is_leaf: Callable | None = None) -> tuple[list, jax.tree_util.PyTreeDef]:
     """``jax.tree_util.tree_flatten`` with NamedArrays as leaves."""
     return jax.tree_util.tree_flatten(tree, is_leaf=_leaf_or_named(is_leaf))
 
 
-def tree_leaves(tree, is_leaf=None):
+def tree_leaves(tree: Any, is_leaf: Callable | None = None) -> list:
     """``jax.tree_util.tree_leaves`` with NamedArrays as leaves."""
     return jax.tree_util.tree_leaves(tree, is_leaf=_leaf_or_named(is_leaf))
 
 
-def tree_structure(tree, is_leaf=None):
+def tree_structure(tree: Any, is_leaf: Callable | None = None) -> jax.tree_util.PyTreeDef:
     """``jax.tree_util.tree_structure`` with NamedArrays as leaves."""
     return jax.tree_util.tree_structure(tree, is_leaf=_leaf_or_named(is_leaf))
 
 
-def tree_unflatten(treedef, leaves):
+def tree_unflatten(treedef: jax.tree_util.PyTreeDef, leaves: list) -> Any:
     """Inverse of :func:`tree_flatten`."""
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
-def resize_axis(tree, old_axis: AxisSelector, new_size: int, key: jax.Array | None = None):
+def resize_axis(tree: Any, old_axis: AxisSelector, new_size: int, key: jax.Array | None = None) -> Any:
     """Every NamedArray of ``tree`` with ``old_axis`` resized to ``new_size`` along it (as Haliax does).
 
     Shrinking truncates. Growing fills the new entries with the mean along the axis, or, given a ``key``,
@@ -97,7 +99,7 @@ def _resized(x: NamedArray, i: int, size: int):
     return x.axes[:i] + (x.axes[i].resize(size),) + x.axes[i + 1 :]
 
 
-def scan_aware_tree_map(fn, tree, is_leaf=None):
+def scan_aware_tree_map(fn: Callable, tree: Any, is_leaf: Callable | None = None) -> Any:
     """:func:`tree_map`, except that inside a ``hax.nn.Stacked`` ``fn`` sees each block's arrays without
     the ``Block`` axis (it is vmapped over the blocks), as Haliax's version does.
 
