@@ -157,9 +157,23 @@ def test_wrappers_and_methods_are_written_out_with_type_hints():
     for module in (unary, binary, elementwise, reductions):
         for name in module.__all__:
             fn = getattr(module, name)
+            if isinstance(fn, type):  # the reduction Protocols
+                continue
             assert fn.__module__ == module.__name__ and fn.__name__ == name, (module.__name__, name)
             assert "return" in fn.__annotations__, f"{module.__name__}.{name} has no return hint"
             assert f"def {name}(" in inspect.getsource(module)
     for name in ("sum", "cumsum", "rearrange", "dot", "__add__", "__radd__", "__eq__", "__neg__"):
         assert name in vars(NamedArrayMethods), name
         assert "return" in vars(NamedArrayMethods)[name].__annotations__
+
+
+def test_reduction_protocols_describe_the_reductions():
+    import typing
+
+    def total(f: hax.ReductionFunction, x: hax.NamedArray) -> hax.NamedArray:
+        return f(x, "a", where=x > 0)
+
+    x = hax.arange((hax.Axis("a", 3), hax.Axis("b", 2)), dtype=float) - 2
+    assert total(hax.sum, x).array.tolist() == [2.0, 4.0]
+    assert typing.get_type_hints(hax.ReductionFunction.__call__)["return"] is hax.NamedArray
+    assert hax.SimpleReductionFunction.__call__.__annotations__["return"] == "NamedArray"

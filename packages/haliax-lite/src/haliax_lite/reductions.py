@@ -6,6 +6,8 @@ tuple of them (None reduces everything), and ``where`` is a boolean NamedArray b
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import jax
 import jax.numpy as jnp
 
@@ -16,6 +18,8 @@ from .core import NamedArray
 _NEED_INITIAL = {"max": "min", "amax": "min", "nanmax": "min", "min": "max", "amin": "max", "nanmin": "max"}
 
 __all__ = [
+    "ReductionFunction",
+    "SimpleReductionFunction",
     "all",
     "amax",
     "amin",
@@ -45,6 +49,25 @@ __all__ = [
     "sum",
     "var",
 ]
+
+
+class ReductionFunction(Protocol):
+    """The shape of a masked reduction such as :func:`sum`: ``f(array, axis=None, *, where=None, **kw)``."""
+
+    def __call__(
+        self,
+        array: NamedArray,
+        axis: AxisSelection | None = None,
+        *,
+        where: NamedArray | None = None,
+        **kwargs,
+    ) -> NamedArray: ...
+
+
+class SimpleReductionFunction(Protocol):
+    """The shape of a reduction without a mask, such as :func:`argmax`: ``f(array, axis)``."""
+
+    def __call__(self, array: NamedArray, axis: AxisSelector | None = None, **kwargs) -> NamedArray: ...
 
 
 def _identity(dtype, which: str):
