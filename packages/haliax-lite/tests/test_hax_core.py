@@ -145,3 +145,35 @@ def test_tree_util_treats_named_arrays_as_leaves():
     flat, treedef = hax.tree_util.tree_flatten(tree)
     assert hax.tree_util.tree_unflatten(treedef, flat)["x"].axes == (A,)
     assert hax.tree_util.tree_structure(tree) == treedef
+
+
+def test_wrappers_and_methods_are_written_out_with_type_hints():
+    """Tools see what readers see: every wrapper is a real function with hints, defined in its module."""
+    import inspect
+
+    from haliax_lite import binary, elementwise, reductions, unary
+    from haliax_lite.named_array_methods import NamedArrayMethods
+
+    for module in (unary, binary, elementwise, reductions):
+        for name in module.__all__:
+            fn = getattr(module, name)
+            if isinstance(fn, type):  # the reduction Protocols
+                continue
+            assert fn.__module__ == module.__name__ and fn.__name__ == name, (module.__name__, name)
+            assert "return" in fn.__annotations__, f"{module.__name__}.{name} has no return hint"
+            assert f"def {name}(" in inspect.getsource(module)
+    for name in ("sum", "cumsum", "rearrange", "dot", "__add__", "__radd__", "__eq__", "__neg__"):
+        assert name in vars(NamedArrayMethods), name
+        assert "return" in vars(NamedArrayMethods)[name].__annotations__
+
+
+def test_reduction_protocols_describe_the_reductions():
+    import typing
+
+    def total(f: hax.ReductionFunction, x: hax.NamedArray) -> hax.NamedArray:
+        return f(x, "a", where=x > 0)
+
+    x = hax.arange((hax.Axis("a", 3), hax.Axis("b", 2)), dtype=float) - 2
+    assert total(hax.sum, x).array.tolist() == [2.0, 4.0]
+    assert typing.get_type_hints(hax.ReductionFunction.__call__)["return"] is hax.NamedArray
+    assert hax.SimpleReductionFunction.__call__.__annotations__["return"] == "NamedArray"

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import haliax_lite as hax
-from haliax_lite import elementwise
+from haliax_lite import binary, unary
 
 NAMES = ["a", "b", "c", "d"]
 
@@ -27,11 +27,20 @@ def _values(axes, seed, low=0.1, high=2.0):
 
 FLOAT_UNARY = [
     n
-    for n in elementwise.UNARY
-    if n not in {"bitwise_not", "invert", "arccosh", "i0"}  # integer-only or domain >= 1
+    for n in unary.__all__
+    # integer-only, domain >= 1, or (fix) not in jnp
+    if n not in {"bitwise_not", "bitwise_invert", "bitwise_count", "invert", "arccosh", "i0", "fix"}
 ]
-INTEGER_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
-FLOAT_BINARY = [n for n in elementwise.BINARY if n not in INTEGER_ONLY]
+INTEGER_ONLY = {
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "left_shift",
+    "right_shift",
+    "bitwise_left_shift",
+    "bitwise_right_shift",
+}
+FLOAT_BINARY = [n for n in binary.__all__ if n not in INTEGER_ONLY]
 
 
 @pytest.mark.parametrize("name", FLOAT_UNARY)
@@ -153,3 +162,17 @@ def test_dtypes_follow_jnp_promotion(dtype):
     assert (x * 2).dtype == (jnp.ones(2, dtype) * 2).dtype
     assert hax.maximum(x, hax.ones(axes[1], dtype=jnp.float32)).dtype == jnp.promote_types(dtype, jnp.float32)
     assert hax.invert(x > 0).dtype == jnp.bool_
+
+
+@pytest.mark.parametrize("name", ["bitwise_count", "bitwise_invert", "bitwise_not", "invert"])
+def test_integer_unary_ops(name):
+    axes = (hax.Axis("a", 3),)
+    raw = np.array([1, 6, 255], np.int32)
+    out = getattr(hax, name)(hax.named(jnp.asarray(raw), axes))
+    assert out.axes == axes
+    np.testing.assert_array_equal(np.asarray(out.array), np.asarray(getattr(jnp, name)(raw)))
+
+
+def test_fix_rounds_toward_zero():
+    out = hax.fix(hax.named(jnp.array([-1.5, -0.2, 0.7, 2.9]), "a"))
+    np.testing.assert_array_equal(np.asarray(out.array), np.fix([-1.5, -0.2, 0.7, 2.9]))

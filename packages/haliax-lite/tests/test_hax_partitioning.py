@@ -188,3 +188,60 @@ def test_named_jit_returns_non_array_outputs():
         out = f(X, label)
         assert out["activation"] is hax.tanh and out["label"] == label and out["count"] == 3
         np.testing.assert_allclose(np.asarray(out["y"].array), 2 * np.asarray(X.array), rtol=1e-6)
+
+
+def _default_mesh():
+    """A mesh as ``jax.make_mesh`` builds it by default (explicit axes since JAX 0.7)."""
+    return jax.make_mesh((2, 2, 2), ("replica", "data", "model"))
+
+
+@pytest.fixture(params=["make_mesh_default", "auto"])
+def any_mesh(request):
+    if request.param == "auto":
+        return jax.make_mesh((2, 2, 2), ("replica", "data", "model"), axis_types=(AxisType.Auto,) * 3)
+    return _default_mesh()
+
+
+def test_make_mesh_default_has_explicit_axes():
+    assert AxisType.Explicit in _default_mesh().axis_types
+
+
+def test_fsdp_with_a_dot_over_the_sharded_parameter_axis(any_mesh):
+    def step(x, w):
+        return hax.dot(x, w, axis="embed")
+
+    with jax.set_mesh(any_mesh):
+        out = hax.fsdp(step, {"embed": "data"}, {"batch": "data"})(X, W)
+    np.testing.assert_allclose(
+        np.asarray(out.array), np.asarray(hax.dot(X, W, axis="embed").array), rtol=1e-5
+    )
+    assert out.axes == (Batch, Hidden)
+
+
+@pytest.mark.parametrize("where", ["eager", "jit"])
+@pytest.mark.parametrize("out_mapping", [{}, {"batch": "data"}, {"batch": "replica", "hidden": "data"}])
+def test_dot_with_both_contracting_axes_sharded(any_mesh, where, out_mapping):
+    expected = np.asarray(X.array) @ np.asarray(W.array)
+    with jax.set_mesh(any_mesh), hax.axis_mapping({"embed": "model", **out_mapping}):
+        x, w = hax.shard(X), hax.shard(W)
+
+        def f(x, w):
+            return hax.dot(x, w, axis="embed")
+
+        out = f(x, w) if where == "eager" else jax.jit(f)(x, w)
+        np.testing.assert_allclose(np.asarray(out.array), expected, rtol=1e-5)
+        if AxisType.Explicit in any_mesh.axis_types:
+            wanted = hax.partitioning.pspec_for_axis(out.axes, out_mapping)
+            assert _lays_out(out.array.sharding, wanted, 2)
+
+
+def test_contraction_keeps_the_sharding_of_uncontracted_axes_without_a_mapping():
+    with jax.set_mesh(_default_mesh()):
+        x = hax.shard(X, {"batch": "data", "embed": "model"})
+        w = hax.shard(W, {"embed": "model", "hidden": "replica"})
+        out = hax.dot(x, w, axis="embed")
+        assert _lays_out(out.array.sharding, PartitionSpec("data", "replica"), 2)
+        summed = hax.dot(x, w, axis=None)
+        np.testing.assert_allclose(
+            float(summed.array), float(np.sum(np.asarray(X.array) @ np.asarray(W.array))), rtol=1e-4
+        )

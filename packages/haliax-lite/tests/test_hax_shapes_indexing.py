@@ -118,7 +118,13 @@ def test_basic_indexing_both_syntaxes():
     np.testing.assert_array_equal(np.asarray(X[{"H": 1, "C": slice(0, 2)}].array), RAW[:, 0:2, 1])
     scalar = X["N", 1, "C", 2, "H", 3, "W", 4]
     assert isinstance(scalar, jax.Array) and scalar == RAW[1, 2, 3, 4]
-    np.testing.assert_array_equal(np.asarray(X["W", jnp.array([5, 0])].array), RAW[..., [5, 0]])
+    # a 1-d unnamed index takes the name of the first kept axis of its size (here N: one W per N)
+    per_n = X["W", jnp.array([5, 0])]
+    assert per_n.axes == (N, C, H)
+    np.testing.assert_array_equal(np.asarray(per_n.array), RAW[[0, 1], :, :, [5, 0]])
+    np.testing.assert_array_equal(
+        np.asarray(X["W", jnp.array([5, 0, 1, 2, 3])].array), RAW[..., [5, 0, 1, 2, 3]]
+    )
     np.testing.assert_array_equal(np.asarray(X["H", [1, 2]].array), RAW[:, :, [1, 2]])
     np.testing.assert_array_equal(np.asarray(X["H", jnp.int32(2)].array), RAW[:, :, 2])
 
@@ -149,8 +155,11 @@ def test_advanced_indexing_follows_haliax_docs():
     assert later.axes == (N, C, H, I2, I3)
     same_name = X[{"N": hax.named(jnp.array([1, 0, 1]), "N"), "C": 0}]
     assert same_name.axes == (N.resize(3), H, W)
-    with pytest.raises(ValueError, match="only reuse the names of axes it eliminates"):
-        X[{"H": hax.named(jnp.array([0, 1]), "N")}]
+    per_n = X[{"H": hax.named(jnp.array([3, 1]), "N")}]  # N is kept, so it is a batch axis
+    assert per_n.axes == (N, C, W)
+    np.testing.assert_array_equal(np.asarray(per_n.array), RAW[[0, 1], :, [3, 1], :])
+    with pytest.raises(ValueError, match="'N' has sizes 2 and 3"):
+        X[{"H": hax.named(jnp.array([0, 1, 2]), "N")}]
 
 
 def test_take_and_take_along():
@@ -189,7 +198,7 @@ def test_updated_slice():
     patch = hax.ones((H.resize(2), C))
     out = hax.updated_slice(hax.zeros(AXES), {"H": 1, "N": 1}, patch)
     expected = np.zeros_like(RAW)
-    expected[1, :, 1:3, 0] = 1.0
+    expected[:, :, 1:3, :] = 1.0  # broadcast along the axes the update lacks, as in Haliax
     np.testing.assert_array_equal(np.asarray(out.array), expected)
     with pytest.raises(ValueError, match="not in the array"):
         hax.updated_slice(X, {"H": 0}, hax.ones(hax.Axis("Q", 1)))

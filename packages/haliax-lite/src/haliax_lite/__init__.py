@@ -18,7 +18,9 @@ from equinox import filter_jit as filter_jit
 from equinox import filter_value_and_grad as filter_value_and_grad
 from equinox import filter_vmap as filter_vmap
 
+from .array_ops import *  # noqa: F403
 from .axis import *  # noqa: F403
+from .binary import *  # noqa: F403
 from .broadcast import *  # noqa: F403
 from .checkpoint import *  # noqa: F403
 from .core import *  # noqa: F403
@@ -26,18 +28,22 @@ from .creation import *  # noqa: F403
 from .dot import *  # noqa: F403
 from .einsum import *  # noqa: F403
 from .elementwise import *  # noqa: F403
+from .fourier import *  # noqa: F403
 from .hof import *  # noqa: F403
 from .indexing import *  # noqa: F403
 from .ops import *  # noqa: F403
 from .partitioning import *  # noqa: F403
 from .reductions import *  # noqa: F403
 from .shape_ops import *  # noqa: F403
+from .unary import *  # noqa: F403
+from .unique_bits import *  # noqa: F403
 
 # isort: off
 from . import indexing as indexing
 from . import partitioning as partitioning
 from . import random as random
 from . import tree_util as tree_util
+from . import util as util
 from . import nn as nn  # last: the layers build on every name above
 from . import state_dict as state_dict
 # isort: on

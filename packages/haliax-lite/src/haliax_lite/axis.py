@@ -11,9 +11,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 __all__ = (
-    "Axis AxisSelection AxisSelector AxisSpec axis_name axis_size concat_axes dblock ds dslice "
-    "eliminate_axes ensure_tuple intersect_axes is_axis_compatible make_axes overlapping_axes "
-    "replace_axis selects_axis union_axes without_axes"
+    "Axis AxisSelection AxisSelector AxisSpec axis_name axis_size axis_spec_to_shape_dict concat_axes "
+    "concat_axis_specs dblock ds dslice eliminate_axes ensure_tuple intersect_axes is_axis_compatible "
+    "make_axes overlapping_axes rearrange_for_partial_order replace_axis resolve_axis selects_axis "
+    "union_axes without_axes"
 ).split()
 
 
@@ -207,6 +208,96 @@ def intersect_axes(ax1: AxisSelection, ax2: AxisSelection) -> tuple:
 
 
 overlapping_axes = intersect_axes
+
+
+def axis_spec_to_shape_dict(axis_spec: AxisSelection) -> dict[str, int | None]:
+    """``{name: size}`` for an axis spec; bare names have size None.
+
+    >>> axis_spec_to_shape_dict((Axis("a", 2), "b"))
+    {'a': 2, 'b': None}
+    """
+    result: dict[str, int | None] = {}
+    for a in ensure_tuple(axis_spec):
+        name = axis_name(a)
+        if name in result:
+            raise ValueError(f"Axis {name!r} appears twice in {axis_spec}")
+        result[name] = a.size if isinstance(a, Axis) else None
+    return result
+
+
+def concat_axis_specs(a1: AxisSelection, a2: AxisSelection) -> AxisSelection:
+    """``a1`` then ``a2``, as a dict if both are dicts, else a tuple; a shared name is an error.
+
+    >>> concat_axis_specs({"a": 1}, {"b": 2})
+    {'a': 1, 'b': 2}
+    """
+    if isinstance(a1, Mapping) and isinstance(a2, Mapping):
+        shared = sorted(set(a1) & set(a2))
+        if shared:
+            raise ValueError(f"concat_axis_specs: axes {shared} are in both {a1} and {a2}")
+        return {**a1, **a2}
+    return concat_axes(a1, a2)
+
+
+def resolve_axis(axis_spec: AxisSpec, selection: AxisSelection) -> Axis | tuple[Axis, ...]:
+    """The Axis (or Axes) of ``axis_spec`` named by ``selection``; a missing name is an error.
+
+    >>> resolve_axis(make_axes(a=1, b=2), "b")
+    Axis(name='b', size=2)
+    """
+    by_name = {a.name: a for a in ensure_tuple(axis_spec)}
+
+    def one(sel: AxisSelector) -> Axis:
+        found = by_name.get(axis_name(sel))
+        if found is None:
+            raise ValueError(f"Axis {axis_name(sel)!r} is not in {tuple(by_name.values())}")
+        if isinstance(sel, Axis) and sel.size != found.size:
+            raise ValueError(f"{sel} does not match the size of {found}")
+        return found
+
+    if isinstance(selection, (Axis, str)):
+        return one(selection)
+    return tuple(one(a) for a in ensure_tuple(selection))
+
+
+def _order_index(order: tuple, name: str) -> int:
+    """Position of the axis called ``name`` in a partial order (which may hold ``...``)."""
+    return next(i for i, a in enumerate(order) if a is not Ellipsis and axis_name(a) == name)
+
+
+def rearrange_for_partial_order(partial_order, axes: tuple) -> tuple:
+    """``axes`` reordered to fit ``partial_order``: names in that order, ``...`` standing for the rest.
+
+    Without ``...`` the partial order must list every axis. With one or more ``...``, each remaining axis
+    goes in the first ``...`` slot after the last listed axis that preceded it in ``axes`` (Haliax's
+    greedy rule: the input order is kept as far as the partial order allows).
+
+    >>> rearrange_for_partial_order(("c", ..., "a"), ("a", "b", "c", "d"))
+    ('c', 'b', 'd', 'a')
+    """
+    order = tuple(partial_order) if not isinstance(partial_order, (str, Axis)) else (partial_order,)
+    by_name = {axis_name(a): a for a in axes}
+    listed = [axis_name(a) for a in order if a is not Ellipsis]
+    if len(set(listed)) != len(listed):
+        raise ValueError(f"Partial order {order} lists an axis twice")
+    missing = [n for n in listed if n not in by_name]
+    if missing:
+        raise ValueError(f"Axes {missing} of the partial order {order} are not in {axes}")
+    if Ellipsis not in order:
+        if len(listed) != len(by_name):
+            rest = [n for n in by_name if n not in listed]
+            raise ValueError(f"Partial order {order} leaves out axes {rest}: list them or add ...")
+        return tuple(by_name[n] for n in listed)
+    slots: list[list[str]] = [[] if a is Ellipsis else [axis_name(a)] for a in order]
+    target = order.index(Ellipsis)
+    for name in by_name:
+        if name in listed:  # later axes go in the first unfilled ... after it
+            after = max(_order_index(order, name) + 1, target)
+            empty = [i for i in range(after, len(slots)) if not slots[i]]
+            target = empty[0] if empty else target
+        else:
+            slots[target].append(name)
+    return tuple(by_name[n] for slot in slots for n in slot)
 
 
 @dataclasses.dataclass(frozen=True)

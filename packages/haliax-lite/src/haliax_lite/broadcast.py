@@ -24,8 +24,12 @@ def check_sizes_agree(*axes_lists) -> None:
         for a in axes:
             other = seen.setdefault(a.name, a)
             if other.size != a.size:
-                shapes = " and ".join(_shape_str(x) for x in axes_lists)
-                raise ValueError(f"Axis {a.name!r} has sizes {other.size} and {a.size} in shapes {shapes}")
+                having = [x for x in axes_lists if any(b.name == a.name for b in x)]
+                shapes = " and ".join(_shape_str(x) for x in having)
+                raise ValueError(
+                    f"Axis {a.name!r} has sizes {other.size} and {a.size} in shapes {shapes}; "
+                    "the same name must have one size (rename one with hax.rename, or resize the Axis)"
+                )
 
 
 def broadcast_axes(a_axes: tuple[Axis, ...], b_axes: tuple[Axis, ...], require_subset: bool = True):

@@ -7,8 +7,6 @@ It is a pytree whose only leaf is the array; the axes are static metadata, so Na
 
 from __future__ import annotations
 
-import functools
-import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,13 +15,32 @@ import jax.numpy as jnp
 import numpy as np
 
 from .axis import Axis, AxisSelection, AxisSelector, _check_no_duplicates, axis_name, ensure_tuple
+from .named_array_methods import NamedArrayMethods, _hax
 
-__all__ = ["NamedArray", "is_named_array", "named"]
+__all__ = ["NamedArray", "are_shape_checks_enabled", "enable_shape_checks", "is_named_array", "named"]
+
+_shape_checks = True
 
 
-@functools.cache
-def _hax():
-    return importlib.import_module("haliax_lite")
+def enable_shape_checks(enabled: bool) -> bool:
+    """Turn the check that an array's shape matches its axes on or off; returns the previous setting.
+
+    The check runs when a NamedArray is built from an array with a shape (not inside pytree
+    unflattening); turning it off saves a little Python time in tight loops, at the cost of late errors.
+
+    >>> previous = enable_shape_checks(False)
+    >>> are_shape_checks_enabled()
+    False
+    >>> _ = enable_shape_checks(previous)
+    """
+    global _shape_checks
+    previous, _shape_checks = _shape_checks, bool(enabled)
+    return previous
+
+
+def are_shape_checks_enabled() -> bool:
+    """Whether NamedArray checks that its array's shape matches its axes (see :func:`enable_shape_checks`)."""
+    return _shape_checks
 
 
 class _NamedArrayAnnotation(type):
@@ -52,7 +69,7 @@ def _matches_axes_pattern(axes: tuple[Axis, ...], pattern: tuple[str, ...]) -> b
 
 
 @jax.tree_util.register_pytree_with_keys_class
-class NamedArray:
+class NamedArray(NamedArrayMethods):
     """An array with named axes.
 
     >>> import jax.numpy as jnp
@@ -71,7 +88,7 @@ class NamedArray:
             if not isinstance(a, Axis):
                 raise TypeError(f"NamedArray axes must be Axis objects, got {a!r}; use hax.named for names")
         _check_no_duplicates(axes)
-        shape = getattr(array, "shape", None)
+        shape = getattr(array, "shape", None) if _shape_checks else None
         if shape is not None and tuple(shape) != tuple(a.size for a in axes):
             raise ValueError(f"Array shape {tuple(shape)} does not match axes {axes}")
         object.__setattr__(self, "array", array)
@@ -187,49 +204,6 @@ class NamedArray:
         raise TypeError("Iterating a NamedArray is ambiguous; use hax.unbind(x, axis) to split along an axis")
 
     __hash__ = None  # arrays are not hashable; == is elementwise
-
-
-def _forward(name: str):
-    def method(self, *args, **kwargs):
-        return getattr(_hax(), name)(self, *args, **kwargs)
-
-    method.__name__ = name
-    method.__doc__ = f"``hax.{name}(self, ...)``."
-    return method
-
-
-_FORWARDED_METHODS = (
-    "all any argmax argmin max min mean prod std var sum ptp logsumexp cumsum cumprod sort argsort "
-    "dot clip round rename rearrange broadcast_axis broadcast_to flatten_axes unflatten_axis split "
-    "unbind ravel flatten take slice updated_slice tril triu roll top_k trace isnan isfinite "
-    "conj conjugate imag real nanmean nansum nanmax nanmin nanstd nanvar"
-).split()
-for _name in _FORWARDED_METHODS:
-    setattr(NamedArray, _name, _forward(_name))
-
-# "operator:function" pairs; reflected (__radd__, ...) versions are generated for the first group
-_REFLECTABLE = (
-    "add:add sub:subtract mul:multiply truediv:true_divide floordiv:floor_divide mod:mod pow:power "
-    "and:logical_and or:logical_or xor:logical_xor lshift:left_shift rshift:right_shift divmod:divmod"
-)
-_COMPARISONS = "lt:less le:less_equal gt:greater ge:greater_equal eq:equal ne:not_equal"
-
-
-def _binary_operator(fn_name: str, reflected: bool):
-    def operator(self, other):
-        fn = getattr(_hax(), fn_name)
-        return fn(other, self) if reflected else fn(self, other)
-
-    return operator
-
-
-for _op, _fn in (pair.split(":") for pair in _REFLECTABLE.split()):
-    setattr(NamedArray, f"__{_op}__", _binary_operator(_fn, False))
-    setattr(NamedArray, f"__r{_op}__", _binary_operator(_fn, True))
-for _op, _fn in (pair.split(":") for pair in _COMPARISONS.split()):
-    setattr(NamedArray, f"__{_op}__", _binary_operator(_fn, False))
-for _op, _fn in (pair.split(":") for pair in "neg:negative pos:positive abs:abs invert:invert".split()):
-    setattr(NamedArray, f"__{_op}__", _forward(_fn))
 
 
 def is_named_array(x: Any) -> bool:

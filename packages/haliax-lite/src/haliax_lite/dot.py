@@ -6,70 +6,27 @@ non-contracted axis in order of first appearance unless ``out_axes`` says otherw
 
 from __future__ import annotations
 
-import string
 from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 
-from .axis import Axis, AxisSelection, axis_name, ensure_tuple
+from .axis import Axis, AxisSelection, axis_name, ensure_tuple, rearrange_for_partial_order
 from .broadcast import check_sizes_agree
+from .contraction import contract
 from .core import NamedArray
 
 __all__ = ["dot"]
 
-_LETTERS = string.ascii_letters
 
-
-def contract(
-    arrays: Sequence[NamedArray],
-    out_names: Sequence[str],
-    precision=None,
-    preferred_element_type=None,
-    dot_general=jax.lax.dot_general,
-) -> NamedArray:
-    """Multiply ``arrays`` elementwise by name and sum every axis not in ``out_names`` (an einsum)."""
-    check_sizes_agree(*(a.axes for a in arrays))
-    all_axes: dict[str, Axis] = {}
-    for a in arrays:
-        for ax in a.axes:
-            all_axes.setdefault(ax.name, ax)
-    if len(all_axes) > len(_LETTERS):
-        raise ValueError(f"Too many distinct axes ({len(all_axes)}) for one contraction")
-    letter = {name: _LETTERS[i] for i, name in enumerate(all_axes)}
-    if len(set(out_names)) != len(out_names):
-        raise ValueError(f"An output axis appears twice in {list(out_names)}")
-    missing = [n for n in out_names if n not in all_axes]
-    if missing:
-        raise ValueError(f"Output axes {missing} are in none of the arrays {[a.axes for a in arrays]}")
-    spec = ",".join("".join(letter[ax.name] for ax in a.axes) for a in arrays)
-    spec += "->" + "".join(letter[n] for n in out_names)
-    extra = {} if dot_general is jax.lax.dot_general else {"_dot_general": dot_general}
-    result = jnp.einsum(
-        spec,
-        *(a.array for a in arrays),
-        precision=precision,
-        preferred_element_type=preferred_element_type,
-        **extra,
-    )
-    return NamedArray(result, tuple(all_axes[n] for n in out_names))
-
-
-def resolve_out_axes(out_axes: AxisSelection, default: Sequence[str]) -> list[str]:
-    """Expand an ``out_axes`` selection (which may hold one ``...``) against the default order."""
-    spec = [ax if ax is Ellipsis else axis_name(ax) for ax in ensure_tuple(out_axes)]
-    if spec.count(Ellipsis) > 1:
-        raise ValueError(f"out_axes may contain at most one ellipsis, got {out_axes}")
-    unknown = [n for n in spec if n is not Ellipsis and n not in default]
-    if unknown:
-        raise ValueError(f"out_axes {unknown} are not among the result's axes {list(default)}")
-    if Ellipsis not in spec:
-        if sorted(spec) != sorted(default):
-            raise ValueError(f"out_axes {spec} must list exactly the result axes {list(default)}, or use ...")
-        return spec
-    rest = [n for n in default if n not in spec]
-    i = spec.index(Ellipsis)
-    return spec[:i] + rest + spec[i + 1 :]
+def resolve_out_axes(out_axes, default: Sequence[str]) -> list[str]:
+    """The result's axis names ordered by ``out_axes``, a partial order that may hold several ``...``
+    (see :func:`~haliax_lite.axis.rearrange_for_partial_order`)."""
+    try:
+        return list(rearrange_for_partial_order(ensure_tuple(out_axes), tuple(default)))
+    except ValueError as e:
+        raise ValueError(
+            f"dot: out_axes {out_axes} does not fit the result's axes {list(default)}: {e}"
+        ) from None
 
 
 def dot(

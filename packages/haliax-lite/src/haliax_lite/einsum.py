@@ -10,8 +10,8 @@ Labels may be aliased to axis names with keyword bindings (``einsum("{D} ->", w,
 from __future__ import annotations
 
 from .axis import Axis
+from .contraction import contract
 from .core import NamedArray
-from .dot import contract
 from .einops_syntax import Group, parse_side, split_arrow
 
 __all__ = ["einsum"]

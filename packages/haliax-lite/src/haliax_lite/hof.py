@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from .axis import Axis, AxisSelection, AxisSelector, axis_name, ensure_tuple
+from .broadcast import _shape_str
 from .checkpoint import ScanCheckpointPolicy, ScanCheckpointSpec
 from .core import NamedArray, is_named_array
 
@@ -33,10 +34,24 @@ def _zero_if_array_else_none(x):
 class _Split:
     """The leaves of ``(args, kwargs)`` split into mapped raw arrays (axis first) and the rest."""
 
-    def __init__(self, args, kwargs, axis: AxisSelector, unnamed_dim: Callable[[int, object], int | None]):
-        self.leaves, self.treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_named_array)
+    def __init__(
+        self,
+        args,
+        kwargs,
+        axis: AxisSelector,
+        unnamed_dim: Callable[[int, object], int | None],
+        what: str = "hax.vmap",
+    ):
+        with_paths, self.treedef = jax.tree_util.tree_flatten_with_path(
+            (args, kwargs), is_leaf=is_named_array
+        )
+        positional = "xs" if what == "hax.scan" else "args"
+        self.paths = [_describe_path(path, positional) for path, _ in with_paths]
+        self.leaves = [leaf for _, leaf in with_paths]
         self.name = axis_name(axis)
+        self.what = what
         self.size = axis.size if isinstance(axis, Axis) else None
+        self.size_from = f"the axis {axis}" if isinstance(axis, Axis) else None
         self.mapped: list[tuple[int, tuple[Axis, ...] | None]] = []
         self.raw: list = []
         for i, leaf in enumerate(self.leaves):
@@ -44,31 +59,46 @@ class _Split:
                 index = leaf._lookup_indices(self.name)
                 if index is None:
                     continue
-                self._record_size(leaf.axes[index].size, leaf)
+                self._record_size(leaf.axes[index].size, i, f"axes {_shape_str(leaf.axes)}")
                 self.mapped.append((i, leaf.axes[:index] + leaf.axes[index + 1 :]))
                 self.raw.append(jnp.moveaxis(leaf.array, index, 0))
             else:
                 dim = unnamed_dim(i, leaf)
                 if dim is None:
                     continue
-                self._record_size(leaf.shape[dim], leaf)
+                self._record_size(leaf.shape[dim], i, f"shape {leaf.shape}, dimension {dim}")
                 self.mapped.append((i, None))
                 self.raw.append(jnp.moveaxis(leaf, dim, 0))
         if self.size is None:
-            raise ValueError(f"Cannot infer the size of axis {self.name!r}: no argument has it; pass an Axis")
+            raise ValueError(
+                f"Cannot infer the size of axis {self.name!r} for {self.what}: no argument has it; "
+                f"pass an Axis (e.g. hax.Axis({self.name!r}, n)) instead of its name"
+            )
 
-    def _record_size(self, size: int, leaf) -> None:
+    def _record_size(self, size: int, i: int, shape) -> None:
+        where = f"argument {self.paths[i]} ({shape})"
         if self.size is None:
-            self.size = size
+            self.size, self.size_from = size, where
         elif size != self.size:
-            shape = leaf.axes if isinstance(leaf, NamedArray) else leaf.shape
-            raise ValueError(f"Axis {self.name!r} has size {self.size}, but an argument {shape} has {size}")
+            raise ValueError(
+                f"{self.what} over axis {self.name!r}: {where} has size {size} along it, but "
+                f"{self.size_from} has size {self.size}; every mapped argument needs the same size"
+            )
 
     def rebuild(self, raw_slices):
         leaves = list(self.leaves)
         for (i, axes), raw in zip(self.mapped, raw_slices, strict=True):
             leaves[i] = raw if axes is None else NamedArray(raw, axes)
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
+def _describe_path(path, positional: str) -> str:
+    """``args[0].weight`` / ``kwargs['x']`` for a key path into ``(args, kwargs)``."""
+    if not path:
+        return "(the arguments)"
+    head, rest = path[0], path[1:]
+    base = positional if getattr(head, "idx", None) == 0 else "kwargs"
+    return base + jax.tree_util.keystr(tuple(rest))
 
 
 _MAPPED = object()
@@ -117,7 +147,9 @@ def _unnamed_spec(default, args_spec, kwargs_spec, args, kwargs):
     return lambda i, leaf: dims[i] if is_named_or_shaped_array_like(leaf) else None
 
 
-def vmap(fn, axis: AxisSelection, *, default=_zero_if_array_else_none, args=(), kwargs=None):
+def vmap(
+    fn: Callable, axis: AxisSelection, *, default=_zero_if_array_else_none, args=(), kwargs=None
+) -> Callable:
     """Vectorize ``fn`` over a named axis (or several, outermost first).
 
     >>> import haliax_lite as hax
@@ -158,14 +190,14 @@ def _nested_outer_size(n: int, nested: bool | int) -> int:
 
 
 def scan(
-    f,
+    f: Callable,
     axis: AxisSelector,
     *,
     remat: ScanCheckpointSpec = False,
     reverse: bool = False,
     unroll: int = 1,
     is_scanned=is_named_or_shaped_array_like,
-):
+) -> Callable:
     """Curried named scan: ``scan(f, axis)(init, *xs)`` returns ``(carry, ys)``.
 
     ``f(carry, *x) -> (carry, y)`` sees each argument without ``axis``; ``ys`` has ``axis`` in front.
@@ -179,7 +211,7 @@ def scan(
     policy = ScanCheckpointPolicy.from_bool_or_str(remat)
 
     def scanned(init, *args, **kwargs):
-        split = _Split(args, kwargs, axis, lambda i, leaf: 0 if is_scanned(leaf) else None)
+        split = _Split(args, kwargs, axis, lambda i, leaf: 0 if is_scanned(leaf) else None, "hax.scan")
         outputs = _Outputs()
 
         def body(carry, raw_slices):
@@ -213,14 +245,14 @@ def _nested_scan(step, init, xs, n: int, policy: ScanCheckpointPolicy, reverse: 
 
 
 def fold(
-    fn,
+    fn: Callable,
     axis: AxisSelector,
     *,
     remat: ScanCheckpointSpec = False,
     reverse: bool = False,
     unroll: int = 1,
     is_scanned=is_named_or_shaped_array_like,
-):
+) -> Callable:
     """Curried named fold: ``fold(fn, axis)(init, *xs)`` returns the final carry of ``fn(carry, *x)``.
 
     >>> import haliax_lite as hax
@@ -237,14 +269,14 @@ def fold(
 
 
 def map(
-    fn,
+    fn: Callable,
     axis: AxisSelector,
     *,
     remat: ScanCheckpointSpec = False,
     reverse: bool = False,
     unroll: int = 1,
     is_mapped=is_named_or_shaped_array_like,
-):
+) -> Callable:
     """Apply ``fn`` to each slice along ``axis`` sequentially (less memory than ``vmap``)."""
 
     def step(carry, *args, **kwargs):

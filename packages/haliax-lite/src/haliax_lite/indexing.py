@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from .axis import Axis, AxisSelector, axis_name, dslice, eliminate_axes
 from .broadcast import broadcast_to, check_sizes_agree
-from .core import NamedArray
+from .core import NamedArray, _hax
 
 __all__ = ["index", "slice", "take", "updated_slice"]
 
@@ -40,149 +40,204 @@ def _as_dict(array: NamedArray, idx) -> dict[str, object]:
     return result
 
 
-def _normalize_value(array: NamedArray, name: str, value):
-    """ints/slices/dslices stay; lists and 1-D arrays become NamedArrays on the sliced axis's name."""
-    if isinstance(value, (list, tuple)):
-        value = jnp.asarray(value)
-    if isinstance(value, (jax.Array,)) or hasattr(value, "ndim") and not isinstance(value, NamedArray):
-        value = jnp.asarray(value)
-        if value.ndim == 1:
-            return NamedArray(value, (Axis(name, value.shape[0]),))
-        if value.ndim > 1:
-            raise ValueError(f"Unnamed index for axis {name!r} must be 0-d or 1-d, got shape {value.shape}")
-        if not jnp.issubdtype(value.dtype, jnp.integer):
-            raise TypeError(f"Index for axis {name!r} must be an integer, got dtype {value.dtype}")
-        return value
-    if isinstance(value, NamedArray) and not jnp.issubdtype(value.dtype, jnp.integer):
-        raise TypeError(f"Index array for axis {name!r} must be integer, got dtype {value.dtype}")
-    if not isinstance(value, (int, _py_slice, dslice, NamedArray)) or isinstance(value, bool):
-        raise TypeError(f"Unsupported index {value!r} for axis {name!r}")
-    return value
+def _integer_dtype_or_raise(dtype, name: str) -> None:
+    if not jnp.issubdtype(dtype, jnp.integer):
+        raise TypeError(f"Index for axis {name!r} must be an integer, got dtype {dtype}")
 
 
-class _Plan:
-    """An index dict turned into one positional index on a transposed array.
+class _Selection:
+    """An index dict turned into one positional index, with the axes of the result (Haliax's rules).
 
-    Axes indexed by integers or arrays are moved to the front, so numpy puts the broadcast index axes
-    first in the result, followed by the sliced and untouched axes in order.
+    Integers remove their axis; slices keep it (resized); ``dslice`` and integer NamedArrays are
+    *selectors*. Selectors broadcast together by name; an axis the array keeps whose name a selector
+    also has is a batch axis (indexed by its own ``arange``), so ``x["vocab", targets]`` picks one entry
+    per position. As in numpy, the selectors' axes replace the indexed axes in place when those are
+    contiguous (integers count as indexed), and go in front otherwise. A 1-d unnamed array takes the name
+    of the first kept axis of its size, else of the axis it indexes; a list indexes positionally.
     """
 
-    def __init__(self, array: NamedArray, idx, dynamic_slices_as_arrays: bool):
-        spec = {n: _normalize_value(array, n, v) for n, v in _as_dict(array, idx).items()}
-        self.source_axes = array.axes
-        self.dynamic: dict[str, dslice] = {}
-        for name, value in list(spec.items()):
-            if isinstance(value, dslice):
-                if dynamic_slices_as_arrays:
-                    spec[name] = NamedArray(value.start + jnp.arange(value.size), (Axis(name, value.size),))
+    def __init__(self, array: NamedArray, idx):
+        spec = _as_dict(array, idx)
+        self.ordered: list = [_py_slice(None)] * array.ndim
+        kept = [True] * array.ndim
+        selectors: dict[int, NamedArray] = {}
+        self.fill = False
+        for name, value in spec.items():
+            i = array.axis_indices(name)
+            if isinstance(value, (list, tuple)):
+                self.ordered[i] = jnp.asarray(value)
+            elif isinstance(value, _py_slice):
+                self.ordered[i] = value
+            elif isinstance(value, dslice):
+                selectors[i] = NamedArray(
+                    value.start + jnp.arange(value.size), (array.axes[i].resize(value.size),)
+                )
+                self.fill = True
+            elif isinstance(value, NamedArray):
+                _integer_dtype_or_raise(value.dtype, name)
+                selectors[i] = value
+            elif isinstance(value, int) and not isinstance(value, bool):
+                self.ordered[i] = value
+            elif hasattr(value, "ndim") and hasattr(value, "dtype"):
+                _integer_dtype_or_raise(value.dtype, name)
+                if value.ndim == 0:
+                    self.ordered[i] = value
+                elif value.ndim == 1:
+                    target = next(
+                        (
+                            a
+                            for j, a in enumerate(array.axes)
+                            if j != i and kept[j] and a.size == value.shape[0]
+                        ),
+                        Axis(name, value.shape[0]),
+                    )
+                    selectors[i] = NamedArray(jnp.asarray(value), (Axis(target.name, value.shape[0]),))
                 else:
-                    self.dynamic[name] = value
-                    del spec[name]
-        front = [a for a in array.axes if a.name in spec and not isinstance(spec[a.name], _py_slice)]
-        back = [a for a in array.axes if a not in front]
-        self.perm = [array.axes.index(a) for a in front + back]
-        index_arrays = [spec[a.name] for a in front if isinstance(spec[a.name], NamedArray)]
-        self.index_axes = _union_in_order([v.axes for v in index_arrays])
-        self.positional = tuple(
-            broadcast_to(spec[a.name], self.index_axes).array
-            if isinstance(spec[a.name], NamedArray)
-            else spec[a.name]
-            for a in front
-        ) + tuple(spec.get(a.name, _py_slice(None)) for a in back)
-        self.kept = []
-        for a in back:
-            if a.name in self.dynamic:
-                self.kept.append(a.resize(self.dynamic[a.name].size))
-            elif a.name in spec:
-                self.kept.append(a.resize(len(range(*spec[a.name].indices(a.size)))))
+                    raise ValueError(
+                        f"Unnamed index for axis {name!r} must be 0-d or 1-d, got shape {value.shape}; "
+                        "name its axes with hax.named(index, axes) to gather with several dimensions"
+                    )
             else:
-                self.kept.append(a)
-        clash = {a.name for a in self.index_axes} & {a.name for a in self.kept}
-        if clash:
-            raise ValueError(
-                f"Index arrays have axes {sorted(clash)} that the indexed array {array.axes} keeps; "
-                "an index array may only reuse the names of axes it eliminates"
-            )
-        self.first = min((array.axes.index(a) for a in front), default=0)
-        self.result_axes = tuple(self.index_axes) + tuple(self.kept)
+                raise TypeError(f"Unsupported index {value!r} for axis {name!r}")
+            if not isinstance(value, (_py_slice, list, tuple)):
+                kept[i] = False
+        selector_names = {a.name for s in selectors.values() for a in s.axes}
+        for i, a in enumerate(array.axes):
+            if kept[i] and a.name in selector_names:
+                selectors[i] = NamedArray(jnp.arange(a.size), (a,))
+                kept[i] = False
+        self.kept_axes = [a for i, a in enumerate(array.axes) if kept[i]]
+        if not selectors:
+            self.result_names = [a.name for a in self.kept_axes]
+            return
+        positions = sorted(selectors)
+        broadcast = _broadcast_selectors([selectors[i] for i in positions])
+        for i in positions:
+            self.ordered[i] = broadcast_to(selectors[i], broadcast).array
+        removed = [i for i in range(array.ndim) if not kept[i]]
+        first, last = removed[0], removed[-1]
+        if removed == list(range(first, last + 1)):
+            before = [a for a in array.axes[:first]]
+            after = [a for a in array.axes[last + 1 :]]
+            names = before + list(broadcast) + after
+        else:
+            names = list(broadcast) + self.kept_axes
+        self.result_names = [a.name for a in names]
 
-    def transposed(self, raw):
-        for name, ds in self.dynamic.items():
-            raw = jax.lax.dynamic_slice_in_dim(raw, ds.start, ds.size, axis=self._position(name))
-        return raw if self.perm == sorted(self.perm) else jnp.transpose(raw, self.perm)
-
-    def _position(self, name: str) -> int:
-        return [a.name for a in self.source_axes].index(name)
-
-    def final_order(self) -> list[int]:
-        """Positions (in result_axes) that put the index axes where the first indexed axis was."""
-        n_index = len(self.index_axes)
-        kept_before = sum(1 for a in self.kept if self._position(a.name) < self.first)
-        order = list(range(n_index, n_index + len(self.kept)))
-        return order[:kept_before] + list(range(n_index)) + order[kept_before:]
+    def result_axes(self, raw) -> tuple[Axis, ...]:
+        return tuple(Axis(n, s) for n, s in zip(self.result_names, raw.shape, strict=True))
 
 
-def _union_in_order(axes_lists) -> tuple[Axis, ...]:
-    check_sizes_agree(*axes_lists)
-    result: list[Axis] = []
-    for axes in axes_lists:
-        result.extend(a for a in axes if a not in result)
-    return tuple(result)
+def _broadcast_selectors(selectors: list[NamedArray]) -> tuple[Axis, ...]:
+    """All selectors' axes broadcast together: the largest keeps its order, the others' go first."""
+    check_sizes_agree(*(s.axes for s in selectors))
+    result: tuple[Axis, ...] = ()
+    for s in sorted(selectors, key=lambda s: s.size, reverse=True):
+        result = tuple(a for a in s.axes if a not in result) + result if result else s.axes
+    return result
 
 
 def index(array: NamedArray, idx):
-    """``array[idx]`` by name (see module docs). All axes eliminated gives a scalar ``jax.Array``.
+    """``array[idx]`` by name (see :class:`_Selection` for the rules). All axes removed gives a ``jax.Array``.
+
+    A ``dslice`` that runs past the end reads zeros there, as in Haliax.
 
     >>> import haliax_lite as hax
     >>> x = hax.arange((hax.Axis("a", 2), hax.Axis("b", 3)))
     >>> x["a", 1].array.tolist(), x["b", 1:3].shape
     ([3, 4, 5], {'a': 2, 'b': 2})
+    >>> x["b", hax.ds(2, 2)].array.tolist()
+    [[2, 0], [5, 0]]
     """
-    plan = _Plan(array, idx, dynamic_slices_as_arrays=False)
-    raw = plan.transposed(array.array)[plan.positional]
-    if not plan.result_axes:
+    selection = _Selection(array, idx)
+    positional = tuple(selection.ordered)
+    if selection.fill:
+        raw = array.array.at[positional].get(mode="fill", fill_value=0)
+    else:
+        raw = array.array[positional]
+    if not selection.result_names:
         return raw
-    order = plan.final_order()
-    if order != sorted(order):
-        raw = jnp.transpose(raw, order)
-    return NamedArray(raw, tuple(plan.result_axes[i] for i in order))
+    return NamedArray(raw, selection.result_axes(raw))
 
 
 class NamedAt:
-    """``x.at[idx]``: functional updates by name, mirroring ``jax.Array.at``."""
+    """``x.at[idx]``: functional updates by name, as ``jax.Array.at``; writes out of bounds are dropped.
+
+    >>> import haliax_lite as hax
+    >>> hax.zeros(hax.Axis("a", 3)).at["a", 1].set(2.0).array.tolist()
+    [0.0, 2.0, 0.0]
+    """
 
     def __init__(self, array: NamedArray):
         self._array = array
 
-    def __getitem__(self, idx) -> _NamedIndexUpdate:
-        return _NamedIndexUpdate(self._array, idx)
+    def __getitem__(self, idx) -> NamedIndexUpdate:
+        return NamedIndexUpdate(self._array, idx)
 
 
-class _NamedIndexUpdate:
+class NamedIndexUpdate:
+    """The selected part of an array, to read (``get``) or to update (``set``, ``add``, ...)."""
+
     def __init__(self, array: NamedArray, idx):
         self.array = array
-        self.plan = _Plan(array, idx, dynamic_slices_as_arrays=True)
+        self.selection = _Selection(array, idx)
+        self.positional = tuple(self.selection.ordered)
+        selected = jax.eval_shape(
+            lambda raw: raw[self.positional], jax.ShapeDtypeStruct(array.array.shape, array.dtype)
+        )
+        self.selected_axes = self.selection.result_axes(selected)
 
-    def _apply(self, method: str, *args, **kwargs) -> NamedArray:
-        plan = self.plan
-        raw = jnp.transpose(self.array.array, plan.perm)
-        values = [broadcast_to(v, plan.result_axes).array if isinstance(v, NamedArray) else v for v in args]
-        updated = getattr(raw.at[plan.positional], method)(*values, **kwargs)
-        inverse = [plan.perm.index(i) for i in range(len(plan.perm))]
-        return NamedArray(jnp.transpose(updated, inverse), self.array.axes)
+    def _update(self, method: str, values, **kwargs) -> NamedArray:
+        if isinstance(values, NamedArray):
+            values = broadcast_to(values, self.selected_axes).array
+        updated = getattr(self.array.array.at[self.positional], method)(values, **kwargs)
+        return NamedArray(updated, self.array.axes)
 
-    def get(self, **kwargs):
-        plan = self.plan
-        raw = jnp.transpose(self.array.array, plan.perm).at[plan.positional].get(**kwargs)
-        return NamedArray(raw, plan.result_axes) if plan.result_axes else raw
+    def get(self, **kwargs) -> NamedArray | jax.Array:
+        """The selected values (``mode``/``fill_value`` as in ``jax.Array.at[...].get``)."""
+        if self.selection.fill:
+            kwargs.setdefault("mode", "fill")
+            kwargs.setdefault("fill_value", 0)
+        raw = self.array.array.at[self.positional].get(**kwargs)
+        return NamedArray(raw, self.selected_axes) if self.selected_axes else raw
 
+    def set(self, values, **kwargs) -> NamedArray:
+        """The array with the selected entries replaced by ``values`` (broadcast by name)."""
+        return self._update("set", values, **kwargs)
 
-for _method in ("set", "add", "subtract", "multiply", "divide", "power", "min", "max", "apply"):
-    setattr(
-        _NamedIndexUpdate,
-        _method,
-        lambda self, values, _m=_method, **kwargs: self._apply(_m, values, **kwargs),
-    )
+    def add(self, values, **kwargs) -> NamedArray:
+        """The array with ``values`` added to the selected entries (repeated indices accumulate)."""
+        return self._update("add", values, **kwargs)
+
+    def subtract(self, values, **kwargs) -> NamedArray:
+        """The array with ``values`` subtracted from the selected entries."""
+        return self._update("subtract", values, **kwargs)
+
+    def multiply(self, values, **kwargs) -> NamedArray:
+        """The array with the selected entries multiplied by ``values``."""
+        return self._update("multiply", values, **kwargs)
+
+    mul = multiply
+
+    def divide(self, values, **kwargs) -> NamedArray:
+        """The array with the selected entries divided by ``values``."""
+        return self._update("divide", values, **kwargs)
+
+    def power(self, values, **kwargs) -> NamedArray:
+        """The array with the selected entries raised to ``values``."""
+        return self._update("power", values, **kwargs)
+
+    def min(self, values, **kwargs) -> NamedArray:
+        """The array with the selected entries replaced by their minimum with ``values``."""
+        return self._update("min", values, **kwargs)
+
+    def max(self, values, **kwargs) -> NamedArray:
+        """The array with the selected entries replaced by their maximum with ``values``."""
+        return self._update("max", values, **kwargs)
+
+    def apply(self, func, **kwargs) -> NamedArray:
+        """The array with ``func`` applied to each selected entry."""
+        return NamedArray(self.array.array.at[self.positional].apply(func, **kwargs), self.array.axes)
 
 
 def take(array: NamedArray, axis: AxisSelector, index) -> NamedArray:
@@ -228,24 +283,61 @@ def slice(
     return NamedArray(out, array.axes[:position] + (Axis(name, length),) + array.axes[position + 1 :])
 
 
-def updated_slice(array: NamedArray, start: Mapping[AxisSelector, object], update: NamedArray) -> NamedArray:
-    """``array`` with ``update`` written at offsets ``start`` (by axis name, possibly traced).
+def updated_slice(
+    array: NamedArray, start: Mapping[AxisSelector, int | jax.Array | NamedArray], update: NamedArray
+) -> NamedArray:
+    """``array`` with ``update`` written at offsets ``start`` (by axis name), as Haliax's ``updated_slice``.
 
-    ``update`` has the axes of ``array`` (in any order, smaller sizes) except those it omits, which are
-    written at a single position.
+    ``update`` has axes of ``array`` (any order, sizes up to the array's); it is broadcast along the axes
+    it lacks (a scalar update writes one element). A start that is a NamedArray gives one offset per
+    entry of its axes, which ``array`` must have (ragged writes, e.g. one new token per sequence at its
+    own position). A static start that
+    would write past the end is an error; a traced one is clamped so the update fits, as
+    ``jax.lax.dynamic_update_slice`` does.
+
+    >>> import haliax_lite as hax
+    >>> B, P = hax.Axis("b", 2), hax.Axis("p", 4)
+    >>> at = hax.named(jnp.array([1, 3]), B)
+    >>> hax.updated_slice(hax.zeros((B, P)), {"p": at}, hax.ones(P.resize(1))).array.tolist()
+    [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]
     """
+    mapped = [a.name for s in start.values() if isinstance(s, NamedArray) for a in s.axes]
+    mapped = list(dict.fromkeys(mapped))
+    if mapped:
+        missing = [n for n in mapped if n not in array.shape]
+        if missing:
+            raise ValueError(
+                f"updated_slice: start offsets have axes {missing} that the array {array.axes} lacks; "
+                "a NamedArray start must vary along axes of the array it writes into"
+            )
+        write = updated_slice
+        for name in reversed(mapped):
+            write = _hax().vmap(write, name)
+        result = write(array, dict(start), update)
+        return _hax().rearrange(result, array.axes)
     starts = {axis_name(k): v for k, v in start.items()}
     for name in starts:
         array.axis_indices(name)
-    update_names = {a.name for a in update.axes}
-    unknown = sorted(update_names - set(array.shape))
+    update_axes = update.axes if isinstance(update, NamedArray) else ()
+    unknown = [a.name for a in update_axes if a.name not in array.shape]
     if unknown:
-        raise ValueError(f"updated_slice: update axes {unknown} are not in the array's axes {array.axes}")
-    full_axes = tuple(
-        next(u for u in update.axes if u.name == a.name) if a.name in update_names else a.resize(1)
-        for a in array.axes
-    )
-    moved = broadcast_to(update, tuple(a for a in full_axes if a.name in update_names))
-    raw = moved.array.reshape(tuple(a.size for a in full_axes)).astype(array.dtype)
+        raise ValueError(
+            f"updated_slice: update axes {unknown} are not in the array's axes {array.axes}; "
+            "rename them to the axes they should be written along"
+        )
+    for a in update_axes:
+        offset, total = starts.get(a.name, 0), array.shape[a.name]
+        if isinstance(offset, int) and not 0 <= offset <= total - a.size:
+            raise ValueError(
+                f"updated_slice: an update of {a} starting at {offset} does not fit in axis "
+                f"{a.name!r} of size {total}; use a start in [0, {total - a.size}]"
+            )
+    if not isinstance(update, NamedArray) or not update.axes:
+        raw = jnp.reshape(update.array if isinstance(update, NamedArray) else update, (1,) * array.ndim)
+    else:
+        full_axes = tuple(a.resize(update.shape.get(a.name, a.size)) for a in array.axes)
+        raw = broadcast_to(update, full_axes).array
+    raw = jnp.asarray(raw).astype(array.dtype)
     offsets = [starts.get(a.name, 0) for a in array.axes]
+    offsets = [o.array if isinstance(o, NamedArray) else o for o in offsets]
     return NamedArray(jax.lax.dynamic_update_slice(array.array, raw, offsets), array.axes)

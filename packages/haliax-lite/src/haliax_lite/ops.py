@@ -7,8 +7,8 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from .axis import Axis, AxisSelection, AxisSelector, axis_name, ensure_tuple
-from .core import NamedArray
+from .axis import Axis, AxisSelection, AxisSelector, axis_name, ensure_tuple, selects_axis
+from .core import NamedArray, _hax
 
 __all__ = ["pad", "roll", "top_k", "trace", "tril", "triu"]
 
@@ -44,8 +44,29 @@ def trace(array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, offset: i
     return NamedArray(jnp.trace(array.array, offset=offset, axis1=i, axis2=j, dtype=dtype), rest)
 
 
-def roll(array: NamedArray, shift, axis: AxisSelection) -> NamedArray:
-    """Shift entries circularly along ``axis`` (shifts and axes may be tuples of equal length)."""
+def roll(
+    array: NamedArray, shift: int | tuple[int, ...] | jax.Array | NamedArray, axis: AxisSelection
+) -> NamedArray:
+    """Shift entries circularly along ``axis`` (shifts and axes may be tuples of equal length).
+
+    ``shift`` may be traced, and may be a NamedArray: one with axes shifts each slice along them by
+    its own amount (the result keeps ``array``'s axes, then any new axes of ``shift``).
+
+    >>> import haliax_lite as hax
+    >>> B, T = hax.Axis("b", 2), hax.Axis("t", 3)
+    >>> hax.roll(hax.arange((B, T)), hax.named(jnp.array([0, 1]), B), "t").array.tolist()
+    [[0, 1, 2], [5, 3, 4]]
+    """
+    if isinstance(shift, NamedArray):
+        clash = [a.name for a in shift.axes if selects_axis(axis, a.name)]
+        if clash:
+            raise ValueError(
+                f"roll: the shift's axes {clash} are also rolled; a shift may vary along other axes"
+            )
+        if shift.axes:
+            rolled = _hax().vmap(lambda a, s: roll(a, s, axis), shift.axes)(array, shift)
+            return _hax().rearrange(rolled, (*array.axes, ...))
+        shift = shift.array
     axes = ensure_tuple(axis)
     shifts = shift if isinstance(shift, (tuple, list)) else (shift,) * len(axes)
     if len(shifts) != len(axes):

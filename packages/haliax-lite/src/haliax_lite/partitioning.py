@@ -17,7 +17,8 @@ import contextlib
 import enum
 import functools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -171,7 +172,7 @@ def _shard_leaf(x: NamedArray, mapping, mesh) -> NamedArray:
     )
 
 
-def shard(x, mapping: ResourceMapping | None = None, mesh=None):
+def shard(x: Any, mapping: ResourceMapping | None = None, mesh: Mesh | None = None) -> Any:
     """Lay out every NamedArray in ``x`` as ``mapping`` says (a no-op without a mapping or a mesh).
 
     Inside ``jit`` this is a sharding constraint (or ``reshard`` on explicit mesh axes); outside it
@@ -191,12 +192,14 @@ def shard(x, mapping: ResourceMapping | None = None, mesh=None):
 shard_with_axis_mapping = shard
 
 
-def auto_sharded(x, mesh=None):
+def auto_sharded(x: Any, mesh: Mesh | None = None) -> Any:
     """Shard ``x`` with the current axis mapping (Haliax's older name for :func:`shard`)."""
     return shard(x, current_thread_local_mapping(), mesh)
 
 
-def sharding_for_axis(axis: AxisSelection, mapping: ResourceMapping | None = None, mesh=None):
+def sharding_for_axis(
+    axis: AxisSelection, mapping: ResourceMapping | None = None, mesh: Mesh | None = None
+) -> NamedSharding:
     """The NamedSharding for an array with these axes on the current (or given) mesh."""
     concrete = _concrete_mesh(mesh)
     if concrete is None:
@@ -204,7 +207,7 @@ def sharding_for_axis(axis: AxisSelection, mapping: ResourceMapping | None = Non
     return NamedSharding(concrete, pspec_for_axis(axis, mapping))
 
 
-def pspec_for(tree, resource_mapping: ResourceMapping | None = None):
+def pspec_for(tree: Any, resource_mapping: ResourceMapping | None = None) -> Any:
     """A tree like ``tree`` with a PartitionSpec for each array (NamedArrays keep their axes around it).
 
     Unnamed arrays are replicated (``PartitionSpec()``).
@@ -340,7 +343,7 @@ def named_jit(
     return wrapper
 
 
-def fsdp(fn, parameter_mapping: ResourceMapping, compute_mapping: ResourceMapping):
+def fsdp(fn: Callable, parameter_mapping: ResourceMapping, compute_mapping: ResourceMapping) -> Callable:
     """Fully-sharded data parallelism: arguments and results laid out by ``parameter_mapping``, the
     computation by ``compute_mapping`` (``named_jit`` with those mappings)."""
     return named_jit(

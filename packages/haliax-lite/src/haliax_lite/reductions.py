@@ -6,6 +6,8 @@ tuple of them (None reduces everything), and ``where`` is a boolean NamedArray b
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import jax
 import jax.numpy as jnp
 
@@ -13,13 +15,59 @@ from .axis import AxisSelection, AxisSelector, ensure_tuple
 from .broadcast import broadcast_to
 from .core import NamedArray
 
-_NAMES = "sum mean max min prod std var any all ptp nansum nanmean nanmax nanmin nanprod nanstd nanvar"
-_REDUCTIONS = {name: getattr(jnp, name) for name in _NAMES.split()}
-_REDUCTIONS.update(amax=jnp.max, amin=jnp.min, logsumexp=jax.nn.logsumexp)
 _NEED_INITIAL = {"max": "min", "amax": "min", "nanmax": "min", "min": "max", "amin": "max", "nanmin": "max"}
-_SCANS = {name: getattr(jnp, name) for name in ("cumsum", "cumprod", "nancumsum", "nancumprod")}
 
-__all__ = [*_REDUCTIONS, *_SCANS, "argmax", "argmin", "argsort", "sort"]
+__all__ = [
+    "ReductionFunction",
+    "SimpleReductionFunction",
+    "all",
+    "amax",
+    "amin",
+    "any",
+    "argmax",
+    "argmin",
+    "argsort",
+    "cumprod",
+    "cumsum",
+    "logsumexp",
+    "max",
+    "mean",
+    "min",
+    "nancumprod",
+    "nancumsum",
+    "nanmax",
+    "nanmean",
+    "nanmin",
+    "nanprod",
+    "nanstd",
+    "nansum",
+    "nanvar",
+    "prod",
+    "ptp",
+    "sort",
+    "std",
+    "sum",
+    "var",
+]
+
+
+class ReductionFunction(Protocol):
+    """The shape of a masked reduction such as :func:`sum`: ``f(array, axis=None, *, where=None, **kw)``."""
+
+    def __call__(
+        self,
+        array: NamedArray,
+        axis: AxisSelection | None = None,
+        *,
+        where: NamedArray | None = None,
+        **kwargs,
+    ) -> NamedArray: ...
+
+
+class SimpleReductionFunction(Protocol):
+    """The shape of a reduction without a mask, such as :func:`argmax`: ``f(array, axis)``."""
+
+    def __call__(self, array: NamedArray, axis: AxisSelector | None = None, **kwargs) -> NamedArray: ...
 
 
 def _identity(dtype, which: str):
@@ -49,33 +97,181 @@ def reduce(name: str, jnp_fn, array: NamedArray, axis: AxisSelection | None, whe
     return NamedArray(result, kept)
 
 
-def _reduction(name: str, jnp_fn):
-    def reduction(array: NamedArray, axis: AxisSelection | None = None, *, where=None, **kwargs):
-        return reduce(name, jnp_fn, array, axis, where, **kwargs)
-
-    reduction.__name__ = reduction.__qualname__ = name
-    reduction.__doc__ = (
-        f"``jnp.{name}`` over named axes (all axes when ``axis`` is None), masked by ``where``.\n\n"
-        f"Extra keyword arguments (``dtype``, ``ddof``, ...) go to the ``jnp`` function."
-    )
-    return reduction
+def axis_wise(jnp_fn, a: NamedArray, axis: AxisSelector | None, **kwargs) -> NamedArray | jax.Array:
+    """A positional scan or sort along one named axis (axes unchanged), or over the flattened array."""
+    if axis is None:
+        return jnp_fn(a.array, axis=None, **kwargs)
+    return NamedArray(jnp_fn(a.array, axis=a.axis_indices(axis), **kwargs), a.axes)
 
 
-def _axis_wise(name: str, jnp_fn):
-    def axis_wise(a: NamedArray, axis: AxisSelector, **kwargs) -> NamedArray:
-        return NamedArray(jnp_fn(a.array, axis=a.axis_indices(axis), **kwargs), a.axes)
-
-    axis_wise.__name__ = axis_wise.__qualname__ = name
-    axis_wise.__doc__ = f"``jnp.{name}`` along one named axis; the axes are unchanged."
-    return axis_wise
+def sum(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.sum`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("sum", jnp.sum, array, axis, where, **kwargs)
 
 
-for _name, _fn in _REDUCTIONS.items():
-    globals()[_name] = _reduction(_name, _fn)
-for _name, _fn in _SCANS.items():
-    globals()[_name] = _axis_wise(_name, _fn)
-sort = _axis_wise("sort", jnp.sort)
-argsort = _axis_wise("argsort", jnp.argsort)
+def mean(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.mean`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("mean", jnp.mean, array, axis, where, **kwargs)
+
+
+def max(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.max`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("max", jnp.max, array, axis, where, **kwargs)
+
+
+def min(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.min`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("min", jnp.min, array, axis, where, **kwargs)
+
+
+def prod(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.prod`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("prod", jnp.prod, array, axis, where, **kwargs)
+
+
+def std(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.std`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("std", jnp.std, array, axis, where, **kwargs)
+
+
+def var(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.var`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("var", jnp.var, array, axis, where, **kwargs)
+
+
+def any(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.any`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("any", jnp.any, array, axis, where, **kwargs)
+
+
+def all(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.all`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("all", jnp.all, array, axis, where, **kwargs)
+
+
+def ptp(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.ptp`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("ptp", jnp.ptp, array, axis, where, **kwargs)
+
+
+def nansum(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.nansum`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("nansum", jnp.nansum, array, axis, where, **kwargs)
+
+
+def nanmean(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.nanmean`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("nanmean", jnp.nanmean, array, axis, where, **kwargs)
+
+
+def nanmax(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.nanmax`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("nanmax", jnp.nanmax, array, axis, where, **kwargs)
+
+
+def nanmin(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.nanmin`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("nanmin", jnp.nanmin, array, axis, where, **kwargs)
+
+
+def nanprod(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.nanprod`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("nanprod", jnp.nanprod, array, axis, where, **kwargs)
+
+
+def nanstd(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.nanstd`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("nanstd", jnp.nanstd, array, axis, where, **kwargs)
+
+
+def nanvar(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.nanvar`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("nanvar", jnp.nanvar, array, axis, where, **kwargs)
+
+
+def amax(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.max`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("amax", jnp.max, array, axis, where, **kwargs)
+
+
+def amin(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jnp.min`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("amin", jnp.min, array, axis, where, **kwargs)
+
+
+def logsumexp(
+    array: NamedArray, axis: AxisSelection | None = None, *, where: NamedArray | None = None, **kwargs
+) -> NamedArray:
+    """``jax.nn.logsumexp`` over the named ``axis`` (every axis when None), masked by ``where``."""
+    return reduce("logsumexp", jax.nn.logsumexp, array, axis, where, **kwargs)
+
+
+def cumsum(a: NamedArray, axis: AxisSelector | None = None, **kwargs) -> NamedArray | jax.Array:
+    """``jnp.cumsum`` along one named axis (axes unchanged); with no axis, over the flattened array."""
+    return axis_wise(jnp.cumsum, a, axis, **kwargs)
+
+
+def cumprod(a: NamedArray, axis: AxisSelector | None = None, **kwargs) -> NamedArray | jax.Array:
+    """``jnp.cumprod`` along one named axis (axes unchanged); with no axis, over the flattened array."""
+    return axis_wise(jnp.cumprod, a, axis, **kwargs)
+
+
+def nancumsum(a: NamedArray, axis: AxisSelector | None = None, **kwargs) -> NamedArray | jax.Array:
+    """``jnp.nancumsum`` along one named axis (axes unchanged); with no axis, over the flattened array."""
+    return axis_wise(jnp.nancumsum, a, axis, **kwargs)
+
+
+def nancumprod(a: NamedArray, axis: AxisSelector | None = None, **kwargs) -> NamedArray | jax.Array:
+    """``jnp.nancumprod`` along one named axis (axes unchanged); with no axis, over the flattened array."""
+    return axis_wise(jnp.nancumprod, a, axis, **kwargs)
+
+
+def sort(a: NamedArray, axis: AxisSelector | None = None, **kwargs) -> NamedArray | jax.Array:
+    """``jnp.sort`` along one named axis (axes unchanged); with no axis, over the flattened array."""
+    return axis_wise(jnp.sort, a, axis, **kwargs)
+
+
+def argsort(a: NamedArray, axis: AxisSelector | None = None, **kwargs) -> NamedArray | jax.Array:
+    """``jnp.argsort`` along one named axis (axes unchanged); with no axis, over the flattened array."""
+    return axis_wise(jnp.argsort, a, axis, **kwargs)
 
 
 def _arg_reduction(jnp_fn, array: NamedArray, axis: AxisSelector | None) -> NamedArray:

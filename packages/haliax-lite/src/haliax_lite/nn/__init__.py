@@ -48,10 +48,14 @@ from .loss import (
 )
 from .mlp import MLP
 from .normalization import LayerNorm, RmsNorm, log_softmax, logsumexp, softmax, standardize
+from .pooling import max_pool, mean_pool, min_pool
 from .scan import BlockSeq, Stacked
 
 __all__ = [
     "attention",
+    "max_pool",
+    "mean_pool",
+    "min_pool",
     "one_hot",
     "binary_cross_entropy_loss",
     "reduce_loss",

@@ -6,7 +6,7 @@ the named axes occupy, so each wrapper costs nothing at trace time beyond a tupl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import jax
 
@@ -15,23 +15,12 @@ import haliax_lite as hax
 
 def selector_names(axis) -> tuple[str, ...]:
     """The names in an axis selector: a name, an ``Axis``, a shape dict, or a sequence of those."""
-    if isinstance(axis, str):
-        return (axis,)
-    if isinstance(axis, dict):
-        return tuple(axis)
-    if isinstance(axis, Sequence):
-        return tuple(name for part in axis for name in selector_names(part))
-    return (axis.name,)
+    return hax.axis_name(hax.ensure_tuple(axis))
 
 
 def axis_positions(x: hax.NamedArray, axis) -> tuple[int, ...]:
     """Positions of the selected axes in ``x``; a ``ValueError`` names any that ``x`` lacks."""
-    names = [a.name for a in x.axes]
-    wanted = selector_names(axis)
-    missing = [name for name in wanted if name not in names]
-    if missing:
-        raise ValueError(f"axes {missing} are not in the array's axes {dict(x.shape)}")
-    return tuple(names.index(name) for name in wanted)
+    return tuple(x.axis_indices(hax.ensure_tuple(axis)))
 
 
 def elementwise(fn: Callable, x, **kwargs):

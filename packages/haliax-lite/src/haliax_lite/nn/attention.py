@@ -14,6 +14,8 @@ Heads, batch and grouped-query axes need no special handling: they are just axes
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -146,3 +148,29 @@ def forgetful_causal_mask(KPos: hax.Axis, mask_prob: float, sample_prob: bool = 
         key, rate_key = jax.random.split(key)
         mask_prob = jax.random.uniform(rate_key, (), minval=0, maxval=mask_prob)
     return hax.random.bernoulli(key, (KPos,), 1 - mask_prob) | first
+
+
+def _alibi_slopes(n: int, bias_max: float) -> list[float]:
+    """ALiBi's per-head slopes: a geometric sequence for a power of two heads, interleaved otherwise."""
+    if math.log2(n).is_integer():
+        start = 2 ** (-(2 ** -(math.log2(n) - math.log2(bias_max))))
+        return [start * start**i for i in range(n)]
+    closest = 2 ** math.floor(math.log2(n))
+    return _alibi_slopes(closest, bias_max) + _alibi_slopes(2 * closest, bias_max)[0::2][: n - closest]
+
+
+def alibi_attention_bias(
+    Heads: hax.Axis, KPos: hax.Axis, bias_max: float = 8, dtype=jnp.float32
+) -> hax.NamedArray:
+    """The ALiBi bias (Press et al. 2022), ``(Heads, KPos)``: head ``h``'s slope times the key position.
+
+    Added to attention logits it penalises distant keys linearly, each head at its own rate; the slopes
+    are ``2 ** (-bias_max * (h + 1) / Heads.size)`` for a power-of-two head count.
+
+    >>> import haliax_lite as hax
+    >>> bias = alibi_attention_bias(hax.Axis("heads", 2), hax.Axis("key_position", 3))
+    >>> bias.array.tolist()
+    [[0.0, 0.0625, 0.125], [0.0, 0.00390625, 0.0078125]]
+    """
+    slopes = hax.named(jnp.asarray(_alibi_slopes(Heads.size, bias_max), dtype=dtype), Heads)
+    return hax.arange(KPos, dtype=dtype).broadcast_axis(Heads) * slopes

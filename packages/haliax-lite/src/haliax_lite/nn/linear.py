@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import equinox as eqx
 import jax
@@ -47,6 +47,17 @@ class Linear(eqx.Module):
         ``out_first`` puts the ``Out`` axes before the ``In`` axes in the weight, as PyTorch does.
         ``dot_general`` replaces ``jax.lax.dot_general`` in the contraction (e.g. a quantized one).
         """
+        # a {name: size} dict becomes Axes: the spec is a static field, so it must be hashable
+        In = hax.ensure_tuple(In) if isinstance(In, Mapping) else In
+        Out = hax.ensure_tuple(Out) if isinstance(Out, Mapping) else Out
+        shared = sorted(set(hax.axis_name(hax.ensure_tuple(In))) & set(hax.axis_name(hax.ensure_tuple(Out))))
+        if shared:
+            example = shared[0]
+            raise ValueError(
+                f"Linear.init: In and Out share the axis names {shared}; the weight needs distinct names. "
+                f"Give the output another name, e.g. Out=In.alias('{example}_out') for an Axis (or "
+                f"{{'{example}_out': size}}), and hax.rename the result back if needed"
+            )
         joint = hax.concat_axes(Out, In) if out_first else hax.concat_axes(In, Out)
         scale = init_scale / math.sqrt(hax.axis_size(In))
         weight = hax.random.truncated_normal(key, joint, -3, 3) * scale
@@ -56,7 +67,7 @@ class Linear(eqx.Module):
     def __call__(self, inputs: hax.NamedArray, *, key: jax.Array | None = None) -> hax.NamedArray:
         """Apply the layer; ``key`` is accepted (and unused) so layers can be called uniformly."""
         del key
-        missing = [a.name for a in _as_tuple(self.In) if a.name not in inputs.shape]
+        missing = [a.name for a in hax.ensure_tuple(self.In) if a.name not in inputs.shape]
         if missing:
             raise ValueError(f"Linear's input axes {missing} are not in the input's axes {inputs.shape}")
         out = hax.auto_sharded(hax.dot(inputs, self.weight, axis=self.In, dot_general=self.dot_general))
@@ -67,9 +78,5 @@ class Linear(eqx.Module):
     @property
     def out_first(self) -> bool:
         """Whether the weight stores the ``Out`` axes before the ``In`` axes."""
-        out_names = {a.name for a in _as_tuple(self.Out)}
+        out_names = {a.name for a in hax.ensure_tuple(self.Out)}
         return self.weight.axes[0].name in out_names
-
-
-def _as_tuple(spec) -> tuple:
-    return tuple(spec) if isinstance(spec, (tuple, list)) else (spec,)

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 import haliax_lite as hax
+from haliax_lite.checkpoint import ScanCheckpointPolicy as ScanCheckpointPolicy
 
 M = TypeVar("M", bound=eqx.Module)
 
@@ -57,7 +58,20 @@ class _Repeated(eqx.Module):
     def scan(self, init, *args, **kwargs):
         """Like ``fold`` for blocks returning ``(carry, output)``; returns ``(carry, outputs)``, the outputs
         stacked along ``Block``."""
-        return self.scan_via(lambda block, carry, *a, **k: block(carry, *a, **k))(init, *args, **kwargs)
+        where = type(self).__name__
+
+        def call(block, carry, *a, **k):
+            result = block(carry, *a, **k)
+            if not (isinstance(result, tuple) and len(result) == 2):
+                got = f"a tuple of {len(result)}" if isinstance(result, tuple) else type(result).__name__
+                raise TypeError(
+                    f"{where}.scan: {type(block).__name__}.__call__ returned {got}, but scan needs each "
+                    f"block to return (carry, output). For blocks that return only the new carry, use "
+                    f"{where}.fold."
+                )
+            return result
+
+        return self.scan_via(call)(init, *args, **kwargs)
 
     def vmap(self, *args, **kwargs):
         """Apply every block to the same (or ``Block``-sliced) inputs independently; outputs stacked."""
@@ -98,6 +112,7 @@ class Stacked(_Repeated, Generic[M]):
         policy = _as_policy(gradient_checkpointing, prevent_cse)
 
         def make(*args, **kwargs) -> Stacked[M]:
+            _check_keys_are_split(Block, module, kwargs)
             return cls(hax.vmap(module.init, Block)(*args, **kwargs), Block, policy)
 
         return make
@@ -125,6 +140,24 @@ class Stacked(_Repeated, Generic[M]):
         leaves, treedef = jax.tree_util.tree_flatten(self.stacked, is_leaf=_is_named)
         per_leaf = [_unstack_leaf(leaf, self.Block) for leaf in leaves]
         return tuple(jax.tree_util.tree_unflatten(treedef, parts) for parts in zip(*per_leaf, strict=True))
+
+
+def _is_single_key(x) -> bool:
+    """A PRNG key that was not split: a typed key with no dimensions, or a raw ``uint32[2]`` key."""
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        return False
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return x.ndim == 0
+    return x.dtype == jnp.uint32 and tuple(x.shape) == (2,)
+
+
+def _check_keys_are_split(Block: hax.Axis, module: type, kwargs: dict) -> None:
+    for name, value in kwargs.items():
+        if _is_single_key(value):
+            raise ValueError(
+                f"Stacked.init({Block}, {module.__name__}) got one PRNG key as {name}=, but each of the "
+                f"{Block.size} blocks needs its own: pass {name}=jax.random.split({name}, {Block.size})"
+            )
 
 
 def _unstack_leaf(leaf, Block: hax.Axis) -> tuple:

@@ -1,0 +1,208 @@
+"""The names added from Haliax's __all__ equal their jnp meaning for random shapes and axis orders."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import haliax_lite as hax
+
+POOL = [hax.Axis("a", 2), hax.Axis("b", 3), hax.Axis("c", 4)]
+
+
+@st.composite
+def arrays(draw, min_axes=1):
+    axes = tuple(draw(st.permutations(POOL))[: draw(st.integers(min_axes, 3))])
+    seed = draw(st.integers(0, 2**16))
+    raw = np.random.default_rng(seed).normal(size=[a.size for a in axes]).astype(np.float32)
+    return hax.NamedArray(jnp.asarray(raw), axes), raw
+
+
+@settings(max_examples=25)
+@given(arrays(), st.data())
+def test_repeat_tile_pad_left_nanargmax_equal_jnp(xr, data):
+    x, raw = xr
+    axis = data.draw(st.sampled_from(x.axes))
+    i = x.axes.index(axis)
+    n = data.draw(st.integers(1, 3))
+    rep = hax.repeat(x, n, axis.name)
+    assert rep.axes[i] == axis.resize(axis.size * n)
+    np.testing.assert_array_equal(np.asarray(rep.array), np.repeat(raw, n, axis=i))
+    tiled = hax.tile(x, {axis.name: n})
+    np.testing.assert_array_equal(
+        np.asarray(tiled.array), np.tile(raw, [n if j == i else 1 for j in range(raw.ndim)])
+    )
+    padded = hax.pad_left(x, axis.name, axis.resize(axis.size + n), value=7.0)
+    widths = [(n, 0) if j == i else (0, 0) for j in range(raw.ndim)]
+    np.testing.assert_array_equal(np.asarray(padded.array), np.pad(raw, widths, constant_values=7.0))
+    with_nan = np.where(raw > 1.5, np.nan, raw)
+    named_nan = hax.NamedArray(jnp.asarray(with_nan), x.axes)
+    if not np.isnan(with_nan).all(axis=i).any():
+        np.testing.assert_array_equal(
+            np.asarray(hax.nanargmax(named_nan, axis.name).array), np.nanargmax(with_nan, i)
+        )
+        np.testing.assert_array_equal(
+            np.asarray(hax.nanargmin(named_nan, axis.name).array), np.nanargmin(with_nan, i)
+        )
+    assert hax.ndim(x) == raw.ndim and hax.product is hax.prod
+
+
+@settings(max_examples=25)
+@given(arrays(), st.data())
+def test_whole_array_comparisons_align_by_name(xr, data):
+    x, raw = xr
+    permuted = x.rearrange(tuple(data.draw(st.permutations(x.axes))))
+    assert (
+        bool(hax.allclose(x, permuted))
+        and bool(hax.array_equal(x, permuted))
+        and bool(hax.array_equiv(x, permuted))
+    )
+    bumped = permuted + 1e-3
+    assert not bool(hax.array_equal(x, bumped)) and bool(hax.allclose(x, bumped, atol=1e-2))
+    other_name = x.rename({x.axes[0].name: "zz"})
+    assert not bool(hax.array_equal(x, other_name))
+    first = x[x.axes[0].name, 0]
+    if x.ndim > 1:
+        assert bool(hax.array_equiv(hax.broadcast_axis(first, x.axes[0]), first))
+
+
+@settings(max_examples=25)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=12), st.integers(1, 8))
+def test_bincount_searchsorted_unique_equal_numpy(values, n_bins):
+    x = hax.named(jnp.asarray(values), "t")
+    counts = hax.bincount(x, hax.Axis("v", n_bins))
+    expected = np.bincount(np.asarray(values), minlength=n_bins)[:n_bins]
+    np.testing.assert_array_equal(np.asarray(counts.array), expected)
+    weighted = hax.bincount(x, hax.Axis("v", n_bins), weights=hax.named(jnp.ones(len(values)) * 2, "t"))
+    np.testing.assert_array_equal(np.asarray(weighted.array), 2 * expected)
+    sorted_values = hax.named(jnp.asarray(sorted(values)), "s")
+    queries = hax.named(jnp.asarray([0, 3, 7]), "q")
+    found = hax.searchsorted(sorted_values, queries, side="right")
+    assert found.axes == queries.axes
+    np.testing.assert_array_equal(
+        np.asarray(found.array), np.searchsorted(sorted(values), [0, 3, 7], side="right")
+    )
+    distinct = sorted(set(values))
+    unique = hax.unique_values(x, hax.Axis("u", 7), fill_value=-1)
+    np.testing.assert_array_equal(np.asarray(unique.array), distinct + [-1] * (7 - len(distinct)))
+
+
+FFTS = ["fft", "ifft", "rfft", "irfft", "hfft", "ihfft"]
+
+
+@settings(max_examples=25)
+@given(arrays(), st.sampled_from(FFTS), st.data())
+def test_fft_family_equals_jnp_fft_along_the_named_axis(xr, name, data):
+    x, raw = xr
+    axis = data.draw(st.sampled_from(x.axes))
+    i = x.axes.index(axis)
+    n = data.draw(st.sampled_from([None, 2, 6]))
+    spec = axis.name if n is None else {axis.name: n}
+    out = getattr(hax, name)(x, spec)
+    expected = getattr(jnp.fft, name)(raw, n=n, axis=i)
+    assert [a.name for a in out.axes] == [a.name for a in x.axes]
+    assert out.axes[i].size == expected.shape[i]
+    np.testing.assert_allclose(np.asarray(out.array), np.asarray(expected), rtol=1e-4, atol=1e-4)
+
+
+def test_fft_helpers():
+    F = hax.Axis("f", 5)
+    np.testing.assert_allclose(np.asarray(hax.fftfreq(F, 0.5).array), np.fft.fftfreq(5, 0.5))
+    r = hax.rfftfreq(F)
+    assert r.axes == (F.resize(3),)
+    x = hax.arange((hax.Axis("a", 4), F))
+    np.testing.assert_array_equal(
+        np.asarray(hax.fftshift(x, "f").array), np.fft.fftshift(np.asarray(x.array), axes=1)
+    )
+    np.testing.assert_array_equal(np.asarray(hax.ifftshift(hax.fftshift(x)).array), np.asarray(x.array))
+    with pytest.raises(ValueError, match="name the axis"):
+        hax.fft(x)
+
+
+def test_resize_axis_truncates_and_grows():
+    V, E = hax.Axis("vocab", 4), hax.Axis("embed", 3)
+    tree = {"emb": hax.random.normal(jax.random.PRNGKey(0), (V, E)), "bias": hax.ones(E), "n": 3}
+    small = hax.tree_util.resize_axis(tree, "vocab", 2)
+    assert small["emb"].axes == (V.resize(2), E) and small["bias"] is tree["bias"] and small["n"] == 3
+    np.testing.assert_array_equal(np.asarray(small["emb"].array), np.asarray(tree["emb"].array)[:2])
+    big = hax.tree_util.resize_axis(tree, "vocab", 6)
+    np.testing.assert_allclose(
+        np.asarray(big["emb"].array)[4:],
+        np.broadcast_to(np.asarray(tree["emb"].array).mean(0), (2, 3)),
+        rtol=1e-6,
+    )
+    drawn = hax.tree_util.resize_axis(tree, "vocab", 6, key=jax.random.PRNGKey(1))
+    np.testing.assert_array_equal(np.asarray(drawn["emb"].array)[:4], np.asarray(tree["emb"].array))
+    assert not np.allclose(np.asarray(drawn["emb"].array)[4], np.asarray(drawn["emb"].array)[5])
+
+
+def test_scan_aware_tree_map_sees_blocks_without_the_block_axis():
+    L, E = hax.Axis("layers", 3), hax.Axis("embed", 2)
+    keys = jax.random.split(jax.random.PRNGKey(0), L.size)
+    tree = {"stack": hax.nn.Stacked.init(L, hax.nn.Linear)(E, E.alias("out"), key=keys), "x": hax.ones(E)}
+    seen = []
+
+    def double(x):
+        seen.append(x.axes)
+        return x * 2
+
+    out = hax.tree_util.scan_aware_tree_map(double, tree)
+    assert all(L not in axes for axes in seen)
+    assert out["stack"].stacked.weight.axes[0] == L
+    np.testing.assert_allclose(
+        np.asarray(out["stack"].stacked.weight.array), 2 * np.asarray(tree["stack"].stacked.weight.array)
+    )
+
+
+def test_shape_checks_can_be_turned_off_and_util_helpers():
+    assert hax.are_shape_checks_enabled()
+    with pytest.raises(ValueError, match="does not match"):
+        hax.NamedArray(jnp.zeros(3), (hax.Axis("a", 2),))
+    previous = hax.enable_shape_checks(False)
+    try:
+        assert previous is True and not hax.are_shape_checks_enabled()
+        hax.NamedArray(jnp.zeros(3), (hax.Axis("a", 2),))
+    finally:
+        hax.enable_shape_checks(previous)
+    assert hax.util.index_where(lambda v: v == 2, [1, 2, 2]) == 1
+    with pytest.raises(ValueError):
+        hax.util.index_where(lambda v: v > 5, [1])
+    assert hax.nn.scan.ScanCheckpointPolicy is hax.ScanCheckpointPolicy
+
+
+@settings(max_examples=25)
+@given(st.permutations(POOL[:2]), st.integers(0, 2**16), st.integers(1, 8))
+def test_unique_family_equals_jnp(order, seed, n_unique):
+    raw = np.random.default_rng(seed).integers(0, 5, size=(2, 3))
+    x = hax.named(jnp.asarray(raw), tuple(POOL[:2])).rearrange(tuple(order))
+    flat = np.asarray(x.array)
+    U = hax.Axis("u", n_unique)
+    values, counts = hax.unique_counts(x, U, fill_value=-1)
+    ref = jnp.unique_counts(flat, size=n_unique, fill_value=-1)
+    np.testing.assert_array_equal(np.asarray(values.array), np.asarray(ref.values))
+    np.testing.assert_array_equal(np.asarray(counts.array), np.asarray(ref.counts))
+    values, inverse = hax.unique_inverse(x, hax.Axis("u", 5))
+    assert inverse.axes == x.axes
+    np.testing.assert_array_equal(np.asarray(values.array)[np.asarray(inverse.array)], flat)
+    v, idx, inv, cnt = hax.unique(
+        x, U, return_index=True, return_inverse=True, return_counts=True, fill_value=-1
+    )
+    np.testing.assert_array_equal(np.asarray(cnt.array), np.asarray(ref.counts))
+    assert hax.unique(x, U, fill_value=-1).axes == (U,)
+
+
+@settings(max_examples=25)
+@given(st.permutations(POOL), st.integers(0, 2**16), st.sampled_from(["big", "little"]))
+def test_packbits_round_trip_equals_jnp(order, seed, bitorder):
+    raw = np.random.default_rng(seed).integers(0, 2, size=(2, 3, 4)).astype(np.uint8)
+    x = hax.named(jnp.asarray(raw), tuple(POOL)).rearrange(tuple(order))
+    i = x.axes.index(POOL[2])
+    packed = hax.packbits(x, "c", bitorder=bitorder)
+    np.testing.assert_array_equal(
+        np.asarray(packed.array), np.packbits(np.asarray(x.array), axis=i, bitorder=bitorder)
+    )
+    back = hax.unpackbits(packed, "c", count=4, bitorder=bitorder)
+    assert back.axes == x.axes
+    np.testing.assert_array_equal(np.asarray(back.array), np.asarray(x.array))
