@@ -62,6 +62,40 @@ def test_rerunning_the_command_resumes_without_rebuilding(trained):
     assert (checkpoints / "step-6" / "COMMITTED").exists() and not (checkpoints / "step-4").exists()
 
 
+def test_the_summary_ends_with_a_sample_of_generated_text(trained):
+    _, first, _ = trained
+    assert "sample (greedy, from 'def '):\ndef " in first.stdout
+
+
+def test_export_and_sample_read_the_run_directory(trained):
+    cwd, _, _ = trained
+    exported = app("export_hf.py", "--checkpoint", "runs/tiny", "--out", "hf", cwd=cwd)
+    assert exported.returncode == 0, exported.stderr
+    assert "exported runs/tiny/checkpoints/step-6 to hf" in exported.stdout
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
+        assert (cwd / "hf" / name).exists(), name
+    first = app("sample.py", "--checkpoint", "runs/tiny/checkpoints/step-6", "--prompt", "import ",
+                "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)  # fmt: skip
+    again = app("sample.py", "--checkpoint", "runs/tiny", "--prompt", "import ", "--max-new-tokens", "12",
+                "--temperature", "0", cwd=cwd)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == again.stdout and first.stdout.strip()  # only the continuation, the same both times
+    assert "tokens/s" in first.stderr and "tokens/s" not in first.stdout
+
+
+@pytest.mark.parametrize("name", ["sample.py", "export_hf.py"])
+def test_a_directory_without_checkpoints_is_a_one_line_error(tmp_path, name):
+    (tmp_path / "empty").mkdir()
+    extra = ["--prompt", "x"] if name == "sample.py" else ["--out", str(tmp_path / "hf")]
+    result = app(name, "--checkpoint", str(tmp_path / "empty"), *extra, cwd=tmp_path)
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        == f"error: {tmp_path / 'empty'} holds no checkpoint (looked for step-N directories)"
+    )
+    assert not (tmp_path / "hf").exists()
+
+
 def test_the_8b_dry_run_plans_a_reduced_mesh_and_reports_consistent_memory(tmp_path):
     result = app("pretrain.py", "--config", str(ROOT / "configs" / "marin_8b.yaml"), "--dry-run", "--devices", "8",  # noqa: E501
                  "--trainer.global_batch_size", "8", cwd=tmp_path, devices=8, timeout=600)  # fmt: skip

@@ -9,7 +9,7 @@ MODULES = (
     "haliax_lite axis core broadcast creation dot einsum einops_syntax elementwise reductions ops shape_ops "
     "indexing random hof checkpoint partitioning tree_util unary binary array_ops fourier unique_bits "
     "state_dict nn nn.activations nn.attention nn.dropout nn.embedding nn.linear nn.loss nn.mlp "
-    "nn.normalization nn.scan"
+    "nn.normalization nn.pooling nn.scan"
 ).split()
 
 

@@ -339,3 +339,34 @@ def incompatible_field(saved: dict[str, Any], current: dict[str, Any]) -> str | 
         if before != now:
             return f"{dotted}: the checkpoint has {before}, the config {now}"
     return None
+
+
+def load_model(location: str | Path, warn=logger.warning):
+    """``(run config, model, checkpoint path)`` from a run directory's latest good checkpoint or a ``step-N``
+    directory, on this process's first device (for export, sampling and evaluation).
+
+    A location without any checkpoint is a ``CheckpointError`` naming it; damaged ones are skipped with a
+    warning, as a resumption skips them.
+    """
+    import equinox as eqx
+
+    from meltemi.trainer.config_io import validate
+    from meltemi.trainer.llama import Llama
+
+    location = Path(location)
+    if not location.exists():
+        raise CheckpointError(f"{location}: no such run or checkpoint directory")
+    found = find_checkpoints(location)
+    if not found:
+        raise CheckpointError(f"{location} holds no checkpoint (looked for step-N directories)")
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    for path in found:
+        try:
+            manifest = inspect_checkpoint(path)
+            config = validate(manifest.config, where=str(path / MANIFEST))
+            abstract = eqx.filter_eval_shape(Llama.init, config.model, key=jax.random.key(0))
+            shardings = jax.tree_util.tree_map(lambda _: device, abstract)
+            return config, restore(path, manifest, abstract, shardings, prefix="model."), path
+        except CheckpointError as e:
+            warn(f"skipping checkpoint {e}")
+    raise CheckpointError(f"{location}: no checkpoint there reads back whole")

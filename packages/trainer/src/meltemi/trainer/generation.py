@@ -278,3 +278,28 @@ class _placement:
     def __exit__(self, *exc):
         for c in reversed(self.contexts):
             c.__exit__(*exc)
+
+
+def end_of_text_id(tokenizer: Tokenizer | str | Path) -> int | None:
+    """The id of the tokenizer's end-of-document token (generation stops there), if it has one."""
+    from meltemi.datastore.tokenizing import EOS_CANDIDATES
+
+    tokenizer = _tokenizer(tokenizer)
+    return next(
+        (tokenizer.token_to_id(t) for t in EOS_CANDIDATES if tokenizer.token_to_id(t) is not None), None
+    )
+
+
+def sample_checkpoint(
+    location: str | Path, prompts: Sequence[str], settings: SamplingConfig | None = None, *, warn=None
+) -> tuple[Generation, Path]:
+    """Continue text prompts with a run directory's latest good checkpoint (or a ``step-N`` directory),
+    tokenized with the tokenizer its config names, stopping at its end-of-document token."""
+    from meltemi.trainer.checkpoints import load_model
+
+    config, model, path = load_model(location, **({"warn": warn} if warn else {}))
+    if config.data.tokenizer is None:
+        raise GenerationError(f"{path}: its config names no data.tokenizer to turn text into tokens")
+    tokenizer = config.data.tokenizer
+    result = generate(model, prompts, settings, tokenizer=tokenizer, eos_token_id=end_of_text_id(tokenizer))
+    return result, path

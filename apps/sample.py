@@ -1,0 +1,44 @@
+"""Continue a prompt with a trained checkpoint; only the continuation goes to stdout.
+
+    uv run apps/sample.py --checkpoint runs/tiny --prompt "def " [--max-new-tokens 64] [--temperature 0]
+
+``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory; ``--temperature
+0`` is greedy. Progress and the speed go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", required=True, help="a run directory or a step-N directory")
+    parser.add_argument("--prompt", required=True, help="the text to continue")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    from meltemi.trainer.errors import TrainerError
+    from meltemi.trainer.generation import sample_checkpoint
+    from meltemi.trainer.sampling import SamplingConfig
+
+    try:
+        settings = SamplingConfig(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)
+        result, path = sample_checkpoint(
+            args.checkpoint, [args.prompt], settings, warn=lambda m: print(m, file=sys.stderr)
+        )
+    except TrainerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(result.completions[0].text)
+    print(f"{path}: {result.tokens_per_second:.1f} tokens/s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
