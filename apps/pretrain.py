@@ -158,17 +158,17 @@ def train(config, run_dir: Path) -> int:
     print(f"held-out loss: {first:.3f} at the start -> {last:.3f} now" if first and last else "")
     print(f"metrics: {summary.metrics_path}\nloss curve: {summary.plot_path}")
     print(f"last checkpoint: {summary.last_checkpoint}")
-    print("sample (greedy, from 'def '):\n" + sample(summary.last_checkpoint))
+    print("sample (temperature 0.7, top-k 40, from 'def '):\n" + sample(summary.last_checkpoint))
     return 0
 
 
 def sample(checkpoint: Path, prompt: str = "def ", tokens: int = 48) -> str:
-    """A short greedy continuation by the trained model (what apps/sample.py prints)."""
+    """A short sampled continuation by the trained model (what apps/sample.py prints), seed 0."""
     from meltemi.trainer.generation import sample_checkpoint
     from meltemi.trainer.sampling import SamplingConfig
 
     result, _ = sample_checkpoint(
-        checkpoint, [prompt], SamplingConfig(max_new_tokens=tokens, temperature=0.0)
+        checkpoint, [prompt], SamplingConfig(max_new_tokens=tokens, temperature=0.7, top_k=40)
     )
     return prompt + (result.completions[0].text or "")
 

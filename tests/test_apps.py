@@ -64,7 +64,7 @@ def test_rerunning_the_command_resumes_without_rebuilding(trained):
 
 def test_the_summary_ends_with_a_sample_of_generated_text(trained):
     _, first, _ = trained
-    assert "sample (greedy, from 'def '):\ndef " in first.stdout
+    assert "sample (temperature 0.7, top-k 40, from 'def '):\ndef " in first.stdout
 
 
 def test_export_and_sample_read_the_run_directory(trained):
