@@ -3,6 +3,7 @@
 Each app runs as a subprocess, as a user runs it, in a fresh working directory on one CPU device.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -81,6 +82,21 @@ def test_export_and_sample_read_the_run_directory(trained):
     assert first.returncode == 0, first.stderr
     assert first.stdout == again.stdout and first.stdout.strip()  # only the continuation, the same both times
     assert "tokens/s" in first.stderr and "tokens/s" not in first.stdout
+
+
+def test_your_own_corpus_is_built_into_a_store_on_first_use(trained):
+    cwd, _, _ = trained
+    lines = [json.dumps({"text": f"def f{i}(x):\n    return x * {i}\n"}) for i in range(400)]
+    (cwd / "mine.jsonl").write_text("\n".join(lines) + "\n")
+    tokenizer = next((cwd / ".cache" / "meltemi").glob("stdlib-*/tokenizer.json"))
+    args = [*SMALL, "--data.corpus", "mine.jsonl", "--data.tokenizer", str(tokenizer)]
+    args += ["--data.seq_len", "16", "--data.eval_fraction", "0.1", "--trainer.num_train_steps", "2"]
+    args += ["--run-dir", "runs/mine"]
+    result = app("pretrain.py", *args, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    assert "building a token store of mine.jsonl" in result.stderr
+    assert "steps: 2" in result.stdout
+    assert list((cwd / ".cache" / "meltemi" / "corpora").glob("mine-*/manifest.json"))
 
 
 @pytest.mark.parametrize("name", ["sample.py", "export_hf.py"])

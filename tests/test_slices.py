@@ -19,13 +19,15 @@ from meltemi.trainer.config_io import dump_config
 
 pytestmark = pytest.mark.xdist_group("raytpu-cluster")  # one Ray cluster at a time on this machine
 
-STEPS = 6
+STEPS = 16  # long enough that a host killed after the first checkpoint dies mid-run
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def config(small_config):
-    return small_config
+    return small_config.model_copy(
+        update={"trainer": small_config.trainer.model_copy(update={"num_train_steps": STEPS})}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,7 @@ def assert_same_run(run_dir: Path, reference: Path) -> None:
     assert hashes == expected  # every step's batch, bitwise (steps redone after a restart log the same hash)
     theirs = final_arrays(reference)
     # Gloo's all-reduce between processes may sum in another order than XLA's in one process: float32
-    # rounding, which the optimizer's bounded steps keep at this scale over 6 steps.
+    # rounding, which the optimizer's bounded steps keep small at this scale over these few steps.
     for name, value in final_arrays(run_dir).items():
         np.testing.assert_allclose(value, theirs[name], rtol=1e-4, atol=1e-6, err_msg=name)
 
@@ -87,12 +89,16 @@ def test_two_slices_train_like_one_process(cluster, config, reference, tmp_path)
     assert_same_run(tmp_path / "run", reference)
 
 
-def kill_after_first_checkpoint(cluster, run_dir: Path, slice_name: str) -> threading.Thread:
+def kill_after_first_checkpoint(cluster, run_dir: Path) -> threading.Thread:
+    """Once the run has committed a checkpoint, kill the host of a slice the job holds (not the head's)."""
+
     def watch():
         deadline = time.monotonic() + 300
         while not (run_dir / "checkpoints" / "step-2" / "COMMITTED").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        cluster.kill_host(cluster.node_ids(slice_name)[0])
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+        held = [e["slice"] for e in events if e["event"] == "slice_acquired" and e["slice"] != "cpu-1-0"]
+        cluster.kill_host(cluster.node_ids(held[-1])[0])
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -100,7 +106,7 @@ def kill_after_first_checkpoint(cluster, run_dir: Path, slice_name: str) -> thre
 
 
 def test_a_killed_host_restarts_the_job_which_resumes_to_the_same_end(cluster, config, reference, tmp_path):
-    watcher = kill_after_first_checkpoint(cluster, tmp_path / "run", "cpu-1-1")
+    watcher = kill_after_first_checkpoint(cluster, tmp_path / "run")
     results = launch(config, tmp_path / "run", slices=2)
     watcher.join()
     assert results[0].steps == STEPS
@@ -112,7 +118,10 @@ def test_a_killed_host_restarts_the_job_which_resumes_to_the_same_end(cluster, c
 
 
 def test_with_min_slices_a_lost_slice_leaves_the_run_on_the_rest(cluster, config, reference, tmp_path):
-    watcher = kill_after_first_checkpoint(cluster, tmp_path / "run", "cpu-1-2")
+    others = [name for name in cluster.slice_names() if name != "cpu-1-0" and cluster.node_ids(name)]
+    for name in others[1:]:  # two live slices, so that losing one leaves exactly one
+        cluster.kill_host(cluster.node_ids(name)[0])
+    watcher = kill_after_first_checkpoint(cluster, tmp_path / "run")
     results = launch(config, tmp_path / "run", slices=2, min_slices=1)
     watcher.join()
     assert results[0].process_count == 1 and results[0].steps == STEPS

@@ -10,6 +10,7 @@ from meltemi.trainer.trainer import Trainer
 
 
 def test_a_run_logs_to_every_configured_tracker(make_config, run_dir, monkeypatch):
+    pytest.importorskip("wandb", reason="Weights & Biases is the trainer's [wandb] extra")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     config = make_config("--trainer.num_train_steps", "4", "--trainer.trackers.tensorboard", "true",
@@ -29,10 +30,18 @@ def test_a_run_logs_to_every_configured_tracker(make_config, run_dir, monkeypatc
     assert "num_train_steps: 4" in (run_dir / "config.yaml").read_text()
 
 
-@pytest.mark.parametrize("policy", ["skip"])
-def test_progress_lines_go_to_stderr_off_a_terminal(make_config, run_dir, capsys, policy):
-    config = make_config("--trainer.num_train_steps", "2", "--trainer.nan_policy", policy)
+def test_progress_lines_go_to_stderr_off_a_terminal(make_config, run_dir, capsys):
+    config = make_config("--trainer.num_train_steps", "2")
     Trainer(config, run_dir, devices=jax.devices()[:1], progress=True).run()
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "compiled the train step" in captured.err and "step 2/2  loss" in captured.err
+
+
+def test_the_profiler_traces_the_configured_steps(make_config, run_dir):
+    config = make_config(
+        "--trainer.num_train_steps", "3", "--trainer.profiler", "{start_step: 1, num_steps: 1}"
+    )
+    Trainer(config, run_dir, devices=jax.devices()[:1], progress=False).run()
+    traces = list((run_dir / "profile").rglob("*.xplane.pb"))
+    assert len(traces) == 1 and traces[0].stat().st_size > 0
