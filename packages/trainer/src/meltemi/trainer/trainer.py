@@ -75,6 +75,7 @@ class Trainer:
         self.is_primary = jax.process_index() == 0
         self.program = TrainProgram(config, self.plan)
         self._eval_fn = None
+        self._batch_layouts: dict[int, dict[str, tuple]] = {}
         self.compile_report: CompileReport | None = None
 
     def initial_state(self) -> TrainState:
@@ -103,15 +104,16 @@ class Trainer:
     def global_batch(self, local: dict[str, np.ndarray], global_rows: int) -> adapters.NamedBatch:
         """This process's rows, assembled with the other processes' into one global named batch."""
         host = adapters.batch_host_arrays(local)
-        shapes = self.program.abstract_batch(global_rows)
-        shardings = self.plan.compute_shardings(shapes)
-
-        def to_device(name):
-            sharding = getattr(shardings, name).array
-            shape = getattr(shapes, name).array.shape
-            return jax.make_array_from_process_local_data(sharding, host[name], shape)
-
-        return adapters.named_batch({name: to_device(name) for name in host})
+        if global_rows not in self._batch_layouts:  # traced once per batch size, not once per step
+            shapes = self.program.abstract_batch(global_rows)
+            shardings = self.plan.compute_shardings(shapes)
+            self._batch_layouts[global_rows] = {
+                name: (getattr(shardings, name).array, getattr(shapes, name).array.shape) for name in host
+            }
+        arrays = {}
+        for name, (sharding, shape) in self._batch_layouts[global_rows].items():
+            arrays[name] = jax.make_array_from_process_local_data(sharding, host[name], shape)
+        return adapters.named_batch(arrays)
 
     # ---- the loop ----------------------------------------------------------------------------------------
 
