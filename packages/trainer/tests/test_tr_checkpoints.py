@@ -1,6 +1,7 @@
 """Checkpoints in process: damaged ones skipped by name, mesh changes, zarr-python, retention, phases."""
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -12,7 +13,7 @@ import zarr
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meltemi.trainer.checkpoint_format import Manifest, read_array
+from meltemi.trainer.checkpoint_format import Manifest, fsync_tree, read_array
 from meltemi.trainer.checkpoints import RetentionPolicy, SaveSchedule, inspect_checkpoint, step_dirs
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.resume import starting_state
@@ -189,3 +190,22 @@ def test_initialize_from_a_directory_without_checkpoints_is_named(make_config, t
         CheckpointError, match=r"^trainer.initialize_from: .*empty holds no usable checkpoint$"
     ):
         train(config, tmp_path / "run")
+
+
+def test_fsync_tree_skips_a_file_another_writer_removed_after_the_listing(tmp_path, monkeypatch):
+    """Each process flushes the shared directory while others still write into it: TensorStore's lock
+    files vanish between ``os.walk``'s listing and the flush, which must not fail the checkpoint."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "0").write_bytes(b"chunk")
+    walk = os.walk
+
+    def walk_listing_a_lock_file_gone_by_the_flush(root):
+        for folder, dirs, files in walk(root):
+            yield folder, dirs, [*files, "0.__lock"]
+
+    monkeypatch.setattr(os, "walk", walk_listing_a_lock_file_gone_by_the_flush)
+    flushed = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (flushed.append(fd), fsync(fd)))
+    fsync_tree(tmp_path)
+    assert len(flushed) == 3  # the chunk, then the folders a and tmp_path

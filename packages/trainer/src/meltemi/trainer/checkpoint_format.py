@@ -174,10 +174,18 @@ def missing_chunks(directory: Path, record: ArrayRecord) -> int:
 
 
 def fsync_tree(root: Path) -> None:
-    """Flush every file and directory under ``root`` (and ``root`` itself) to disk."""
+    """Flush every file and directory under ``root`` (and ``root`` itself) to disk.
+
+    Other processes may be writing into the same tree (each writes its own shards), and TensorStore's
+    transient ``*.__lock`` files come and go while they do: a file that vanished between the listing and
+    the flush is skipped, as it no longer needs one.
+    """
     for folder, _, files in os.walk(root):
         for name in files:
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            except FileNotFoundError:
+                continue
             try:
                 os.fsync(fd)
             finally:
