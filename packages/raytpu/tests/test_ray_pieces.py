@@ -210,6 +210,7 @@ def test_backoff_doubles_per_retry_up_to_its_cap():
         ({"env": {"MEGASCALE_PORT": "1"}}, "env may not set 'MEGASCALE_PORT'"),
         ({"poll_interval_s": -1}, "poll_interval_s must be positive"),
         ({"scale_up_interval_s": 0}, "scale_up_interval_s must be positive"),
+        ({"drain_timeout_s": 0}, "drain_timeout_s must be positive"),
         ({"acquire_timeout_s": 0}, "acquire_timeout_s must be positive"),
         ({"slice_type": "v4-12"}, "v4-12 is not a TPU slice size"),
     ],

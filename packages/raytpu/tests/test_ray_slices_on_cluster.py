@@ -134,18 +134,29 @@ def test_the_head_node_cannot_be_killed_and_unknown_hosts_are_an_error(cluster):
         cluster.kill_host("nope")
 
 
-def wait_for_more_slices(signal_dir):
+def wait_for_more_slices(signal_dir, stop_on_interrupt=True):
+    """On one slice: announce it, then wait until interrupted (a scale-up's drain) and record that the
+    workload ended on its own; a workload that ignores the interrupt is killed after the drain timeout."""
+
     def fn():
+        import signal
+
         host = current_host()
         if host.num_slices == 1:
+            interrupted = []
+            signal.signal(signal.SIGINT, lambda *_: interrupted.append(True) if stop_on_interrupt else None)
             (Path(signal_dir) / f"running-{host.host_id}").touch()
-            time.sleep(60)
+            deadline = time.monotonic() + 60
+            while not interrupted and time.monotonic() < deadline:
+                time.sleep(0.05)
+            (Path(signal_dir) / f"drained-{host.host_id}").touch()
         return host.num_slices
 
     return fn
 
 
-def test_a_job_scales_up_when_more_slices_become_free(cluster, tmp_path):
+@pytest.mark.parametrize("cooperative", [True, False], ids=["drained", "killed-after-the-drain-timeout"])
+def test_a_job_scales_up_when_more_slices_become_free(cluster, tmp_path, cooperative):
     held = claim_slices(V4_16, [1], job_name="someone-else", wait_s=10)
     log = EventLog(tmp_path / "events.jsonl", job="scaling")
 
@@ -156,13 +167,19 @@ def test_a_job_scales_up_when_more_slices_become_free(cluster, tmp_path):
     helper = threading.Thread(target=give_back_when_running)
     helper.start()
     results = run_on_slices(
-        wait_for_more_slices(tmp_path), slice_type=V4_16, num_slices=[1, 2], max_retries_preemption=0,
-        max_retries_failure=0, scale_up_interval_s=0.5, event_log=log, **FAST,
+        wait_for_more_slices(tmp_path, cooperative), slice_type=V4_16, num_slices=[1, 2],
+        max_retries_preemption=0, max_retries_failure=0, scale_up_interval_s=0.5, drain_timeout_s=3.0,
+        event_log=log, **FAST,
     )  # fmt: skip
     helper.join()
     assert results == [2, 2, 2, 2]
-    events = [json.loads(line)["event"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
-    assert events == ["slice_acquired", "scaled", "slice_acquired", "slice_acquired", "finished"]
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    names = [e["event"] for e in events]
+    assert names == ["slice_acquired", "drained", "scaled", "slice_acquired", "slice_acquired", "finished"]
+    drained = events[1]
+    assert drained["hosts"] == 2 and drained["killed"] == (0 if cooperative else 2)
+    ended_on_their_own = sorted(p.name for p in tmp_path.glob("drained-*"))
+    assert ended_on_their_own == (["drained-0", "drained-1"] if cooperative else [])
 
 
 def fail_on_first_attempts(failing_attempts):
@@ -197,6 +214,8 @@ def test_an_exhausted_failure_budget_raises_with_every_attempt_and_the_traceback
     assert [(a.number, a.cause) for a in error.attempts] == [(0, "failure"), (1, "failure")]
     assert all(a.host_id in (0, 1) and a.slice_name.startswith("v4-16-") for a in error.attempts)
     assert "ValueError: bad batch on attempt 1" in error.remote_traceback
+    assert type(error.workload_error) is ValueError  # the workload's own error, out of Ray's wrapper
+    assert str(error.workload_error) == "bad batch on attempt 1"
     assert 'raise ValueError(f"bad batch on attempt {host.attempt}")' in error.remote_traceback
     assert "attempt 0 on 1 slice(s): failure at slice v4-16-" in str(error)
     assert isinstance(error.__cause__, ValueError)

@@ -35,11 +35,20 @@ class SlicesUnavailableError(RaytpuError):
 
 class SliceJobError(RaytpuError):
     """The job ran out of retries. ``attempts`` lists every attempt; ``remote_traceback`` is the workload's
-    own traceback from the last failure (also chained as ``__cause__``)."""
+    own traceback from the last failure (also chained as ``__cause__``); ``workload_error`` is the exception
+    the workload raised when the failure budget ran out (None when the preemption budget did), for a caller
+    that wants to end with the workload's own error."""
 
-    def __init__(self, reason: str, attempts: Sequence[Attempt], remote_traceback: str | None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        attempts: Sequence[Attempt],
+        remote_traceback: str | None,
+        workload_error: BaseException | None = None,
+    ) -> None:
         self.attempts = tuple(attempts)
         self.remote_traceback = remote_traceback
+        self.workload_error = workload_error
         lines = [reason, *(f"  {a.summary()}" for a in attempts)]
         if remote_traceback:
             lines += ["last traceback from the workload:", remote_traceback.rstrip()]

@@ -82,5 +82,16 @@ def remote_traceback(error: BaseException) -> str | None:
     return getattr(error, "traceback_str", None) or str(error)
 
 
+def workload_exception(error: BaseException | None) -> BaseException | None:
+    """The exception the workload itself raised, out of Ray's wrapper; None when there is none.
+
+    >>> workload_exception(ValueError("bad batch"))
+    ValueError('bad batch')
+    """
+    if isinstance(error, rex.RayTaskError):
+        return error.cause
+    return error
+
+
 def counts(attempts: Collection[Attempt], cause: Cause) -> int:
     return sum(1 for a in attempts if a.cause == cause)

@@ -16,7 +16,15 @@ from meltemi.raytpu.events import EventLog, StatusLine, status_text
 from meltemi.raytpu.host_env import RESERVED_PREFIXES, host_envs
 from meltemi.raytpu.hosts import coordinator_endpoint, host_task_options, run_host
 from meltemi.raytpu.inventory import SliceInfo
-from meltemi.raytpu.outcomes import Attempt, Cause, classify, counts, remote_traceback, short_detail
+from meltemi.raytpu.outcomes import (
+    Attempt,
+    Cause,
+    classify,
+    counts,
+    remote_traceback,
+    short_detail,
+    workload_exception,
+)
 from meltemi.raytpu.slices import SliceType
 from meltemi.raytpu.slices import slice_type as parse_slice_type
 
@@ -81,6 +89,7 @@ def run_on_slices(
     runtime_env: Mapping[str, Any] | None = None,
     preemption_check: PreemptionCheck | None = None,
     scale_up_interval_s: float | None = None,
+    drain_timeout_s: float = 300.0,
     acquire_timeout_s: float = 600.0,
     claim_wait_s: float = 10.0,
     poll_interval_s: float = 1.0,
@@ -97,6 +106,11 @@ def run_on_slices(
     spends the preemption budget, an exception from ``fn`` the failure budget. ``num_slices`` may list
     acceptable counts: the job starts on the most it can claim now and, every ``scale_up_interval_s``
     seconds, restarts on more when more are free (the workload resumes from its own checkpoint).
+
+    A scale-up drains the running hosts instead of killing them: each host's task is interrupted the way
+    Ray's non-forced cancel does it (its SIGINT handler runs in the task's main thread; without one, the
+    task gets ``KeyboardInterrupt``), so a workload that handles SIGINT by checkpointing and returning
+    loses no work. Hosts still running ``drain_timeout_s`` seconds later are killed.
 
     The retry budgets and backoff are a ``RetryPolicy``, given as ``retry=RetryPolicy(...)`` or, for short,
     as its fields (``max_retries_preemption`` and ``max_retries_failure``, optionally ``backoff_s`` and
@@ -123,6 +137,8 @@ def run_on_slices(
         raise ValueError(f"poll_interval_s must be positive, got {poll_interval_s}")
     if scale_up_interval_s is not None and scale_up_interval_s <= 0:
         raise ValueError(f"scale_up_interval_s must be positive or None, got {scale_up_interval_s}")
+    if drain_timeout_s <= 0:
+        raise ValueError(f"drain_timeout_s must be positive, got {drain_timeout_s}")
     if not ray.is_initialized():
         raise NotConnectedError(
             "run_on_slices needs a Ray connection: call ray.init(address=...) first "
@@ -138,6 +154,7 @@ def run_on_slices(
         runtime_env=runtime_env,
         preemption_check=preemption_check,
         scale_up_interval_s=scale_up_interval_s,
+        drain_timeout_s=drain_timeout_s,
         poll_interval_s=poll_interval_s,
         name=name,
         log=event_log if isinstance(event_log, EventLog) else EventLog(event_log, job=name),
@@ -159,6 +176,7 @@ class _Job:
     runtime_env: Mapping[str, Any] | None
     preemption_check: PreemptionCheck | None
     scale_up_interval_s: float | None
+    drain_timeout_s: float
     poll_interval_s: float
     name: str
     log: EventLog
@@ -191,6 +209,7 @@ class _Job:
                     f"exhausted ({budget} allowed)",
                     self.attempts,
                     remote_traceback(ended.error) if ended.error is not None else None,
+                    workload_exception(ended.error) if ended.cause == "failure" else None,
                 ) from ended.error
             delay = self.policy.delay(used)
             self.log.emit("retry", attempt=number + 1, cause=ended.cause, retry=used, delay_s=delay)
@@ -227,10 +246,32 @@ class _Job:
             if ended is None and next_scale_check is not None and time.monotonic() >= next_scale_check:
                 ended = _check_scale_up(kind, self.acceptable, len(claims))
                 next_scale_check = time.monotonic() + interval
+                if ended is not None:
+                    self.drain(pending, number)
+                    return ended, []
             if ended is not None:
                 _cancel(pending)
                 return ended, []
         return None, [results[i] for i in range(len(envs))]
+
+    def drain(self, running: list[ray.ObjectRef], number: int) -> None:
+        """Interrupt every running host and wait for them to end on their own; kill what outlasts the wait."""
+        started = time.monotonic()
+        for ref in running:
+            ray.cancel(ref, force=False)
+        pending, deadline = list(running), started + self.drain_timeout_s
+        while pending and time.monotonic() < deadline:
+            self.line.show(f"{self.name}: draining {len(pending)} host(s) before scaling up")
+            _, pending = ray.wait(
+                pending,
+                num_returns=len(pending),
+                timeout=max(0.0, min(self.poll_interval_s, deadline - time.monotonic())),
+            )
+        _cancel(pending)
+        self.log.emit(
+            "drained", attempt=number, hosts=len(running), killed=len(pending),
+            seconds=round(time.monotonic() - started, 3),
+        )  # fmt: skip
 
     def status(self, number: int, num_slices: int, running: int, done: int) -> str:
         return status_text(
