@@ -30,6 +30,8 @@ LAUNCH_FLAGS = (
     "address",
     "devices-per-host",
     "acquire-timeout",
+    "scale-up-every",
+    "max-failures",
 )
 APP_FLAGS = """
 apps/pretrain.py adds:
@@ -45,6 +47,9 @@ apps/pretrain.py adds:
   --address ADDR          a running Ray cluster (default: start a local cluster of fake CPU slices)
   --devices-per-host D    fake CPU devices per host of a cpu-* slice (default 4)
   --acquire-timeout S     how long to wait for the slices (default 600)
+  --scale-up-every S      with fewer than --slices, look for more every S seconds; the hosts checkpoint and
+                          the run restarts on more (default 300)
+  --max-failures N        restart the job after an exception in the training up to N times (default 0)
 """
 
 
@@ -190,6 +195,8 @@ def train_on_ray(config, run_dir: Path, flags: dict[str, str]) -> int:
             min_slices=int(flags["min-slices"]) if "min-slices" in flags else None,
             devices_per_host=int(flags.get("devices-per-host", 4)),
             acquire_timeout_s=float(flags.get("acquire-timeout", 600)),
+            scale_up_interval_s=float(flags.get("scale-up-every", 300)),
+            max_retries_failure=int(flags.get("max-failures", 0)),
         )
         from meltemi.raytpu import slice_type
 

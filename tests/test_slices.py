@@ -76,17 +76,68 @@ def assert_same_run(run_dir: Path, reference: Path) -> None:
         np.testing.assert_allclose(value, theirs[name], rtol=1e-4, atol=1e-6, err_msg=name)
 
 
-def launch(config, run_dir, slices, min_slices=None):
+def launch(config, run_dir, slices, min_slices=None, **options):
     from meltemi.trainer.launch import SliceLaunch, train_on_slices
 
-    plan = SliceLaunch("cpu-1", slices, min_slices=min_slices, devices_per_host=2, acquire_timeout_s=120)
+    plan = SliceLaunch(
+        "cpu-1", slices, min_slices=min_slices, devices_per_host=2, acquire_timeout_s=120, **options
+    )
     return train_on_slices(config, run_dir, plan, event_log=str(Path(run_dir) / "events.jsonl"))
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
 def test_two_slices_train_like_one_process(cluster, config, reference, tmp_path):
     results = launch(config, tmp_path / "run", slices=2)
     assert [(r.process_index, r.process_count, r.steps) for r in results] == [(0, 2, STEPS), (1, 2, STEPS)]
     assert_same_run(tmp_path / "run", reference)
+
+
+def test_a_slice_that_comes_back_scales_the_run_up_at_a_checkpoint_without_redoing_a_step(
+    cluster, config, reference, tmp_path
+):
+    from meltemi.raytpu import slice_type
+    from meltemi.raytpu.claims import claim_slices, release
+
+    held = claim_slices(slice_type("cpu-1"), [2], job_name="someone-else", wait_s=30)
+    assert len(held) == 2, "the cluster's three slices should all be alive and free here"
+    run_dir = tmp_path / "run"
+
+    def give_one_back_after_the_first_checkpoint():
+        deadline = time.monotonic() + 300
+        while not (run_dir / "checkpoints" / "step-2" / "COMMITTED").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        release(held[:1])
+
+    helper = threading.Thread(target=give_one_back_after_the_first_checkpoint, daemon=True)
+    helper.start()
+    try:
+        results = launch(config, run_dir, slices=2, min_slices=1, scale_up_interval_s=0.5)
+    finally:
+        helper.join()
+        release(held[1:])
+    assert [(r.process_count, r.steps, r.stopped_by) for r in results] == [(2, STEPS, None)] * 2
+    events = read_events(run_dir)
+    assert [e["event"] for e in events if e["event"] != "slice_acquired"] == ["drained", "scaled", "finished"]
+    assert events[[e["event"] for e in events].index("drained")]["killed"] == 0  # stopped at a checkpoint
+    steps = [json.loads(line)["step"] for line in (run_dir / "batches.jsonl").read_text().splitlines()]
+    assert len(steps) == len(set(steps)) == STEPS  # no step was lost and trained again after the restart
+    assert_same_run(run_dir, reference)
+
+
+def test_a_failing_workload_spends_its_failure_budget_then_ends_with_its_own_error(cluster, config, tmp_path):
+    from meltemi.trainer.config import SourceConfig
+    from meltemi.trainer.errors import DataError
+
+    sources = {"py": SourceConfig(store=str(tmp_path / "no-such-store"))}
+    broken = config.model_copy(update={"data": config.data.model_copy(update={"sources": sources})})
+    with pytest.raises(DataError, match="no-such-store") as raised:
+        launch(broken, tmp_path / "run", slices=1, max_retries_failure=1)
+    assert "failure retries exhausted (1 allowed)" in str(raised.value.__cause__)
+    events = [e["event"] for e in read_events(tmp_path / "run")]
+    assert events.count("host_failed") == 2 and events.count("retry") == 1 and events[-1] == "gave_up"
 
 
 def kill_after_first_checkpoint(cluster, run_dir: Path) -> threading.Thread:
@@ -143,6 +194,7 @@ def test_an_unknown_slice_type_and_a_silent_address_are_one_line_errors(tmp_path
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
     for args, message in (
         (["--slice-type", "v9-999"], "error: --launch ray: "),
+        (["--scale-up-every", "0"], "error: --launch ray: scale_up_interval_s must be positive, got 0.0"),
         (["--address", "127.0.0.1:9"], "error: --address 127.0.0.1:9: no Ray cluster answers there"),
     ):
         command = [sys.executable, str(ROOT / "apps" / "pretrain.py"), "--launch", "ray", *args, "--config",

@@ -6,7 +6,13 @@ own rows, writes its own checkpoint shards, and resumes from the run directory's
 when raytpu restarts the job after a lost host (a preemption) the run continues where it left off. The run
 directory must be storage every host sees (one machine's disk for a local cluster, a shared file system for
 a real one). With ``min_slices`` the job starts on as many slices as it can claim (at least that many) and
-grows at a checkpoint when more come back: the data order does not depend on the number of processes.
+grows when more come back: every ``scale_up_interval_s`` raytpu looks for free slices and, when there are,
+interrupts the hosts, which stop as at Ctrl-C (a checkpoint at the next step boundary, agreed between the
+processes) before the job restarts on more. The data order does not depend on the number of processes.
+
+A failure in the workload spends ``max_retries_failure``; when that runs out, ``train_on_slices`` raises the
+workload's own error (a ``ConfigError`` stays a ``ConfigError``), with raytpu's account of the attempts
+chained to it.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ class HostResult:
 class SliceLaunch:
     """Where and how widely to run: ``slices`` of ``slice_type`` (``cpu-<hosts>`` are fake CPU slices, each
     host with ``devices_per_host`` fake devices), at least ``min_slices`` of them, on the Ray cluster at
-    ``address`` (None: the one this process is connected to)."""
+    ``address`` (None: the one this process is connected to). With fewer slices than asked for, every
+    ``scale_up_interval_s`` it looks for more; hosts that have not checkpointed and returned
+    ``drain_timeout_s`` after being asked to are killed."""
 
     slice_type: str
     slices: int
@@ -40,8 +48,24 @@ class SliceLaunch:
     devices_per_host: int = 4
     max_retries_preemption: int = 5
     max_retries_failure: int = 0
-    scale_up_interval_s: float | None = None
+    scale_up_interval_s: float = 300.0
+    drain_timeout_s: float = 600.0
     acquire_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        for name in ("slices", "devices_per_host"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.min_slices is not None and not 1 <= self.min_slices <= self.slices:
+            raise ValueError(
+                f"min_slices must be between 1 and slices ({self.slices}), got {self.min_slices}"
+            )
+        for name in ("max_retries_preemption", "max_retries_failure"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        for name in ("scale_up_interval_s", "drain_timeout_s", "acquire_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
     def slice_counts(self) -> int | list[int]:
         if self.min_slices is None or self.min_slices >= self.slices:
@@ -72,7 +96,7 @@ def train_on_slices(
     config: RunConfig, run_dir: str | Path, launch: SliceLaunch, event_log: str | None = None
 ):
     """Run the training on slices through raytpu (connected to Ray already); each host's ``HostResult``."""
-    from meltemi.raytpu import RetryPolicy, run_on_slices, slice_type
+    from meltemi.raytpu import RetryPolicy, SliceJobError, run_on_slices, slice_type
 
     kind = slice_type(launch.slice_type)
     fake_cpu = kind.name.startswith("cpu-")
@@ -80,17 +104,23 @@ def train_on_slices(
     def workload() -> HostResult:
         return train_on_this_host(config, str(Path(run_dir).resolve()), launch.devices_per_host, fake_cpu)
 
-    return run_on_slices(
-        workload,
-        slice_type=kind,
-        num_slices=launch.slice_counts(),
-        retry=RetryPolicy(
-            max_retries_preemption=launch.max_retries_preemption,
-            max_retries_failure=launch.max_retries_failure,
-            backoff_s=1.0,
-        ),
-        scale_up_interval_s=launch.scale_up_interval_s,
-        acquire_timeout_s=launch.acquire_timeout_s,
-        event_log=event_log,
-        job_name=f"pretrain-{Path(run_dir).name}",
-    )
+    try:
+        return run_on_slices(
+            workload,
+            slice_type=kind,
+            num_slices=launch.slice_counts(),
+            retry=RetryPolicy(
+                max_retries_preemption=launch.max_retries_preemption,
+                max_retries_failure=launch.max_retries_failure,
+                backoff_s=1.0,
+            ),
+            scale_up_interval_s=launch.scale_up_interval_s,
+            drain_timeout_s=launch.drain_timeout_s,
+            acquire_timeout_s=launch.acquire_timeout_s,
+            event_log=event_log,
+            job_name=f"pretrain-{Path(run_dir).name}",
+        )
+    except SliceJobError as gave_up:
+        if gave_up.workload_error is not None:
+            raise gave_up.workload_error from gave_up
+        raise
