@@ -1,6 +1,7 @@
 """Training on slices through Ray, on a local cluster of fake CPU slices (one host each, 2 devices per host):
-the same batches and the same end as one process; a killed host restarts the job, which resumes; with
-``min_slices`` a lost slice leaves the run on the rest, with the same data order."""
+the same batches and the same end as one process; a killed host restarts the job, which resumes to the same
+bits as the run that was not interrupted; with ``min_slices`` a lost slice leaves the run on the rest, with
+the same data order, and a slice that comes back grows it again at a checkpoint."""
 
 import json
 import os
@@ -89,10 +90,17 @@ def read_events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
-def test_two_slices_train_like_one_process(cluster, config, reference, tmp_path):
-    results = launch(config, tmp_path / "run", slices=2)
+@pytest.fixture(scope="module")
+def uninterrupted(cluster, config, tmp_path_factory) -> tuple[Path, list]:
+    """The run on two slices with nothing in its way: its run directory and each host's result."""
+    run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
+    return run_dir, launch(config, run_dir, slices=2)
+
+
+def test_two_slices_train_like_one_process(uninterrupted, reference):
+    run_dir, results = uninterrupted
     assert [(r.process_index, r.process_count, r.steps) for r in results] == [(0, 2, STEPS), (1, 2, STEPS)]
-    assert_same_run(tmp_path / "run", reference)
+    assert_same_run(run_dir, reference)
 
 
 def test_a_slice_that_comes_back_scales_the_run_up_at_a_checkpoint_without_redoing_a_step(
@@ -156,12 +164,18 @@ def kill_after_first_checkpoint(cluster, run_dir: Path) -> threading.Thread:
     return watcher
 
 
-def test_a_killed_host_restarts_the_job_which_resumes_to_the_same_end(cluster, config, reference, tmp_path):
+def test_a_killed_host_restarts_the_job_which_resumes_to_the_same_end(
+    cluster, config, reference, uninterrupted, tmp_path
+):
     watcher = kill_after_first_checkpoint(cluster, tmp_path / "run")
     results = launch(config, tmp_path / "run", slices=2)
     watcher.join()
     assert results[0].steps == STEPS
     assert_same_run(tmp_path / "run", reference)
+    # Against the same two-process run uninterrupted, the resumed run is equal to the bit.
+    theirs = final_arrays(uninterrupted[0])
+    for name, value in final_arrays(tmp_path / "run").items():
+        np.testing.assert_array_equal(value, theirs[name], err_msg=name)
     events = [
         json.loads(line)["event"] for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
     ]
