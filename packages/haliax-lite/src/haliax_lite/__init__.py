@@ -33,6 +33,7 @@ from .hof import *  # noqa: F403
 from .indexing import *  # noqa: F403
 from .ops import *  # noqa: F403
 from .partitioning import *  # noqa: F403
+from .poly import *  # noqa: F403
 from .reductions import *  # noqa: F403
 from .shape_ops import *  # noqa: F403
 from .unary import *  # noqa: F403
