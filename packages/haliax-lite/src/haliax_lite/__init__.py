@@ -29,6 +29,7 @@ from .dot import *  # noqa: F403
 from .einsum import *  # noqa: F403
 from .elementwise import *  # noqa: F403
 from .fourier import *  # noqa: F403
+from .haxtyping import *  # noqa: F403
 from .hof import *  # noqa: F403
 from .indexing import *  # noqa: F403
 from .ops import *  # noqa: F403
