@@ -28,6 +28,7 @@ from .creation import *  # noqa: F403
 from .dot import *  # noqa: F403
 from .einsum import *  # noqa: F403
 from .elementwise import *  # noqa: F403
+from .field import *  # noqa: F403
 from .fourier import *  # noqa: F403
 from .haxtyping import *  # noqa: F403
 from .hof import *  # noqa: F403
