@@ -42,6 +42,7 @@ from .unary import *  # noqa: F403
 from .unique_bits import *  # noqa: F403
 
 # isort: off
+from . import debug as debug
 from . import indexing as indexing
 from . import partitioning as partitioning
 from . import random as random
