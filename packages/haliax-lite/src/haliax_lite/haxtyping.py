@@ -39,6 +39,8 @@ class NamedArrayAxes:
 
     >>> NamedArrayAxes(("a", "b"), ordered=False, subset=True)
     NamedArray[{a, b, ...}]
+    >>> NamedArrayAxes(("a",), dtype=jnp.floating)
+    NamedArray[floating a]
     """
 
     before: tuple[str, ...]
@@ -48,7 +50,8 @@ class NamedArrayAxes:
     dtype: Any = None
 
     def __repr__(self) -> str:
-        dtype = "" if self.dtype is None else f"{getattr(self.dtype, 'name', self.dtype)} "
+        name = getattr(self.dtype, "name", None) or getattr(self.dtype, "__name__", self.dtype)
+        dtype = "" if self.dtype is None else f"{name} "
         if self.ordered:
             parts = [*self.before, *(["..."] if self.subset else []), *self.after]
             return f"NamedArray[{dtype}{' '.join(parts)}]"
