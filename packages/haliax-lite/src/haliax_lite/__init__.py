@@ -28,17 +28,21 @@ from .creation import *  # noqa: F403
 from .dot import *  # noqa: F403
 from .einsum import *  # noqa: F403
 from .elementwise import *  # noqa: F403
+from .field import *  # noqa: F403
 from .fourier import *  # noqa: F403
+from .haxtyping import *  # noqa: F403
 from .hof import *  # noqa: F403
 from .indexing import *  # noqa: F403
 from .ops import *  # noqa: F403
 from .partitioning import *  # noqa: F403
+from .poly import *  # noqa: F403
 from .reductions import *  # noqa: F403
 from .shape_ops import *  # noqa: F403
 from .unary import *  # noqa: F403
 from .unique_bits import *  # noqa: F403
 
 # isort: off
+from . import debug as debug
 from . import indexing as indexing
 from . import partitioning as partitioning
 from . import random as random

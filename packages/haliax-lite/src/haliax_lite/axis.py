@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 __all__ = (
     "Axis AxisSelection AxisSelector AxisSpec axis_name axis_size axis_spec_to_shape_dict concat_axes "
     "concat_axis_specs dblock ds dslice eliminate_axes ensure_tuple intersect_axes is_axis_compatible "
-    "make_axes overlapping_axes rearrange_for_partial_order replace_axis resolve_axis selects_axis "
-    "union_axes without_axes"
+    "make_axes overlapping_axes rearrange_for_partial_order replace_axis replace_missing_with_ellipsis "
+    "resolve_axis selects_axis union_axes without_axes"
 ).split()
 
 
@@ -258,6 +258,27 @@ def resolve_axis(axis_spec: AxisSpec, selection: AxisSelection) -> Axis | tuple[
     if isinstance(selection, (Axis, str)):
         return one(selection)
     return tuple(one(a) for a in ensure_tuple(selection))
+
+
+def replace_missing_with_ellipsis(ax1: AxisSelection, ax2: AxisSelection) -> tuple:
+    """``ax1`` as a partial order against ``ax2``: each axis absent from ``ax2`` becomes ``...``, and a bare
+    name that ``ax2`` knows the size of becomes that Axis; a name with two different sizes is an error.
+
+    >>> replace_missing_with_ellipsis(("a", Axis("b", 2), "c"), (Axis("a", 1), "b"))
+    (Axis(name='a', size=1), Axis(name='b', size=2), Ellipsis)
+    """
+    sizes = axis_spec_to_shape_dict(ax2)
+    result: list = []
+    for ax in ensure_tuple(ax1):
+        name = axis_name(ax)
+        if name not in sizes:
+            result.append(Ellipsis)
+            continue
+        known = sizes[name]
+        if isinstance(ax, Axis) and known is not None and ax.size != known:
+            raise ValueError(f"Axis {name!r} has size {ax.size} in {ax1} but {known} in {ax2}")
+        result.append(ax if isinstance(ax, Axis) or known is None else Axis(name, known))
+    return tuple(result)
 
 
 def _order_index(order: tuple, name: str) -> int:

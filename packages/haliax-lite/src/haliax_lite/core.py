@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .axis import Axis, AxisSelection, AxisSelector, _check_no_duplicates, axis_name, ensure_tuple
+from .haxtyping import NamedArrayAxesSpec, parse_axes_spec
 from .named_array_methods import NamedArrayMethods, _hax
 
 __all__ = ["NamedArray", "are_shape_checks_enabled", "enable_shape_checks", "is_named_array", "named"]
@@ -47,25 +48,10 @@ class _NamedArrayAnnotation(type):
     """``NamedArray["batch embed"]``: a type whose isinstance check also checks the axis names."""
 
     def __instancecheck__(cls, obj) -> bool:
-        return isinstance(obj, NamedArray) and _matches_axes_pattern(obj.axes, cls.axes_pattern)
+        return isinstance(obj, NamedArray) and obj.matches_axes(cls.axes_spec)
 
     def __repr__(cls) -> str:
-        return f"NamedArray[{' '.join(cls.axes_pattern)!r}]"
-
-
-def _matches_axes_pattern(axes: tuple[Axis, ...], pattern: tuple[str, ...]) -> bool:
-    names = [a.name for a in axes]
-    if pattern and pattern[0] == "{":
-        wanted = [p for p in pattern[1:-1] if p != "..."]
-        return set(wanted) <= set(names) and ("..." in pattern or len(wanted) == len(names))
-    if "..." not in pattern:
-        return list(pattern) == names
-    head, tail = pattern[: pattern.index("...")], pattern[pattern.index("...") + 1 :]
-    return (
-        len(names) >= len(head) + len(tail)
-        and names[: len(head)] == list(head)
-        and (not tail or names[-len(tail) :] == list(tail))
-    )
+        return repr(cls.axes_spec)
 
 
 @jax.tree_util.register_pytree_with_keys_class
@@ -97,10 +83,17 @@ class NamedArray(NamedArrayMethods):
     def __setattr__(self, name, value):
         raise AttributeError("NamedArray is immutable")
 
-    def __class_getitem__(cls, pattern: str | tuple[str, ...]):
-        parts = pattern.split() if isinstance(pattern, str) else tuple(pattern)
-        tokens = tuple(t for p in parts for t in p.replace("{", " { ").replace("}", " } ").split())
-        return _NamedArrayAnnotation(f"NamedArray[{pattern!r}]", (), {"axes_pattern": tokens})
+    def __class_getitem__(cls, spec: NamedArrayAxesSpec):
+        axes_spec = parse_axes_spec(spec)
+        return _NamedArrayAnnotation(repr(axes_spec), (), {"axes_spec": axes_spec})
+
+    def matches_axes(self, spec: NamedArrayAxesSpec) -> bool:
+        """Whether this array's axis names (and dtype) fit an axis spec (see :mod:`.haxtyping`).
+
+        >>> NamedArray(jnp.ones((2, 3)), (Axis("batch", 2), Axis("embed", 3))).matches_axes("batch ...")
+        True
+        """
+        return parse_axes_spec(spec).matches([a.name for a in self.axes], getattr(self.array, "dtype", None))
 
     # pytree protocol: the array is the only child, the axes are static
     def tree_flatten_with_keys(self):

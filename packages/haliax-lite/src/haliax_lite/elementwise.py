@@ -1,5 +1,6 @@
-"""Elementwise functions that are more than a ``jnp`` namesake: ``where``, ``clip``, ``isclose``, two-output
-functions and ``rsqrt``. The plain wrappers are in :mod:`.unary` and :mod:`.binary`."""
+"""Elementwise functions that are more than a ``jnp`` namesake: ``where`` (and ``nonzero``, its one-argument
+form), ``clip``, ``isclose``, two-output functions and ``rsqrt``. The plain wrappers are in :mod:`.unary`
+and :mod:`.binary`."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import jax
 import jax.numpy as jnp
 
 from ._wrap import NamedOrNumeric, binary_arrays, wrap
-from .axis import Axis
+from .axis import Axis, AxisSelector, axis_name
 from .broadcast import broadcast_arrays
 from .core import NamedArray
 
-__all__ = ["clip", "divmod", "frexp", "isclose", "modf", "rsqrt", "where"]
+__all__ = ["clip", "divmod", "frexp", "isclose", "modf", "nonzero", "rsqrt", "where"]
 
 
 def frexp(a: NamedOrNumeric) -> tuple[NamedOrNumeric, NamedOrNumeric]:
@@ -78,8 +79,46 @@ def _nonzero(condition: NamedArray, fill_value, new_axis):
     """One-argument where: per axis of ``condition``, the indices of true elements along ``new_axis``."""
     if not isinstance(condition, NamedArray) or fill_value is None or new_axis is None:
         raise ValueError("hax.where(condition) needs a NamedArray condition, fill_value and new_axis")
-    indices = jnp.nonzero(condition.array, size=new_axis.size, fill_value=fill_value)
-    return tuple(NamedArray(idx, (new_axis,)) for idx in indices)
+    return nonzero(condition, new_axis=new_axis, fill_value=fill_value)
+
+
+def nonzero(
+    array: NamedArray,
+    *,
+    size: int | None = None,
+    fill_value=None,
+    new_axis: AxisSelector | None = None,
+) -> tuple[NamedArray, ...]:
+    """Indices of the nonzero elements (``jnp.nonzero``): one NamedArray per axis of ``array``, in its
+    axis order, all along one new axis (``new_axis``, named ``"nonzero"`` by default).
+
+    The count depends on the data, so under ``jit`` it must be static: ``size=`` or an Axis as
+    ``new_axis`` gives it; past the last nonzero element the indices are ``fill_value`` (default 0), and
+    elements beyond ``size`` are dropped. Outside ``jit`` the size may be left out.
+
+    >>> import haliax_lite as hax
+    >>> x = hax.named([[0, 5, 0], [6, 0, 7]], ("row", "col"))
+    >>> rows, cols = nonzero(x)
+    >>> rows.axes, rows.array.tolist(), cols.array.tolist()
+    ((Axis(name='nonzero', size=3),), [0, 1, 1], [1, 0, 2])
+    >>> [i.array.tolist() for i in nonzero(x, new_axis=Axis("hit", 4), fill_value=-1)]
+    [[0, 1, 1, -1], [1, 0, 2, -1]]
+    """
+    if not isinstance(array, NamedArray):
+        raise TypeError(f"hax.nonzero needs a NamedArray, got {type(array).__name__}")
+    if isinstance(new_axis, Axis):
+        if size is not None and size != new_axis.size:
+            raise ValueError(f"nonzero: size={size} disagrees with new_axis={new_axis}")
+        size = new_axis.size
+    elif size is None and isinstance(array.array, jax.core.Tracer):
+        raise ValueError(
+            f"hax.nonzero of an array with axes {array.axes} under jit needs a static size: pass size= "
+            "or an Axis as new_axis"
+        )
+    indices = jnp.nonzero(array.array, size=size, fill_value=fill_value)
+    name = "nonzero" if new_axis is None else axis_name(new_axis)
+    result_axis = Axis(name, int(indices[0].shape[0]))
+    return tuple(NamedArray(index, (result_axis,)) for index in indices)
 
 
 def clip(

@@ -2,6 +2,8 @@
 
 Model code names axes; the mapping, set with the :func:`axis_mapping` context or passed explicitly, says
 how each named axis is laid out on the current mesh (``jax.set_mesh``), with explicit or auto mesh axes.
+A plain array in a module field declared with ``hax.field(axis_names=...)`` is laid out as if it were a
+NamedArray with those axes.
 :func:`named_jit` compiles a function under a mapping: arrays (named or not) are traced, every other
 argument is static (as in ``equinox.filter_jit``), and ``hax.shard`` calls inside use the mapping.
 
@@ -26,6 +28,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from .axis import Axis, AxisSelection, AxisSelector, axis_name, ensure_tuple
 from .core import NamedArray, is_named_array
+from .field import FieldArray, with_field_axes
 
 __all__ = (
     "ResourceAxis ResourceMapping auto_sharded axis_mapping current_thread_local_mapping fsdp named_jit "
@@ -184,9 +187,12 @@ def shard(x: Any, mapping: ResourceMapping | None = None, mesh: Mesh | None = No
         return x
 
     def leaf(v):
-        return _shard_leaf(v, mapping, mesh) if isinstance(v, NamedArray) and hasattr(v.array, "shape") else v
+        if not (isinstance(v, NamedArray) and hasattr(v.array, "shape")):
+            return v
+        placed = _shard_leaf(v, mapping, mesh)
+        return placed.array if isinstance(v, FieldArray) else placed
 
-    return jax.tree_util.tree_map(leaf, x, is_leaf=is_named_array)
+    return jax.tree_util.tree_map(leaf, with_field_axes(x), is_leaf=is_named_array)
 
 
 shard_with_axis_mapping = shard
@@ -210,7 +216,8 @@ def sharding_for_axis(
 def pspec_for(tree: Any, resource_mapping: ResourceMapping | None = None) -> Any:
     """A tree like ``tree`` with a PartitionSpec for each array (NamedArrays keep their axes around it).
 
-    Unnamed arrays are replicated (``PartitionSpec()``).
+    Arrays in ``hax.field(axis_names=...)`` fields are laid out by those names; other unnamed arrays are
+    replicated (``PartitionSpec()``).
     """
     return _layout_tree(tree, lambda spec: spec, resource_mapping, preserve_existing_shardings=False)
 
@@ -233,12 +240,13 @@ def infer_resource_partitions(
 def _layout_tree(tree, make, mapping, preserve_existing_shardings: bool):
     def leaf(v):
         if isinstance(v, NamedArray):
-            return NamedArray(make(pspec_for_axis(v.axes, mapping)), v.axes)
+            layout = make(pspec_for_axis(v.axes, mapping))
+            return layout if isinstance(v, FieldArray) else NamedArray(layout, v.axes)
         if preserve_existing_shardings and isinstance(getattr(v, "sharding", None), NamedSharding):
             return v.sharding
         return make(PartitionSpec()) if hasattr(v, "shape") else None
 
-    return jax.tree_util.tree_map(leaf, tree, is_leaf=is_named_array)
+    return jax.tree_util.tree_map(leaf, with_field_axes(tree), is_leaf=is_named_array)
 
 
 class _Static:
