@@ -36,6 +36,7 @@ from .activations import (
     softplus,
     swish,
 )
+from .conv import Conv, ConvTranspose
 from .dropout import Dropout, dropout
 from .embedding import Embedding
 from .linear import Linear
@@ -61,6 +62,8 @@ __all__ = [
     "reduce_loss",
     "cross_entropy_loss",
     "cross_entropy_loss_and_log_normalizers",
+    "Conv",
+    "ConvTranspose",
     "Dropout",
     "dropout",
     "LayerNorm",
