@@ -48,6 +48,7 @@ from .loss import (
     reduce_loss,
 )
 from .mlp import MLP
+from .moe_linear import MoELinear
 from .normalization import LayerNorm, RmsNorm, log_softmax, logsumexp, softmax, standardize
 from .pooling import max_pool, mean_pool, min_pool
 from .scan import BlockSeq, Stacked
@@ -68,6 +69,7 @@ __all__ = [
     "dropout",
     "LayerNorm",
     "Linear",
+    "MoELinear",
     "Embedding",
     "RmsNorm",
     "Stacked",
