@@ -36,6 +36,7 @@ from .activations import (
     softplus,
     swish,
 )
+from .conv import Conv, ConvTranspose
 from .dropout import Dropout, dropout
 from .embedding import Embedding
 from .linear import Linear
@@ -47,6 +48,7 @@ from .loss import (
     reduce_loss,
 )
 from .mlp import MLP
+from .moe_linear import MoELinear
 from .normalization import LayerNorm, RmsNorm, log_softmax, logsumexp, softmax, standardize
 from .pooling import max_pool, mean_pool, min_pool
 from .scan import BlockSeq, Stacked
@@ -61,10 +63,13 @@ __all__ = [
     "reduce_loss",
     "cross_entropy_loss",
     "cross_entropy_loss_and_log_normalizers",
+    "Conv",
+    "ConvTranspose",
     "Dropout",
     "dropout",
     "LayerNorm",
     "Linear",
+    "MoELinear",
     "Embedding",
     "RmsNorm",
     "Stacked",
