@@ -282,3 +282,25 @@ def test_pallas_kernels_lower_to_triton_for_cuda():
 def test_gpu_cross_entropy_matches_reference(implementation):
     inputs = make_inputs(512, 256, 10000, jnp.bfloat16, seed=6)
     assert_matches_reference(implementation, inputs, 1e-4, 2048)
+
+
+def test_with_both_checks_off_a_jitted_loss_holds_no_host_callback():
+    hidden, unembedding, labels = jnp.ones((8, 4)), jnp.ones((4, 16)), jnp.arange(8)
+
+    def lowered(**checks):
+        loss = jax.jit(
+            lambda h, w, y: cross_entropy(h, w, y, block_size=8, implementation="xla", **checks)[0]
+        )
+        return loss.lower(hidden, unembedding, labels).as_text()
+
+    assert "callback" in lowered()
+    assert "callback" in lowered(check_finite=False)  # the label check is still there
+    assert "callback" not in lowered(check_finite=False, check_labels=False)
+
+
+def test_the_label_check_off_skips_even_an_eager_bad_label():
+    hidden, unembedding = jnp.ones((2, 4)), jnp.ones((4, 16))
+    with pytest.raises(ValueError, match=r"labels\[1\] is 99"):
+        cross_entropy(hidden, unembedding, jnp.array([0, 99]), block_size=8)
+    loss, _ = cross_entropy(hidden, unembedding, jnp.array([0, 99]), block_size=8, check_labels=False)
+    assert loss.shape == ()

@@ -106,3 +106,13 @@ def test_final_parameters_of_two_runs_are_bitwise_equal(make_config, tmp_path):
     first, second = arrays("a"), arrays("b")
     assert len([n for n in first if n.startswith("model.")]) >= 12
     assert first == second
+
+
+def test_the_compiled_step_holds_no_host_callback(make_config, run_dir):
+    """The hot path passes check_finite=False and check_labels=False: a callback would stop the device
+    and wait for the host every step."""
+    config = make_config()
+    trainer = Trainer(config, run_dir, devices=jax.devices()[:1], progress=False)
+    state = init_state(config, adapters.jax_key(0, "init"))
+    text = jax.jit(make_train_step(config)).lower(state, first_batch(trainer)).as_text()
+    assert "callback" not in text
