@@ -174,7 +174,9 @@ def test_bad_inputs_say_what_is_wrong():
     layer = hnn.MoELinear.init(E, In, Out, key=KEY)
     Tokens = hax.Axis("tokens", 3)
     sizes = hax.named(jnp.array([1, 2]), E)
-    with pytest.raises(ValueError, match=r"MoELinear: the input's axes .* lack the input axis 'embed'"):
+    with pytest.raises(
+        ValueError, match=r"MoELinear: the input's axes .* lack the axes \['embed'\] the layer needs"
+    ):
         layer(hax.ones(Tokens), sizes)
     with pytest.raises(ValueError, match=r"the input's 'embed' axis has size 5, the layer expects"):
         layer(hax.ones((Tokens, In.resize(5))), sizes)

@@ -24,6 +24,8 @@ import jax.numpy as jnp
 
 import haliax_lite as hax
 
+from ._inputs import check_layer_input
+
 __all__ = ["Conv", "ConvTranspose"]
 
 Padding = int | Sequence[int] | Sequence[tuple[int, int]]
@@ -278,20 +280,8 @@ def _init_params(
 
 
 def _check_input(layer: Conv | ConvTranspose, inputs: hax.NamedArray, where: str) -> None:
-    needed = [hax.axis_name(s) for s in layer.Spatial] + [layer.In.name]
-    missing = [name for name in needed if name not in inputs.shape]
-    if missing:
-        raise ValueError(f"{where}: the input's axes {inputs.shape} lack the axes {missing} the layer needs")
-    if inputs.shape[layer.In.name] != layer.In.size:
-        raise ValueError(
-            f"{where}: the input's {layer.In.name!r} axis has size {inputs.shape[layer.In.name]}, "
-            f"the layer expects {layer.In}"
-        )
-    if layer.Out.name in inputs.shape:
-        raise ValueError(
-            f"{where}: the input already has the output axis {layer.Out.name!r} ({inputs.shape}); "
-            "rename it (hax.rename) or give the layer another Out"
-        )
+    spatial = [hax.axis_name(s) for s in layer.Spatial]
+    check_layer_input(inputs, layer.In, layer.Out, where, also_needed=spatial)
 
 
 def _convolve(

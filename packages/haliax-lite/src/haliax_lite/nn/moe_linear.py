@@ -23,6 +23,8 @@ import jax.numpy as jnp
 
 import haliax_lite as hax
 
+from ._inputs import check_layer_input
+
 __all__ = ["MoELinear"]
 
 
@@ -86,20 +88,7 @@ class MoELinear(eqx.Module):
         ``key`` is accepted (and unused) so layers can be called uniformly.
         """
         del key
-        if self.In.name not in inputs.shape:
-            raise ValueError(
-                f"MoELinear: the input's axes {inputs.shape} lack the input axis {self.In.name!r}"
-            )
-        if inputs.shape[self.In.name] != self.In.size:
-            raise ValueError(
-                f"MoELinear: the input's {self.In.name!r} axis has size {inputs.shape[self.In.name]}, "
-                f"the layer expects {self.In}"
-            )
-        if self.Out.name in inputs.shape:
-            raise ValueError(
-                f"MoELinear: the input already has the output axis {self.Out.name!r} ({inputs.shape}); "
-                "rename it (hax.rename) or give the layer another Out"
-            )
+        check_layer_input(inputs, self.In, self.Out, "MoELinear")
         sizes = self._group_sizes_array(group_sizes)
 
         tokens = [a for a in inputs.axes if a.name != self.In.name]
