@@ -1,10 +1,16 @@
-"""Session-wide test setup: 8 fake CPU devices, Hypothesis profiles, hardware markers, and doctests.
+"""Session-wide test setup: 8 fake CPU devices, a shared compilation cache, Hypothesis profiles, hardware
+markers, doctests, artifacts built once per session, and the order in which the long tests start.
 
-This file is loaded before any test module, so XLA_FLAGS is in place before JAX is first imported.
+This file is loaded before any test module (and before xdist starts its workers, which inherit the
+environment), so XLA_FLAGS and the cache settings are in place before JAX is first imported anywhere.
 """
 
+import contextlib
+import fcntl
 import importlib
 import os
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +19,15 @@ from hypothesis import HealthCheck, settings
 _FAKE_DEVICES = "--xla_force_host_platform_device_count=8"
 if _FAKE_DEVICES not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAKE_DEVICES}".strip()
+
+# Every process of the run (xdist workers, the apps and trainers they start, Ray's workers) shares one JAX
+# persistent compilation cache, so a program compiled by one test is loaded from disk by the next. It lives
+# in the repository's ignored .cache/ and persists between runs; a fresh clone starts it empty. Programs
+# compiling in under 0.3 s are not written: the suite's thousands of tiny ones would only fill it.
+ROOT = Path(__file__).resolve().parent
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(ROOT / ".cache" / "meltemi" / "jax-tests"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 * 2**30))  # also makes JAX lock the directory
 
 # JAX compiles on first use, so wall-clock deadlines would only measure compilation: none.
 settings.register_profile("dev", max_examples=30, deadline=None)
@@ -40,6 +55,13 @@ def _available_accelerators() -> set[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests for hardware that is not attached, and start the long (``slow``) tests first.
+
+    xdist hands out the groups (``xdist_group``) with the most tests first and then single tests in this
+    order, so a long test begins while the other workers still have short ones to fill in around it,
+    instead of starting last and running alone.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise as collected
     wanted = {m for item in items for m in _HARDWARE_MARKERS if item.get_closest_marker(m)}
     if not wanted:
         return
@@ -81,3 +103,69 @@ def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectRep
         reason = f"Skipped: {name} needs the optional module {error.name!r}, which is not installed"
         return pytest.CollectReport(collector.nodeid, "skipped", (str(collector.path), 0, reason), [])
     return None
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path`` (stdlib only: the datastore wheel test has no filelock)."""
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class SharedArtifacts:
+    """Expensive things many tests only read (a trained run, a built store), built once per test session
+    whichever xdist worker asks first; the others wait on a lock and reuse the result.
+
+    A test that changes an artifact copies it first (``copy``). A build that fails leaves nothing behind, so
+    the next test to ask builds it again and sees the same error.
+    """
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def get(self, name: str, build: Callable[[Path], object]) -> Path:
+        """The directory ``name``, made by ``build(directory)`` the first time anyone in the session asks."""
+        directory = self.root / name
+        with _exclusive(self.root / f"{name}.lock"):
+            if not (self.root / f"{name}.done").exists():
+                shutil.rmtree(directory, ignore_errors=True)
+                directory.mkdir()
+                try:
+                    build(directory)
+                except BaseException:
+                    shutil.rmtree(directory, ignore_errors=True)
+                    raise
+                (self.root / f"{name}.done").touch()
+        return directory
+
+    def copy(self, name: str, build: Callable[[Path], object], destination: Path) -> Path:
+        """A private copy of the artifact ``name`` at ``destination``, for a test that changes it."""
+        shutil.copytree(self.get(name, build), destination, symlinks=True)
+        return destination
+
+
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory) -> SharedArtifacts:
+    """Artifacts shared by every xdist worker of this session (see ``SharedArtifacts``)."""
+    base = tmp_path_factory.getbasetemp()
+    return SharedArtifacts((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared")
+
+
+@pytest.fixture(scope="session")
+def small_corpus(shared) -> dict[str, str]:
+    """A 384-token BPE and a token store of the 120 smallest stdlib modules (about 150k tokens), built once
+    per session for every package's tests and the integration tests."""
+    from meltemi.datastore import build_store, corpora
+
+    def build(root: Path) -> None:
+        files = sorted(corpora.python_stdlib(), key=lambda p: (os.path.getsize(p), p))[:120]
+        tokenizer = corpora.train_tokenizer(files, 384, root / "tokenizer.json")
+        build_store(files, tokenizer, root / "store", progress=False)
+
+    root = shared.get("stdlib-120-v384", build)
+    return {"tokenizer": str(root / "tokenizer.json"), "store": str(root / "store")}

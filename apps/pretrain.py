@@ -95,6 +95,9 @@ def main(argv: list[str]) -> int:
     from meltemi.trainer.cli import help_text, split_arguments
     from meltemi.trainer.config_io import load_config
     from meltemi.trainer.errors import TrainerError
+    from meltemi.trainer.startup import StartupClock
+
+    clock = StartupClock()
 
     try:
         own, overrides = split_arguments(argv)
@@ -120,10 +123,11 @@ def main(argv: list[str]) -> int:
         if dry_run:
             return plan(config, devices, mfu)
         config = with_default_corpus(config, config_path, overrides, corpora)
+        clock.lap("config")
         run_dir = Path(own.get("run_dir") or Path("runs") / config_path.stem)
         if launch["launch"]:
             return train_on_ray(config, run_dir, {k: v[0] for k, v in launch.items() if v})
-        return train(config, run_dir)
+        return train(config, run_dir, clock)
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -150,10 +154,11 @@ def with_default_corpus(config, config_path, overrides, corpora):
     return load_config(config_path, [*overrides, *extra, "--data.sources", repr(sources).replace("'", '"')])
 
 
-def train(config, run_dir: Path) -> int:
+def train(config, run_dir: Path, clock) -> int:
     from meltemi.trainer.trainer import Trainer
 
-    summary = Trainer(config, run_dir).run()
+    clock.lap("imports")
+    summary = Trainer(config, run_dir, clock=clock).run()
     if summary.stopped_by is not None:
         print(f"stopped by {summary.stopped_by} at step {summary.steps}: saved {summary.last_checkpoint}")
         print("run the same command again to resume")

@@ -1,26 +1,20 @@
 """Fixtures shared by the integration tests: a small token store and a small run config over it."""
 
-import os
-
 import pytest
 
-from meltemi.datastore import build_store, corpora
 from meltemi.trainer.config_io import load_config
 
 
 @pytest.fixture(scope="module")
-def small_config(tmp_path_factory):
-    """A tiny Llama run over 120 small stdlib modules: 6 steps of 16 x 32 tokens, checkpoints every 2,
-    batch hashes logged (to compare runs across process counts)."""
-    root = tmp_path_factory.mktemp("small-corpus")
-    files = sorted(corpora.python_stdlib(), key=lambda p: (os.path.getsize(p), p))[:120]
-    tokenizer = corpora.train_tokenizer(files, 384, root / "tokenizer.json")
-    build_store(files, tokenizer, root / "store", progress=False)
+def small_config(small_corpus):
+    """A tiny Llama run over 120 small stdlib modules (the root conftest's store): 6 steps of 16 x 32
+    tokens, checkpoints every 2, batch hashes logged (to compare runs across process counts)."""
+    tokenizer, store = small_corpus["tokenizer"], small_corpus["store"]
     return load_config(None, [
         "--model.vocab_size", "384", "--model.hidden_dim", "32", "--model.intermediate_dim", "64",
         "--model.num_layers", "2", "--model.num_heads", "4", "--model.num_kv_heads", "2",
         "--model.attention", "xla", "--model.cross_entropy", "xla", "--model.cross_entropy_block_size", "128",
-        "--data.tokenizer", str(tokenizer), "--data.sources", f"{{py: {{store: {root / 'store'}}}}}",
+        "--data.tokenizer", str(tokenizer), "--data.sources", f"{{py: {{store: {store}}}}}",
         "--data.seq_len", "32", "--data.eval_fraction", "0.05", "--data.mixture_block_size", "16",
         "--trainer.num_train_steps", "6", "--trainer.global_batch_size", "16", "--trainer.log_every", "1",
         "--trainer.eval_every", "0", "--trainer.eval_batches", "1", "--trainer.compute_dtype", "float32",

@@ -1,6 +1,8 @@
 """apps/: the newcomer's command end to end from an empty directory, the 8B dry run, and bad inputs.
 
-Each app runs as a subprocess, as a user runs it, in a fresh working directory on one CPU device.
+Each app runs as a subprocess, as a user runs it, in a fresh working directory on one CPU device. The tests
+that read the newcomer's run share one xdist worker, so it is trained once; the bad-input tests start from a
+directory holding the default corpus already (built once per session), as a user's second command does.
 """
 
 import json
@@ -29,6 +31,9 @@ def app(
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+NEWCOMER = pytest.mark.xdist_group("apps-newcomer")  # the tests that read `trained`, on one worker
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A 4-step run of the default command (smaller model) from an empty directory, then resumed to 6."""
@@ -38,6 +43,7 @@ def trained(tmp_path_factory):
     return cwd, first, second
 
 
+@NEWCOMER
 def test_the_default_command_builds_the_corpus_trains_and_summarizes(trained):
     cwd, first, _ = trained
     assert first.returncode == 0, first.stderr
@@ -53,6 +59,7 @@ def test_the_default_command_builds_the_corpus_trains_and_summarizes(trained):
     assert f"last checkpoint: {Path('runs/tiny/checkpoints/step-4')}" in first.stdout
 
 
+@NEWCOMER
 def test_rerunning_the_command_resumes_without_rebuilding(trained):
     cwd, _, second = trained
     assert second.returncode == 0, second.stderr
@@ -63,11 +70,13 @@ def test_rerunning_the_command_resumes_without_rebuilding(trained):
     assert (checkpoints / "step-6" / "COMMITTED").exists() and not (checkpoints / "step-4").exists()
 
 
+@NEWCOMER
 def test_the_summary_ends_with_a_sample_of_generated_text(trained):
     _, first, _ = trained
     assert "sample (temperature 0.7, top-k 40, from 'def '):\ndef " in first.stdout
 
 
+@NEWCOMER
 def test_export_and_sample_read_the_run_directory(trained):
     cwd, _, _ = trained
     exported = app("export_hf.py", "--checkpoint", "runs/tiny", "--out", "hf", cwd=cwd)
@@ -84,6 +93,7 @@ def test_export_and_sample_read_the_run_directory(trained):
     assert "tokens/s" in first.stderr and "tokens/s" not in first.stdout
 
 
+@NEWCOMER
 def test_your_own_corpus_is_built_into_a_store_on_first_use(trained):
     cwd, _, _ = trained
     lines = [json.dumps({"text": f"def f{i}(x):\n    return x * {i}\n"}) for i in range(400)]
@@ -133,6 +143,21 @@ def test_a_dry_run_that_does_not_fit_says_by_how_much(tmp_path):
     assert re.search(r"error: the plan needs [\d.]+ GiB more per device than a TPU v4 has", result.stderr)
 
 
+@pytest.fixture
+def with_default_corpus(shared, tmp_path) -> Path:
+    """``tmp_path`` holding the default corpus of the SMALL model (vocabulary 512) where the app looks for it
+    (``.cache/meltemi/stdlib-py<version>-v512``), as after a first run; built once per session."""
+    import sysconfig
+
+    from meltemi.datastore import corpora
+
+    name = f"stdlib-py{sysconfig.get_python_version()}-v512"
+    built = shared.get(name, lambda root: corpora.stdlib_corpus(root / name, 512, progress=False)) / name
+    (tmp_path / ".cache" / "meltemi").mkdir(parents=True)
+    (tmp_path / ".cache" / "meltemi" / name).symlink_to(built, target_is_directory=True)
+    return tmp_path
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -143,9 +168,21 @@ def test_a_dry_run_that_does_not_fit_says_by_how_much(tmp_path):
         (["--data.stores", "no/such/store"], r"^error: data.sources.store.store: no/such/store: no such token store"),  # noqa: E501
     ],
 )  # fmt: skip
-def test_bad_input_is_one_line_and_loses_nothing(tmp_path, args, message):
+def test_bad_input_is_one_line_and_loses_nothing(with_default_corpus, tmp_path, args, message):
     (tmp_path / "blocker").write_text("keep me")
     result = app("pretrain.py", *SMALL, *args, cwd=tmp_path)
     assert result.returncode == 1
     assert re.match(message, result.stderr.strip().splitlines()[-1]), result.stderr
     assert (tmp_path / "blocker").read_text() == "keep me"
+
+
+def test_bad_launch_flags_and_a_silent_address_are_one_line_errors(tmp_path):
+    for args, message in (
+        (["--slice-type", "v9-999"], "error: --launch ray: "),
+        (["--scale-up-every", "0"], "error: --launch ray: scale_up_interval_s must be positive, got 0.0"),
+        (["--address", "127.0.0.1:9"], "error: --address 127.0.0.1:9: no Ray cluster answers there"),
+    ):
+        result = app("pretrain.py", "--launch", "ray", *args, "--config", str(ROOT / "configs" / "tiny.yaml"),
+                     "--data.tokenizer", "t.json", cwd=tmp_path, timeout=300)  # fmt: skip
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith(message), result.stderr

@@ -21,6 +21,9 @@ from meltemi.trainer.checkpoints import inspect_checkpoint
 from meltemi.trainer.config_io import dump_config
 
 STEPS = 6
+# Both tests compare against one single-process run (a module fixture), so they share a worker; they are
+# among the suite's longest, so they start first.
+pytestmark = [pytest.mark.xdist_group("multiprocess"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -1,24 +1,19 @@
 """Shared fixtures: a small tokenizer and token store of standard-library files, and small run configs."""
 
-import os
 from pathlib import Path
 
 import pytest
 
-from meltemi.datastore import build_store, corpora
 from meltemi.trainer.config_io import load_config
 
 VOCAB = 384
 
 
 @pytest.fixture(scope="session")
-def corpus(tmp_path_factory) -> dict[str, str]:
-    """A tokenizer and a store of 120 small stdlib modules (about 150k tokens)."""
-    root = tmp_path_factory.mktemp("corpus")
-    files = sorted(corpora.python_stdlib(), key=lambda p: (os.path.getsize(p), p))[:120]
-    tokenizer = corpora.train_tokenizer(files, VOCAB, root / "tokenizer.json")
-    build_store(files, tokenizer, root / "store", progress=False)
-    return {"tokenizer": str(tokenizer), "store": str(root / "store")}
+def corpus(small_corpus) -> dict[str, str]:
+    """A tokenizer and a store of 120 small stdlib modules (about 150k tokens; the root conftest's, built
+    once per session)."""
+    return small_corpus
 
 
 @pytest.fixture

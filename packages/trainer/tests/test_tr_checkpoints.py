@@ -35,6 +35,14 @@ def checkpointed(make_config, *extra):
                        "--trainer.keep_every", "2", *extra)  # fmt: skip
 
 
+@pytest.fixture
+def good_run(make_config, shared) -> Path:
+    """A finished 4-step run (checkpoints at steps 2 and 4, both kept), trained once per test session; tests
+    that damage it copy it first."""
+    built = shared.get("checkpoints-good-run", lambda root: train(checkpointed(make_config), root / "run"))
+    return built / "run"
+
+
 def flip_a_byte(step_dir: Path) -> str:
     chunk = step_dir / "model.embed_tokens.weight" / "c" / "0" / "0"
     data = bytearray(chunk.read_bytes())
@@ -68,12 +76,11 @@ def delete_a_chunk(step_dir: Path) -> str:
     "damage", [flip_a_byte, truncate_an_array, delete_the_mark, remove_the_manifest, delete_a_chunk]
 )
 def test_a_damaged_checkpoint_is_skipped_by_name_and_the_one_before_used(
-    make_config, tmp_path, capsys, damage
+    make_config, good_run, tmp_path, capsys, damage
 ):
     config = checkpointed(make_config)
-    train(config, tmp_path / "good")
-    good = files(tmp_path / "good" / "checkpoints" / "step-4")
-    shutil.copytree(tmp_path / "good", tmp_path / "run")
+    good = files(good_run / "checkpoints" / "step-4")
+    shutil.copytree(good_run, tmp_path / "run")
     pattern = damage(tmp_path / "run" / "checkpoints" / "step-4")
     capsys.readouterr()
     summary = train(config, tmp_path / "run", progress=True)
@@ -85,9 +92,8 @@ def test_a_damaged_checkpoint_is_skipped_by_name_and_the_one_before_used(
     assert files(tmp_path / "run" / "checkpoints" / "step-4") == good
 
 
-def test_zarr_python_opens_every_array_and_reads_the_saved_values(make_config, run_dir):
-    train(checkpointed(make_config), run_dir)
-    step_dir = run_dir / "checkpoints" / "step-4"
+def test_zarr_python_opens_every_array_and_reads_the_saved_values(good_run):
+    step_dir = good_run / "checkpoints" / "step-4"
     manifest = Manifest.from_json((step_dir / "manifest.json").read_text())
     group = zarr.open_group(step_dir, mode="r")
     assert sorted(group.array_keys()) == sorted(r.name for r in manifest.arrays)
@@ -152,8 +158,10 @@ def test_a_save_is_due_on_the_step_interval_or_after_the_minutes(every, minutes,
     assert due == ((every is not None and step % every == 0) or (minutes is not None and elapsed >= minutes))
 
 
-def test_a_config_that_breaks_resume_names_the_field_and_one_that_does_not_resumes(make_config, run_dir):
-    train(checkpointed(make_config), run_dir)
+def test_a_config_that_breaks_resume_names_the_field_and_one_that_does_not_resumes(
+    make_config, good_run, run_dir
+):
+    shutil.copytree(good_run, run_dir)  # a run of checkpointed(make_config), finished at step 4
     with pytest.raises(
         ConfigError, match=r"^model.hidden_dim: the checkpoint has 32, the config 64: the run's"
     ):
@@ -164,11 +172,10 @@ def test_a_config_that_breaks_resume_names_the_field_and_one_that_does_not_resum
     assert longer.steps == 6 and longer.tokens == 2 * 16 * 32
 
 
-def test_a_new_phase_begins_from_another_runs_parameters(make_config, tmp_path):
-    train(checkpointed(make_config), tmp_path / "phase1")
-    source = tmp_path / "phase1" / "checkpoints" / "step-4"
+def test_a_new_phase_begins_from_another_runs_parameters(make_config, good_run, tmp_path):
+    source = good_run / "checkpoints" / "step-4"  # phase 1: a run of checkpointed(make_config)
     config = make_config("--trainer.num_train_steps", "2", "--trainer.initialize_from",
-                         f"{{path: {tmp_path / 'phase1'}, parameters_only: true, reset_step: true}}",
+                         f"{{path: {good_run}, parameters_only: true, reset_step: true}}",
                          "--optimizer.weight_decay", "0.0")  # fmt: skip
     trainer = Trainer(config, tmp_path / "phase2", devices=jax.devices()[:1], progress=False)
     start = starting_state(trainer, warn=pytest.fail)

@@ -20,22 +20,28 @@ def loss_curve(config, run_dir, devices):
     return np.array([r["train/loss"] for r in records if "train/loss" in r]), trainer
 
 
+HEADS = ["--model.num_heads", "8", "--model.num_kv_heads", "4", "--trainer.log_every", "1"]  # 4 | kv heads
+
+
+@pytest.fixture
+def one_device_curve(make_config, shared) -> np.ndarray:
+    """The loss curve of the run on one device, trained once per session for every mesh to match."""
+
+    def build(root):
+        curve, _ = loss_curve(make_config(*HEADS), root / "one", jax.devices()[:1])
+        np.save(root / "curve.npy", curve)
+
+    return np.load(shared.get("mesh-one-device-curve", build) / "curve.npy")
+
+
 @pytest.mark.parametrize(("data", "model"), [(8, 1), (4, 2), (2, 4)])
-def test_every_mesh_gives_the_loss_curve_of_one_device(make_config, tmp_path, data, model):
+def test_every_mesh_gives_the_loss_curve_of_one_device(make_config, one_device_curve, tmp_path, data, model):
     # float32 compute: sharded runs differ from one device only in the order of reductions (all-reduces of
     # gradients, sums over sharded axes), about 1e-7 relative per operation. Adam's update is bounded by the
     # learning rate whatever the gradient, so after 6 steps the losses agree to well under 1e-4 relative;
     # a sharding bug (a wrong layout, a missing reduction) moves them by far more than that.
-    heads = [
-        "--model.num_heads",
-        "8",
-        "--model.num_kv_heads",
-        "4",
-        "--trainer.log_every",
-        "1",
-    ]  # 4 | kv heads
-    single, _ = loss_curve(make_config(*heads), tmp_path / "one", jax.devices()[:1])
-    sharded_config = make_config(*heads, "--trainer.mesh.data", str(data), "--trainer.mesh.model", str(model))
+    single = one_device_curve
+    sharded_config = make_config(*HEADS, "--trainer.mesh.data", str(data), "--trainer.mesh.model", str(model))
     sharded, trainer = loss_curve(sharded_config, tmp_path / "mesh", jax.devices()[:8])
     assert trainer.plan.shape == {"replica": 1, "data": data, "model": model}
     assert len(single) == 6

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from meltemi.trainer.config_io import dump_config
 
 STEPS = 24
@@ -49,6 +51,7 @@ def wait_for(condition, process: subprocess.Popen, timeout: float = 120) -> bool
     raise TimeoutError("the trainer neither reached the moment to kill nor finished")
 
 
+@pytest.mark.slow
 def test_five_sigkills_during_steps_and_checkpoint_writes_end_bitwise_equal(make_config, tmp_path):
     config = make_config("--trainer.num_train_steps", str(STEPS), "--trainer.checkpoint_every", "3",
                          "--trainer.log_every", "1", "--model.num_layers", "4")  # fmt: skip

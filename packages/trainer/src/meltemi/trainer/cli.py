@@ -15,9 +15,10 @@ from pathlib import Path
 
 from meltemi.trainer.config_io import describe_fields, load_config
 from meltemi.trainer.errors import TrainerError
+from meltemi.trainer.startup import StartupClock
 
 USAGE = """usage: python -m meltemi.trainer [--config PATH] [--run-dir DIR] [--print-sharding]
-                                  [--FIELD VALUE ...]
+                                  [--no-compile-cache] [--FIELD VALUE ...]
 
 Train a Llama from a YAML config. Any field below can be set with --FIELD VALUE (or --FIELD=VALUE);
 values are read as YAML (100, 3e-4, null, [[0, 32], [1000, 64]]).
@@ -25,6 +26,7 @@ values are read as YAML (100, 3e-4, null, [[0, 32], [1000, 64]]).
   --config PATH      a YAML preset (default: every field at its default)
   --run-dir DIR      where metrics, plots and checkpoints go (default: runs/<config name>)
   --print-sharding   print each parameter's axes, sharding and bytes per device, then exit
+  --no-compile-cache compile everything afresh and keep nothing on disk (trainer.compile_cache: false)
   --help             this text
 """
 
@@ -40,10 +42,12 @@ def help_text() -> str:
 
 def split_arguments(argv: Sequence[str]) -> tuple[dict[str, str | bool], list[str]]:
     """The launcher's own flags (``--config``, ``--run-dir``, ``--print-sharding``, ``--help``) and the
-    config overrides (everything else), in order.
+    config overrides (everything else), in order; ``--no-compile-cache`` is the override it stands for.
 
     >>> split_arguments(["--config", "a.yaml", "--trainer.seed", "3", "--print-sharding"])
     ({'config': 'a.yaml', 'print_sharding': True}, ['--trainer.seed', '3'])
+    >>> split_arguments(["--no-compile-cache"])
+    ({}, ['--trainer.compile_cache', 'false'])
     """
     own: dict[str, str | bool] = {}
     rest: list[str] = []
@@ -52,7 +56,10 @@ def split_arguments(argv: Sequence[str]) -> tuple[dict[str, str | bool], list[st
     while i < len(words):
         word = words[i]
         name, _, inline = word.partition("=")
-        if name in ("--help", "-h", "--print-sharding"):
+        if name == "--no-compile-cache":
+            rest += ["--trainer.compile_cache", "false"]
+            i += 1
+        elif name in ("--help", "-h", "--print-sharding"):
             own[name.lstrip("-").replace("-", "_")] = True
             i += 1
         elif name in ("--config", "--run-dir"):
@@ -68,6 +75,7 @@ def split_arguments(argv: Sequence[str]) -> tuple[dict[str, str | bool], list[st
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    clock = StartupClock()
     try:
         own, overrides = split_arguments(argv)
         if own.get("help") or own.get("h"):
@@ -75,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         config_path = own.get("config")
         config = load_config(config_path, overrides)
+        clock.lap("config")
         from meltemi.trainer.distributed import initialize_from_environment
 
         initialize_from_environment()
@@ -88,8 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         from meltemi.trainer.trainer import Trainer
 
+        clock.lap("imports")
         name = Path(config_path).stem if config_path else "default"
-        summary = Trainer(config, own.get("run_dir") or Path("runs") / name).run()
+        summary = Trainer(config, own.get("run_dir") or Path("runs") / name, clock=clock).run()
     except TrainerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -196,6 +196,12 @@ class TrainerConfig(Section):
         False, description="append each step's global batch hash to <run dir>/batches.jsonl (to compare runs)"
     )
     trackers: TrackersConfig = Field(default_factory=TrackersConfig, description="metric trackers")
+    compile_cache: bool = Field(
+        True, description="keep compiled programs on disk so a restart loads them (--no-compile-cache: off)"
+    )
+    compile_cache_dir: str | None = Field(
+        None, description="where; default $JAX_COMPILATION_CACHE_DIR, else ~/.cache/meltemi/jax"
+    )
 
     @model_validator(mode="after")
     def _schedule(self) -> TrainerConfig:

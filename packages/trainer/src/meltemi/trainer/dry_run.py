@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import jax
 
+from meltemi.trainer import compile_cache
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.flops import PEAK_BF16_FLOPS, flops_per_token
 from meltemi.trainer.mesh import MeshPlan
@@ -61,6 +62,7 @@ class RunPlan:
     compiled: CompileReport
     device_memory: int | None
     mfu: float
+    compile_cache: str = "compilation cache not used"  # where it was, and what it saved
 
     @property
     def fits(self) -> bool:
@@ -79,7 +81,9 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
     """Lay out and compile ``config``'s train step on ``devices`` (default: all) without allocating it."""
     plan = MeshPlan.of(config, devices)
     program = TrainProgram(config, plan)
-    _, compiled = program.compile()
+    cache = compile_cache.enable_for(config.trainer)
+    with compile_cache.CacheCounter() as counted:
+        _, compiled = program.compile()
     report = sharding_report(config, plan)
     chip = config.hardware.chip
     rows = config.trainer.batch_sizes()[0]
@@ -94,6 +98,7 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
         compiled=compiled,
         device_memory=None if chip is None else _lookup(DEVICE_MEMORY_BYTES, chip),
         mfu=mfu,
+        compile_cache=cache.describe() + (f": {counted.describe()}" if cache.enabled else ""),
     )
 
 
@@ -120,4 +125,5 @@ def format_plan(run: RunPlan) -> str:
     if run.step_seconds is not None:
         lines.append(f"step time at {run.mfu:.0%} MFU: {run.step_seconds:.2f} s")
     lines.append(f"compiled ahead of time in {c.seconds:.1f} s (on this machine's CPU compiler)")
+    lines.append(run.compile_cache)
     return "\n".join(lines)

@@ -295,9 +295,11 @@ def sample_checkpoint(
 ) -> tuple[Generation, Path]:
     """Continue text prompts with a run directory's latest good checkpoint (or a ``step-N`` directory),
     tokenized with the tokenizer its config names, stopping at its end-of-document token."""
+    from meltemi.trainer import compile_cache
     from meltemi.trainer.checkpoints import load_model
 
     config, model, path = load_model(location, **({"warn": warn} if warn else {}))
+    compile_cache.enable_for(config.trainer)
     if config.data.tokenizer is None:
         raise GenerationError(f"{path}: its config names no data.tokenizer to turn text into tokens")
     tokenizer = config.data.tokenizer

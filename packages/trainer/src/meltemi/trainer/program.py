@@ -51,16 +51,21 @@ class TrainProgram:
         self.config, self.plan = config, plan
         self._jitted = None
         self._compiled: dict[int, jax.stages.Compiled] = {}
+        self._abstract_state: TrainState | None = None
+        self._state_shardings = None
 
     def abstract_state(self) -> TrainState:
-        """The train state's shapes and dtypes (nothing allocated)."""
-        return eqx.filter_eval_shape(
-            init_state, self.config, adapters.jax_key(self.config.trainer.seed, "init")
-        )
+        """The train state's shapes and dtypes (nothing allocated; traced once per program)."""
+        if self._abstract_state is None:
+            key = jax.eval_shape(lambda: adapters.jax_key(self.config.trainer.seed, "init"))
+            self._abstract_state = eqx.filter_eval_shape(init_state, self.config, key)
+        return self._abstract_state
 
     def state_shardings(self):
         """Where each leaf of the state lives: the parameter axis mapping on the mesh."""
-        return self.plan.parameter_shardings(self.abstract_state())
+        if self._state_shardings is None:
+            self._state_shardings = self.plan.parameter_shardings(self.abstract_state())
+        return self._state_shardings
 
     def abstract_batch(self, global_batch_size: int) -> adapters.NamedBatch:
         """A global batch's shapes and dtypes."""
@@ -84,7 +89,7 @@ class TrainProgram:
     def jitted(self):
         """The jitted step: the state laid out by the parameter mapping (donated), the batch by compute."""
         if self._jitted is None:
-            step = make_train_step(self.config)
+            step = make_train_step(self.config, self.abstract_state().model)
             compute = self.plan.compute_mapping
 
             def in_mapping(state, batch):

@@ -89,9 +89,11 @@ def _microbatches(batch: NamedBatch, count: int) -> NamedBatch:
     return jax.tree_util.tree_map(split, batch, is_leaf=hax.is_named_array)
 
 
-def make_train_step(config: RunConfig):
-    """``train_step(state, batch) -> (state, StepMetrics)``, to be jitted under the compute axis mapping."""
-    optimizer = make_optimizer(config.optimizer, config.trainer.num_train_steps, _structure_model(config))
+def make_train_step(config: RunConfig, structure: Llama | None = None):
+    """``train_step(state, batch) -> (state, StepMetrics)``, to be jitted under the compute axis mapping;
+    ``structure`` (the model's abstract arrays, traced when not given) is what weight decay is masked by."""
+    structure = _structure_model(config) if structure is None else structure
+    optimizer = make_optimizer(config.optimizer, config.trainer.num_train_steps, structure)
     schedule = learning_rate_schedule(config.optimizer, config.trainer.num_train_steps)
     micro_size = config.trainer.microbatch_size
     grad_fn = eqx.filter_value_and_grad(_loss_terms, has_aux=True)

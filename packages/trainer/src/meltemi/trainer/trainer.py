@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -19,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import haliax_lite as hax
-from meltemi.trainer import adapters
+from meltemi.trainer import adapters, compile_cache
 from meltemi.trainer.checkpoints import Checkpointer
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
@@ -34,6 +35,7 @@ from meltemi.trainer.program import CompileReport, TrainProgram
 from meltemi.trainer.progress import TrainingProgress
 from meltemi.trainer.resume import Start, starting_state
 from meltemi.trainer.signals import StopSignals
+from meltemi.trainer.startup import StartupClock
 from meltemi.trainer.step import StepMetrics, TrainState
 from meltemi.trainer.trackers import Trackers, read_metrics
 
@@ -59,7 +61,8 @@ class RunSummary:
 
 class Trainer:
     """One run of ``config`` in ``run_dir``. Construction checks the mesh and the data (errors name the
-    field, before any compile); ``run()`` trains and returns a ``RunSummary``."""
+    field, before any compile) and turns on the compilation cache the config asks for; ``run()`` trains and
+    returns a ``RunSummary``. ``clock`` (an entry point's, counting from its imports) times the start."""
 
     def __init__(
         self,
@@ -68,10 +71,14 @@ class Trainer:
         *,
         devices: list[jax.Device] | None = None,
         progress: bool = True,
+        clock: StartupClock | None = None,
     ):
         self.config, self.run_dir, self.show_progress = config, Path(run_dir), progress
+        self.clock = clock or StartupClock(started=time.perf_counter())
+        self.compile_cache = compile_cache.enable_for(config.trainer)
         self.plan = MeshPlan.of(config, devices)
         self.data: RunData = open_data(config, jax.process_index(), jax.process_count())
+        self.clock.lap("stores")
         self.is_primary = jax.process_index() == 0
         self.program = TrainProgram(config, self.plan)
         self._eval_fn = None
@@ -159,11 +166,14 @@ class Trainer:
         progress = TrainingProgress(
             trainer.num_train_steps, 0, enabled=self.show_progress and self.is_primary
         )
+        self.clock.lap("run directory")
         try:
-            with progress, StopSignals() as stop:
+            with progress, StopSignals() as stop, compile_cache.CacheCounter() as cached:
                 self.compile()
                 progress.note(self._compile_note())
+                self.clock.lap("train step compiled")
                 start = Start(state, None, None) if state is not None else starting_state(self, progress.note)
+                self.clock.lap("checkpoint restored" if start.resumed_from is not None else "state created")
                 checkpointer = Checkpointer(
                     self.run_dir,
                     trainer,
@@ -178,7 +188,7 @@ class Trainer:
                 elif start.initialized_from is not None:
                     progress.note(f"initialized from {start.initialized_from}")
                 loop = _Loop(self, start.state, trackers, progress, checkpointer, stop)
-                loop.run()
+                loop.run(on_ready=lambda: progress.note(self.clock.line(self._cache_note(cached))))
         finally:
             trackers.close()
         records = read_metrics(self.run_dir / "metrics.jsonl")
@@ -231,6 +241,11 @@ class Trainer:
             done, record["train/loss"], speed.tokens_per_second, speed.mfu, speed.flops_per_second
         )
 
+    def _cache_note(self, cached: compile_cache.CacheCounter) -> str:
+        if not self.compile_cache.enabled:
+            return self.compile_cache.describe()
+        return f"{self.compile_cache.describe()}: {cached.describe()}"
+
     def _compile_note(self) -> str:
         r = self.compile_report
         if r is None:
@@ -277,7 +292,8 @@ class _Loop:
     def _checkpoint(self, wait: bool = False) -> None:
         self.last_checkpoint = self.checkpointer.save(self.state, wait=wait)
 
-    def run(self) -> None:
+    def run(self, on_ready: Callable[[], None] = lambda: None) -> None:
+        """Train to the last step; ``on_ready`` is called once, just before the first step is dispatched."""
         trainer = self.t.config.trainer
         profiler = trainer.profiler
         start = int(jax.device_get(self.state.step))
@@ -290,6 +306,8 @@ class _Loop:
             return
         if start == 0:
             self.first_eval = self._evaluate(0)
+            self.t.clock.lap("first evaluation")
+        on_ready()
         self.rate.resume()
         with jax.set_mesh(self.t.plan.mesh):
             for step, local in self.t.data.train.iterate(start, trainer.num_train_steps):

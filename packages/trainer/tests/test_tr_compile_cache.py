@@ -1,0 +1,99 @@
+"""The persistent compilation cache: on by default, where the user or the environment says, off on request;
+a second identical process loads what the first compiled and trains to the same bits."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from meltemi.trainer.checkpoint_format import read_array
+from meltemi.trainer.checkpoints import inspect_checkpoint
+from meltemi.trainer.cli import split_arguments
+from meltemi.trainer.compile_cache import CacheChoice, choose_cache, enable
+from meltemi.trainer.config_io import dump_config
+
+
+def test_the_directory_is_the_configs_then_the_environments_then_the_users_cache():
+    env = {"JAX_COMPILATION_CACHE_DIR": "/env/jax", "XDG_CACHE_HOME": "/xdg"}
+    assert choose_cache(env, directory="/mine") == CacheChoice("/mine", "trainer.compile_cache_dir")
+    assert choose_cache(env) == CacheChoice("/env/jax", "$JAX_COMPILATION_CACHE_DIR")
+    assert choose_cache({"XDG_CACHE_HOME": "/xdg"}).directory == "/xdg/meltemi/jax"
+    home = choose_cache({}).directory
+    assert home == os.path.join(os.path.expanduser("~"), ".cache", "meltemi", "jax")
+    assert choose_cache(env, directory="/mine", enabled=False).directory is None
+
+
+def test_no_compile_cache_is_the_config_field_it_stands_for():
+    own, overrides = split_arguments(["--run-dir", "r", "--no-compile-cache", "--trainer.seed", "1"])
+    assert own == {"run_dir": "r"} and overrides == [
+        "--trainer.compile_cache",
+        "false",
+        "--trainer.seed",
+        "1",
+    ]
+
+
+def test_a_directory_that_cannot_be_made_turns_the_cache_off_saying_why(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    choice = enable(CacheChoice(str(tmp_path / "file" / "jax"), "trainer.compile_cache_dir"))
+    try:
+        assert choice.directory is None and choice.reason.startswith(f"cannot create {tmp_path / 'file'}")
+        assert choice.describe().startswith("compilation cache off (cannot create")
+    finally:
+        enable(choose_cache())  # back to this session's cache for the tests after this one
+
+
+def cache_entries(directory: Path) -> set[str]:
+    return {p.name for p in directory.glob("*-cache")}
+
+
+def train(config_path: Path, run_dir: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("JAX_PERSISTENT_CACHE", "JAX_COMPILATION"))
+    }
+    env.update(XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_COMPILATION_CACHE_DIR=str(cache))
+    command = [
+        sys.executable,
+        "-m",
+        "meltemi.trainer",
+        "--config",
+        str(config_path),
+        "--run-dir",
+        str(run_dir),
+    ]
+    done = subprocess.run([*command, *extra], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def final_arrays(run_dir: Path, step: int) -> dict[str, bytes]:
+    step_dir = run_dir / "checkpoints" / f"step-{step}"
+    return {r.name: read_array(step_dir, r).tobytes() for r in inspect_checkpoint(step_dir).arrays}
+
+
+@pytest.mark.slow
+def test_a_second_identical_process_loads_every_program_and_trains_to_the_same_bits(make_config, tmp_path):
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(dump_config(make_config("--trainer.num_train_steps", "2")))
+    cache = tmp_path / "jax"
+    first = train(config_path, tmp_path / "first", cache)
+    written = cache_entries(cache)
+    # The init, train, eval programs and more: every program that compiles in over 0.05 s.
+    assert len(written) >= 3, sorted(written)
+    assert re.search(
+        rf"compilation cache {cache} \(\$JAX_COMPILATION_CACHE_DIR\): cached \d+ new", first.stderr
+    )
+
+    second = train(config_path, tmp_path / "second", cache)
+    assert cache_entries(cache) == written  # nothing compiled afresh, so nothing new written
+    reused = re.search(r"^ready in [\d.]+ s: .*reused (\d+) cached program", second.stderr, re.MULTILINE)
+    assert reused and int(reused.group(1)) >= 2, second.stderr  # the init state and the train step
+    assert final_arrays(tmp_path / "second", 2) == final_arrays(tmp_path / "first", 2)
+
+    off = train(config_path, tmp_path / "off", tmp_path / "unused", "--no-compile-cache")
+    assert "compilation cache off (trainer.compile_cache: false)" in off.stderr
+    assert not (tmp_path / "unused").exists()
+    assert final_arrays(tmp_path / "off", 2) == final_arrays(tmp_path / "first", 2)
