@@ -10,6 +10,7 @@ import fcntl
 import importlib
 import os
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -169,3 +170,65 @@ def small_corpus(shared) -> dict[str, str]:
 
     root = shared.get("stdlib-120-v384", build)
     return {"tokenizer": str(root / "tokenizer.json"), "store": str(root / "store")}
+
+
+# ---- counting the suite's expensive work (opt-in: MELTEMI_COUNT_WORK=<file.jsonl>) -------------------------
+
+_COUNTED = {  # what is counted: (module, attribute) -> the kind of work
+    ("meltemi.trainer.trainer", "Trainer.run"): "training run (in process)",
+    ("meltemi.trainer.program", "TrainProgram.compile"): "train step compiled (in process)",
+    ("meltemi.raytpu.local_cluster", "LocalSliceCluster.__init__"): "Ray cluster started",
+    ("meltemi.datastore.build", "build_store"): "token store built (in process)",
+    ("meltemi.datastore.corpora", "train_tokenizer"): "tokenizer trained (in process)",
+}
+
+
+def _count_into(log: Path, kind: str) -> None:
+    with _exclusive(log.with_suffix(".lock")), open(log, "a", encoding="utf-8") as f:
+        f.write(kind + "\n")
+
+
+def _counting(original, log: Path, kind: str):
+    def counted(*args, **kwargs):
+        _count_into(log, kind)
+        return original(*args, **kwargs)
+
+    return counted
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With ``MELTEMI_COUNT_WORK`` set, append one line per expensive piece of work to that file: training
+    runs, train-step compilations, Ray clusters, store builds and tokenizer trainings in the test processes,
+    and each trainer or app a test starts as a subprocess (counted by its command line)."""
+    target = os.environ.get("MELTEMI_COUNT_WORK")
+    if not target:
+        return
+    import subprocess
+
+    log = Path(target)
+    for (module_name, dotted), kind in _COUNTED.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:  # a package this environment does not have
+            continue
+        owner_name, _, attribute = dotted.rpartition(".")
+        if owner_name:  # a method: the class is shared by every importer
+            owner = getattr(module, owner_name)
+            setattr(owner, attribute, _counting(getattr(owner, attribute), log, kind))
+            continue
+        original = getattr(module, attribute)  # a function: every module that imported it holds its own name
+        wrapped = _counting(original, log, kind)
+        for loaded in [m for name, m in sys.modules.items() if name.startswith("meltemi.")]:
+            for name, value in list(vars(loaded).items()):
+                if value is original:
+                    setattr(loaded, name, wrapped)
+    popen_init = subprocess.Popen.__init__
+    apps = ("pretrain.py", "sample.py", "export_hf.py")
+
+    def launched(self, args, *rest, **kwargs):
+        words = [str(a) for a in (args if isinstance(args, (list, tuple)) else [args])]
+        if "meltemi.trainer" in words or any(w.endswith(apps) for w in words):
+            _count_into(log, "trainer or app subprocess")
+        popen_init(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = launched

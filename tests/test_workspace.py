@@ -95,3 +95,52 @@ def test_root_project_depends_on_every_package():
     root = tomllib.loads((ROOT / "pyproject.toml").read_text())
     names = [requirement.split("[")[0] for requirement in root["project"]["dependencies"]]  # extras aside
     assert sorted(names) == sorted(dist for dist, _ in PACKAGES.values())
+
+
+GROUPED = """
+import os, pytest
+
+@pytest.fixture(scope="module")
+def built():
+    return os.environ["PYTEST_XDIST_WORKER"]
+
+@pytest.mark.xdist_group("shared")
+@pytest.mark.parametrize("i", range(4))
+def test_in_the_group(built, i):
+    assert built == os.environ["PYTEST_XDIST_WORKER"]
+    with open(os.environ["WORKERS_LOG"], "a") as log:
+        log.write(built + "\\n")
+
+@pytest.mark.parametrize("i", range(4))
+def test_alone(i):
+    pass
+"""
+
+
+def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
+    """The suite relies on `xdist_group` to build a shared fixture (a Ray cluster, a trained run) once; some
+    pytest and pytest-xdist pairs silently ignore the mark, which spreads a group over the workers."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    env = {**os.environ, "WORKERS_LOG": str(tmp_path / "workers.log")}
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "2",
+        "--dist",
+        "loadgroup",
+    ]
+    done = subprocess.run(
+        [*command, "test_grouped.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    workers = (tmp_path / "workers.log").read_text().split()
+    assert len(workers) == 4 and len(set(workers)) == 1, workers

@@ -6,7 +6,7 @@ import pytest
 
 from meltemi.trainer.errors import MeshError
 from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.sharding_report import format_report, sharding_report
+from meltemi.trainer.sharding_table import format_report, sharding_report
 from meltemi.trainer.trainer import Trainer
 
 

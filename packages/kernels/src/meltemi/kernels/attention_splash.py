@@ -5,23 +5,31 @@ transposes, pads the sequence to a multiple of ``SPLASH_BLOCK`` (padded tokens g
 the head dimension to a multiple of 128, and maps over the batch. Splash lets tokens with equal segment
 ids see each other whatever the id, so outputs at negative (padding) ids are zeroed afterwards to keep this
 package's contract: padding attends to nothing.
+
+JAX's splash modules are imported on first use, not with this package: they take a fifth of a second to
+import, which every program that never runs splash (a CPU run, ``--help``) would pay at start-up.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
-from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
-from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
 
 from meltemi.kernels._blocking import PADDING_SEGMENT, pad_axis, pad_sequence, round_up
 from meltemi.kernels.mask_spec import MaskSpec
+
+if TYPE_CHECKING:
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask
 
 SPLASH_BLOCK = 128
 LANES = 128
 
 
-def _mask(spec: MaskSpec, seq: int) -> splash_mask.Mask:
+def _mask(spec: MaskSpec, seq: int) -> splash_attention_mask.Mask:
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
+
     shape = (seq, seq)
     if spec.sliding_window is not None:
         reach = spec.sliding_window - 1
@@ -44,6 +52,9 @@ def splash_attention(
 
     The TPU kernel takes the softmax scale as pre-scaled queries.
     """
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
+
     batch, seq, heads, head_dim = q.shape
     padded = round_up(seq, SPLASH_BLOCK)
     if segment_ids is None and padded != seq:

@@ -22,18 +22,19 @@ if TYPE_CHECKING:
     from meltemi.trainer.errors import ConfigError, DataError, MeshError, NonFiniteError, TrainerError
     from meltemi.trainer.llama import Llama
     from meltemi.trainer.mesh import MeshPlan
-    from meltemi.trainer.sharding_report import format_report, sharding_report
+    from meltemi.trainer.sharding_table import format_report, sharding_report
     from meltemi.trainer.step import StepMetrics, TrainState, init_state, make_train_step
     from meltemi.trainer.trainer import RunSummary, Trainer
 
-# Each public name and the module that defines it.
+# Each public name and the module that defines it. No module is named like a name it defines: importing
+# such a module would make the package attribute the module instead of the function.
 _HOMES = {
     "meltemi.trainer.config": ("DataConfig", "ModelConfig", "OptimizerConfig", "RunConfig", "TrainerConfig"),
     "meltemi.trainer.config_io": ("dump_config", "load_config"),
     "meltemi.trainer.errors": ("ConfigError", "DataError", "MeshError", "NonFiniteError", "TrainerError"),
     "meltemi.trainer.llama": ("Llama",),
     "meltemi.trainer.mesh": ("MeshPlan",),
-    "meltemi.trainer.sharding_report": ("format_report", "sharding_report"),
+    "meltemi.trainer.sharding_table": ("format_report", "sharding_report"),
     "meltemi.trainer.step": ("StepMetrics", "TrainState", "init_state", "make_train_step"),
     "meltemi.trainer.trainer": ("RunSummary", "Trainer"),
 }

@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from meltemi.trainer.mesh import MeshPlan
 
         if own.get("print_sharding"):
-            from meltemi.trainer.sharding_report import format_report, sharding_report
+            from meltemi.trainer.sharding_table import format_report, sharding_report
 
             plan = MeshPlan.of(config)
             print(format_report(sharding_report(config, plan), plan))

@@ -26,7 +26,7 @@ from meltemi.trainer.config import RunConfig
 from meltemi.trainer.flops import PEAK_BF16_FLOPS, flops_per_token
 from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.program import CompileReport, TrainProgram
-from meltemi.trainer.sharding_report import ShardingReport, format_report, sharding_report
+from meltemi.trainer.sharding_table import ShardingReport, format_report, sharding_report
 
 GIB = 2**30
 
