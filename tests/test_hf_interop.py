@@ -28,6 +28,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 
 VOCAB = 384
 STEPS = 30
+pytestmark = pytest.mark.xdist_group("hf-interop")  # one worker trains, exports and loads the model once
 
 
 @pytest.fixture(scope="module")

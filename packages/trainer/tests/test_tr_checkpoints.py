@@ -111,9 +111,13 @@ def test_zarr_python_opens_every_array_and_reads_the_saved_values(good_run):
 
 
 @pytest.mark.parametrize(("data", "model"), [(2, 4), (1, 1)])
-def test_a_checkpoint_restores_bitwise_onto_another_mesh(make_config, tmp_path, data, model):
+def test_a_checkpoint_restores_bitwise_onto_another_mesh(make_config, shared, tmp_path, data, model):
     heads = ["--model.num_heads", "8", "--model.num_kv_heads", "4"]
-    train(checkpointed(make_config, *heads, "--trainer.mesh.data", "8"), tmp_path / "run", devices=8)
+
+    def on_eight_devices(root):
+        train(checkpointed(make_config, *heads, "--trainer.mesh.data", "8"), root / "run", devices=8)
+
+    shared.copy("checkpoints-eight-devices", on_eight_devices, tmp_path / "run")  # trained once per session
     step_dir = tmp_path / "run" / "checkpoints" / "step-4"
     manifest = inspect_checkpoint(step_dir)
     saved = {r.name: read_array(step_dir, r) for r in manifest.arrays}

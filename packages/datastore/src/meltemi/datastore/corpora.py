@@ -82,14 +82,13 @@ def stdlib_corpus(directory: str | os.PathLike, vocab_size: int, progress: bool 
     """
     root = Path(directory)
     tokenizer, store = root / "tokenizer.json", root / "store"
-    files = python_stdlib()
     if not tokenizer.exists():
         root.mkdir(parents=True, exist_ok=True)
         aside = root / f".tokenizer-{os.getpid()}.json"
-        train_tokenizer(files, vocab_size, aside)
+        train_tokenizer(python_stdlib(), vocab_size, aside)
         os.replace(aside, tokenizer)
     try:
         TokenStore.open(store, tokenizer=tokenizer)
     except DatastoreError:  # not built yet, or a build that stopped: (finish) building it
-        build_store(files, tokenizer, store, progress=progress)
+        build_store(python_stdlib(), tokenizer, store, progress=progress)
     return str(tokenizer), str(store)
