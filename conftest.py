@@ -124,8 +124,8 @@ class SharedArtifacts:
     """Expensive things many tests only read (a trained run, a built store), built once per test session
     whichever xdist worker asks first; the others wait on a lock and reuse the result.
 
-    A test that changes an artifact copies it first (``copy``). A build that fails leaves nothing behind, so
-    the next test to ask builds it again and sees the same error.
+    A test that changes an artifact copies it first (``shutil.copytree``). A build that fails leaves nothing
+    behind, so the next test to ask builds it again and sees the same error.
     """
 
     def __init__(self, root: Path):
@@ -146,11 +146,6 @@ class SharedArtifacts:
                     raise
                 (self.root / f"{name}.done").touch()
         return directory
-
-    def copy(self, name: str, build: Callable[[Path], object], destination: Path) -> Path:
-        """A private copy of the artifact ``name`` at ``destination``, for a test that changes it."""
-        shutil.copytree(self.get(name, build), destination, symlinks=True)
-        return destination
 
 
 @pytest.fixture(scope="session")

@@ -159,12 +159,19 @@ def train(config, run_dir: Path, clock) -> int:
 
     clock.lap("imports")
     summary = Trainer(config, run_dir, clock=clock).run()
-    if summary.stopped_by is not None:
+    if summary.already_trained:
+        print(
+            f"{run_dir} is already trained to step {summary.steps}: raise --trainer.num_train_steps to go on"
+        )
+    elif summary.stopped_by is not None:
         print(f"stopped by {summary.stopped_by} at step {summary.steps}: saved {summary.last_checkpoint}")
         print("run the same command again to resume")
         return 0
+    else:
+        print(
+            f"steps: {summary.steps}   tokens: {summary.tokens:,}   {summary.tokens_per_second:,.0f} tokens/s"
+        )
     first, last = summary.first_eval.get("eval/loss"), summary.last_eval.get("eval/loss")
-    print(f"steps: {summary.steps}   tokens: {summary.tokens:,}   {summary.tokens_per_second:,.0f} tokens/s")
     print(f"held-out loss: {first:.3f} at the start -> {last:.3f} now" if first and last else "")
     print(f"metrics: {summary.metrics_path}\nloss curve: {summary.plot_path}")
     print(f"last checkpoint: {summary.last_checkpoint}")

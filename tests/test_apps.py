@@ -71,6 +71,18 @@ def test_rerunning_the_command_resumes_without_rebuilding(trained):
 
 
 @NEWCOMER
+def test_rerunning_a_finished_run_reports_it_and_exits_cleanly(trained):
+    cwd, _, _ = trained
+    again = app("pretrain.py", *SMALL, "--trainer.num_train_steps", "6", cwd=cwd)
+    assert again.returncode == 0, again.stderr
+    assert "already trained to step 6 (trainer.num_train_steps 6): nothing to train" in again.stderr
+    assert "compiled the train step" not in again.stderr
+    assert "runs/tiny is already trained to step 6" in again.stdout
+    assert f"last checkpoint: {Path('runs/tiny/checkpoints/step-6')}" in again.stdout
+    assert "sample (temperature 0.7, top-k 40, from 'def '):\ndef " in again.stdout
+
+
+@NEWCOMER
 def test_the_summary_ends_with_a_sample_of_generated_text(trained):
     _, first, _ = trained
     assert "sample (temperature 0.7, top-k 40, from 'def '):\ndef " in first.stdout

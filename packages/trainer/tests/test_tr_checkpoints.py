@@ -117,7 +117,8 @@ def test_a_checkpoint_restores_bitwise_onto_another_mesh(make_config, shared, tm
     def on_eight_devices(root):
         train(checkpointed(make_config, *heads, "--trainer.mesh.data", "8"), root / "run", devices=8)
 
-    shared.copy("checkpoints-eight-devices", on_eight_devices, tmp_path / "run")  # trained once per session
+    trained = shared.get("checkpoints-eight-devices", on_eight_devices)  # trained once per session
+    shutil.copytree(trained / "run", tmp_path / "run")
     step_dir = tmp_path / "run" / "checkpoints" / "step-4"
     manifest = inspect_checkpoint(step_dir)
     saved = {r.name: read_array(step_dir, r) for r in manifest.arrays}
@@ -220,3 +221,18 @@ def test_fsync_tree_skips_a_file_another_writer_removed_after_the_listing(tmp_pa
     monkeypatch.setattr(os, "fsync", lambda fd: (flushed.append(fd), fsync(fd)))
     fsync_tree(tmp_path)
     assert len(flushed) == 3  # the chunk, then the folders a and tmp_path
+
+
+def test_rerunning_a_finished_run_reports_it_without_compiling_or_training(make_config, good_run, tmp_path):
+    shutil.copytree(good_run, tmp_path / "run")
+    before = files(tmp_path / "run" / "checkpoints" / "step-4")
+    trainer = Trainer(checkpointed(make_config), tmp_path / "run", devices=jax.devices()[:1], progress=False)
+    summary = trainer.run()
+    assert summary.already_trained and summary.steps == 4 and summary.tokens == 0
+    assert summary.last_checkpoint == tmp_path / "run" / "checkpoints" / "step-4"
+    assert trainer.compile_report is None  # the train step was never compiled
+    evals = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in evals if "eval/loss" in r]
+    assert summary.first_eval["eval/loss"] == evals[0]["eval/loss"]
+    assert summary.last_eval["eval/loss"] == evals[-1]["eval/loss"] < evals[0]["eval/loss"]
+    assert files(tmp_path / "run" / "checkpoints" / "step-4") == before

@@ -9,7 +9,6 @@ import dataclasses
 
 import jax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
 
 MIN_TILE = 16
 """Triton's smallest matrix-multiply tile side."""
@@ -55,6 +54,10 @@ class Launcher:
 
     def __call__(self, kernel, **kwargs):
         """``pl.pallas_call(kernel, **kwargs)`` with these settings."""
+        # Imported here, not with the package: Triton's lowering takes a sixth of a second to import, which
+        # every program that never launches a Pallas kernel (a CPU run, --help) would pay at start-up.
+        from jax.experimental.pallas import triton as pltriton
+
         return pl.pallas_call(
             kernel,
             interpret=self.interpret,

@@ -106,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    if summary.already_trained:
+        print(f"already trained to step {summary.steps}; last checkpoint {summary.last_checkpoint}")
+        return 0
     if summary.stopped_by is not None:
         print(
             f"stopped by {summary.stopped_by} at step {summary.steps}; checkpoint {summary.last_checkpoint}; "

@@ -43,7 +43,9 @@ from meltemi.trainer.trackers import Trackers, read_metrics
 @dataclasses.dataclass(frozen=True)
 class RunSummary:
     """How a run went: steps, tokens, held-out loss at its first and last evaluation, speed, its files, and
-    whether a signal stopped it early (``stopped_by``: ``"SIGTERM"``, ``"SIGINT"``) after a checkpoint."""
+    whether a signal stopped it early (``stopped_by``: ``"SIGTERM"``, ``"SIGINT"``) after a checkpoint.
+    ``already_trained``: the run directory held the finished run, so nothing was compiled or trained and
+    the held-out losses are the ones its metrics recorded."""
 
     run_dir: Path
     steps: int
@@ -57,6 +59,7 @@ class RunSummary:
     last_checkpoint: Path | None
     stopped_by: str | None
     checkpoint_seconds_blocked: float
+    already_trained: bool = False
 
 
 class Trainer:
@@ -169,11 +172,13 @@ class Trainer:
         self.clock.lap("run directory")
         try:
             with progress, StopSignals() as stop, compile_cache.CacheCounter() as cached:
+                start = Start(state, None, None) if state is not None else starting_state(self, progress.note)
+                self.clock.lap("checkpoint restored" if start.resumed_from is not None else "state created")
+                if int(jax.device_get(start.state.step)) >= trainer.num_train_steps:
+                    return self._already_trained(start, progress)
                 self.compile()
                 progress.note(self._compile_note())
                 self.clock.lap("train step compiled")
-                start = Start(state, None, None) if state is not None else starting_state(self, progress.note)
-                self.clock.lap("checkpoint restored" if start.resumed_from is not None else "state created")
                 checkpointer = Checkpointer(
                     self.run_dir,
                     trainer,
@@ -206,6 +211,31 @@ class Trainer:
             last_checkpoint=loop.last_checkpoint,
             stopped_by=stop.received,
             checkpoint_seconds_blocked=checkpointer.seconds_blocked,
+        )
+
+    def _already_trained(self, start: Start, progress: TrainingProgress) -> RunSummary:
+        """The summary of a finished run found in the run directory, from its checkpoint and its metrics."""
+        step, last = int(jax.device_get(start.state.step)), self.config.trainer.num_train_steps
+        progress.note(f"already trained to step {step} (trainer.num_train_steps {last}): nothing to train")
+        evals = [
+            {k: v for k, v in r.items() if k.startswith("eval/")}
+            for r in read_metrics(self.run_dir / "metrics.jsonl")
+            if "eval/loss" in r
+        ]
+        return RunSummary(
+            run_dir=self.run_dir,
+            steps=step,
+            tokens=0,
+            skipped_steps=int(jax.device_get(start.state.skipped_steps)),
+            first_eval=evals[0] if evals else {},
+            last_eval=evals[-1] if evals else {},
+            tokens_per_second=0.0,
+            metrics_path=self.run_dir / "metrics.jsonl",
+            plot_path=self.run_dir / "loss.png",
+            last_checkpoint=start.resumed_from,
+            stopped_by=None,
+            checkpoint_seconds_blocked=0.0,
+            already_trained=True,
         )
 
     def _report(self, step: int, metrics: StepMetrics, trackers, progress, rate, force: bool = False) -> None:
@@ -298,12 +328,6 @@ class _Loop:
         profiler = trainer.profiler
         start = int(jax.device_get(self.state.step))
         self.progress.update_total(trainer.num_train_steps, start)
-        if start >= trainer.num_train_steps:
-            self.progress.note(
-                f"already trained to step {start} (trainer.num_train_steps {trainer.num_train_steps})"
-            )
-            self.last_eval = self.first_eval = self._evaluate(start)
-            return
         if start == 0:
             self.first_eval = self._evaluate(0)
             self.t.clock.lap("first evaluation")
