@@ -51,20 +51,19 @@ def cache_entries(directory: Path) -> set[str]:
 
 
 def train(config_path: Path, run_dir: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("JAX_PERSISTENT_CACHE", "JAX_COMPILATION"))
-    }
+    """``python -m meltemi.trainer`` on one device with ``cache`` and the trainer's own cache thresholds (the
+    suite's own settings are left out of its environment)."""
+    ours = ("JAX_PERSISTENT_CACHE", "JAX_COMPILATION")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
     env.update(XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_COMPILATION_CACHE_DIR=str(cache))
-    command = [
-        sys.executable,
-        "-m",
-        "meltemi.trainer",
-        "--config",
-        str(config_path),
-        "--run-dir",
-        str(run_dir),
-    ]
-    done = subprocess.run([*command, *extra], env=env, capture_output=True, text=True, timeout=600)
+    where = ["--config", str(config_path), "--run-dir", str(run_dir), *extra]
+    done = subprocess.run(
+        [sys.executable, "-m", "meltemi.trainer", *where],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     return done
 
