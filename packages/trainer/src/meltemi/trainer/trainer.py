@@ -78,7 +78,7 @@ class Trainer:
     ):
         self.config, self.run_dir, self.show_progress = config, Path(run_dir), progress
         self.clock = clock or StartupClock(started=time.perf_counter())
-        self.compile_cache = compile_cache.enable_for(config.trainer)
+        self.compile_cache = compile_cache.enable_for(config.trainer, jax.process_count())
         self.plan = MeshPlan.of(config, devices)
         self.data: RunData = open_data(config, jax.process_index(), jax.process_count())
         self.clock.lap("stores")
