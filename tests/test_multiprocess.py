@@ -7,6 +7,7 @@ the first process commits the checkpoint once every process has written.
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -61,10 +62,14 @@ def launch(config_path: Path, run_dir: Path, processes: int, devices_each: int) 
     return launched
 
 
-def finish(processes: list[subprocess.Popen]) -> None:
+def finish(processes: list[subprocess.Popen]) -> list[str]:
+    """Wait for every process to succeed; their stderr."""
+    errors = []
     for process in processes:
         out, err = process.communicate(timeout=600)
         assert process.returncode == 0, err
+        errors.append(err)
+    return errors
 
 
 def final_arrays(run_dir: Path) -> dict[str, np.ndarray]:
@@ -107,6 +112,10 @@ def test_a_killed_multiprocess_run_resumes_to_the_same_end(config_path, single, 
     for process in first:
         process.kill()
         process.wait()
-    finish(launch(config_path, run_dir, processes=2, devices_each=4))
+    resumed = finish(launch(config_path, run_dir, processes=2, devices_each=4))
+    # The relaunch loads the programs the first launch compiled (the suite's compilation cache); the first
+    # process speaks for the run.
+    ready = next(line for line in resumed[0].splitlines() if line.startswith("ready in"))
+    assert re.search(r"reused [1-9]\d* cached program", ready), ready
     for name, value in final_arrays(run_dir).items():
         np.testing.assert_allclose(value, final_arrays(single)[name], rtol=1e-4, atol=1e-6, err_msg=name)

@@ -96,15 +96,3 @@ def test_a_second_identical_process_loads_every_program_and_trains_to_the_same_b
     assert "compilation cache off (trainer.compile_cache: false)" in off.stderr
     assert not (tmp_path / "unused").exists()
     assert final_arrays(tmp_path / "off", 2) == final_arrays(tmp_path / "first", 2)
-
-
-def test_a_multi_process_run_keeps_the_cache_off_saying_why():
-    from meltemi.trainer.compile_cache import enable_for
-    from meltemi.trainer.config import TrainerConfig
-
-    try:
-        choice = enable_for(TrainerConfig(), process_count=2)
-        assert choice.directory is None and choice.reason == "not yet used by a run of 2 processes"
-        assert enable_for(TrainerConfig(), process_count=1).directory == choose_cache().directory
-    finally:
-        enable(choose_cache())  # this session's cache, for the tests after this one

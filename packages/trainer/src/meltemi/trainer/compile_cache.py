@@ -102,17 +102,13 @@ def enable(choice: CacheChoice) -> CacheChoice:
     return choice
 
 
-def enable_for(trainer: TrainerConfig, process_count: int = 1) -> CacheChoice:
-    """``enable`` the cache a config's ``trainer.compile_cache`` and ``trainer.compile_cache_dir`` ask for,
-    in a run of ``process_count`` processes.
+def enable_for(trainer: TrainerConfig) -> CacheChoice:
+    """``enable`` the cache a config's ``trainer.compile_cache`` and ``trainer.compile_cache_dir`` ask for.
 
-    A multi-process run keeps it off for now: with it on, the two-process runs on the local Ray cluster
-    failed at gloo's 30 s rendezvous (one process reached a collective that much later than the other,
-    as when one loads a program that the other compiles); until that is understood, every process
-    compiles, as before.
+    Every process of a multi-process run uses it too: one may then load a program that another compiles,
+    and reach the program's first collective long after; ``distributed.connect_collectives`` and the
+    trainer's wait after each compilation keep that from ending the run.
     """
-    if process_count > 1:
-        return enable(CacheChoice(None, f"not yet used by a run of {process_count} processes"))
     return enable(choose_cache(directory=trainer.compile_cache_dir, enabled=trainer.compile_cache))
 
 

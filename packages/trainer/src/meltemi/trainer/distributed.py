@@ -36,7 +36,34 @@ def initialize_from_environment() -> bool:
         num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
         process_id=int(os.environ["JAX_PROCESS_ID"]),
     )
+    connect_collectives()
     return True
+
+
+def connect_collectives() -> None:
+    """Run one collective over every device now, while the processes are together.
+
+    On CPU, the processes of a job exchange data through gloo, which connects them at their first
+    collective over a group of devices and gives up if one process arrives more than 30 s after another
+    (``GetKeyValue() timed out``; XLA's ``--xla_cpu_collective_timeout_seconds`` does not reach that
+    step). Later collectives over a connected group wait as long as they need. ``jax.distributed.initialize``
+    returns on every process at once (it waits for all of them), so connecting here means that a process
+    compiling for longer than another (one found the program in the compilation cache, one did not) or
+    starting later under load meets the others in a collective that waits, not in one that gives up.
+    """
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices("meltemi: every process joined")
+
+
+def wait_for_every_process(reason: str) -> None:
+    """Return once every process has called this with the same ``reason`` (at once with one process).
+
+    Call it between compiling a program and running it: a collective first used over a new group of
+    devices gives up when the processes reach it over 30 s apart (see ``connect_collectives``), and
+    compiling (or loading a compiled program from the cache) takes each process a different time.
+    """
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(f"meltemi: {reason}")
 
 
 def agree(flags: Sequence[bool]) -> list[bool]:

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import haliax_lite as hax
 from meltemi.trainer import adapters
 from meltemi.trainer.config import RunConfig
+from meltemi.trainer.distributed import wait_for_every_process
 from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.step import TrainState, init_state, make_train_step
 
@@ -123,6 +124,9 @@ class TrainProgram:
         return compiled, report
 
     def step(self, state: TrainState, batch: adapters.NamedBatch, rows: int):
-        """Run the step compiled for this batch size (compiling it first when the size is new)."""
-        compiled = self._compiled.get(rows) or self.compile(rows)[0]
-        return compiled(state, batch)
+        """Run the step compiled for this batch size (compiling it first when the size is new, and then
+        waiting for the other processes to have compiled it too)."""
+        if rows not in self._compiled:
+            self.compile(rows)
+            wait_for_every_process(f"train step compiled for {rows} rows")
+        return self._compiled[rows](state, batch)

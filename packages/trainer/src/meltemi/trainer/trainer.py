@@ -25,7 +25,7 @@ from meltemi.trainer.checkpoints import Checkpointer
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data import RunData, open_data
-from meltemi.trainer.distributed import agree, global_batch_hash, shared_token
+from meltemi.trainer.distributed import agree, global_batch_hash, shared_token, wait_for_every_process
 from meltemi.trainer.errors import NonFiniteError, TrainerError
 from meltemi.trainer.evaluate import BatchSums, make_eval_step, summarize
 from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
@@ -78,13 +78,14 @@ class Trainer:
     ):
         self.config, self.run_dir, self.show_progress = config, Path(run_dir), progress
         self.clock = clock or StartupClock(started=time.perf_counter())
-        self.compile_cache = compile_cache.enable_for(config.trainer, jax.process_count())
+        self.compile_cache = compile_cache.enable_for(config.trainer)
         self.plan = MeshPlan.of(config, devices)
         self.data: RunData = open_data(config, jax.process_index(), jax.process_count())
         self.clock.lap("stores")
         self.is_primary = jax.process_index() == 0
         self.program = TrainProgram(config, self.plan)
         self._eval_fn = None
+        self._eval_compiled: set[int] = set()  # batch sizes
         self._batch_layouts: dict[int, dict[str, tuple]] = {}
         self.compile_report: CompileReport | None = None
 
@@ -137,7 +138,13 @@ class Trainer:
             for name, loader in self.data.held_out.items():
                 sums = BatchSums(0.0, 0.0, 0.0)
                 for step in range(self.data.eval_steps):
-                    batch = self.global_batch(loader.batch(step), loader.schedule.size(step))
+                    rows = loader.schedule.size(step)
+                    batch = self.global_batch(loader.batch(step), rows)
+                    if jax.process_count() > 1 and rows not in self._eval_compiled:
+                        # every process compiles it before any runs it (see the wait)
+                        program.lower(state.model, batch, lengths).compile()
+                        wait_for_every_process("eval step compiled")
+                        self._eval_compiled.add(rows)
                     part = jax.device_get(program(state.model, batch, lengths))
                     sums = BatchSums(
                         sums.loss + part.loss, sums.tokens + part.tokens, sums.bytes + part.bytes
@@ -177,6 +184,7 @@ class Trainer:
                 if int(jax.device_get(start.state.step)) >= trainer.num_train_steps:
                     return self._already_trained(start, progress)
                 self.compile()
+                wait_for_every_process("train step compiled")
                 progress.note(self._compile_note())
                 self.clock.lap("train step compiled")
                 checkpointer = Checkpointer(
