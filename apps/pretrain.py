@@ -167,12 +167,14 @@ def train(config, run_dir: Path, clock) -> int:
         print(f"stopped by {summary.stopped_by} at step {summary.steps}: saved {summary.last_checkpoint}")
         print("run the same command again to resume")
         return 0
-    else:
+    elif summary.start_step == 0:
         print(
             f"steps: {summary.steps}   tokens: {summary.tokens:,}   {summary.tokens_per_second:,.0f} tokens/s"
         )
-    first, last = summary.first_eval.get("eval/loss"), summary.last_eval.get("eval/loss")
-    print(f"held-out loss: {first:.3f} at the start -> {last:.3f} now" if first and last else "")
+    else:  # the run as a whole, then what this session did
+        print(f"steps: {summary.steps}   tokens: {summary.tokens:,} in all")
+        print(summary.session_line())
+    print(summary.held_out_line())
     print(f"metrics: {summary.metrics_path}\nloss curve: {summary.plot_path}")
     print(f"last checkpoint: {summary.last_checkpoint}")
     print("sample (temperature 0.7, top-k 40, from 'def '):\n" + sample(summary.last_checkpoint))

@@ -50,7 +50,7 @@ def test_the_default_command_builds_the_corpus_trains_and_summarizes(trained):
     assert "building the standard-library corpus" in first.stderr
     assert re.search(r"^steps: 4   tokens: 2,048", first.stdout, flags=re.MULTILINE), first.stdout
     start, end = map(
-        float, re.search(r"held-out loss: ([\d.]+) at the start -> ([\d.]+) now", first.stdout).groups()
+        float, re.search(r"held-out loss: ([\d.]+) at step 0 -> ([\d.]+) at step 4", first.stdout).groups()
     )
     assert end < start
     run = cwd / "runs" / "tiny"
@@ -61,11 +61,16 @@ def test_the_default_command_builds_the_corpus_trains_and_summarizes(trained):
 
 @NEWCOMER
 def test_rerunning_the_command_resumes_without_rebuilding(trained):
-    cwd, _, second = trained
+    cwd, first, second = trained
     assert second.returncode == 0, second.stderr
     assert "building the standard-library corpus" not in second.stderr
     assert "resuming from runs/tiny/checkpoints/step-4" in second.stderr
-    assert "steps: 6   tokens: 1,024" in second.stdout
+    resumed = (
+        "steps: 6   tokens: 3,072 in all\nresumed at step 4: this session trained 2 steps (1,024 tokens, "
+    )
+    assert resumed in second.stdout, second.stdout
+    start = re.search(r"held-out loss: ([\d.]+) at step 0", first.stdout).group(1)
+    assert re.search(rf"held-out loss: {start} at step 0 -> [\d.]+ at step 6", second.stdout), second.stdout
     checkpoints = cwd / "runs" / "tiny" / "checkpoints"
     assert (checkpoints / "step-6" / "COMMITTED").exists() and not (checkpoints / "step-4").exists()
 

@@ -174,7 +174,7 @@ def test_a_config_that_breaks_resume_names_the_field_and_one_that_does_not_resum
     longer = train(
         checkpointed(make_config, "--trainer.num_train_steps", "6", "--trainer.log_every", "1"), run_dir
     )
-    assert longer.steps == 6 and longer.tokens == 2 * 16 * 32
+    assert longer.steps == 6 and longer.tokens == 6 * 16 * 32 and longer.session_tokens == 2 * 16 * 32
 
 
 def test_a_new_phase_begins_from_another_runs_parameters(make_config, good_run, tmp_path):
@@ -228,7 +228,7 @@ def test_rerunning_a_finished_run_reports_it_without_compiling_or_training(make_
     before = files(tmp_path / "run" / "checkpoints" / "step-4")
     trainer = Trainer(checkpointed(make_config), tmp_path / "run", devices=jax.devices()[:1], progress=False)
     summary = trainer.run()
-    assert summary.already_trained and summary.steps == 4 and summary.tokens == 0
+    assert summary.already_trained and summary.steps == 4 and summary.session_tokens == 0
     assert summary.last_checkpoint == tmp_path / "run" / "checkpoints" / "step-4"
     assert trainer.compile_report is None  # the train step was never compiled
     evals = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from meltemi.trainer.config_io import dump_config
+from meltemi.trainer.trackers import read_metrics
 
 STEPS = 24
 
@@ -99,6 +100,8 @@ def test_five_sigkills_during_steps_and_checkpoint_writes_end_bitwise_equal(make
     assert final.wait(timeout=300) == 0, final.stderr.read()
     assert "resuming from" in final.stderr.read()
     assert step_files(run_dir, STEPS) == expected
+    logged = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if "train/loss" in r]
+    assert logged == list(range(1, STEPS + 1))  # the rows of steps redone after a kill were set aside
 
 
 def test_sigterm_saves_a_checkpoint_at_the_step_boundary_and_exits_cleanly(make_config, tmp_path):

@@ -115,11 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "run the same command again to resume"
         )
         return 0
-    print(
-        f"trained {summary.steps} steps ({summary.tokens:,} tokens, "
-        f"{summary.tokens_per_second:,.0f} tokens/s); "
-        f"held-out loss {summary.first_eval.get('eval/loss', float('nan')):.4f} -> "
-        f"{summary.last_eval.get('eval/loss', float('nan')):.4f}; metrics {summary.metrics_path}, "
-        f"plot {summary.plot_path}, last checkpoint {summary.last_checkpoint}"
+    run = [summary.run_line()] if summary.start_step else []  # a resumed run: the whole, then this session
+    files = (
+        f"metrics {summary.metrics_path}, plot {summary.plot_path}, last checkpoint {summary.last_checkpoint}"
     )
+    print("; ".join([*run, summary.session_line(), summary.held_out_line() or "no held-out loss", files]))
     return 0

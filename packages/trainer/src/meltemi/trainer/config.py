@@ -174,7 +174,11 @@ class TrainerConfig(Section):
         default_factory=dict, description="overrides of the logical->mesh mapping activations follow"
     )
     log_every: int = Field(10, gt=0, description="steps between metric logs")
-    eval_every: int = Field(100, ge=0, description="steps between evaluations (0: only at the end)")
+    eval_every: int = Field(
+        100,
+        ge=0,
+        description="steps between evaluations, besides those at step 0 and at the end (0: only those)",
+    )
     eval_batches: int = Field(8, gt=0, description="held-out batches per source per evaluation")
     checkpoint_every: int | None = Field(
         100, gt=0, description="steps between checkpoints (null: only at the end and when stopped)"

@@ -11,18 +11,26 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import equinox as eqx
 import jax
 import numpy as np
 
 from meltemi.trainer.checkpoints import find_checkpoints, incompatible_field, inspect_checkpoint, restore
+from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import CheckpointError, ConfigError
+from meltemi.trainer.program import TrainProgram
 from meltemi.trainer.step import TrainState
 
-if TYPE_CHECKING:
-    from meltemi.trainer.trainer import Trainer
+
+class RunToStart(Protocol):
+    """What choosing a start needs of a run (a ``Trainer`` is one): its config, its directory and its
+    program (the train state's shapes, shardings and initial value)."""
+
+    config: RunConfig
+    run_dir: Path
+    program: TrainProgram
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,22 +59,23 @@ def _latest_good(location: Path, restore_one: Callable, field: str, config_json:
     return None
 
 
-def starting_state(trainer: Trainer, warn: Callable[[str], None]) -> Start:
-    """Resume, initialise from another run, or start fresh, in that order of preference."""
-    config = trainer.config
+def starting_state(run: RunToStart, warn: Callable[[str], None]) -> Start:
+    """Resume, initialise from another run, or start fresh, in that order of preference. Only reads: a
+    refusal (a ``ConfigError``, a ``CheckpointError``) leaves every file as it was."""
+    config, program = run.config, run.program
     config_json = config.model_dump(mode="json")
-    abstract, shardings = trainer.program.abstract_state(), trainer.program.state_shardings()
+    abstract, shardings = program.abstract_state(), program.state_shardings()
 
     def whole(path, manifest):
         return restore(path, manifest, abstract, shardings)
 
-    found = _latest_good(trainer.run_dir, whole, "the run's checkpoint", config_json, warn)
+    found = _latest_good(run.run_dir, whole, "the run's checkpoint", config_json, warn)
     if found is not None:
         state, path, manifest = found
         return Start(state, path, manifest.initialized_from)
     source = config.trainer.initialize_from
     if source is None:
-        return Start(trainer.initial_state(), None, None)
+        return Start(program.initial_state(), None, None)
 
     def parameters(path, manifest):
         return restore(path, manifest, abstract.model, shardings.model, prefix="model.")
@@ -77,11 +86,11 @@ def starting_state(trainer: Trainer, warn: Callable[[str], None]) -> Start:
         raise CheckpointError(f"trainer.initialize_from: {source.path} holds no usable checkpoint")
     restored, path, _ = found
     state = (
-        eqx.tree_at(lambda s: s.model, trainer.initial_state(), restored)
+        eqx.tree_at(lambda s: s.model, program.initial_state(), restored)
         if source.parameters_only
         else restored
     )
     if source.reset_step:
-        zeros = tuple(jax.device_put(np.int32(0), trainer.plan.replicated()) for _ in range(2))  # 2 buffers
+        zeros = tuple(jax.device_put(np.int32(0), program.plan.replicated()) for _ in range(2))  # 2 buffers
         state = eqx.tree_at(lambda s: (s.step, s.skipped_steps), state, zeros)
     return Start(state, None, str(path))

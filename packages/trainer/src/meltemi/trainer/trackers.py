@@ -1,6 +1,11 @@
 """Where metrics go: ``metrics.jsonl`` always, TensorBoard and Weights & Biases when configured, behind one
 interface (``log(metrics, step)``, ``close()``).
 
+A run that resumes from an older checkpoint than its record reaches (the newest was damaged, or the process
+was killed between two checkpoints) first rewinds the record with ``rewind_record``: the rows of the steps
+it will redo move to ``<name>.superseded.jsonl`` beside it, so the record says each step once, and TensorBoard
+is told to hide its events from the same step on.
+
 Keys of tracking services come from the environment (``WANDB_API_KEY``) and are never written anywhere.
 
 >>> import tempfile, json, pathlib
@@ -13,8 +18,10 @@ Keys of tracking services come from the environment (``WANDB_API_KEY``) and are 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,12 +54,14 @@ class JsonlTracker:
 
 
 class TensorBoardTracker:
-    """Scalars in TensorBoard event files under ``<run dir>/tensorboard`` (tensorboardX, no TensorFlow)."""
+    """Scalars in TensorBoard event files under ``<run dir>/tensorboard`` (tensorboardX, no TensorFlow).
+    ``first_step``: TensorBoard hides the events earlier sessions logged at this step or later (they were
+    rolled back)."""
 
-    def __init__(self, log_dir: Path):
+    def __init__(self, log_dir: Path, first_step: int = 0):
         from tensorboardX import SummaryWriter
 
-        self._writer = SummaryWriter(logdir=str(log_dir))
+        self._writer = SummaryWriter(logdir=str(log_dir), purge_step=first_step)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         for name, value in metrics.items():
@@ -87,10 +96,14 @@ class Trackers:
         self.trackers = list(trackers)
 
     @staticmethod
-    def for_run(config: TrackersConfig, run_dir: Path, run_config: dict[str, Any]) -> Trackers:
+    def for_run(
+        config: TrackersConfig, run_dir: Path, run_config: dict[str, Any], first_step: int = 0
+    ) -> Trackers:
+        """The trackers ``config`` names, for a session whose first log is at ``first_step`` (the record
+        already rewound to it with ``rewind_record``)."""
         trackers: list[Tracker] = [JsonlTracker(run_dir / "metrics.jsonl")]
         if config.tensorboard:
-            trackers.append(TensorBoardTracker(run_dir / "tensorboard"))
+            trackers.append(TensorBoardTracker(run_dir / "tensorboard", first_step))
         if config.wandb is not None:
             w = config.wandb
             trackers.append(WandbTracker(run_dir, w.project, w.entity, w.mode, run_config))
@@ -116,3 +129,79 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return records
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewound:
+    """What ``rewind_record`` set aside: how many lines, the steps of the whole ones, and where they went."""
+
+    lines: int
+    steps: list[int]
+    superseded: Path
+
+    def describe(self, record: Path, first_step: int) -> str:
+        """One line for the log, naming the record and the file that keeps what was set aside."""
+        why = (
+            "an earlier attempt's, which left no usable checkpoint; this session starts over"
+            if first_step == 0
+            else "logged by an attempt past the checkpoint this session starts from; it redoes those steps"
+        )
+        rows = f"{self.lines} rows from step {first_step} on"
+        return f"{record.name}: {rows} ({why}) moved to {self.superseded.name}"
+
+
+def rewind_record(path: Path, first_step: int) -> Rewound | None:
+    """Rewind a step record (``metrics.jsonl``, ``batches.jsonl``) for a session that logs from ``first_step``
+    on: its lines at that step or later, and any line cut short by a killed process, are appended to
+    ``<name>.superseded.jsonl`` beside it, then the record is replaced by its other lines (written aside,
+    flushed, renamed over it: a crash leaves the old record or the new one, never a mix; at worst the
+    set-aside lines are set aside twice). Returns what was set aside, or None (the file untouched) when
+    nothing was.
+
+    >>> import tempfile, pathlib
+    >>> record = pathlib.Path(tempfile.mkdtemp()) / "metrics.jsonl"
+    >>> _ = record.write_text('{"step": 0}\\n{"step": 2}\\n{"step": 4}\\n{"step": 6, "tr')
+    >>> rewind_record(record, 3).steps, record.read_text()
+    ([4], '{"step": 0}\\n{"step": 2}\\n')
+    >>> (record.parent / "metrics.superseded.jsonl").read_text()
+    '{"step": 4}\\n{"step": 6, "tr\\n'
+    """
+    if not path.exists():
+        return None
+    kept, dropped, steps = [], [], []
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        step = _step_of(line) if line.endswith("\n") else None
+        if step is not None and step < first_step:
+            kept.append(line)
+        else:
+            dropped.append(line if line.endswith("\n") else line + "\n")
+            if step is not None:
+                steps.append(step)
+    if not dropped:
+        return None
+    superseded = path.with_name(path.name.removesuffix(".jsonl") + ".superseded.jsonl")
+    with open(superseded, "a", encoding="utf-8") as f:
+        f.write("".join(dropped))
+        f.flush()
+        os.fsync(f.fileno())
+    aside = path.with_name(f".{path.name}.rewinding")
+    with open(aside, "w", encoding="utf-8") as f:
+        f.write("".join(kept))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(aside, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return Rewound(len(dropped), steps, superseded)
+
+
+def _step_of(line: str) -> int | None:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) else None

@@ -37,15 +37,21 @@ from meltemi.trainer.resume import Start, starting_state
 from meltemi.trainer.signals import StopSignals
 from meltemi.trainer.startup import StartupClock
 from meltemi.trainer.step import StepMetrics, TrainState
-from meltemi.trainer.trackers import Trackers, read_metrics
+from meltemi.trainer.trackers import Trackers, read_metrics, rewind_record
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSummary:
-    """How a run went: steps, tokens, held-out loss at its first and last evaluation, speed, its files, and
-    whether a signal stopped it early (``stopped_by``: ``"SIGTERM"``, ``"SIGINT"``) after a checkpoint.
-    ``already_trained``: the run directory held the finished run, so nothing was compiled or trained and
-    the held-out losses are the ones its metrics recorded."""
+    """How a run went, as a whole and in this session (this call of ``run``).
+
+    The run: ``steps`` (the step its state reached), ``tokens`` (its batches' tokens from step 0, by this
+    config's batch schedule and ``data.seq_len``), ``skipped_steps``, and its first and latest held-out
+    evaluations (``first_eval`` at ``first_eval_step``, step 0 for a run started afresh, read back from
+    ``metrics.jsonl`` when resumed; ``last_eval`` at ``last_eval_step``; empty and None when none was made).
+    This session: ``start_step`` (where it began; ``resumed_from`` the checkpoint, when resumed),
+    ``session_steps``, ``session_tokens`` and ``tokens_per_second`` (evaluations not counted).
+    ``stopped_by``: the signal (``"SIGTERM"``, ``"SIGINT"``) that stopped it early after a checkpoint.
+    ``already_trained``: the run directory held the finished run, so nothing was compiled or trained."""
 
     run_dir: Path
     steps: int
@@ -59,7 +65,40 @@ class RunSummary:
     last_checkpoint: Path | None
     stopped_by: str | None
     checkpoint_seconds_blocked: float
+    start_step: int
+    resumed_from: Path | None
+    session_steps: int
+    session_tokens: int
+    first_eval_step: int | None
+    last_eval_step: int | None
     already_trained: bool = False
+
+    def run_line(self) -> str:
+        """The run as a whole: ``60 steps, 245,760 tokens in all``."""
+        return f"{self.steps} steps, {self.tokens:,} tokens in all"
+
+    def session_line(self) -> str:
+        """What this session did: ``trained 60 steps (245,760 tokens, 1,257 tokens/s)`` from step 0, else
+        ``resumed at step 40: this session trained 20 steps (81,920 tokens, 1,257 tokens/s)``."""
+        trained = (
+            f"trained {self.session_steps} steps ({self.session_tokens:,} tokens, "
+            f"{self.tokens_per_second:,.0f} tokens/s)"
+        )
+        if self.start_step == 0:
+            return trained
+        began = "resumed" if self.resumed_from is not None else "started"
+        return f"{began} at step {self.start_step}: this session {trained}"
+
+    def held_out_line(self) -> str:
+        """``held-out loss: 9.081 at step 0 -> 5.949 at step 60`` (the run's first and latest evaluation), or
+        an empty string when the run has none."""
+        first, last = self.first_eval.get("eval/loss"), self.last_eval.get("eval/loss")
+        if first is None or last is None:
+            return ""
+        return (
+            f"held-out loss: {first:.3f} at step {self.first_eval_step} -> "
+            f"{last:.3f} at step {self.last_eval_step}"
+        )
 
 
 class Trainer:
@@ -152,10 +191,27 @@ class Trainer:
                 per_source[name] = sums
         return summarize(per_source, with_bytes=self.data.token_bytes is not None)
 
-    def _prepare_run_dir(self) -> None:
+    def _prepare_run_dir(self, start_step: int, note: Callable[[str], None]) -> Trackers:
+        """Once the config is accepted (the run's checkpoint restored, or none found): write it, rewind the
+        step records to what this session logs first, and open the trackers (the first process's; the others
+        log nothing). Nothing in the run directory changes before this.
+
+        A resumed session keeps the rows of the step it resumes from (it logs from the next one on); one that
+        starts at step 0 evaluates step 0 again, so it keeps none. Batch hashes are logged before each step,
+        so the step resumed from is hashed again."""
+        if not self.is_primary:
+            return Trackers([])
+        first_logged = start_step + 1 if start_step else 0
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(dump_config(self.config), encoding="utf-8")
+            for name, first in (("metrics.jsonl", first_logged), ("batches.jsonl", start_step)):
+                rewound = rewind_record(self.run_dir / name, first)
+                if rewound is not None:
+                    note(rewound.describe(self.run_dir / name, first))
+            return Trackers.for_run(
+                self.config.trainer.trackers, self.run_dir, self.config.model_dump(mode="json"), first_logged
+            )
         except OSError as e:
             raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e.strerror})") from None
 
@@ -164,25 +220,22 @@ class Trainer:
         checkpoints left off (``trainer.initialize_from``, or a fresh state, when it has none).
 
         SIGTERM and Ctrl-C save a checkpoint at the next step boundary and return (``stopped_by`` says which).
+        A config the run's checkpoint refuses (a ``ConfigError``) leaves the run directory as it was.
         """
         config, trainer = self.config, self.config.trainer
-        if self.is_primary:
-            self._prepare_run_dir()
-        trackers = (
-            Trackers.for_run(trainer.trackers, self.run_dir, config.model_dump(mode="json"))
-            if self.is_primary
-            else Trackers([])
-        )
+        trackers = Trackers([])
         progress = TrainingProgress(
             trainer.num_train_steps, 0, enabled=self.show_progress and self.is_primary
         )
-        self.clock.lap("run directory")
         try:
             with progress, StopSignals() as stop, compile_cache.CacheCounter() as cached:
                 start = Start(state, None, None) if state is not None else starting_state(self, progress.note)
                 self.clock.lap("checkpoint restored" if start.resumed_from is not None else "state created")
-                if int(jax.device_get(start.state.step)) >= trainer.num_train_steps:
+                start_step = int(jax.device_get(start.state.step))
+                if start_step >= trainer.num_train_steps:
                     return self._already_trained(start, progress)
+                trackers = self._prepare_run_dir(start_step, progress.note)
+                self.clock.lap("run directory")
                 self.compile()
                 wait_for_every_process("train step compiled")
                 progress.note(self._compile_note())
@@ -206,43 +259,58 @@ class Trainer:
             trackers.close()
         records = read_metrics(self.run_dir / "metrics.jsonl")
         plot = plot_loss(records, self.run_dir / "loss.png") if self.is_primary else self.run_dir / "loss.png"
+        steps = int(jax.device_get(loop.state.step))
+        evals = _evaluations(records, steps) or loop.evaluations  # another process may not see the record
         return RunSummary(
             run_dir=self.run_dir,
-            steps=int(jax.device_get(loop.state.step)),
-            tokens=loop.rate.total_tokens,
+            steps=steps,
+            tokens=self._tokens_before(steps),
             skipped_steps=int(jax.device_get(loop.state.skipped_steps)),
-            first_eval=loop.first_eval,
-            last_eval=loop.last_eval,
+            first_eval=evals[0][1] if evals else {},
+            last_eval=evals[-1][1] if evals else {},
             tokens_per_second=loop.rate.overall(),
             metrics_path=self.run_dir / "metrics.jsonl",
             plot_path=plot,
             last_checkpoint=loop.last_checkpoint,
             stopped_by=stop.received,
             checkpoint_seconds_blocked=checkpointer.seconds_blocked,
+            start_step=start_step,
+            resumed_from=start.resumed_from,
+            session_steps=steps - start_step,
+            session_tokens=loop.rate.total_tokens,
+            first_eval_step=evals[0][0] if evals else None,
+            last_eval_step=evals[-1][0] if evals else None,
         )
 
+    def _tokens_before(self, step: int) -> int:
+        """The tokens of the batches of steps ``0 .. step - 1``, by this config's batch schedule."""
+        return self.data.train.schedule.first_row(step) * self.config.data.seq_len
+
     def _already_trained(self, start: Start, progress: TrainingProgress) -> RunSummary:
-        """The summary of a finished run found in the run directory, from its checkpoint and its metrics."""
+        """The summary of a finished run found in the run directory, from its checkpoint and its metrics; the
+        directory is left as it was."""
         step, last = int(jax.device_get(start.state.step)), self.config.trainer.num_train_steps
         progress.note(f"already trained to step {step} (trainer.num_train_steps {last}): nothing to train")
-        evals = [
-            {k: v for k, v in r.items() if k.startswith("eval/")}
-            for r in read_metrics(self.run_dir / "metrics.jsonl")
-            if "eval/loss" in r
-        ]
+        evals = _evaluations(read_metrics(self.run_dir / "metrics.jsonl"), step)
         return RunSummary(
             run_dir=self.run_dir,
             steps=step,
-            tokens=0,
+            tokens=self._tokens_before(step),
             skipped_steps=int(jax.device_get(start.state.skipped_steps)),
-            first_eval=evals[0] if evals else {},
-            last_eval=evals[-1] if evals else {},
+            first_eval=evals[0][1] if evals else {},
+            last_eval=evals[-1][1] if evals else {},
             tokens_per_second=0.0,
             metrics_path=self.run_dir / "metrics.jsonl",
             plot_path=self.run_dir / "loss.png",
             last_checkpoint=start.resumed_from,
             stopped_by=None,
             checkpoint_seconds_blocked=0.0,
+            start_step=step,
+            resumed_from=start.resumed_from,
+            session_steps=0,
+            session_tokens=0,
+            first_eval_step=evals[0][0] if evals else None,
+            last_eval_step=evals[-1][0] if evals else None,
             already_trained=True,
         )
 
@@ -305,6 +373,7 @@ class _Loop:
         self.rate = _Throughput(trainer.config, trainer.plan.mesh.devices.size)
         self.first_eval: dict[str, float] = {}
         self.last_eval: dict[str, float] = {}
+        self.evaluations: list[tuple[int, dict[str, float]]] = []  # this session's, with their steps
         self.last_checkpoint: Path | None = None
         self.pending: tuple[int, StepMetrics] | None = None
 
@@ -312,6 +381,7 @@ class _Loop:
         self.rate.pause()
         metrics = self.t.evaluate(self.state)
         self.trackers.log(metrics, step=step)
+        self.evaluations.append((step, metrics))
         self.rate.resume()
         return metrics
 
@@ -328,6 +398,9 @@ class _Loop:
                 f.write(json.dumps({"step": step, "hash": digest}) + "\n")
 
     def _checkpoint(self, wait: bool = False) -> None:
+        """Save the state; the step's metrics are logged first (the save waits for the step anyway), so a
+        checkpoint never exists without the record reaching its step."""
+        self._flush()
         self.last_checkpoint = self.checkpointer.save(self.state, wait=wait)
 
     def run(self, on_ready: Callable[[], None] = lambda: None) -> None:
@@ -377,6 +450,15 @@ class _Loop:
         self._checkpoint(wait=True)
         self.last_eval = self._evaluate(int(jax.device_get(self.state.step)))
         self.first_eval = self.first_eval or self.last_eval
+
+
+def _evaluations(records: list[dict], through: int) -> list[tuple[int, dict[str, float]]]:
+    """The held-out evaluations of ``metrics.jsonl`` records up to step ``through``, with their steps."""
+    return [
+        (r["step"], {k: float(v) for k, v in r.items() if k.startswith("eval/")})
+        for r in records
+        if "eval/loss" in r and r["step"] <= through
+    ]
 
 
 @dataclasses.dataclass
