@@ -89,6 +89,15 @@ def test_a_binary_file_is_an_error_naming_it_and_the_byte_and_no_store_is_made(
         TokenStore.open(tmp_path / "s")
 
 
+def test_the_error_reaches_the_caller_intact_from_a_worker_process(write_files, tmp_path, tokenizer_path):
+    files = write_files({"a.txt": "fine", "b.png": _png(), "c.txt": "also fine"})
+    with pytest.raises(
+        InvalidUtf8Error, match=r"b\.png: not UTF-8 text at byte 0 .*--invalid-utf8 skip"
+    ) as error:
+        build_store(files, tokenizer_path, tmp_path / "s", workers=2, unit_bytes=1, progress=False)
+    assert (error.value.file, error.value.offset) == (files[1], 0)
+
+
 def test_a_jsonl_line_that_is_not_utf8_is_an_error_naming_file_line_and_byte(
     write_files, tmp_path, tokenizer_path
 ):
