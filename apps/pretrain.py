@@ -13,6 +13,7 @@ Progress and logs go to stderr; the summary goes to stdout. ``--help`` lists eve
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import socket
 import sys
@@ -40,6 +41,9 @@ apps/pretrain.py adds:
   --mfu X                 the MFU the planned step time assumes (default 0.5)
   --data.stores P [P...]  train on these token stores (equal weights), in place of data.sources
   --data.corpus PATH      a text/JSONL/Parquet file or directory, built into a store with data.tokenizer
+                          (default: the standard library's) on first use; data.text_field,
+                          data.skip_bad_lines and data.invalid_utf8 say how it is read
+  --data.rebuild_corpus   rebuild --data.corpus's store when the corpus (or how it is read) changed
   --launch ray            train on slices through Ray, one process per host (see the README)
   --slices N              how many slices (default 1)
   --min-slices M          start (and go on) with as few as M slices when fewer are free
@@ -89,9 +93,10 @@ def main(argv: list[str]) -> int:
     mfu = take(argv, "--mfu")
     stores = take(argv, "--data.stores", many=True)
     corpus = take(argv, "--data.corpus")
+    rebuild_corpus = present(argv, "--data.rebuild_corpus")
     launch = {flag: take(argv, f"--{flag}") for flag in LAUNCH_FLAGS}
 
-    from meltemi.datastore import DatastoreError, build_store, corpora
+    from meltemi.datastore import DatastoreError, corpora
     from meltemi.trainer.cli import help_text, split_arguments
     from meltemi.trainer.config_io import load_config
     from meltemi.trainer.errors import TrainerError
@@ -110,16 +115,7 @@ def main(argv: list[str]) -> int:
             overrides += ["--data.sources", repr(sources).replace("'", '"')]
         config = load_config(config_path, overrides)
         if corpus:
-            name = Path(corpus[0]).stem or "corpus"
-            digest = hashlib.sha256(str(Path(corpus[0]).resolve()).encode()).hexdigest()[:12]
-            if config.data.tokenizer is None:
-                raise TrainerError("--data.corpus needs data.tokenizer (the tokenizer.json to build it with)")
-            out = Path(".cache/meltemi/corpora") / f"{name}-{digest}"
-            print(f"building a token store of {corpus[0]} in {out} (first use only)", file=sys.stderr)
-            build_store(corpus[0], config.data.tokenizer, out, progress=True)
-            config = load_config(
-                config_path, [*overrides, "--data.sources", f'{{"{name}": {{"store": "{out}"}}}}']
-            )
+            config = with_corpus(config, config_path, overrides, corpus[0], rebuild_corpus, corpora)
         if dry_run:
             return plan(config, devices, mfu)
         config = with_default_corpus(config, config_path, overrides, corpora)
@@ -133,15 +129,32 @@ def main(argv: list[str]) -> int:
         return 1
 
 
+def is_default_tokenizer(config) -> bool:
+    """Whether ``data.tokenizer`` is the default config's placeholder for the standard library's BPE."""
+    return config.data.tokenizer is not None and Path(config.data.tokenizer).parent == STDLIB_DIR
+
+
+def default_tokenizer(config, corpora) -> str:
+    """The standard library's tokenizer for the model's vocabulary, trained on first use."""
+    directory = stdlib_directory(config.model.vocab_size)
+    if not (directory / "tokenizer.json").exists():
+        print(f"training the standard-library tokenizer in {directory} (first run only)", file=sys.stderr)
+    return corpora.stdlib_tokenizer(directory, config.model.vocab_size)
+
+
 def with_default_corpus(config, config_path, overrides, corpora):
     """Build (once) the standard-library corpus where the config names its default location
-    (``.cache/meltemi/stdlib/...``), and point the config at the built tokenizer and store."""
+    (``.cache/meltemi/stdlib/...``), and point the config at the built tokenizer and store (only the
+    tokenizer is built when no source is the default store)."""
     default_store = [n for n, s in config.data.sources.items() if Path(s.store).parent == STDLIB_DIR]
-    default_tokenizer = config.data.tokenizer is not None and Path(config.data.tokenizer).parent == STDLIB_DIR
-    if not default_store and not default_tokenizer:
+    default_tokenizer_wanted = is_default_tokenizer(config)
+    if not default_store and not default_tokenizer_wanted:
         return config
     from meltemi.trainer.config_io import load_config
 
+    if not default_store:
+        tokenizer = default_tokenizer(config, corpora)
+        return load_config(config_path, [*overrides, "--data.tokenizer", tokenizer])
     directory = stdlib_directory(config.model.vocab_size)
     if not (directory / "store" / "manifest.json").exists():
         print(f"building the standard-library corpus in {directory} (first run only)", file=sys.stderr)
@@ -150,8 +163,51 @@ def with_default_corpus(config, config_path, overrides, corpora):
         name: {"store": store if name in default_store else s.store, "weight": s.weight}
         for name, s in config.data.sources.items()
     }
-    extra = ["--data.tokenizer", tokenizer] if default_tokenizer else []
+    extra = ["--data.tokenizer", tokenizer] if default_tokenizer_wanted else []
     return load_config(config_path, [*overrides, *extra, "--data.sources", repr(sources).replace("'", '"')])
+
+
+# How a user of this app sets the options of the corpus build: the words of the datastore's remedies.
+CORPUS_FLAGS = {
+    "text_field": "--data.text_field {}",
+    "skip_bad_lines": "--data.skip_bad_lines {}",
+    "invalid_utf8": "--data.invalid_utf8 {}",
+    "overwrite": "--data.rebuild_corpus",
+}
+
+
+def with_corpus(config, config_path, overrides, corpus: str, rebuild: bool, corpora):
+    """Build (on first use) a token store of ``--data.corpus`` under ``.cache/meltemi/corpora`` with
+    ``data.tokenizer`` (the default config's placeholder: the standard library's), reading it as
+    ``data.text_field``, ``data.skip_bad_lines`` and ``data.invalid_utf8`` say, print what the build did
+    (documents left out included), and point the config at that store alone."""
+    from meltemi.datastore import Hints, build_store
+    from meltemi.trainer.config_io import load_config
+    from meltemi.trainer.errors import TrainerError
+
+    data = config.data
+    if data.tokenizer is None:
+        raise TrainerError("--data.corpus needs a tokenizer: pass --data.tokenizer TOKENIZER_JSON")
+    tokenizer = default_tokenizer(config, corpora) if is_default_tokenizer(config) else data.tokenizer
+    name = Path(corpus).stem or "corpus"
+    digest = hashlib.sha256(str(Path(corpus).resolve()).encode()).hexdigest()[:12]
+    out = Path(".cache/meltemi/corpora") / f"{name}-{digest}"
+    if not (out / "manifest.json").exists():
+        print(f"building a token store of {corpus} in {out} (first use only)", file=sys.stderr)
+    report = build_store(
+        corpus,
+        tokenizer,
+        out,
+        text_field=data.text_field,
+        skip_bad_lines=data.skip_bad_lines,
+        invalid_utf8=data.invalid_utf8,
+        overwrite=rebuild,
+        progress=True,
+        hints=Hints(CORPUS_FLAGS, rerun="the same apps/pretrain.py command"),
+    )
+    print(report.summary(), file=sys.stderr)
+    sources = json.dumps({name: {"store": str(out)}})
+    return load_config(config_path, [*overrides, "--data.tokenizer", tokenizer, "--data.sources", sources])
 
 
 def train(config, run_dir: Path, clock) -> int:

@@ -71,9 +71,9 @@ def test_empty_files_are_skipped_and_counted(write_files, tmp_path, tokenizer_pa
     assert "2 empty files" in report.summary()
 
 
-def test_invalid_utf8_is_replaced_and_counted(write_files, tmp_path, tokenizer_path):
+def test_invalid_utf8_is_replaced_and_counted_when_asked(write_files, tmp_path, tokenizer_path):
     files = write_files({"a.txt": b"caf\xe9 ok", "b.jsonl": b'{"text": "x\xff"}\n{"text": "fine"}\n'})
-    report = build_store(files, tokenizer_path, tmp_path / "s", progress=False)
+    report = build_store(files, tokenizer_path, tmp_path / "s", invalid_utf8="replace", progress=False)
     assert report.documents == 3 and report.counts["invalid_utf8_documents"] == 2
     decoded = Tokenizer.from_file(tokenizer_path).decode(_docs(tmp_path / "s")[0][:-1])
     assert decoded == "caf\ufffd ok"
@@ -159,7 +159,7 @@ def test_vocabularies_over_65536_store_uint32(tmp_path, write_files):
 
 def test_escaped_lone_surrogates_in_jsonl_are_replaced_and_counted(write_files, tmp_path, tokenizer_path):
     files = write_files({"a.jsonl": '{"text": "ok \\ud800 ok"}\n'})
-    report = build_store(files, tokenizer_path, tmp_path / "s", progress=False)
+    report = build_store(files, tokenizer_path, tmp_path / "s", invalid_utf8="replace", progress=False)
     assert report.documents == 1 and report.counts["invalid_utf8_documents"] == 1
 
 

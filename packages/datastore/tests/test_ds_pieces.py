@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meltemi.datastore import InputError, TokenStore, build_store
-from meltemi.datastore.sources import ReadNotes, describe_source, read_documents
+from meltemi.datastore.sources import ReadNotes, ReadPolicy, describe_source, read_documents
 
 
 @settings(max_examples=40)
@@ -65,7 +65,7 @@ def test_a_piece_reads_only_its_own_lines(write_files):
     (path,) = write_files({"d.jsonl": _jsonl(50)})
     pieces = describe_source(path, split_bytes=300).pieces()
     notes = ReadNotes()
-    documents = [doc for piece in pieces for doc in read_documents(piece, "text", notes)]
+    documents = [doc for piece in pieces for doc in read_documents(piece, ReadPolicy(), notes)]
     assert documents == [json.loads(line)["text"] for line in _jsonl(50).splitlines()]
 
 

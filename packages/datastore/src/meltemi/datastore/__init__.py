@@ -6,6 +6,7 @@ It returns numpy arrays and never imports JAX, so it serves any framework (PyTor
 from meltemi.datastore import corpora
 from meltemi.datastore.audit import audit_store
 from meltemi.datastore.build import BuildReport, build_store
+from meltemi.datastore.build_request import Hints
 from meltemi.datastore.corpora import python_stdlib, train_tokenizer
 from meltemi.datastore.errors import (
     BadLineError,
@@ -14,6 +15,7 @@ from meltemi.datastore.errors import (
     IncompleteStoreError,
     InputError,
     IntegrityError,
+    InvalidUtf8Error,
     SourceChangedError,
     TokenizerMismatchError,
 )
@@ -37,9 +39,11 @@ __all__ = [
     "DatastoreError",
     "EmptyCorpusError",
     "FeistelPermutation",
+    "Hints",
     "IncompleteStoreError",
     "InputError",
     "IntegrityError",
+    "InvalidUtf8Error",
     "MixtureDataset",
     "Rows",
     "SequenceRange",

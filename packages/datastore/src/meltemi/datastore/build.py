@@ -18,9 +18,23 @@ from pathlib import Path
 
 import numpy as np
 
-from meltemi.datastore.build_records import BuildOptions, BuildReport, PartSummary, Plan, SourceRecord
-from meltemi.datastore.build_request import UNIT_BYTES, BuildRequest
-from meltemi.datastore.errors import BadLineError, DatastoreError, EmptyCorpusError, SourceChangedError
+from meltemi.datastore.build_records import (
+    EARLIER_INVALID_UTF8,
+    BuildOptions,
+    BuildReport,
+    PartSummary,
+    Plan,
+    SourceRecord,
+    count_phrase,
+)
+from meltemi.datastore.build_request import UNIT_BYTES, BuildRequest, Hints
+from meltemi.datastore.errors import (
+    BadLineError,
+    DatastoreError,
+    EmptyCorpusError,
+    InvalidUtf8Error,
+    SourceChangedError,
+)
 from meltemi.datastore.layout import (
     BUILD_DIR,
     DEFAULT_CHUNK_TOKENS,
@@ -40,7 +54,7 @@ from meltemi.datastore.layout import (
     write_json_atomically,
 )
 from meltemi.datastore.progress import ProgressBar
-from meltemi.datastore.sources import Piece, Source, describe_source, resolve_inputs
+from meltemi.datastore.sources import InvalidUtf8, Piece, Source, describe_source, resolve_inputs
 from meltemi.datastore.tokenizing import (
     TokenizerInfo,
     part_paths,
@@ -69,7 +83,9 @@ def build_store(
     shard_tokens: int | None = None,
     unit_bytes: int = UNIT_BYTES,
     skip_bad_lines: bool = False,
+    invalid_utf8: InvalidUtf8 = "error",
     progress: bool = True,
+    hints: Hints | None = None,
 ) -> BuildReport:
     """Tokenize `inputs` with `tokenizer` into a token store at `out` (or finish a build that stopped).
 
@@ -84,6 +100,15 @@ def build_store(
     A JSONL line that is not a JSON object with a string `text_field` stops the build with a
     `BadLineError` naming the file and line; the units already done are kept, so after fixing the line (or
     with `skip_bad_lines=True`, which skips such lines and names them in the manifest) the build resumes.
+    A document (a text file, a JSONL line, a Parquet row) that is not UTF-8, a binary file say, stops it
+    likewise with an `InvalidUtf8Error` naming the file and byte, unless `invalid_utf8` is `"skip"` (leave
+    such documents out) or `"replace"` (replace their undecodable bytes with U+FFFD); either way they are
+    counted in the summary and the manifest, which records the policy. The store is always what a fresh
+    build under the last policy makes: a resumed build redoes the parts read under another one, and a
+    finished store made under another one is an error unless `overwrite`.
+
+    The remedies errors suggest name the datastore's command-line flags; a program that calls this for
+    its own users passes `hints` saying how they set each option (see `Hints`).
 
     >>> import pathlib, tempfile
     >>> from meltemi.datastore import corpora
@@ -110,24 +135,23 @@ def build_store(
         shard_tokens=shard_tokens,
         unit_bytes=unit_bytes,
         skip_bad_lines=skip_bad_lines,
+        invalid_utf8=invalid_utf8,
     )
+    hints = hints or Hints()
     out, options = Path(out), request.options()
-    info = TokenizerInfo.load(tokenizer, eos=eos, eos_token=eos_token)
+    info = TokenizerInfo.load(tokenizer, eos=eos, eos_token=eos_token, hints=hints)
     sources = [describe_source(url, split_bytes=unit_bytes) for url in resolve_inputs(list(request.inputs))]
-    plan = _plan(info, sources, options, request.command())
+    plan = _plan(info, sources, options, hints.command(request))
     with _only_build(out):
-        _prepare_directory(out, plan, overwrite)
+        _prepare_directory(out, plan, request, hints)
         if (out / MANIFEST).exists():
             return _already_built(out)
         try:
-            summaries = _tokenize(out / BUILD_DIR, plan, sources, info, request, progress)
-        except BadLineError as error:
-            raise _stopped(out, error, request) from None
+            summaries = _tokenize(out / BUILD_DIR, plan, sources, info, request, hints, progress)
+        except (BadLineError, InvalidUtf8Error) as error:
+            raise _stopped(out, error, request, hints) from None
         counts = sum((Counter(s.counts) for s in summaries), Counter())
         documents, tokens = sum(s.documents for s in summaries), sum(s.tokens for s in summaries)
-        if documents == 0:
-            shutil.rmtree(out / BUILD_DIR)
-            raise EmptyCorpusError(f"the inputs hold no non-empty document ({len(sources)} files, all empty)")
         report = BuildReport(
             str(out),
             documents,
@@ -135,8 +159,13 @@ def build_store(
             dict(counts),
             invalid_utf8_files=sorted({f for s in summaries for f in s.invalid_utf8_files}),
             skipped_lines=[line for s in summaries for line in s.skipped_lines],
+            invalid_utf8=request.invalid_utf8,
         )
-        _assemble(out, plan, info, summaries, report, progress)
+        if documents == 0:
+            shutil.rmtree(out / BUILD_DIR)
+            files = f"{len(sources)} file{'s' * (len(sources) != 1)}"
+            raise EmptyCorpusError(f"the inputs hold no non-empty document ({files}: {report.notes()})")
+        _assemble(out, plan, info, summaries, report, hints, progress)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -152,17 +181,30 @@ def _already_built(out: Path) -> BuildReport:
         already_built=True,
         invalid_utf8_files=manifest.get("invalid_utf8_files", []),
         skipped_lines=manifest.get("skipped_lines", []),
+        invalid_utf8=manifest.get("invalid_utf8", EARLIER_INVALID_UTF8),
     )
 
 
-def _stopped(out: Path, error: BadLineError, request: BuildRequest) -> BadLineError:
+def _stopped(
+    out: Path, error: BadLineError | InvalidUtf8Error, request: BuildRequest, hints: Hints
+) -> BadLineError | InvalidUtf8Error:
     """Record why the build stopped (for `TokenStore.open`'s message), and say how to go on."""
-    how = (
-        f"Fix that line and run the build again to resume ({request.command()}), or skip such lines, "
-        f"counted and named in the manifest: {request.command(skip_bad_lines=True)}"
-    )
+    if isinstance(error, BadLineError):
+        what, ways = "line", {"skip such lines, counted and named in the manifest": {"skip_bad_lines": True}}
+    else:
+        what = "line" if error.line is not None else "row" if error.row is not None else "file"
+        ways = {
+            "leave out each document that is not UTF-8": {"invalid_utf8": "skip"},
+            "replace its undecodable bytes with U+FFFD": {"invalid_utf8": "replace"},
+        }
+    how = f"Fix that {what} and {hints.resume(request)}"
+    for way, changes in ways.items():
+        command = hints.run(request, **changes)
+        how += f", or {way}: {command}" if command else ""
     write_json_atomically(out / BUILD_DIR / STOPPED, {"error": str(error), "how": how})
-    return BadLineError(f"{error}. {how}")
+    if isinstance(error, BadLineError):
+        return BadLineError(f"{error}. {how}")
+    return error.with_message(f"{error}. {how}")
 
 
 @contextlib.contextmanager
@@ -215,23 +257,30 @@ def _pieces(unit: Sequence[Sequence], sources: list[Source]) -> list[Piece]:
     return [Piece(sources[index], start, stop, first_line) for index, start, stop, first_line in unit]
 
 
-def _prepare_directory(out: Path, plan: Plan, overwrite: bool) -> None:
+def _prepare_directory(out: Path, plan: Plan, request: BuildRequest, hints: Hints) -> None:
     """Check `out` against `plan`: start fresh, resume, or stop because the inputs changed."""
     plan_path = out / BUILD_DIR / PLAN
-    previous = None
-    if (out / MANIFEST).exists():
+    previous, built = None, (out / MANIFEST).exists()
+    if built:
         previous = read_json(out / MANIFEST)
     elif plan_path.exists():
         previous = read_json(plan_path)
     elif out.exists() and any(out.iterdir()) and not (out / BUILD_DIR).exists():
         raise DatastoreError(f"output {str(out)!r} is a non-empty directory that is not a token store")
     if previous is not None:
+        rebuild = hints.flag("overwrite", True)
+        remedy = f"{rebuild} to rebuild it" if rebuild else None
         difference = _difference(previous, plan.to_json())
-        if difference and not overwrite:
-            raise SourceChangedError(
-                f"{str(out)!r} was built from different inputs: {difference}; "
-                "pass --overwrite (overwrite=True) to rebuild it"
-            )
+        if difference and not request.overwrite:
+            how = f"pass {remedy}" if remedy else "build it in another directory"
+            raise SourceChangedError(f"{str(out)!r} was built from different inputs: {difference}; {how}")
+        handled = _invalid_utf8_handled(previous, request) if built and not difference else None
+        if handled and not request.overwrite:
+            as_built = hints.flag("invalid_utf8", previous.get("invalid_utf8", EARLIER_INVALID_UTF8))
+            ways = [way for way in (as_built and f"{as_built} to use it as it is", remedy) if way]
+            how = f"pass {' or '.join(ways)}" if ways else "build it in another directory"
+            raise SourceChangedError(f"{str(out)!r} holds {handled}; {how}")
+        difference = difference or handled
         if not difference:
             if (out / MANIFEST).exists():
                 shutil.rmtree(out / BUILD_DIR, ignore_errors=True)
@@ -246,6 +295,18 @@ def _prepare_directory(out: Path, plan: Plan, overwrite: bool) -> None:
             path.unlink()
     (out / BUILD_DIR / "parts").mkdir(parents=True)
     write_json_atomically(plan_path, plan.to_json())
+
+
+def _invalid_utf8_handled(manifest: dict, request: BuildRequest) -> str | None:
+    """What a finished store did with documents that are not UTF-8, when it is not what `request` asks."""
+    count = manifest["counts"].get("invalid_utf8_documents", 0)
+    policy = manifest.get("invalid_utf8", EARLIER_INVALID_UTF8)
+    if not count or policy == request.invalid_utf8:
+        return None
+    return (
+        f"{count_phrase('invalid_utf8_documents', count, policy)}, and this build's policy for invalid "
+        f"UTF-8 is {request.invalid_utf8!r}"
+    )
 
 
 def _difference(previous: dict, plan: dict) -> str | None:
@@ -289,36 +350,49 @@ def _groups(todo: list[int], units: Sequence, sources: list[Source], group_bytes
 
 
 def _tokenize(
-    build_dir: Path, plan: Plan, sources: list[Source], info: TokenizerInfo, request: BuildRequest, progress
+    build_dir: Path,
+    plan: Plan,
+    sources: list[Source],
+    info: TokenizerInfo,
+    request: BuildRequest,
+    hints: Hints,
+    progress: bool,
 ) -> list[PartSummary]:
-    units, text_field, skip = plan.units, request.text_field, request.skip_bad_lines
+    """Tokenize every unit without a part, and every part read under another `invalid_utf8` policy that
+    it would change; the summaries of all the parts, in unit order."""
+    units, policy = plan.units, request.reading(hints)
     summaries: dict[int, PartSummary] = {}
     for unit in range(len(units)):
         summary_path = part_paths(build_dir, unit)[2]
         if summary_path.exists():
-            summaries[unit] = PartSummary.from_json(read_json(summary_path))
+            summary = PartSummary.from_json(read_json(summary_path))
+            if summary.fits(policy.invalid_utf8):
+                summaries[unit] = summary
     todo = [u for u in range(len(units)) if u not in summaries]
-    with ProgressBar(len(units), "tokenizing", enabled=progress) as bar:
+
+    def invalid(summary: PartSummary) -> int:
+        return summary.counts.get("invalid_utf8_documents", 0)
+
+    with ProgressBar(len(units), "tokenizing", enabled=progress, invalid_utf8=policy.invalid_utf8) as bar:
         bar.advance(
             len(summaries),
             sum(s.documents for s in summaries.values()),
             sum(s.tokens for s in summaries.values()),
+            sum(invalid(s) for s in summaries.values()),
         )
         if request.workers == 1 or len(todo) <= 1:
             for group in _groups(todo, units, sources, plan.options.unit_bytes):
                 jobs = [(unit, _pieces(units[unit], sources)) for unit in group]
-                for summary in tokenize_units(build_dir, jobs, info, text_field, skip):
+                for summary in tokenize_units(build_dir, jobs, info, policy):
                     summaries[summary.unit] = summary
-                    bar.advance(1, summary.documents, summary.tokens)
+                    bar.advance(1, summary.documents, summary.tokens, invalid(summary))
         else:
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(
                 min(request.workers, len(todo)), mp_context=context, initializer=quiet_worker
             ) as pool:
                 pending = {
-                    pool.submit(
-                        tokenize_unit, build_dir, u, _pieces(units[u], sources), info, text_field, skip
-                    )
+                    pool.submit(tokenize_unit, build_dir, u, _pieces(units[u], sources), info, policy)
                     for u in todo
                 }
                 while pending:
@@ -330,12 +404,18 @@ def _tokenize(
                             raise future.exception()
                         summary = future.result()
                         summaries[summary.unit] = summary
-                        bar.advance(1, summary.documents, summary.tokens)
+                        bar.advance(1, summary.documents, summary.tokens, invalid(summary))
     return [summaries[u] for u in range(len(units))]
 
 
 def _assemble(
-    out: Path, plan: Plan, info: TokenizerInfo, summaries: list[PartSummary], report: BuildReport, progress
+    out: Path,
+    plan: Plan,
+    info: TokenizerInfo,
+    summaries: list[PartSummary],
+    report: BuildReport,
+    hints: Hints,
+    progress: bool,
 ) -> None:
     """Stream the parts, in unit order, into `tokens`, `offsets` and `offsets_index`, then commit."""
     build_dir = out / BUILD_DIR
@@ -363,12 +443,15 @@ def _assemble(
             writers[OFFSETS_INDEX].append(offsets[-documents % OFFSETS_CHUNK :: OFFSETS_CHUNK])
             position, documents = int(offsets[-1]) if offsets.size else position, documents + offsets.size
             bar.advance(1, summary.documents, summary.tokens)
-    digests = {name: writer.finish() for name, writer in writers.items()}
+    rebuild = hints.flag("overwrite", True)
+    remedy = f"rebuild the store ({rebuild})" if rebuild else "build the store in another directory"
+    digests = {name: writer.finish(remedy) for name, writer in writers.items()}
     for name, layout in layouts.items():
         check_shards(out, name, layout)
     recorded = plan.to_json()
     manifest = {key: recorded[key] for key in ("format_version", "tokenizer", "options", "sources")}
     manifest["counts"] = {"documents": total_docs, "tokens": total_tokens} | report.counts
+    manifest["invalid_utf8"] = report.invalid_utf8
     manifest["invalid_utf8_files"] = report.invalid_utf8_files
     manifest["skipped_lines"] = report.skipped_lines
     for name, layout in layouts.items():

@@ -14,6 +14,8 @@ from meltemi.datastore.layout import MANIFEST
 from meltemi.datastore.progress import human
 
 SHOWN_FILES = 3  # files (or lines) named in a summary; the manifest lists them all
+EARLIER_INVALID_UTF8 = "replace"  # what builds did with invalid UTF-8 before they recorded a policy
+_DONE = {"skip": "skipped", "replace": "replaced", "error": "found"}
 
 UnitPiece = tuple[int, int, int | None, int]
 """One piece of a unit of work: source index, first byte, stop byte (None: to the end), first line."""
@@ -83,11 +85,22 @@ class Plan:
         )
 
 
+def count_phrase(key: str, count: int, invalid_utf8: str) -> str:
+    """A count of a summary in words: `count_phrase("invalid_utf8_documents", 2, "skip")` is
+    `'2 documents with invalid UTF-8 skipped'`, `count_phrase("empty_files", 1, "error")` `'1 empty file'`."""
+    if key == "invalid_utf8_documents":
+        return f"{count} document{'s' * (count != 1)} with invalid UTF-8 {_DONE[invalid_utf8]}"
+    words = key.replace("_", " ")
+    return f"{count} {words if count != 1 else words.removesuffix('s')}"
+
+
 @dataclass(frozen=True)
 class PartSummary:
-    """What one unit of work produced: documents, tokens, and what it skipped or repaired, and where.
+    """What one unit of work produced: documents, tokens, and what it skipped or repaired, and where, and
+    the `invalid_utf8` policy it was read under (a resumed build redoes a part whose documents that are not
+    UTF-8 were handled under another policy).
 
-    >>> summary = PartSummary(3, documents=2, tokens=9, invalid_utf8_files=("a.txt",))
+    >>> summary = PartSummary(3, documents=2, tokens=9, invalid_utf8_files=("a.txt",), invalid_utf8="skip")
     >>> PartSummary.from_json(summary.to_json()) == summary
     True
     """
@@ -98,6 +111,11 @@ class PartSummary:
     counts: dict[str, int] = field(default_factory=dict)
     invalid_utf8_files: tuple[str, ...] = ()
     skipped_lines: tuple[str, ...] = ()
+    invalid_utf8: str = "error"
+
+    def fits(self, invalid_utf8: str) -> bool:
+        """Whether the part is what reading under the policy `invalid_utf8` makes."""
+        return self.invalid_utf8 == invalid_utf8 or not self.counts.get("invalid_utf8_documents")
 
     def to_json(self) -> dict[str, Any]:
         record = dataclasses.asdict(self)
@@ -114,6 +132,7 @@ class PartSummary:
             counts=dict(record.get("counts", {})),
             invalid_utf8_files=tuple(record.get("invalid_utf8_files", ())),
             skipped_lines=tuple(record.get("skipped_lines", ())),
+            invalid_utf8=record.get("invalid_utf8", EARLIER_INVALID_UTF8),
         )
 
 
@@ -121,8 +140,12 @@ class PartSummary:
 class BuildReport:
     """What a build did: counts of documents and tokens, what it skipped or repaired and where, its time.
 
-    `invalid_utf8_files` names every file with a document whose invalid UTF-8 was replaced (U+FFFD), and
-    `skipped_lines` every JSONL line skipped with `skip_bad_lines`; the manifest records both.
+    `invalid_utf8` is the policy for documents that are not UTF-8 (`counts["invalid_utf8_documents"]` of
+    them, skipped or repaired), `invalid_utf8_files` names every file with one, and `skipped_lines` every
+    JSONL line skipped with `skip_bad_lines`; the manifest records them all.
+
+    >>> BuildReport("s", 5, 90, {"invalid_utf8_documents": 2}, 1.0, invalid_utf8="skip").summary()
+    's: built 5 docs, 90 tokens in 1.0s (90 tokens/s), 2 documents with invalid UTF-8 skipped'
     """
 
     out: str
@@ -133,12 +156,18 @@ class BuildReport:
     already_built: bool = False
     invalid_utf8_files: list[str] = field(default_factory=list)
     skipped_lines: list[str] = field(default_factory=list)
+    invalid_utf8: str = "error"
+
+    def notes(self) -> str:
+        """The counts of what the build skipped or repaired, in words (empty when none)."""
+        counts = sorted((k, n) for k, n in self.counts.items() if n)
+        return ", ".join(count_phrase(k, n, self.invalid_utf8) for k, n in counts)
 
     def summary(self) -> str:
+        notes = f", {self.notes()}" if self.notes() else ""
         if self.already_built:
-            size = f"{human(self.documents)} docs, {human(self.tokens)} tokens"
+            size = f"{human(self.documents)} docs, {human(self.tokens)} tokens{notes}"
             return f"{self.out}: already built ({size}); nothing to do"
-        notes = "".join(f", {n} {k.replace('_', ' ')}" for k, n in sorted(self.counts.items()) if n)
         rate = self.tokens / max(self.seconds, 1e-9)
         line = (
             f"{self.out}: built {self.documents:,} docs, {self.tokens:,} tokens in {self.seconds:.1f}s "

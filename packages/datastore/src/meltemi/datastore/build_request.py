@@ -1,7 +1,8 @@
 """One build as the user asked for it, and its command-line flags: the one place that knows both.
 
 `cli.py` makes its `build` arguments from `BUILD_FLAGS`, and a build writes the command that resumes it
-from the same table, so a new option is added once.
+from the same table, so a new option is added once. `Hints` says how another program calling `build_store`
+spells the options, so that the remedies its errors suggest name that program's flags.
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from meltemi.datastore.build_records import BuildOptions
 from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS, DEFAULT_SHARD_TOKENS, default_shard_tokens
-from meltemi.datastore.sources import redact
+from meltemi.datastore.sources import INVALID_UTF8, InvalidUtf8, ReadPolicy, redact
 
 UNIT_BYTES = 4 << 20
 
@@ -35,8 +37,12 @@ class BuildRequest:
     shard_tokens: int | None = None
     unit_bytes: int = UNIT_BYTES
     skip_bad_lines: bool = False
+    invalid_utf8: InvalidUtf8 = "error"
 
     def __post_init__(self) -> None:
+        if self.invalid_utf8 not in INVALID_UTF8:
+            choices = ", ".join(repr(c) for c in INVALID_UTF8)
+            raise ValueError(f"invalid_utf8 must be one of {choices}, got {self.invalid_utf8!r}")
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         if self.chunk_tokens < 1 or self.unit_bytes < 1:
@@ -52,6 +58,15 @@ class BuildRequest:
     def options(self) -> BuildOptions:
         shard = default_shard_tokens(self.chunk_tokens) if self.shard_tokens is None else self.shard_tokens
         return BuildOptions(self.text_field, self.eos, self.chunk_tokens, shard, self.unit_bytes)
+
+    def reading(self, hints: Hints | None = None) -> ReadPolicy:
+        """How this build reads documents; its messages name another text field as `hints` spell it.
+
+        >>> BuildRequest(("a.jsonl",), "t.json", "s", invalid_utf8="skip").reading().invalid_utf8
+        'skip'
+        """
+        flag = (hints or Hints()).flag("text_field", "FIELD")
+        return ReadPolicy(self.text_field, self.skip_bad_lines, self.invalid_utf8, text_field_flag=flag)
 
     def command(self, **changes: Any) -> str:
         """The command line that runs this build (with `changes`), credentials in URLs masked.
@@ -74,10 +89,11 @@ class Flag:
 
     field: str
     help: str
-    kind: Literal["text", "int", "many", "switch", "on_off"] = "text"
+    kind: Literal["text", "int", "many", "switch", "on_off", "choice"] = "text"
     option: str | None = None
     metavar: str | None = None
     resumes: bool = True  # part of the command that resumes a half-built store
+    choices: tuple[str, ...] = ()
 
     @property
     def spelling(self) -> str:
@@ -94,15 +110,20 @@ class Flag:
             settings |= {"metavar": self.metavar, "required": required}
             settings |= {"type": int} if self.kind == "int" else {}
             settings |= {"nargs": "+"} if self.kind == "many" else {}
+            settings |= {"choices": self.choices} if self.kind == "choice" else {}
             settings |= {} if required else {"default": _DEFAULTS[self.field]}
         parser.add_argument(self.spelling, **settings)
 
     def words(self, value: Any, default: Any) -> list[str]:
         """How `value` is said on a command line: nothing when it is the default."""
-        if self.kind == "many":
-            return [self.spelling, *value]
         if self.field in _DEFAULTS and value == default:
             return []
+        return self.say(value)
+
+    def say(self, value: Any) -> list[str]:
+        """`value` on a command line, even when it is the default."""
+        if self.kind == "many":
+            return [self.spelling, *value]
         if self.kind == "switch":
             return [self.spelling]
         if self.kind == "on_off":
@@ -131,7 +152,65 @@ BUILD_FLAGS = (
         "skip JSONL lines that are not a JSON object with the text field (counted and named in the manifest)",
         "switch",
     ),
+    Flag(
+        "invalid_utf8",
+        "a document (text file, JSONL line, Parquet row) that is not UTF-8: stop at it naming it (error, the "
+        "default), leave it out (skip) or replace its bad bytes with U+FFFD (replace); counted",
+        "choice",
+        choices=INVALID_UTF8,
+    ),
 )
+_BY_FIELD = {flag.field: flag for flag in BUILD_FLAGS}
+
+
+@dataclass(frozen=True)
+class Hints:
+    """How the user of the program calling `build_store` sets its options: the words of the remedies that
+    errors suggest, so that a hint never names a flag that program lacks.
+
+    `flags` maps a `build_store` keyword to the caller's flag, a format string whose `{}` takes the value
+    (`{"text_field": "--data.text_field {}", "overwrite": "--data.rebuild_corpus"}`); a remedy that needs a
+    keyword left out is not offered. `rerun` names how the user runs the same build again ("the same
+    command"). The default, `Hints()`, is the datastore's command line: its flags, and whole commands.
+
+    >>> Hints().flag("invalid_utf8", "skip"), Hints({"overwrite": "--rebuild"}).flag("overwrite", True)
+    ('--invalid-utf8 skip', '--rebuild')
+    >>> app = Hints({"skip_bad_lines": "--data.skip_bad_lines {}"}, rerun="the same command")
+    >>> app.run(BuildRequest(("a",), "t", "o"), skip_bad_lines=True), app.flag("eos", False)
+    ('run the same command again with --data.skip_bad_lines true', None)
+    """
+
+    flags: Mapping[str, str] | None = None
+    rerun: str = "the same command"
+
+    def flag(self, keyword: str, value: Any) -> str | None:
+        """How the caller's user sets `keyword` to `value`; None when they cannot."""
+        if self.flags is None:
+            return shlex.join(_BY_FIELD[keyword].say(value))
+        spelled = self.flags.get(keyword)
+        if spelled is None:
+            return None
+        return spelled.format(str(value).lower() if isinstance(value, bool) else value)
+
+    def run(self, request: BuildRequest, **changes: Any) -> str | None:
+        """How to run `request` again with `changes`; None when a change is not the caller's to make."""
+        if self.flags is None:
+            return request.command(**changes)
+        flags = [self.flag(keyword, value) for keyword, value in changes.items()]
+        if None in flags:
+            return None
+        return f"run {self.rerun} again" + (f" with {' '.join(flags)}" if flags else "")  # type: ignore[arg-type]
+
+    def resume(self, request: BuildRequest) -> str:
+        """How to run the build again, as it was, to finish it."""
+        if self.flags is None:
+            return f"run the build again to resume ({request.command()})"
+        return f"run {self.rerun} again to resume"
+
+    def command(self, request: BuildRequest) -> str:
+        """The command that runs `request` again, as a plan records it for `TokenStore.open`'s messages."""
+        return request.command() if self.flags is None else self.rerun
+
 
 _DEFAULTS = {
     f.name: f.default for f in dataclasses.fields(BuildRequest) if f.default is not dataclasses.MISSING

@@ -68,27 +68,41 @@ def train_tokenizer(files: Sequence[str | os.PathLike], vocab_size: int, out: st
     return os.fspath(out)
 
 
+def stdlib_tokenizer(directory: str | os.PathLike, vocab_size: int) -> str:
+    """The standard library's `tokenizer.json` under `directory`, trained on first use (written aside and
+    renamed, so a killed training never leaves half a file); the tokenizer of `stdlib_corpus`.
+
+    >>> import tempfile
+    >>> directory = tempfile.mkdtemp()
+    >>> stdlib_tokenizer(directory, 300) == stdlib_tokenizer(directory, 300) == f"{directory}/tokenizer.json"
+    True
+    """
+    root = Path(directory)
+    tokenizer = root / "tokenizer.json"
+    if not tokenizer.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        aside = root / f".tokenizer-{os.getpid()}.json"
+        train_tokenizer(python_stdlib(), vocab_size, aside)
+        os.replace(aside, tokenizer)
+    return str(tokenizer)
+
+
 def stdlib_corpus(directory: str | os.PathLike, vocab_size: int, progress: bool = False) -> tuple[str, str]:
     """`(tokenizer.json, token store)` of the standard library under `directory`, built on first use.
 
     A later call reuses both; a build that was killed is finished, and a half-written tokenizer is never
     left behind (it is written aside and renamed). The directory should name the vocabulary size and the
-    Python version, since both change the result.
+    Python version, since both change the result. A module that is not UTF-8 (none is, in CPython's
+    library outside its tests) is left out, counted in the store's manifest.
 
     >>> import tempfile
     >>> tokenizer, store = stdlib_corpus(tempfile.mkdtemp(), 300)
     >>> stdlib_corpus(Path(store).parent, 300) == (tokenizer, store)
     True
     """
-    root = Path(directory)
-    tokenizer, store = root / "tokenizer.json", root / "store"
-    if not tokenizer.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        aside = root / f".tokenizer-{os.getpid()}.json"
-        train_tokenizer(python_stdlib(), vocab_size, aside)
-        os.replace(aside, tokenizer)
+    tokenizer, store = stdlib_tokenizer(directory, vocab_size), Path(directory) / "store"
     try:
         TokenStore.open(store, tokenizer=tokenizer)
     except DatastoreError:  # not built yet, or a build that stopped: (finish) building it
-        build_store(python_stdlib(), tokenizer, store, progress=progress)
-    return str(tokenizer), str(store)
+        build_store(python_stdlib(), tokenizer, store, invalid_utf8="skip", progress=progress)
+    return tokenizer, str(store)

@@ -1,5 +1,7 @@
 """The errors a user of the token store can cause, each saying what went wrong and where."""
 
+import functools
+
 
 class DatastoreError(Exception):
     """Base class: every error the datastore raises on purpose is one of these."""
@@ -15,6 +17,39 @@ class BadLineError(InputError):
     The build stops at it; fix the line, or build with `skip_bad_lines=True` (`--skip-bad-lines`) to skip
     such lines, counted and named in the manifest.
     """
+
+
+class InvalidUtf8Error(InputError):
+    """A document is not UTF-8 text (a binary file, say): the message names the file, the byte (`offset`),
+    and for JSONL the line (`line`), for Parquet the row (`row`).
+
+    The build stops at it, keeping the work done; build with `invalid_utf8="skip"` to leave such documents
+    out or `"replace"` to replace their undecodable bytes with U+FFFD, counted in the summary and manifest.
+
+    >>> error = InvalidUtf8Error("a.bin: not UTF-8 text at byte 0", file="a.bin", offset=0)
+    >>> import pickle; pickle.loads(pickle.dumps(error)).offset
+    0
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str,
+        offset: int,
+        line: int | None = None,
+        row: int | None = None,
+    ):
+        super().__init__(message)
+        self.file, self.offset, self.line, self.row = file, offset, line, row
+
+    def with_message(self, message: str) -> "InvalidUtf8Error":
+        """The same error, said with `message` (a hint added, say)."""
+        return type(self)(message, file=self.file, offset=self.offset, line=self.line, row=self.row)
+
+    def __reduce__(self):  # keyword arguments survive the trip back from a worker process
+        where = {"file": self.file, "offset": self.offset, "line": self.line, "row": self.row}
+        return functools.partial(type(self), **where), self.args
 
 
 class EmptyCorpusError(DatastoreError):

@@ -14,7 +14,10 @@ def human(count: float) -> str:
 
 
 class ProgressBar:
-    """Progress over `total` units of work; silent unless `stream` is a TTY. Use as a context manager."""
+    """Progress over `total` units of work; silent unless `stream` is a TTY. Use as a context manager.
+
+    It also counts the documents that were not UTF-8, and says what became of them (`invalid_utf8`).
+    """
 
     WIDTH = 24
 
@@ -25,11 +28,12 @@ class ProgressBar:
         stream: TextIO | None = None,
         min_interval: float = 0.1,
         enabled: bool = True,
+        invalid_utf8: str = "error",
     ):
-        self.total, self.label = total, label
+        self.total, self.label, self.policy = total, label, invalid_utf8
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.done = self.documents = self.tokens = 0
+        self.done = self.documents = self.tokens = self.invalid_utf8 = 0
         self.start = time.perf_counter()
         self.min_interval, self._last_draw = min_interval, 0.0
 
@@ -42,10 +46,11 @@ class ProgressBar:
             self.stream.write("\n")
             self.stream.flush()
 
-    def advance(self, units: int = 1, documents: int = 0, tokens: int = 0) -> None:
+    def advance(self, units: int = 1, documents: int = 0, tokens: int = 0, invalid_utf8: int = 0) -> None:
         self.done += units
         self.documents += documents
         self.tokens += tokens
+        self.invalid_utf8 += invalid_utf8
         if self.enabled:
             self._draw()
 
@@ -61,5 +66,8 @@ class ProgressBar:
             f"\r{self.label} [{bar}] {self.done}/{self.total}  {human(self.documents)} docs  "
             f"{human(self.tokens)} tokens  {human(rate)} tokens/s"
         )
+        if self.invalid_utf8:
+            done = {"skip": "skipped", "replace": "replaced"}.get(self.policy, "found")
+            line += f"  {human(self.invalid_utf8)} with invalid UTF-8 {done}"
         self.stream.write(line)
         self.stream.flush()

@@ -1,21 +1,31 @@
 """Input sources: resolve paths, globs and fsspec URLs to files in a stable order, and read documents.
 
 Formats, by file name: `.jsonl` and `.jsonl.gz` (one JSON object per line, text in a field), `.parquet`
-(text in a column), anything else plain text (one document per file). Documents come in sorted source
-order, then in order within a source, so a build never depends on how the files were listed.
+(text in a column), anything else plain text (one document per file). A document is a whole text file, one
+JSONL line or one Parquet row; one that is not UTF-8 text (a binary file, say) is an error naming the file
+and byte unless the reading policy says to skip or repair it. Documents come in sorted source order, then in
+order within a source, so a build never depends on how the files were listed.
 """
 
 import gzip
 import hashlib
 import json
 import re
+import zlib
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import fsspec
 
-from meltemi.datastore.errors import BadLineError, InputError
+from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
+
+InvalidUtf8 = Literal["error", "skip", "replace"]
+"""What a build does with a document that is not UTF-8: stop naming it, leave it out, or replace its
+undecodable bytes (and escaped lone surrogates) with U+FFFD."""
+INVALID_UTF8: tuple[str, ...] = get_args(InvalidUtf8)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 _GLOB_CHARS = "*?["
 _HASH_BLOCK = 1 << 22
@@ -154,75 +164,151 @@ def describe_source(url: str, split_bytes: int | None = None, block_bytes: int =
     return Source(url=url, size=size, sha256=digest.hexdigest(), cuts=tuple(cuts))
 
 
+@dataclass(frozen=True)
+class ReadPolicy:
+    """How a build reads documents: the JSONL field or Parquet column of the text, whether bad JSONL lines
+    are skipped, what becomes of documents that are not UTF-8, and how the caller's user names another
+    text field (`text_field_flag`, None when it cannot) in messages.
+
+    >>> ReadPolicy(invalid_utf8="skip").text_field, ReadPolicy().invalid_utf8
+    ('text', 'error')
+    """
+
+    text_field: str = "text"
+    skip_bad_lines: bool = False
+    invalid_utf8: InvalidUtf8 = "error"
+    text_field_flag: str | None = "--text-field FIELD"
+
+    def __post_init__(self) -> None:
+        if self.invalid_utf8 not in INVALID_UTF8:
+            choices = ", ".join(repr(c) for c in INVALID_UTF8)
+            raise ValueError(f"invalid_utf8 must be one of {choices}, got {self.invalid_utf8!r}")
+
+    def another_field(self, words: str) -> str:
+        """`words` saying how the user names another text field, or nothing when they cannot.
+
+        >>> ReadPolicy().another_field(" (pass {} to name another)")
+        ' (pass --text-field FIELD to name another)'
+        """
+        return words.format(self.text_field_flag) if self.text_field_flag else ""
+
+
 @dataclass
 class ReadNotes:
     """What reading documents skipped or repaired: counts by kind, and where, so a user can fix the inputs.
 
-    `counts` holds `empty_files`, `empty_documents`, `invalid_utf8_documents` and `skipped_lines`;
-    `invalid_utf8_files` names each file with a repaired document, `skipped_lines` each line skipped
-    (`"<file>, line <n>: <why>"`, only with `skip_bad_lines`).
+    `counts` holds `empty_files`, `empty_documents`, `invalid_utf8_documents` (documents that are not UTF-8,
+    skipped or repaired as the policy says) and `skipped_lines`; `invalid_utf8_files` names each file with
+    such a document, `skipped_lines` each line skipped (`"<file>, line <n>: <why>"`, only with
+    `skip_bad_lines`).
     """
 
     counts: Counter = field(default_factory=Counter)
     invalid_utf8_files: set[str] = field(default_factory=set)
     skipped_lines: list[str] = field(default_factory=list)
 
-    def repaired(self, source: Source) -> None:
+    def not_text(self, source: Source) -> None:
         self.counts["invalid_utf8_documents"] += 1
         self.invalid_utf8_files.add(source.name)
 
 
-def _decode(data: bytes, source: Source, notes: ReadNotes) -> str:
+@dataclass(frozen=True)
+class _Place:
+    """Where a document is, for messages: its line (JSONL) or row (Parquet), and the byte offset it starts
+    at in its file (in the uncompressed text of a `.jsonl.gz`; in its own bytes for a Parquet row)."""
+
+    source: Source
+    line: int | None = None
+    row: int | None = None
+    start: int = 0
+
+    def __str__(self) -> str:
+        if self.line is not None:
+            return f"{self.source.name}, line {self.line}"
+        if self.row is not None:
+            return f"{self.source.name}, row {self.row}"
+        return self.source.name
+
+    def byte(self, offset: int) -> str:
+        if self.row is not None:
+            return f"byte {offset} of the row"
+        if self.source.kind == "jsonl.gz":
+            return f"byte {offset} of the uncompressed text"
+        return f"byte {offset}"
+
+    def error(self, message: str, offset: int) -> InvalidUtf8Error:
+        where = {"line": self.line, "row": self.row}
+        return InvalidUtf8Error(message, file=self.source.name, offset=offset, **where)
+
+
+def _decode(data: bytes, place: _Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
+    """`data` as text; when it is not UTF-8: an error, None (skip it) or the text repaired, per `policy`."""
     try:
         return data.decode("utf-8")
-    except UnicodeDecodeError:
-        notes.repaired(source)
-        return data.decode("utf-8", errors="replace")
+    except UnicodeDecodeError as e:
+        if policy.invalid_utf8 == "error":
+            offset = place.start + e.start
+            bad = f"0x{data[e.start]:02x}: {e.reason}"
+            raise place.error(f"{place}: not UTF-8 text at {place.byte(offset)} ({bad})", offset) from None
+        notes.not_text(place.source)
+        return None if policy.invalid_utf8 == "skip" else data.decode("utf-8", errors="replace")
 
 
-def _without_surrogates(text: str, source: Source, notes: ReadNotes) -> str:
-    """JSON may escape lone surrogates (`"\\ud800"`), which are not text: replace them, and note it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        notes.repaired(source)
-        return text.encode("utf-8", errors="replace").decode("utf-8")
-    return text
+def _without_surrogates(text: str, place: _Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
+    """JSON may escape lone surrogates (`"\\ud800"`), which are not text: handled as invalid UTF-8 is."""
+    found = _LONE_SURROGATE.search(text)
+    if found is None:
+        return text
+    if policy.invalid_utf8 == "error":
+        escape = f"\\u{ord(found.group()):04x}"
+        message = (
+            f"{place} ({place.byte(place.start)}): its text holds an escaped lone surrogate ({escape}), "
+        )
+        raise place.error(message + "which is not UTF-8 text", place.start)
+    notes.not_text(place.source)
+    return None if policy.invalid_utf8 == "skip" else _LONE_SURROGATE.sub("\ufffd", text)
 
 
-def read_documents(
-    piece: Piece, text_field: str, notes: ReadNotes, skip_bad_lines: bool = False
-) -> Iterator[str]:
+def read_documents(piece: Piece, policy: ReadPolicy, notes: ReadNotes) -> Iterator[str]:
     """The non-empty documents of a piece of a source, in file order; skipped and repaired ones noted.
 
-    A JSONL line that is not a JSON object with a string `text_field` is a `BadLineError` naming the file
-    and line, or, with `skip_bad_lines`, skipped and noted.
+    A JSONL line that is not a JSON object with a string text field is a `BadLineError` naming the file
+    and line, or, with `policy.skip_bad_lines`, skipped and noted. A document that is not UTF-8 is an
+    `InvalidUtf8Error` naming the file and byte, or skipped or repaired and noted (`policy.invalid_utf8`).
 
     >>> import pathlib, tempfile
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.jsonl"
-    >>> _ = path.write_text('{"text": "one"}\\nnot json\\n{"text": "two"}\\n')
-    >>> notes = ReadNotes()
-    >>> list(read_documents(describe_source(str(path)).pieces()[0], "text", notes, skip_bad_lines=True))
-    ['one', 'two']
+    >>> _ = path.write_bytes(b'{"text": "one"}\\nnot json\\n{"text": "two\\xff"}\\n{"text": "four"}\\n')
+    >>> notes, piece = ReadNotes(), describe_source(str(path)).pieces()[0]
+    >>> list(read_documents(piece, ReadPolicy(skip_bad_lines=True, invalid_utf8="skip"), notes))
+    ['one', 'four']
     >>> notes.counts["skipped_lines"], notes.skipped_lines[0].split(", ")[-1]
     (1, 'line 2: not valid JSON (Expecting value at column 1)')
+    >>> notes.counts["invalid_utf8_documents"]
+    1
+    >>> list(read_documents(piece, ReadPolicy(skip_bad_lines=True), notes))
+    Traceback (most recent call last):
+    ...
+    meltemi.datastore.errors.InvalidUtf8Error: ...a.jsonl, line 3: not UTF-8 text at byte 38 (0xff: ...)
     """
     kind = piece.source.kind
     if kind == "text":
-        yield from _text_documents(piece.source, notes)
+        yield from _text_documents(piece.source, policy, notes)
     elif kind == "parquet":
-        yield from _parquet_documents(piece.source, text_field, notes)
+        yield from _parquet_documents(piece.source, policy, notes)
     else:
-        yield from _jsonl_documents(piece, text_field, notes, skip_bad_lines)
+        yield from _jsonl_documents(piece, policy, notes)
 
 
-def _text_documents(source: Source, notes: ReadNotes) -> Iterator[str]:
+def _text_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> Iterator[str]:
     with fsspec.open(source.url, "rb") as f:
         data = f.read()
     if not data.strip():
         notes.counts["empty_files"] += 1
         return
-    yield _decode(data, source, notes)
+    text = _decode(data, _Place(source), policy, notes)
+    if text is not None:
+        yield text
 
 
 def _lines(f, piece: Piece) -> Iterator[bytes]:
@@ -234,48 +320,60 @@ def _lines(f, piece: Piece) -> Iterator[bytes]:
         yield line
 
 
-def _jsonl_documents(piece: Piece, text_field: str, notes: ReadNotes, skip_bad_lines: bool) -> Iterator[str]:
+def _jsonl_documents(piece: Piece, policy: ReadPolicy, notes: ReadNotes) -> Iterator[str]:
     source = piece.source
     with fsspec.open(source.url, "rb") as raw:
         f = gzip.open(raw, "rb") if source.kind == "jsonl.gz" else raw
         lines = f if piece.whole else _lines(f, piece)
-        yielded = False
-        for number, line in enumerate(lines, start=piece.first_line):
-            if not line.strip():
-                continue
-            try:
-                text = _jsonl_text(line, text_field, source, notes)
-            except BadLineError as error:
-                problem = f"{source.name}, line {number}: {error}"
-                if not skip_bad_lines:
-                    raise BadLineError(problem) from None
-                notes.counts["skipped_lines"] += 1
-                notes.skipped_lines.append(problem)
-                continue
-            if text:
-                yielded = True
-                yield text
-            else:
-                notes.counts["empty_documents"] += 1
+        yielded, start = False, piece.start
+        try:
+            for number, line in enumerate(lines, start=piece.first_line):
+                place, start = _Place(source, line=number, start=start), start + len(line)
+                if not line.strip():
+                    continue
+                try:
+                    text = _jsonl_text(line, place, policy, notes)
+                except BadLineError as error:
+                    problem = f"{place}: {error}"
+                    if not policy.skip_bad_lines:
+                        raise BadLineError(problem) from None
+                    notes.counts["skipped_lines"] += 1
+                    notes.skipped_lines.append(problem)
+                    continue
+                if text:
+                    yielded = True
+                    yield text
+                elif text is not None:
+                    notes.counts["empty_documents"] += 1
+        except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+            raise InputError(f"{source.name}: not a gzip file, or a damaged one ({e})") from None
         if not yielded and piece.whole:
             notes.counts["empty_files"] += 1
 
 
-def _jsonl_text(line: bytes, text_field: str, source: Source, notes: ReadNotes) -> str:
-    """The text of one JSONL line, or a `BadLineError` saying what is wrong with it (no place yet)."""
+def _jsonl_text(line: bytes, place: _Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
+    """The text of one JSONL line (None: skipped as not UTF-8), or a `BadLineError` saying what is wrong
+    with it (no place yet)."""
+    decoded = _decode(line, place, policy, notes)
+    if decoded is None:
+        return None
     try:
-        record = json.loads(_decode(line, source, notes))
+        record = json.loads(decoded)
     except json.JSONDecodeError as e:
         raise BadLineError(f"not valid JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(record, dict) or text_field not in record:
-        raise BadLineError(f"no {text_field!r} field (pass --text-field to name another)")
-    text = record[text_field]
+    field_name = policy.text_field
+    if not isinstance(record, dict) or field_name not in record:
+        raise BadLineError(f"no {field_name!r} field{policy.another_field(' (pass {} to name another)')}")
+    text = record[field_name]
     if not isinstance(text, str):
-        raise BadLineError(f"field {text_field!r} is {type(text).__name__}, not a string")
-    return _without_surrogates(text, source, notes)
+        raise BadLineError(f"field {field_name!r} is {type(text).__name__}, not a string")
+    return _without_surrogates(text, place, policy, notes)
 
 
-def _parquet_documents(source: Source, text_field: str, notes: ReadNotes) -> Iterator[str]:
+def _parquet_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> Iterator[str]:
+    """Each row's text. Arrow does not check that a string column holds UTF-8, so every column of text is
+    read as bytes and decoded here, under the policy, as the other formats are."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     with fsspec.open(source.url, "rb") as f:
@@ -283,21 +381,29 @@ def _parquet_documents(source: Source, text_field: str, notes: ReadNotes) -> Ite
             table = pq.ParquetFile(f)
         except Exception as e:
             raise InputError(f"{source.name}: not a readable Parquet file ({e})") from None
-        if text_field not in table.schema_arrow.names:
-            names = ", ".join(table.schema_arrow.names)
-            raise InputError(f"{source.name}: no column {text_field!r} (columns: {names}); pass --text-field")
-        yielded = False
+        text_field, schema = policy.text_field, table.schema_arrow
+        if text_field not in schema.names:
+            names = ", ".join(schema.names)
+            another = policy.another_field("; pass {}")
+            raise InputError(f"{source.name}: no column {text_field!r} (columns: {names}){another}")
+        kind = schema.field(text_field).type
+        if pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        textual = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+        if not any(test(kind) for test in textual):
+            raise InputError(f"{source.name}: column {text_field!r} holds {kind}, not text")
+        yielded, row = False, 0
         for batch in table.iter_batches(columns=[text_field]):
-            for value in batch.column(0).to_pylist():
-                text = _decode(value, source, notes) if isinstance(value, bytes) else value
-                if text and isinstance(text, str):
+            column = batch.column(0)
+            if pa.types.is_dictionary(column.type):
+                column = column.dictionary_decode()
+            for value in column.cast(pa.large_binary()).to_pylist():
+                row += 1
+                text = _decode(value, _Place(source, row=row), policy, notes) if value else ""
+                if text:
                     yielded = True
                     yield text
-                elif text:
-                    raise InputError(
-                        f"{source.name}: column {text_field!r} holds {type(text).__name__}, not text"
-                    )
-                else:
+                elif text is not None:
                     notes.counts["empty_documents"] += 1
         if not yielded:
             notes.counts["empty_files"] += 1

@@ -16,10 +16,11 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from meltemi.datastore.build_records import PartSummary
+from meltemi.datastore.build_request import Hints
 from meltemi.datastore.durable import write_atomically
 from meltemi.datastore.errors import InputError
 from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
-from meltemi.datastore.sources import Piece, ReadNotes, read_documents, redact
+from meltemi.datastore.sources import Piece, ReadNotes, ReadPolicy, read_documents, redact
 
 ENCODE_BATCH = 512
 _TOKENIZERS: dict[str, Tokenizer] = {}  # parsed tokenizers by hash, so each process parses one once
@@ -37,8 +38,15 @@ class TokenizerInfo:
     json: str
 
     @classmethod
-    def load(cls, path: str | os.PathLike, eos: bool = True, eos_token: str | None = None) -> "TokenizerInfo":
-        """Read a `tokenizer.json` (local or fsspec URL) and find its end-of-document token."""
+    def load(
+        cls,
+        path: str | os.PathLike,
+        eos: bool = True,
+        eos_token: str | None = None,
+        hints: Hints | None = None,
+    ) -> "TokenizerInfo":
+        """Read a `tokenizer.json` (local or fsspec URL) and find its end-of-document token; a missing one
+        is an error saying how to name one or go without, in the words of `hints`."""
         shown = redact(os.fspath(path))
         try:
             with fsspec.open(os.fspath(path), "r", encoding="utf-8") as f:
@@ -48,7 +56,7 @@ class TokenizerInfo:
             raise InputError(f"tokenizer {shown!r}: no such file") from None
         except Exception as e:
             raise InputError(f"tokenizer {shown!r}: not a Hugging Face tokenizer.json ({e})") from None
-        eos_id = _find_eos(tokenizer, shown, eos_token) if eos else None
+        eos_id = _find_eos(tokenizer, shown, eos_token, hints or Hints()) if eos else None
         sha256 = canonical_tokenizer_hash(text)
         _TOKENIZERS.setdefault(sha256, tokenizer)
         return cls(
@@ -68,16 +76,16 @@ class TokenizerInfo:
         }
 
 
-def _find_eos(tokenizer: Tokenizer, path: str, eos_token: str | None) -> int:
+def _find_eos(tokenizer: Tokenizer, path: str, eos_token: str | None, hints: Hints) -> int:
     candidates = (eos_token,) if eos_token is not None else EOS_CANDIDATES
     for token in candidates:
         token_id = tokenizer.token_to_id(token)
         if token_id is not None:
             return token_id
     wanted = repr(eos_token) if eos_token is not None else "any of " + ", ".join(EOS_CANDIDATES)
-    raise InputError(
-        f"tokenizer {path!r} has no end-of-document token ({wanted}); pass --eos-token or --no-eos"
-    )
+    ways = [flag for flag in (hints.flag("eos_token", "TOKEN"), hints.flag("eos", False)) if flag]
+    remedy = f"; pass {' or '.join(ways)}" if ways else ""
+    raise InputError(f"tokenizer {path!r} has no end-of-document token ({wanted}){remedy}")
 
 
 def _tokenizer(info: TokenizerInfo) -> Tokenizer:
@@ -102,23 +110,14 @@ def part_paths(build_dir: Path, unit: int) -> tuple[Path, Path, Path]:
 
 
 def tokenize_unit(
-    build_dir: Path,
-    unit: int,
-    pieces: list[Piece],
-    info: TokenizerInfo,
-    text_field: str,
-    skip_bad_lines: bool = False,
+    build_dir: Path, unit: int, pieces: list[Piece], info: TokenizerInfo, policy: ReadPolicy
 ) -> PartSummary:
     """Tokenize `pieces` of sources into part `unit` under `build_dir`; returns its summary (also saved)."""
-    return tokenize_units(build_dir, [(unit, pieces)], info, text_field, skip_bad_lines)[0]
+    return tokenize_units(build_dir, [(unit, pieces)], info, policy)[0]
 
 
 def tokenize_units(
-    build_dir: Path,
-    jobs: list[tuple[int, list[Piece]]],
-    info: TokenizerInfo,
-    text_field: str,
-    skip_bad_lines: bool = False,
+    build_dir: Path, jobs: list[tuple[int, list[Piece]]], info: TokenizerInfo, policy: ReadPolicy
 ) -> list[PartSummary]:
     """Tokenize several units in one stream of `encode_batch` calls, then save each unit's part.
 
@@ -137,7 +136,7 @@ def tokenize_units(
 
     for job, (_, pieces) in enumerate(jobs):
         for piece in pieces:
-            for text in read_documents(piece, text_field, notes[job], skip_bad_lines):
+            for text in read_documents(piece, policy, notes[job]):
                 pending.append(text)
                 docs_per_unit[job] += 1
                 if len(pending) == ENCODE_BATCH:
@@ -155,13 +154,14 @@ def tokenize_units(
             tokens[token_edges[job] : token_edges[job + 1]],
             lengths[doc_edges[job] : doc_edges[job + 1]],
             notes[job],
+            policy,
         )
         for job, (unit, _) in enumerate(jobs)
     ]
 
 
 def _save_part(
-    build_dir: Path, unit: int, tokens: np.ndarray, lengths: np.ndarray, notes: ReadNotes
+    build_dir: Path, unit: int, tokens: np.ndarray, lengths: np.ndarray, notes: ReadNotes, policy: ReadPolicy
 ) -> PartSummary:
     """Write a unit's tokens and document lengths, then its summary: the summary marks the part done."""
     summary = PartSummary(
@@ -171,6 +171,7 @@ def _save_part(
         counts=dict(sorted(notes.counts.items())),
         invalid_utf8_files=tuple(sorted(notes.invalid_utf8_files)),
         skipped_lines=tuple(notes.skipped_lines),
+        invalid_utf8=policy.invalid_utf8,
     )
     tokens_path, lengths_path, summary_path = part_paths(build_dir, unit)
     for path, array in ((tokens_path, tokens), (lengths_path, lengths.astype(np.uint64))):

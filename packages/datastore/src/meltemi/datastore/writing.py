@@ -50,15 +50,16 @@ class ArrayWriter:
                 self.writes.popleft().result()
         self.pending, self.buffered, self.written = [data[count:]], len(data) - count, self.written + count
 
-    def finish(self) -> str:
-        """Write what is left, wait for every write, and give the SHA-256 of all the values."""
+    def finish(self, remedy: str = "rebuild the store") -> str:
+        """Write what is left, wait for every write, and give the SHA-256 of all the values; parts that do
+        not add up are an error that ends with `remedy`."""
         self._write(final=True)
         while self.writes:
             self.writes.popleft().result()
         if self.written != self.layout.size:
             raise DatastoreError(
                 f"{self.name}: assembled {self.written} values, expected {self.layout.size}; "
-                "the build's parts are inconsistent, rerun with --overwrite"
+                f"the build's parts are inconsistent; {remedy}"
             )
         return self.sha256.hexdigest()
 

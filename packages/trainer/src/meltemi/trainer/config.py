@@ -18,6 +18,7 @@ Remat = Literal["none", "full", "save_dots", "offload"]
 AttentionKernel = Literal["auto", "reference", "xla", "pallas", "splash", "cudnn"]
 LossKernel = Literal["auto", "reference", "xla", "pallas"]
 FloatDtype = Literal["float32", "bfloat16", "float16"]
+InvalidUtf8 = Literal["error", "skip", "replace"]  # meltemi.datastore's policy for text that is not UTF-8
 PhysicalAxes = str | list[str] | None
 
 
@@ -243,7 +244,8 @@ class StageConfig(Section):
 
 
 class DataConfig(Section):
-    """Token stores, their mixture, the sequence length and the held-out split."""
+    """Token stores, their mixture, the sequence length and the held-out split; and how apps/pretrain.py
+    reads a ``--data.corpus`` into a store (``text_field``, ``skip_bad_lines``, ``invalid_utf8``)."""
 
     tokenizer: str | None = Field(None, description="tokenizer.json the stores must have been built with")
     sources: dict[str, SourceConfig] = Field(default_factory=dict, description="token stores by name")
@@ -251,6 +253,17 @@ class DataConfig(Section):
     seq_len: int = Field(2048, gt=0, description="tokens per training sequence")
     eval_fraction: float = Field(0.005, gt=0, lt=1, description="tail of each store held out for evaluation")
     mixture_block_size: int = Field(1024, gt=0, description="sequences per block of fixed mixture counts")
+    text_field: str = Field(
+        "text", description="--data.corpus: the JSONL field or Parquet column of the text"
+    )
+    skip_bad_lines: bool = Field(
+        False, description="--data.corpus: skip JSONL lines without the text field (counted), not stop"
+    )
+    invalid_utf8: InvalidUtf8 = Field(
+        "error",
+        description="--data.corpus: a document that is not UTF-8 text: error (stop, naming the file and "
+        "byte), skip it or replace its bad bytes with U+FFFD (counted)",
+    )
 
     @model_validator(mode="after")
     def _stages(self) -> DataConfig:
