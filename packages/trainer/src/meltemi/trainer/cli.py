@@ -1,123 +1,174 @@
-"""``python -m meltemi.trainer``: train from a YAML config with dotted overrides, or print the sharding plan.
+"""The trainer's command: ``python -m meltemi.trainer`` and ``apps/pretrain.py`` are this one ``main``.
 
     python -m meltemi.trainer --config configs/tiny.yaml --run-dir runs/tiny --trainer.num_train_steps 100
+    python -m meltemi.trainer --config configs/marin_8b.yaml --dry-run --devices 8
     python -m meltemi.trainer --config configs/tiny.yaml --print-sharding
 
-Every config field is an override (``--help`` lists them with their defaults); a user error ends with one
-line on stderr and exit status 1.
+The command line is parsed once (:mod:`meltemi.trainer.command`), the config loaded once and its data made
+concrete once (:mod:`meltemi.trainer.data_sources`); that one config flows to the dry run, the launcher or
+the trainer. A user error ends with one line on stderr and exit status 1; a dry run whose plan does not fit
+exits with 2. Progress and logs go to stderr, the summary to stdout.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from meltemi.trainer.config_io import describe_fields, load_config
+from meltemi.trainer.command import Command, help_text, parse_command
 from meltemi.trainer.errors import TrainerError
 from meltemi.trainer.startup import StartupClock
 
-USAGE = """usage: python -m meltemi.trainer [--config PATH] [--run-dir DIR] [--print-sharding]
-                                  [--no-compile-cache] [--FIELD VALUE ...]
 
-Train a Llama from a YAML config. Any field below can be set with --FIELD VALUE (or --FIELD=VALUE);
-values are read as YAML (100, 3e-4, null, [[0, 32], [1000, 64]]).
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    prog: str = "python -m meltemi.trainer",
+    default_config: str | os.PathLike | None = None,
+) -> int:
+    """Run the command ``argv`` (default: ``sys.argv[1:]``); its exit status. ``default_config`` is the
+    preset used without ``--config`` (None: every field at its default)."""
+    from meltemi.datastore import DatastoreError
 
-  --config PATH      a YAML preset (default: every field at its default)
-  --run-dir DIR      where metrics, plots and checkpoints go (default: runs/<config name>)
-  --print-sharding   print each parameter's axes, sharding and bytes per device, then exit
-  --no-compile-cache compile everything afresh and keep nothing on disk (trainer.compile_cache: false)
-  --help             this text
-"""
-
-
-def help_text() -> str:
-    rows = describe_fields()
-    width = max(len(r[0]) for r in rows)
-    lines = [USAGE, "fields:"]
-    for name, kind, default, description in rows:
-        lines.append(f"  --{name:<{width}}  {default:<12} {kind}: {description}")
-    return "\n".join(lines)
-
-
-def split_arguments(argv: Sequence[str]) -> tuple[dict[str, str | bool], list[str]]:
-    """The launcher's own flags (``--config``, ``--run-dir``, ``--print-sharding``, ``--help``) and the
-    config overrides (everything else), in order; ``--no-compile-cache`` is the override it stands for.
-
-    >>> split_arguments(["--config", "a.yaml", "--trainer.seed", "3", "--print-sharding"])
-    ({'config': 'a.yaml', 'print_sharding': True}, ['--trainer.seed', '3'])
-    >>> split_arguments(["--no-compile-cache"])
-    ({}, ['--trainer.compile_cache', 'false'])
-    """
-    own: dict[str, str | bool] = {}
-    rest: list[str] = []
-    words = list(argv)
-    i = 0
-    while i < len(words):
-        word = words[i]
-        name, _, inline = word.partition("=")
-        if name == "--no-compile-cache":
-            rest += ["--trainer.compile_cache", "false"]
-            i += 1
-        elif name in ("--help", "-h", "--print-sharding"):
-            own[name.lstrip("-").replace("-", "_")] = True
-            i += 1
-        elif name in ("--config", "--run-dir"):
-            if not inline and i + 1 >= len(words):
-                raise TrainerError(f"{name} needs a value")
-            own[name.lstrip("-").replace("-", "_")] = inline or words[i + 1]
-            i += 1 if inline else 2
-        else:
-            rest.append(word)
-            i += 1
-    return own, rest
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
     clock = StartupClock()
     try:
-        own, overrides = split_arguments(argv)
-        if own.get("help") or own.get("h"):
-            print(help_text())
+        command = parse_command(sys.argv[1:] if argv is None else argv)
+        if command.help:
+            shown = None if default_config is None else os.path.relpath(default_config)
+            try:
+                print(help_text(prog, shown))
+            except BrokenPipeError:  # `--help | head`: the reader has what it wanted
+                sys.stdout = open(os.devnull, "w")
             return 0
-        config_path = own.get("config")
-        config = load_config(config_path, overrides)
+        if command.verify is not None:
+            return verify(command.verify)
+        if command.launch is not None:
+            from meltemi.trainer.launch import slice_launch
+
+            launch = slice_launch(command.launch)
+        config_path = command.config or default_config
+        from meltemi.trainer.config_io import load_config
+
+        config = load_config(config_path, command.overrides)
+        if command.dry_run:
+            return plan(config, command)
+        if command.print_sharding:
+            return print_sharding(config)
+        from meltemi.trainer.data_sources import resolve_data
+
+        config = resolve_data(config)
         clock.lap("config")
-        from meltemi.trainer.distributed import initialize_from_environment
+        name = Path(config_path).stem if config_path is not None else "default"
+        run_dir = Path(command.run_dir or Path("runs") / name)
+        if command.launch is not None:
+            from meltemi.trainer.launch import launch_on_ray
 
-        initialize_from_environment()
-        from meltemi.trainer.mesh import MeshPlan
-
-        if own.get("print_sharding"):
-            from meltemi.trainer.sharding_table import format_report, sharding_report
-
-            plan = MeshPlan.of(config)
-            print(format_report(sharding_report(config, plan), plan))
-            return 0
-        from meltemi.trainer.trainer import Trainer
-
-        clock.lap("imports")
-        name = Path(config_path).stem if config_path else "default"
-        summary = Trainer(config, own.get("run_dir") or Path("runs") / name, clock=clock).run()
-    except TrainerError as e:
+            return launch_on_ray(config, run_dir, launch, command.launch.address)
+        return train(config, run_dir, clock)
+    except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+
+
+def train(config, run_dir: Path, clock: StartupClock) -> int:
+    """Train (or resume, or report the finished run) in ``run_dir`` and print the summary."""
+    from meltemi.trainer.distributed import initialize_from_environment
+
+    initialize_from_environment()
+    from meltemi.trainer.trainer import Trainer
+
+    clock.lap("imports")
+    summary = Trainer(config, run_dir, clock=clock).run()
     if summary.already_trained:
-        print(f"already trained to step {summary.steps}; last checkpoint {summary.last_checkpoint}")
-        return 0
-    if summary.stopped_by is not None:
         print(
-            f"stopped by {summary.stopped_by} at step {summary.steps}; checkpoint {summary.last_checkpoint}; "
-            "run the same command again to resume"
+            f"{run_dir} is already trained to step {summary.steps}: raise --trainer.num_train_steps to go on"
         )
+    elif summary.stopped_by is not None:
+        print(f"stopped by {summary.stopped_by} at step {summary.steps}: saved {summary.last_checkpoint}")
+        print("run the same command again to resume")
         return 0
-    run = [summary.run_line()] if summary.start_step else []  # a resumed run: the whole, then this session
-    files = (
-        f"metrics {summary.metrics_path}, plot {summary.plot_path}, last checkpoint {summary.last_checkpoint}"
-    )
-    print("; ".join([*run, summary.session_line(), summary.held_out_line() or "no held-out loss", files]))
+    elif summary.start_step == 0:
+        print(
+            f"steps: {summary.steps}   tokens: {summary.tokens:,}   {summary.tokens_per_second:,.0f} tokens/s"
+        )
+    else:  # the run as a whole, then what this session did
+        print(f"steps: {summary.steps}   tokens: {summary.tokens:,} in all")
+        print(summary.session_line())
+    print(summary.held_out_line() or "held-out loss: not evaluated")
+    print(f"metrics: {summary.metrics_path}\nloss curve: {summary.plot_path}")
+    print(f"last checkpoint: {summary.last_checkpoint}")
+    prompt = config.trainer.sample_prompt
+    if prompt is not None and summary.last_checkpoint is not None:
+        print(
+            f"sample (temperature 0.7, top-k 40, from {prompt!r}):\n"
+            + sample(summary.last_checkpoint, prompt)
+        )
     return 0
+
+
+def sample(checkpoint: Path, prompt: str, tokens: int = 48) -> str:
+    """A short sampled continuation by the trained model (what apps/sample.py prints), seed 0."""
+    from meltemi.trainer.generation import sample_checkpoint
+    from meltemi.trainer.sampling import SamplingConfig
+
+    result, _ = sample_checkpoint(
+        checkpoint, [prompt], SamplingConfig(max_new_tokens=tokens, temperature=0.7, top_k=40)
+    )
+    return prompt + (result.completions[0].text or "")
+
+
+def print_sharding(config) -> int:
+    """Each parameter's logical axes, sharding and bytes per device on this machine's devices."""
+    from meltemi.trainer.distributed import initialize_from_environment
+
+    initialize_from_environment()
+    from meltemi.trainer.mesh import MeshPlan
+    from meltemi.trainer.sharding_table import format_report, sharding_report
+
+    layout = MeshPlan.of(config)
+    print(format_report(sharding_report(config, layout), layout))
+    return 0
+
+
+def plan(config, command: Command) -> int:
+    """The dry run: fake the target's devices on this CPU, compile the step from shapes, print the plan."""
+    mesh = config.trainer.mesh
+    sizes = (mesh.replica, mesh.data, mesh.model)
+    fixed = sizes[0] * sizes[1] * sizes[2] if min(sizes) > 0 else None
+    count = command.devices or config.hardware.devices or fixed
+    if not count:
+        raise TrainerError(
+            "--dry-run needs a device count: --devices N, hardware.devices, or a mesh without -1"
+        )
+    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
+    os.environ["XLA_FLAGS"] = " ".join([*kept, f"--xla_force_host_platform_device_count={count}"])
+    import jax
+
+    from meltemi.trainer.dry_run import format_plan, plan_run
+
+    jax.config.update("jax_platforms", "cpu")
+    if len(jax.devices()) < count:  # JAX started before the devices could be faked
+        raise TrainerError(
+            f"--dry-run for {count} devices: this process has {len(jax.devices())}; run it alone"
+        )
+    run = plan_run(config, jax.devices()[:count], mfu=0.5 if command.mfu is None else command.mfu)
+    print(format_plan(run))
+    if not run.fits:
+        over = (run.compiled.peak_bytes - run.device_memory) / 2**30
+        print(
+            f"error: the plan needs {over:.2f} GiB more per device than a {run.device_name} has",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+def verify(location: str) -> int:
+    """Recompute the digests the checkpoints of a run (or one ``step-N``) record; 0 when all match."""
+    from meltemi.trainer.verify import verify_run
+
+    report = verify_run(location)
+    print(report.describe())
+    return 0 if report.ok else 1

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from meltemi.trainer.chips import CHIPS, unknown_chip
 
 Remat = Literal["none", "full", "save_dots", "offload"]
 AttentionKernel = Literal["auto", "reference", "xla", "pallas", "splash", "cudnn"]
@@ -201,6 +203,9 @@ class TrainerConfig(Section):
         False, description="append each step's global batch hash to <run dir>/batches.jsonl (to compare runs)"
     )
     trackers: TrackersConfig = Field(default_factory=TrackersConfig, description="metric trackers")
+    sample_prompt: str | None = Field(
+        None, description="end the summary with a sampled continuation of this prompt (null: no sample)"
+    )
     compile_cache: bool = Field(
         True, description="keep compiled programs on disk so a restart loads them (--no-compile-cache: off)"
     )
@@ -244,26 +249,48 @@ class StageConfig(Section):
 
 
 class DataConfig(Section):
-    """Token stores, their mixture, the sequence length and the held-out split; and how apps/pretrain.py
-    reads a ``--data.corpus`` into a store (``text_field``, ``skip_bad_lines``, ``invalid_utf8``)."""
+    """Token stores, their mixture, the sequence length and the held-out split; or a corpus built into a
+    store on first use (``corpus``, read as ``text_field``, ``skip_bad_lines`` and ``invalid_utf8`` say).
+    :func:`meltemi.trainer.data_sources.resolve_data` turns ``stores``, ``corpus`` and ``stdlib`` into
+    ``sources`` and a tokenizer path before a run starts."""
 
-    tokenizer: str | None = Field(None, description="tokenizer.json the stores must have been built with")
+    tokenizer: str | None = Field(
+        None,
+        description="tokenizer.json the stores must have been built with, or stdlib: a BPE of "
+        "model.vocab_size tokens trained on the standard library (on first use)",
+    )
+    stores: list[str] = Field(
+        default_factory=list,
+        description="token stores to train on, with equal weights (replaces data.corpus and data.sources)",
+    )
+    corpus: str | None = Field(
+        None,
+        description="a text, JSONL or Parquet file or directory, or stdlib (the standard library's source), "
+        "built into a store with data.tokenizer on first use (replaces data.sources)",
+    )
+    rebuild_corpus: bool = Field(False, description="rebuild data.corpus's store (the corpus changed)")
+    cache_dir: str = Field(
+        ".cache/meltemi", description="where corpora's stores and the stdlib tokenizer are built and kept"
+    )
     sources: dict[str, SourceConfig] = Field(default_factory=dict, description="token stores by name")
     stages: list[StageConfig] = Field(default_factory=list, description="mixture weights that change by step")
     seq_len: int = Field(2048, gt=0, description="tokens per training sequence")
     eval_fraction: float = Field(0.005, gt=0, lt=1, description="tail of each store held out for evaluation")
     mixture_block_size: int = Field(1024, gt=0, description="sequences per block of fixed mixture counts")
-    text_field: str = Field(
-        "text", description="--data.corpus: the JSONL field or Parquet column of the text"
-    )
+    text_field: str = Field("text", description="data.corpus: the JSONL field or Parquet column of the text")
     skip_bad_lines: bool = Field(
-        False, description="--data.corpus: skip JSONL lines without the text field (counted), not stop"
+        False, description="data.corpus: skip JSONL lines without the text field (counted), not stop"
     )
     invalid_utf8: InvalidUtf8 = Field(
         "error",
-        description="--data.corpus: a document that is not UTF-8 text: error (stop, naming the file and "
+        description="data.corpus: a document that is not UTF-8 text: error (stop, naming the file and "
         "byte), skip it or replace its bad bytes with U+FFFD (counted)",
     )
+
+    @field_validator("stores", mode="before")
+    @classmethod
+    def _one_store(cls, stores):
+        return [stores] if isinstance(stores, str) else stores
 
     @model_validator(mode="after")
     def _stages(self) -> DataConfig:
@@ -282,8 +309,20 @@ class DataConfig(Section):
 class HardwareConfig(Section):
     """The accelerators a run is meant for: what ``--dry-run`` plans against (memory, peak FLOP/s)."""
 
-    chip: str | None = Field(None, description="device kind, e.g. 'TPU v4', 'TPU v5e', 'TPU v5p', 'H100'")
+    chip: str | None = Field(
+        None, description="one of meltemi.trainer.chips.CHIPS, e.g. 'TPU v4', 'TPU v5e', 'H100', 'A100-40GB'"
+    )
     devices: int | None = Field(None, gt=0, description="how many devices (chips) the run spans")
+    memory_gib: float | None = Field(
+        None, gt=0, description="memory per device the plan must fit in; default: the chip's"
+    )
+
+    @field_validator("chip")
+    @classmethod
+    def _known_chip(cls, chip: str | None) -> str | None:
+        if chip is not None and chip not in CHIPS:
+            raise ValueError(unknown_chip(chip))
+        return chip
 
 
 class RunConfig(Section):
@@ -294,3 +333,13 @@ class RunConfig(Section):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the training loop")
     data: DataConfig = Field(default_factory=DataConfig, description="token stores and sequences")
     hardware: HardwareConfig = Field(default_factory=HardwareConfig, description="the target accelerators")
+
+    @model_validator(mode="after")
+    def _sequences_fit_the_model(self) -> RunConfig:
+        if self.data.seq_len > self.model.max_seq_len:
+            raise ValueError(
+                f"data.seq_len ({self.data.seq_len}) is longer than model.max_seq_len "
+                f"({self.model.max_seq_len}), the positions the model is built for: lower data.seq_len or "
+                "raise model.max_seq_len"
+            )
+        return self

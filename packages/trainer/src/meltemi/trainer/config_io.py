@@ -59,10 +59,11 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def parse_overrides(words: Sequence[str]) -> list[tuple[str, Any]]:
-    """``["--a.b", "1", "--c=x"]`` -> ``[("a.b", 1), ("c", "x")]``.
+    """``["--a.b", "1", "--c=x"]`` -> ``[("a.b", 1), ("c", "x")]``; several words before the next
+    ``--`` make a list (``--data.stores a b``).
 
-    >>> parse_overrides(["--trainer.seed", "3", "--data.seq_len=64"])
-    [('trainer.seed', 3), ('data.seq_len', 64)]
+    >>> parse_overrides(["--trainer.seed", "3", "--data.seq_len=64", "--data.stores", "a", "b"])
+    [('trainer.seed', 3), ('data.seq_len', 64), ('data.stores', ['a', 'b'])]
     """
     out, i = [], 0
     while i < len(words):
@@ -71,18 +72,26 @@ def parse_overrides(words: Sequence[str]) -> list[tuple[str, Any]]:
             raise ConfigError(f"expected an override like --trainer.num_train_steps 100, got {word!r}")
         if "=" in word:
             key, text = word[2:].split("=", 1)
+            texts = [text]
             i += 1
         else:
-            if i + 1 >= len(words):
+            key, end = word[2:], i + 1
+            while end < len(words) and not words[end].startswith("--"):
+                end += 1
+            texts = list(words[i + 1 : end])
+            if not texts:
                 raise ConfigError(f"override {word} has no value")
-            key, text = word[2:], words[i + 1]
-            i += 2
-        try:
-            value = yaml.safe_load(text) if text.strip() else text
-        except yaml.YAMLError:
-            value = text
-        out.append((key.replace("-", "_"), value))
+            i = end
+        values = [_read_value(text) for text in texts]
+        out.append((key.replace("-", "_"), values[0] if len(values) == 1 else values))
     return out
+
+
+def _read_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text) if text.strip() else text
+    except yaml.YAMLError:
+        return text
 
 
 def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:

@@ -7,6 +7,7 @@ Run it with as many devices as the target has; on a CPU, fake them before JAX st
 
 >>> import jax
 >>> from meltemi.trainer.config import RunConfig
+from meltemi.trainer.errors import ConfigError
 >>> config = RunConfig(model={"vocab_size": 64, "hidden_dim": 32, "intermediate_dim": 64, "num_layers": 2},
 ...                    trainer={"global_batch_size": 8}, data={"seq_len": 16}, hardware={"chip": "TPU v4"})
 >>> plan = plan_run(config, jax.devices()[:1])
@@ -22,37 +23,22 @@ from collections.abc import Sequence
 import jax
 
 from meltemi.trainer import compile_cache
+from meltemi.trainer.chips import Chip, chip_named
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.flops import PEAK_BF16_FLOPS, flops_per_token
+from meltemi.trainer.errors import ConfigError
+from meltemi.trainer.flops import flops_per_token
 from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.program import CompileReport, TrainProgram
 from meltemi.trainer.sharding_table import ShardingReport, format_report, sharding_report
 
 GIB = 2**30
 
-# High-bandwidth memory per device, by a substring of the chip's name (first match wins).
-DEVICE_MEMORY_BYTES: tuple[tuple[str, int], ...] = (
-    ("TPU v6e", 32 * GIB),
-    ("TPU v5e", 16 * GIB),
-    ("TPU v5p", 95 * GIB),
-    ("TPU v4", 32 * GIB),
-    ("TPU v3", 16 * GIB),
-    ("H200", 141 * GIB),
-    ("H100", 80 * GIB),
-    ("B200", 180 * GIB),
-    ("A100", 80 * GIB),
-)
-
-
-def _lookup(table, chip: str):
-    return next((value for name, value in table if name.lower() in chip.lower()), None)
-
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
     """What a dry run found: sizes, FLOPs, the memory XLA planned per device, and whether it fits."""
 
-    chip: str | None
+    chip: Chip | None
     devices: int
     layout: MeshPlan
     parameter_count: int
@@ -60,7 +46,7 @@ class RunPlan:
     tokens_per_step: int
     sharding: ShardingReport
     compiled: CompileReport
-    device_memory: int | None
+    device_memory: int | None  # bytes: hardware.memory_gib, else the chip's
     mfu: float
     compile_cache: str = "compilation cache not used"  # where it was, and what it saved
 
@@ -69,23 +55,35 @@ class RunPlan:
         return self.device_memory is None or self.compiled.peak_bytes <= self.device_memory
 
     @property
+    def device_name(self) -> str:
+        return self.chip.name if self.chip else "device"
+
+    @property
     def step_seconds(self) -> float | None:
         """Seconds per step at ``mfu`` of the chip's bf16 peak, over every device."""
-        peak = _lookup(PEAK_BF16_FLOPS, self.chip or "")
-        if peak is None:
+        if self.chip is None:
             return None
-        return self.flops_per_token * self.tokens_per_step / (self.mfu * peak * self.devices)
+        return (
+            self.flops_per_token
+            * self.tokens_per_step
+            / (self.mfu * self.chip.peak_bf16_flops * self.devices)
+        )
 
 
 def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu: float = 0.5) -> RunPlan:
-    """Lay out and compile ``config``'s train step on ``devices`` (default: all) without allocating it."""
+    """Lay out and compile ``config``'s train step on ``devices`` (default: all) without allocating it,
+    assuming ``mfu`` (a fraction in (0, 1]) of the chip's peak for the step time."""
+    if not 0 < mfu <= 1:
+        raise ConfigError(f"--mfu {mfu}: the model FLOPs utilisation is a fraction in (0, 1], e.g. 0.5")
+    hardware = config.hardware
+    chip = chip_named(hardware.chip) if hardware.chip is not None else None
+    memory_gib = hardware.memory_gib or (chip.memory_gib if chip else None)
     plan = MeshPlan.of(config, devices)
     program = TrainProgram(config, plan)
     cache = compile_cache.enable_for(config.trainer)
     with compile_cache.CacheCounter() as counted:
         _, compiled = program.compile()
     report = sharding_report(config, plan)
-    chip = config.hardware.chip
     rows = config.trainer.batch_sizes()[0]
     return RunPlan(
         chip=chip,
@@ -96,7 +94,7 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
         tokens_per_step=rows * config.data.seq_len,
         sharding=report,
         compiled=compiled,
-        device_memory=None if chip is None else _lookup(DEVICE_MEMORY_BYTES, chip),
+        device_memory=None if memory_gib is None else int(memory_gib * GIB),
         mfu=mfu,
         compile_cache=cache.describe() + (f": {counted.describe()}" if cache.enabled else ""),
     )
@@ -107,7 +105,8 @@ def format_plan(run: RunPlan) -> str:
     c = run.compiled
     lines = [
         format_report(run.sharding, run.layout),
-        f"devices: {run.devices} ({run.chip or 'chip not set: hardware.chip'}), mesh {run.layout.shape}",
+        f"devices: {run.devices} ({run.chip.name if run.chip else 'chip not set: hardware.chip'}), "
+        f"mesh {run.layout.shape}",
         f"parameters: {run.parameter_count:,}",
         f"FLOPs per token: {run.flops_per_token / 1e9:.2f} G; "
         f"per step: {run.flops_per_token * run.tokens_per_step:.3e}",
@@ -121,7 +120,9 @@ def format_plan(run: RunPlan) -> str:
     if run.device_memory is not None:
         over = (c.peak_bytes - run.device_memory) / GIB
         verdict = "fits" if run.fits else f"does NOT fit: {over:.2f} GiB over"
-        lines.append(f"  against {run.device_memory / GIB:.0f} GiB per {run.chip}: {verdict}")
+        lines.append(f"  against {run.device_memory / GIB:.0f} GiB per {run.device_name}: {verdict}")
+    else:
+        lines.append("  no memory verdict: set hardware.chip or hardware.memory_gib")
     if run.step_seconds is not None:
         lines.append(f"step time at {run.mfu:.0%} MFU: {run.step_seconds:.2f} s")
     lines.append(f"compiled ahead of time in {c.seconds:.1f} s (on this machine's CPU compiler)")

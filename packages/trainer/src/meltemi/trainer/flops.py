@@ -1,4 +1,4 @@
-"""Model FLOPs per token and the peak FLOP/s of common accelerators, for MFU.
+"""Model FLOPs per token, and the peak FLOP/s of the device a run is on, for MFU.
 
 Following MaxText's convention, a token costs ``6 N`` FLOPs for its matmuls forward and backward (``N``: the
 parameters that multiply activations, the unembedding included, the embedding lookup and norm scales not)
@@ -15,27 +15,8 @@ from __future__ import annotations
 
 import jax
 
+from meltemi.trainer.chips import chip_of_device_kind
 from meltemi.trainer.config import ModelConfig
-
-# Dense bfloat16 peak FLOP/s per device, by a substring of `device_kind` (first match wins).
-PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
-    ("TPU v6 lite", 918e12),
-    ("TPU v6e", 918e12),
-    ("TPU v5 lite", 197e12),
-    ("TPU v5e", 197e12),
-    ("TPU v5p", 459e12),
-    ("TPU v5", 459e12),
-    ("TPU v4", 275e12),
-    ("TPU v3", 123e12),
-    ("H200", 989e12),
-    ("H100", 989e12),
-    ("GH200", 989e12),
-    ("B200", 2250e12),
-    ("A100", 312e12),
-    ("L40S", 362e12),
-    ("L4", 121e12),
-    ("A10G", 70e12),
-)
 
 
 def matmul_parameters(config: ModelConfig) -> int:
@@ -53,7 +34,7 @@ def flops_per_token(config: ModelConfig, seq_len: int) -> float:
 
 
 def peak_flops_per_device(device: jax.Device | None = None) -> float | None:
-    """The device's dense bf16 peak, or None when unknown (CPUs: report achieved FLOP/s instead of MFU)."""
-    device = device or jax.devices()[0]
-    kind = getattr(device, "device_kind", "")
-    return next((peak for name, peak in PEAK_BF16_FLOPS if name.lower() in kind.lower()), None)
+    """The device's dense bf16 peak (:mod:`meltemi.trainer.chips`), or None when the chip is not listed
+    (CPUs: report achieved FLOP/s instead of MFU)."""
+    chip = chip_of_device_kind(getattr(device or jax.devices()[0], "device_kind", ""))
+    return None if chip is None else chip.peak_bf16_flops

@@ -21,6 +21,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+from meltemi.trainer.command import LaunchFlags
 from meltemi.trainer.config import RunConfig
 
 
@@ -124,3 +125,74 @@ def train_on_slices(
         if gave_up.workload_error is not None:
             raise gave_up.workload_error from gave_up
         raise
+
+
+def slice_launch(flags: LaunchFlags) -> SliceLaunch:
+    """The ``SliceLaunch`` the command's launcher flags ask for (defaults for those not given); a bad flag is
+    a one-line ``TrainerError`` before any work is done.
+
+    >>> slice_launch(LaunchFlags("ray", slices=2)).slices
+    2
+    >>> slice_launch(LaunchFlags("ray", scale_up_every=0))
+    Traceback (most recent call last):
+    ...
+    meltemi.trainer.errors.TrainerError: --launch ray: scale_up_interval_s must be positive, got 0
+    """
+    from meltemi.raytpu import slice_type
+    from meltemi.trainer.errors import TrainerError
+
+    if flags.launcher != "ray":
+        raise TrainerError(f"--launch {flags.launcher}: the only launcher is ray")
+    given = {
+        "slice_type": flags.slice_type,
+        "slices": flags.slices,
+        "min_slices": flags.min_slices,
+        "devices_per_host": flags.devices_per_host,
+        "acquire_timeout_s": flags.acquire_timeout,
+        "scale_up_interval_s": flags.scale_up_every,
+        "max_retries_failure": flags.max_failures,
+    }
+    try:
+        launch = SliceLaunch(
+            **{"slice_type": "cpu-1", "slices": 1} | {k: v for k, v in given.items() if v is not None}
+        )
+        slice_type(launch.slice_type)
+    except ValueError as e:
+        raise TrainerError(f"--launch ray: {e}") from None
+    return launch
+
+
+def launch_on_ray(config: RunConfig, run_dir: Path, launch: SliceLaunch, address: str | None) -> int:
+    """Train on slices: a local cluster of fake CPU slices, or the Ray cluster at ``address``; a silent
+    address is a one-line ``TrainerError``."""
+    import contextlib
+    import socket
+
+    from meltemi.raytpu import LocalSliceCluster, RaytpuError
+    from meltemi.trainer.errors import TrainerError
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if address is not None:
+        import ray
+
+        host, _, port = address.rpartition(":")
+        silent = f"--address {address}: no Ray cluster answers there"
+        try:  # Ray would retry a silent address for minutes: ask it once first
+            socket.create_connection((host or "127.0.0.1", int(port)), timeout=10).close()
+        except (OSError, ValueError) as e:
+            raise TrainerError(f"{silent} ({e})") from None
+        try:
+            ray.init(address=address, include_dashboard=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise TrainerError(f"{silent} ({e})") from None
+        cluster = contextlib.nullcontext()
+    else:
+        cluster = LocalSliceCluster([(launch.slice_type, launch.slices)])
+    with cluster:
+        try:
+            results = train_on_slices(config, run_dir, launch, event_log=str(run_dir / "events.jsonl"))
+        except RaytpuError as e:
+            raise TrainerError(" ".join(str(e).split())) from None
+    first = results[0]
+    print(f"trained on {first.process_count} processes to step {first.steps}; run directory {run_dir}")
+    return 0

@@ -25,6 +25,7 @@ from meltemi.trainer.checkpoints import Checkpointer
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data import RunData, open_data
+from meltemi.trainer.data_sources import resolve_data
 from meltemi.trainer.distributed import agree, global_batch_hash, shared_token, wait_for_every_process
 from meltemi.trainer.errors import NonFiniteError, TrainerError
 from meltemi.trainer.evaluate import BatchSums, make_eval_step, summarize
@@ -115,6 +116,7 @@ class Trainer:
         progress: bool = True,
         clock: StartupClock | None = None,
     ):
+        config = resolve_data(config)  # data.stores, data.corpus, stdlib: concrete paths (built on first use)
         self.config, self.run_dir, self.show_progress = config, Path(run_dir), progress
         self.clock = clock or StartupClock(started=time.perf_counter())
         self.compile_cache = compile_cache.enable_for(config.trainer)

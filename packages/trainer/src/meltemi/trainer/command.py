@@ -1,0 +1,208 @@
+"""The one command line of the trainer's entry points (``python -m meltemi.trainer``, ``apps/pretrain.py``):
+what the command does (its own flags, from :data:`FLAGS`) apart from the config overrides (every other
+``--section.field VALUE``), and the help text that lists both.
+
+>>> command = parse_command(["--config", "a.yaml", "--trainer.seed", "3", "--dry-run", "--devices", "8"])
+>>> command.config, command.overrides, command.dry_run, command.devices
+('a.yaml', ('--trainer.seed', '3'), True, 8)
+>>> parse_command(["--no-compile-cache"]).overrides
+('--trainer.compile_cache', 'false')
+>>> parse_command(["--devices", "eight"])
+Traceback (most recent call last):
+...
+meltemi.trainer.errors.ConfigError: --devices eight: expected an integer
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from meltemi.trainer.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """A flag of the command itself (not a config field): its name, its value's name (None: a switch),
+    how to read the value, and one line of help."""
+
+    name: str
+    metavar: str | None
+    help: str
+    kind: Callable[[str], object] = str
+    group: str = "run"
+
+
+def _positive(kind: Callable[[str], object]) -> Callable[[str], object]:
+    def read(text: str):
+        value = kind(text)
+        if not value > 0:  # type: ignore[operator]
+            raise ValueError("must be positive")
+        return value
+
+    read.__name__ = kind.__name__
+    return read
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise ValueError("a fraction in (0, 1], e.g. 0.5")
+    return value
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("--config", "PATH", "a YAML preset (default: {default_config})"),
+    Flag("--run-dir", "DIR", "where the config, metrics, plot and checkpoints go (default: runs/<config name>)"),  # noqa: E501
+    Flag("--no-compile-cache", None, "compile everything afresh, keep nothing on disk (trainer.compile_cache)"),  # noqa: E501
+    Flag("--print-sharding", None, "print each parameter's axes, sharding and bytes per device, then exit"),
+    Flag("--verify", "RUN", "recompute the digests every checkpoint of RUN (a run or step-N directory) records"),  # noqa: E501
+    Flag("--help", None, "this text"),
+    Flag("--dry-run", None, "compile the train step ahead of time on fake CPU devices and print the plan", group="dry run"),  # noqa: E501
+    Flag("--devices", "N", "devices to plan for (default: hardware.devices, or the mesh's size)", _positive(int), "dry run"),  # noqa: E501
+    Flag("--mfu", "X", "the model FLOPs utilisation the step time assumes, in (0, 1] (default 0.5)", _fraction, "dry run"),  # noqa: E501
+    Flag("--launch", "ray", "train on slices through Ray, one process per host (see the README)", group="launch"),  # noqa: E501
+    Flag("--slices", "N", "how many slices (default 1)", int, "launch"),
+    Flag("--min-slices", "M", "start (and go on) with as few as M slices when fewer are free", int, "launch"),
+    Flag("--slice-type", "TYPE", "v4-16, v5litepod-256, gpu-8, ... (default cpu-1: local fake slices)", group="launch"),  # noqa: E501
+    Flag("--address", "ADDR", "a running Ray cluster (default: start a local cluster of fake CPU slices)", group="launch"),  # noqa: E501
+    Flag("--devices-per-host", "D", "fake CPU devices per host of a cpu-* slice (default 4)", int, "launch"),
+    Flag("--acquire-timeout", "S", "how long to wait for the slices, seconds (default 600)", float, "launch"),
+    Flag("--scale-up-every", "S", "with fewer than --slices, look for more every S seconds (default 300)", float, "launch"),  # noqa: E501
+    Flag("--max-failures", "N", "restart the job after an exception in the training up to N times (default 0)", int, "launch"),  # noqa: E501
+)  # fmt: skip
+_BY_NAME = {flag.name: flag for flag in FLAGS}
+_ALIASES = {"-h": "--help"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchFlags:
+    """``--launch ray`` and how: the launcher's flags as given (None: its default)."""
+
+    launcher: str
+    slices: int | None = None
+    min_slices: int | None = None
+    slice_type: str | None = None
+    address: str | None = None
+    devices_per_host: int | None = None
+    acquire_timeout: float | None = None
+    scale_up_every: float | None = None
+    max_failures: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """What the command line asks for: the command's flags, and the config overrides in their order."""
+
+    overrides: tuple[str, ...] = ()
+    config: str | None = None
+    run_dir: str | None = None
+    print_sharding: bool = False
+    verify: str | None = None
+    help: bool = False
+    dry_run: bool = False
+    devices: int | None = None
+    mfu: float | None = None
+    launch: LaunchFlags | None = None
+
+
+def parse_command(argv: Sequence[str]) -> Command:
+    """Split ``argv`` into the command's flags (each read and checked) and the config overrides.
+
+    A flag of the command may be given as ``--flag VALUE`` or ``--flag=VALUE``; anything else starting with
+    ``--`` is an override, left for :func:`meltemi.trainer.config_io.load_config` to check against the
+    config's fields. A launcher flag without ``--launch`` is an error.
+    """
+    values: dict[str, object] = {}
+    overrides: list[str] = []
+    words = list(argv)
+    i = 0
+    while i < len(words):
+        name, has_inline, inline = words[i].partition("=")
+        flag = _BY_NAME.get(_ALIASES.get(name, name))
+        if flag is None:
+            overrides.append(words[i])
+            i += 1
+            continue
+        if flag.name == "--no-compile-cache":
+            overrides += ["--trainer.compile_cache", "false"]
+        elif flag.metavar is None:
+            if has_inline:
+                raise ConfigError(f"{flag.name} takes no value (got {words[i]!r})")
+            values[flag.name] = True
+        else:
+            if has_inline:
+                text = inline
+            elif i + 1 < len(words) and not words[i + 1].startswith("--"):
+                text = words[i + 1]
+                i += 1
+            else:
+                raise ConfigError(f"{flag.name} needs a value: {flag.name} {flag.metavar}")
+            values[flag.name] = _read(flag, text)
+        i += 1
+    return _command(values, tuple(overrides))
+
+
+def _read(flag: Flag, text: str) -> object:
+    try:
+        return flag.kind(text)
+    except ValueError as e:
+        kind = {"int": "an integer", "float": "a number", "_fraction": "a number"}.get(
+            flag.kind.__name__, "a value"
+        )
+        reason = f"expected {kind}" + (
+            "" if "invalid literal" in str(e) or "could not" in str(e) else f" ({e})"
+        )
+        raise ConfigError(f"{flag.name} {text}: {reason}") from None
+
+
+def _command(values: dict[str, object], overrides: tuple[str, ...]) -> Command:
+    launch_values = {f.name: values[f.name] for f in FLAGS if f.group == "launch" and f.name in values}
+    launch = None
+    if launch_values:
+        if "--launch" not in launch_values:
+            given = ", ".join(launch_values)
+            raise ConfigError(f"{given}: only with --launch ray")
+        fields = {k.lstrip("-").replace("-", "_"): v for k, v in launch_values.items() if k != "--launch"}
+        launch = LaunchFlags(launcher=str(launch_values["--launch"]), **fields)
+    dry = [f.name for f in FLAGS if f.group == "dry run" and f.name != "--dry-run" and f.name in values]
+    if dry and not values.get("--dry-run"):
+        raise ConfigError(f"{', '.join(dry)}: only with --dry-run")
+    return Command(
+        overrides=overrides,
+        config=values.get("--config"),
+        run_dir=values.get("--run-dir"),
+        print_sharding=bool(values.get("--print-sharding")),
+        verify=values.get("--verify"),
+        help=bool(values.get("--help")),
+        dry_run=bool(values.get("--dry-run")),
+        devices=values.get("--devices"),
+        mfu=values.get("--mfu"),
+        launch=launch,
+    )
+
+
+def help_text(prog: str, default_config: str | None) -> str:
+    """The usage line, the command's flags by group, then every config field with its default."""
+    from meltemi.trainer.config_io import describe_fields
+
+    lines = [
+        f"usage: {prog} [--config PATH] [--run-dir DIR] [--FIELD VALUE ...] [--dry-run ...]"
+        " [--launch ray ...]",
+        "",
+        "Train a Llama from a YAML config. Any config field below can be set with --FIELD VALUE (or",
+        "--FIELD=VALUE); values are read as YAML (100, 3e-4, null, [[0, 32], [1000, 64]]), and a list field",
+        "takes several words (--data.stores A B). Rerunning the same command resumes the run.",
+    ]
+    for group in ("run", "dry run", "launch"):
+        lines += ["", f"{group} flags:" if group != "run" else "flags:"]
+        for flag in FLAGS:
+            if flag.group == group:
+                shown = f"{flag.name} {flag.metavar}" if flag.metavar else flag.name
+                text = flag.help.format(default_config=default_config or "every field at its default")
+                lines.append(f"  {shown:<22} {text}")
+    rows = describe_fields()
+    width = max(len(r[0]) for r in rows)
+    lines += ["", "config fields:"]
+    lines += [f"  --{name:<{width}}  {default:<12} {kind}: {text}" for name, kind, default, text in rows]
+    return "\n".join(lines)

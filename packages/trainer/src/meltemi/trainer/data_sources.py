@@ -1,0 +1,133 @@
+"""Where a run's tokens come from, made concrete before the run starts: ``data.stores`` (token stores with
+equal weights), ``data.corpus`` (a text, JSONL or Parquet file or directory, built into a store on first
+use) or ``data.sources`` (named stores with weights), and ``data.tokenizer``. The word ``stdlib`` in
+``data.corpus`` or ``data.tokenizer`` stands for the running Python's standard library (its source files,
+and a byte-level BPE of ``model.vocab_size`` tokens trained on them), which every machine has.
+
+Built stores and the standard library's tokenizer are cached under ``data.cache_dir``; the config that comes
+out names them by path in ``data.sources`` and ``data.tokenizer``, so it is what the run directory records.
+
+>>> from meltemi.trainer.config import RunConfig
+>>> config = RunConfig(data={"stores": ["stores/web", "stores/code"], "tokenizer": "t.json"})
+>>> sorted(resolve_data(config).data.sources)
+['code', 'web']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import sysconfig
+from pathlib import Path
+
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.errors import ConfigError
+
+STDLIB = "stdlib"
+
+# How a user of the trainer's command line sets the corpus build's options: the words of the datastore's
+# remedies, so that a hint never names a flag the command lacks.
+CORPUS_FLAGS = {
+    "text_field": "--data.text_field {}",
+    "skip_bad_lines": "--data.skip_bad_lines {}",
+    "invalid_utf8": "--data.invalid_utf8 {}",
+    "overwrite": "--data.rebuild_corpus true",
+}
+
+
+def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.stderr)) -> RunConfig:
+    """``config`` with its data named by concrete paths: ``data.stores`` or ``data.corpus`` (built on first
+    use) in ``data.sources``, the standard library's tokenizer (trained on first use) in ``data.tokenizer``.
+    ``data.stores`` wins over ``data.corpus``, which wins over ``data.sources``; ``say`` tells the user what
+    is being built."""
+    data = config.data
+    if not (data.stores or data.corpus is not None or data.tokenizer == STDLIB):
+        return config  # concrete already: data.sources (checked when the run opens them)
+    tokenizer = data.tokenizer
+    if tokenizer == STDLIB:
+        tokenizer = stdlib_tokenizer(config, say)
+    if data.stores:
+        sources = {name: {"store": store} for name, store in _store_names(data.stores).items()}
+    elif data.corpus is not None:
+        if tokenizer is None:
+            raise ConfigError(
+                "--data.corpus needs a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)"
+            )
+        name, store = build_corpus(config, tokenizer, say)
+        sources = {name: {"store": store}}
+    else:
+        sources = {name: source.model_dump() for name, source in data.sources.items()}
+    resolved = data.model_dump() | {
+        "tokenizer": tokenizer,
+        "sources": sources,
+        "stores": [],
+        "corpus": None,
+        "rebuild_corpus": False,
+    }
+    return RunConfig.model_validate(config.model_dump() | {"data": resolved})
+
+
+def _store_names(stores: list[str]) -> dict[str, str]:
+    """Each store under its directory's name (``web``, ``web-2`` when two share one)."""
+    named: dict[str, str] = {}
+    for i, store in enumerate(stores):
+        base = store.rstrip("/").rpartition("/")[2] or f"store{i}"
+        name, n = base, 1
+        while name in named:
+            n += 1
+            name = f"{base}-{n}"
+        named[name] = store
+    return named
+
+
+def stdlib_directory(config: RunConfig) -> Path:
+    """The cache of the standard library's tokenizer and store, for this Python and vocabulary."""
+    version = sysconfig.get_python_version()
+    return Path(config.data.cache_dir) / f"stdlib-py{version}-v{config.model.vocab_size}"
+
+
+def stdlib_tokenizer(config: RunConfig, say) -> str:
+    """The standard library's tokenizer of ``model.vocab_size`` tokens, trained on first use."""
+    from meltemi.datastore import corpora
+
+    directory = stdlib_directory(config)
+    if not (directory / "tokenizer.json").exists():
+        say(f"training the standard-library tokenizer in {directory} (first run only)")
+    return corpora.stdlib_tokenizer(directory, config.model.vocab_size)
+
+
+def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, str]:
+    """``(name, store)`` of ``data.corpus`` tokenized with ``tokenizer``, built on first use (the standard
+    library's tokenizer and store together when both are ``stdlib``), read as ``data.text_field``,
+    ``data.skip_bad_lines`` and ``data.invalid_utf8`` say; the build's summary line is said."""
+    from meltemi.datastore import Hints, build_store, corpora
+
+    data = config.data
+    if data.corpus == STDLIB:
+        directory = stdlib_directory(config)
+        if data.tokenizer == STDLIB:
+            if not (directory / "store" / "manifest.json").exists():
+                say(f"building the standard-library corpus in {directory} (first run only)")
+            return STDLIB, corpora.stdlib_corpus(directory, config.model.vocab_size, progress=True)[1]
+        inputs, name = corpora.python_stdlib(), STDLIB
+        key = f"{STDLIB}-py{sysconfig.get_python_version()}"
+    else:
+        inputs, name = data.corpus, Path(data.corpus).stem or "corpus"
+        key = str(Path(data.corpus).resolve())
+    key += "\0" + Path(tokenizer).resolve().as_posix()
+    out = Path(data.cache_dir) / "corpora" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    if not (out / "manifest.json").exists():
+        say(f"building a token store of {data.corpus} in {out} (first use only)")
+    report = build_store(
+        inputs,
+        tokenizer,
+        out,
+        text_field=data.text_field,
+        skip_bad_lines=data.skip_bad_lines,
+        invalid_utf8=data.invalid_utf8,
+        overwrite=data.rebuild_corpus,
+        progress=True,
+        hints=Hints(CORPUS_FLAGS, rerun="the same command"),
+    )
+    say(report.summary())
+    return name, str(out)
