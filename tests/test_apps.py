@@ -88,6 +88,32 @@ def test_rerunning_a_finished_run_reports_it_and_exits_cleanly(trained):
 
 
 @NEWCOMER
+def test_the_trainers_own_command_is_the_apps_with_the_same_flags_and_summary(trained):
+    """``python -m meltemi.trainer`` given the app's default config is the app: one parser, one summary."""
+    cwd, _, _ = trained
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    args = ["--config", str(ROOT / "configs" / "tiny.yaml"), *SMALL, "--trainer.num_train_steps", "6"]
+    module = subprocess.run([sys.executable, "-m", "meltemi.trainer", *args], cwd=cwd, env=env,
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    app_again = app("pretrain.py", *args, cwd=cwd)
+    assert module.returncode == app_again.returncode == 0, module.stderr
+    assert module.stdout == app_again.stdout and "runs/tiny is already trained to step 6" in module.stdout
+    commands = (
+        [sys.executable, "-m", "meltemi.trainer"],
+        [sys.executable, str(ROOT / "apps" / "pretrain.py")],
+    )
+    helps = [
+        subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=120, cwd=cwd).stdout
+        for command in commands
+    ]
+    assert helps[0].startswith("usage: python -m meltemi.trainer ") and helps[1].startswith(
+        "usage: uv run apps/"
+    )
+    flags = [{line.split()[0] for line in text.splitlines() if line.startswith("  --")} for text in helps]
+    assert flags[0] == flags[1] and {"--data.stores", "--data.corpus", "--dry-run", "--launch"} <= flags[0]
+
+
+@NEWCOMER
 def test_the_summary_ends_with_a_sample_of_generated_text(trained):
     _, first, _ = trained
     assert "sample (temperature 0.7, top-k 40, from 'def '):\ndef " in first.stdout

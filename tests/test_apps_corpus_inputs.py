@@ -93,7 +93,7 @@ def test_bad_jsonl_and_parquet_hint_at_the_apps_own_flags(workdir):
 
 
 def test_a_corpus_with_text_that_is_not_utf8_trains_when_asked_and_says_how_many_it_left_out(workdir):
-    """The default config's tokenizer (a placeholder path) is the standard library's; the count is printed;
+    """The default config's tokenizer (stdlib) is the standard library's; the count is printed;
     a corpus edited later is an error naming the app's flag that rebuilds its store."""
     lines = [json.dumps({"body": f"def f{i}(x):\n    return x * {i}\n"}).encode() for i in range(300)]
     lines[5], lines[70] = b'{"body": "caf\xe9"}', b'{"body": "\xff\xfe"}'
@@ -107,7 +107,7 @@ def test_a_corpus_with_text_that_is_not_utf8_trains_when_asked_and_says_how_many
     assert "steps: 2" in trained.stdout
     (workdir / "mine.jsonl").write_bytes(b"\n".join(lines[:-1]) + b"\n")
     changed = _error(app(*args, "--data.invalid_utf8", "skip", cwd=workdir))
-    assert re.search(r"mine\.jsonl changed .*; pass --data\.rebuild_corpus to rebuild it$", changed), changed
+    assert re.search(r"mine\.jsonl changed .*; pass --data\.rebuild_corpus true to rebuild it$", changed), changed
 
 
 def test_the_default_configs_tokenizer_is_never_a_path_the_user_did_not_type(workdir):
@@ -115,7 +115,7 @@ def test_the_default_configs_tokenizer_is_never_a_path_the_user_did_not_type(wor
     last = _error(app(*SMALL, "--data.corpus", "empty.txt", cwd=workdir))
     assert last == "error: the inputs hold no non-empty document (1 file: 1 empty file)"
     no_tokenizer = _error(app(*SMALL, "--data.corpus", "empty.txt", "--data.tokenizer", "null", cwd=workdir))
-    assert "--data.corpus needs a tokenizer: pass --data.tokenizer TOKENIZER_JSON" in no_tokenizer
+    assert "--data.corpus needs a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)" in no_tokenizer
 
 
 def test_the_docs_run_the_datastore_command_the_way_it_runs_in_the_workspace():

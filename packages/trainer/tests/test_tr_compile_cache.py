@@ -11,7 +11,7 @@ import pytest
 
 from meltemi.trainer.checkpoint_format import read_array
 from meltemi.trainer.checkpoints import inspect_checkpoint
-from meltemi.trainer.cli import split_arguments
+from meltemi.trainer.command import parse_command
 from meltemi.trainer.compile_cache import CacheChoice, choose_cache, enable
 from meltemi.trainer.config_io import dump_config
 
@@ -27,13 +27,9 @@ def test_the_directory_is_the_configs_then_the_environments_then_the_users_cache
 
 
 def test_no_compile_cache_is_the_config_field_it_stands_for():
-    own, overrides = split_arguments(["--run-dir", "r", "--no-compile-cache", "--trainer.seed", "1"])
-    assert own == {"run_dir": "r"} and overrides == [
-        "--trainer.compile_cache",
-        "false",
-        "--trainer.seed",
-        "1",
-    ]
+    command = parse_command(["--run-dir", "r", "--no-compile-cache", "--trainer.seed", "1"])
+    assert command.run_dir == "r"
+    assert command.overrides == ("--trainer.compile_cache", "false", "--trainer.seed", "1")
 
 
 def test_a_directory_that_cannot_be_made_turns_the_cache_off_saying_why(tmp_path):

@@ -5,7 +5,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meltemi.trainer.cli import help_text, main
+from meltemi.trainer.cli import main
+from meltemi.trainer.command import help_text
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import describe_fields, dump_config, load_config, validate
 from meltemi.trainer.errors import ConfigError
@@ -92,7 +93,11 @@ def test_help_lists_every_field_with_its_default(capsys):
     out = capsys.readouterr().out
     for name, _, default, _ in describe_fields():
         assert f"--{name}" in out and default in out
-    assert "--trainer.mesh.replica" in help_text() and "--data.sources.<name>.store" in help_text()
+    text = help_text("python -m meltemi.trainer", None)
+    assert text.startswith("usage: python -m meltemi.trainer ")
+    assert "--trainer.mesh.replica" in text and "--data.sources.<name>.store" in text
+    for flag in ("--dry-run", "--devices N", "--launch ray", "--verify RUN", "--no-compile-cache"):
+        assert f"\n  {flag} " in text, flag
 
 
 def test_the_command_line_reports_a_bad_override_in_one_line(capsys):

@@ -8,7 +8,7 @@ HBM, which is the binary size of the stacks (an "80 GB" H100 shows 80 GiB to CUD
 the figure is kept as GiB.
 
 >>> chip_named("TPU v4").memory_gib, chip_named("TPU v4").peak_bf16_tflops
-(32.0, 275.0)
+(32, 275)
 >>> chip_named("A100-40")
 Traceback (most recent call last):
 ...

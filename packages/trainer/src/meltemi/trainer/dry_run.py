@@ -7,7 +7,6 @@ Run it with as many devices as the target has; on a CPU, fake them before JAX st
 
 >>> import jax
 >>> from meltemi.trainer.config import RunConfig
-from meltemi.trainer.errors import ConfigError
 >>> config = RunConfig(model={"vocab_size": 64, "hidden_dim": 32, "intermediate_dim": 64, "num_layers": 2},
 ...                    trainer={"global_batch_size": 8}, data={"seq_len": 16}, hardware={"chip": "TPU v4"})
 >>> plan = plan_run(config, jax.devices()[:1])

@@ -1,0 +1,141 @@
+"""The one command line (command.py), the config checks a user meets first (chips, sequence length, MFU), and
+how data.stores / data.corpus / stdlib become concrete sources (data_sources.py)."""
+
+import sysconfig
+from pathlib import Path
+
+import jax
+import pytest
+
+from meltemi.trainer.chips import CHIPS, chip_named, chip_of_device_kind
+from meltemi.trainer.command import FLAGS, LaunchFlags, parse_command
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.config_io import load_config
+from meltemi.trainer.data_sources import resolve_data, stdlib_directory
+from meltemi.trainer.dry_run import plan_run
+from meltemi.trainer.errors import ConfigError
+
+VOCAB = 384  # the vocabulary of the test store (conftest.py)
+
+
+def test_the_commands_flags_are_read_and_checked_and_the_rest_are_overrides():
+    command = parse_command(["--trainer.seed", "3", "--run-dir=r", "--data.stores", "a", "b", "--dry-run",
+                             "--mfu", "0.4", "--devices", "16"])  # fmt: skip
+    assert command.overrides == ("--trainer.seed", "3", "--data.stores", "a", "b")
+    assert (command.run_dir, command.dry_run, command.mfu, command.devices) == ("r", True, 0.4, 16)
+    launch = parse_command(["--launch", "ray", "--slices", "2", "--address", "h:1"]).launch
+    assert launch == LaunchFlags("ray", slices=2, address="h:1")
+    assert parse_command(["-h"]).help
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--run-dir"], "--run-dir needs a value: --run-dir DIR"),
+        (["--run-dir", "--trainer.seed", "1"], "--run-dir needs a value: --run-dir DIR"),
+        (["--dry-run=yes"], "--dry-run takes no value (got '--dry-run=yes')"),
+        (["--dry-run", "--devices", "0"], "--devices 0: expected an integer (must be positive)"),
+        (["--dry-run", "--mfu", "0"], "--mfu 0: expected a number (a fraction in (0, 1], e.g. 0.5)"),
+        (["--dry-run", "--mfu", "1.5"], "--mfu 1.5: expected a number (a fraction in (0, 1], e.g. 0.5)"),
+        (["--mfu", "0.5"], "--mfu: only with --dry-run"),
+        (["--slices", "2", "--address", "h:1"], "--slices, --address: only with --launch ray"),
+        (["--launch", "ray", "--slices", "two"], "--slices two: expected an integer"),
+    ],
+)
+def test_a_bad_command_line_is_one_error_naming_the_flag(argv, message):
+    with pytest.raises(ConfigError) as raised:
+        parse_command(argv)
+    assert str(raised.value) == message
+
+
+def test_every_flag_has_help_and_no_flag_shadows_a_config_field():
+    assert len({f.name for f in FLAGS}) == len(FLAGS) and all(f.help for f in FLAGS)
+    assert not [f.name for f in FLAGS if "." in f.name]  # a dotted name is a config field's
+
+
+def test_a_chip_is_named_exactly_and_an_unknown_one_lists_the_known():
+    assert chip_named("A100-40GB").memory_gib == 40 and chip_named("A100-80GB").memory_gib == 80
+    for wrong in ("A100-40", "a100-40gb", "TPU", "H100 "):
+        with pytest.raises(ConfigError, match=r"^hardware.chip: unknown chip .*known chips: 'TPU v3', "):
+            chip_named(wrong)
+    with pytest.raises(ConfigError, match=r"hardware.chip: unknown chip .*did you mean 'A100-40GB'"):
+        load_config(None, ["--hardware.chip", "A100-40"])
+    assert all(chip.memory_gib > 0 and chip.peak_bf16_tflops > 0 and chip.source for chip in CHIPS.values())
+
+
+def test_a_device_is_matched_by_its_exact_kind_never_a_substring():
+    assert chip_of_device_kind("NVIDIA A100-SXM4-40GB").name == "A100-40GB"
+    assert chip_of_device_kind("TPU v5 lite").name == "TPU v5e"
+    assert chip_of_device_kind("cpu") is None and chip_of_device_kind("NVIDIA H100 PCIe") is None
+
+
+def small(*overrides: str) -> RunConfig:
+    base = ["--model.vocab_size", "64", "--model.hidden_dim", "32", "--model.intermediate_dim", "64",
+            "--model.num_layers", "2", "--trainer.global_batch_size", "8",
+            "--data.seq_len", "16"]  # fmt: skip
+    return load_config(None, [*base, *overrides])
+
+
+def test_the_dry_run_checks_against_the_chip_or_the_memory_given():
+    config = small("--hardware.chip", "A100-40GB")
+    plan = plan_run(config, jax.devices()[:1])
+    assert plan.device_memory == 40 * 2**30 and plan.fits and plan.step_seconds > 0
+    tight = plan_run(
+        small("--hardware.chip", "A100-40GB", "--hardware.memory_gib", "1e-6"), jax.devices()[:1]
+    )
+    assert tight.device_memory == int(1e-6 * 2**30) and not tight.fits
+    unset = plan_run(small("--hardware.memory_gib", "2"), jax.devices()[:1])
+    assert unset.chip is None and unset.device_memory == 2 * 2**30 and unset.step_seconds is None
+    with pytest.raises(ConfigError, match=r"^--mfu 0: the model FLOPs utilisation is a fraction in \(0, 1\]"):
+        plan_run(config, jax.devices()[:1], mfu=0)
+
+
+def test_sequences_longer_than_the_model_is_built_for_are_refused_with_the_config():
+    with pytest.raises(ConfigError) as raised:
+        small("--data.seq_len", "128", "--model.max_seq_len", "64")
+    assert str(raised.value) == (
+        "data.seq_len (128) is longer than model.max_seq_len (64), the positions the model is built for: "
+        "lower data.seq_len or raise model.max_seq_len"
+    )
+    assert small("--data.seq_len", "64", "--model.max_seq_len", "64").data.seq_len == 64
+
+
+def test_stores_replace_corpus_and_sources_and_get_distinct_names():
+    config = small("--data.corpus", "ignored.txt", "--data.sources", "{old: {store: s}}",
+                   "--data.stores", "a/web", "b/web", "code/", "--data.tokenizer", "t.json")  # fmt: skip
+    data = resolve_data(config).data
+    assert {n: s.store for n, s in data.sources.items()} == {
+        "web": "a/web",
+        "web-2": "b/web",
+        "code": "code/",
+    }
+    assert (data.stores, data.corpus, data.tokenizer) == ([], None, "t.json")
+    assert load_config(None, ["--data.stores", "one"]).data.stores == ["one"]
+
+
+def test_a_concrete_config_is_left_as_it_is():
+    config = small("--data.sources", "{old: {store: s, weight: 2}}", "--data.tokenizer", "t.json")
+    assert resolve_data(config) is config
+
+
+def test_a_corpus_is_built_once_under_the_cache_dir_and_named_by_its_file(tmp_path, corpus):
+    (tmp_path / "mine.txt").write_text("def f(x):\n    return x + 1\n" * 200)
+    said = []
+    config = small("--model.vocab_size", str(VOCAB), "--data.tokenizer", corpus["tokenizer"],
+                   "--data.corpus", str(tmp_path / "mine.txt"),
+                   "--data.cache_dir", str(tmp_path / "cache"))  # fmt: skip
+    first = resolve_data(config, say=said.append)
+    ((name, source),) = first.data.sources.items()
+    assert name == "mine" and source.store.startswith(str(tmp_path / "cache" / "corpora" / "mine-"))
+    assert (
+        said[0].startswith(f"building a token store of {tmp_path / 'mine.txt'}")
+        and "built 1 docs" in said[-1]
+    )
+    said.clear()
+    assert resolve_data(config, say=said.append) == first
+    assert not any("building" in line for line in said)
+
+
+def test_the_standard_librarys_cache_names_the_python_and_the_vocabulary():
+    directory = stdlib_directory(small("--data.cache_dir", "c", "--model.vocab_size", "300"))
+    assert directory == Path("c") / f"stdlib-py{sysconfig.get_python_version()}-v300"
