@@ -107,7 +107,9 @@ def test_a_corpus_with_text_that_is_not_utf8_trains_when_asked_and_says_how_many
     assert "steps: 2" in trained.stdout
     (workdir / "mine.jsonl").write_bytes(b"\n".join(lines[:-1]) + b"\n")
     changed = _error(app(*args, "--data.invalid_utf8", "skip", cwd=workdir))
-    assert re.search(r"mine\.jsonl changed .*; pass --data\.rebuild_corpus true to rebuild it$", changed), changed
+    assert re.search(r"mine\.jsonl changed .*; pass --data\.rebuild_corpus true to rebuild it$", changed), (
+        changed
+    )
 
 
 def test_the_default_configs_tokenizer_is_never_a_path_the_user_did_not_type(workdir):

@@ -100,17 +100,27 @@ def test_sequences_longer_than_the_model_is_built_for_are_refused_with_the_confi
     assert small("--data.seq_len", "64", "--model.max_seq_len", "64").data.seq_len == 64
 
 
-def test_stores_replace_corpus_and_sources_and_get_distinct_names():
-    config = small("--data.corpus", "ignored.txt", "--data.sources", "{old: {store: s}}",
-                   "--data.stores", "a/web", "b/web", "code/", "--data.tokenizer", "t.json")  # fmt: skip
+def test_stores_replace_corpus_and_sources_and_get_distinct_names(tmp_path):
+    tokenizer = tmp_path / "t.json"
+    tokenizer.write_text("{}")
+    stores = ["--data.stores", "a/web", "b/web", "code/"]
+    config = small("--data.corpus", "x.txt", "--data.sources", "{old: {store: s}}", *stores,
+                   "--data.tokenizer", str(tokenizer))  # fmt: skip
     data = resolve_data(config).data
-    assert {n: s.store for n, s in data.sources.items()} == {
-        "web": "a/web",
-        "web-2": "b/web",
-        "code": "code/",
-    }
-    assert (data.stores, data.corpus, data.tokenizer) == ([], None, "t.json")
+    names = {name: source.store for name, source in data.sources.items()}
+    assert names == {"web": "a/web", "web-2": "b/web", "code": "code/"}
+    assert (data.stores, data.corpus, data.tokenizer) == ([], None, str(tokenizer))
     assert load_config(None, ["--data.stores", "one"]).data.stores == ["one"]
+
+
+def test_a_missing_tokenizer_is_named_before_anything_is_built(tmp_path):
+    config = small(
+        "--data.corpus", "c.txt", "--data.tokenizer", "no/t.json", "--data.cache_dir", str(tmp_path)
+    )
+    with pytest.raises(ConfigError) as raised:
+        resolve_data(config)
+    assert str(raised.value) == "data.tokenizer: no/t.json: no such file (a tokenizer.json, or stdlib)"
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_concrete_config_is_left_as_it_is():

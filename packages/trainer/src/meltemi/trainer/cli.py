@@ -45,9 +45,11 @@ def main(
         if command.verify is not None:
             return verify(command.verify)
         if command.launch is not None:
-            from meltemi.trainer.launch import slice_launch
+            from meltemi.trainer.launch import check_address, slice_launch
 
             launch = slice_launch(command.launch)
+            if command.launch.address is not None:
+                check_address(command.launch.address)
         config_path = command.config or default_config
         from meltemi.trainer.config_io import load_config
 

@@ -8,7 +8,7 @@ Built stores and the standard library's tokenizer are cached under ``data.cache_
 out names them by path in ``data.sources`` and ``data.tokenizer``, so it is what the run directory records.
 
 >>> from meltemi.trainer.config import RunConfig
->>> config = RunConfig(data={"stores": ["stores/web", "stores/code"], "tokenizer": "t.json"})
+>>> config = RunConfig(data={"stores": ["stores/web", "stores/code"]})
 >>> sorted(resolve_data(config).data.sources)
 ['code', 'web']
 """
@@ -46,6 +46,8 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
     tokenizer = data.tokenizer
     if tokenizer == STDLIB:
         tokenizer = stdlib_tokenizer(config, say)
+    elif tokenizer is not None and "://" not in tokenizer and not Path(tokenizer).is_file():
+        raise ConfigError(f"data.tokenizer: {tokenizer}: no such file (a tokenizer.json, or stdlib)")
     if data.stores:
         sources = {name: {"store": store} for name, store in _store_names(data.stores).items()}
     elif data.corpus is not None:

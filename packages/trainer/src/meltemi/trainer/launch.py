@@ -162,11 +162,24 @@ def slice_launch(flags: LaunchFlags) -> SliceLaunch:
     return launch
 
 
+def check_address(address: str) -> None:
+    """Ask ``--address`` once whether anything listens there (Ray itself would retry a silent address for
+    minutes); a ``TrainerError`` naming it when nothing does."""
+    import socket
+
+    from meltemi.trainer.errors import TrainerError
+
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=10).close()
+    except (OSError, ValueError) as e:
+        raise TrainerError(f"--address {address}: no Ray cluster answers there ({e})") from None
+
+
 def launch_on_ray(config: RunConfig, run_dir: Path, launch: SliceLaunch, address: str | None) -> int:
     """Train on slices: a local cluster of fake CPU slices, or the Ray cluster at ``address``; a silent
     address is a one-line ``TrainerError``."""
     import contextlib
-    import socket
 
     from meltemi.raytpu import LocalSliceCluster, RaytpuError
     from meltemi.trainer.errors import TrainerError
@@ -175,16 +188,11 @@ def launch_on_ray(config: RunConfig, run_dir: Path, launch: SliceLaunch, address
     if address is not None:
         import ray
 
-        host, _, port = address.rpartition(":")
-        silent = f"--address {address}: no Ray cluster answers there"
-        try:  # Ray would retry a silent address for minutes: ask it once first
-            socket.create_connection((host or "127.0.0.1", int(port)), timeout=10).close()
-        except (OSError, ValueError) as e:
-            raise TrainerError(f"{silent} ({e})") from None
+        check_address(address)
         try:
             ray.init(address=address, include_dashboard=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
-            raise TrainerError(f"{silent} ({e})") from None
+            raise TrainerError(f"--address {address}: no Ray cluster answers there ({e})") from None
         cluster = contextlib.nullcontext()
     else:
         cluster = LocalSliceCluster([(launch.slice_type, launch.slices)])
