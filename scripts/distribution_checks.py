@@ -108,6 +108,18 @@ def readme_link_problems(markdown: str, shipped: set[str]) -> list[str]:
     return problems
 
 
+def readme_example(markdown: str) -> str:
+    """The one Python example of a README, to run as a script in an environment with the package installed.
+
+    >>> readme_example("Intro\\n```python\\nprint(1)\\n```\\n```bash\\nls\\n```\\n")
+    'print(1)\\n'
+    """
+    blocks = re.findall(r"^```python\n(.*?)^```", markdown, flags=re.MULTILINE | re.DOTALL)
+    if len(blocks) != 1:
+        raise ValueError(f"expected one ```python example in the README, found {len(blocks)}")
+    return blocks[0]
+
+
 def write_simple_index(files: list[Path], index: Path) -> Path:
     """A PEP 503 simple index of ``files`` (wheels and sdists) in the directory ``index``: one page per
     project listing its files with their SHA-256, which pip and uv read as ``file://`` + ``index``.

@@ -5,6 +5,7 @@
     uv run python scripts/release.py check-tag meltemi-datastore-v0.2.0
     uv run python scripts/release.py check-dist meltemi-datastore dist/
     uv run python scripts/release.py index dist/ index/              # a PEP 503 index of built files
+    uv run python scripts/release.py readme-example meltemi-datastore  # its README's example, as a script
 
 ``bump`` changes the package's version in its ``pyproject.toml``, opens the new version's entry in its
 ``CHANGELOG.md`` (the notes gathered under ``[Unreleased]`` move under it, dated today) and sets the version
@@ -21,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from distribution_checks import check_distribution, write_simple_index
+from distribution_checks import check_distribution, readme_example, write_simple_index
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from workspace_packages import (
@@ -162,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     index_parser = commands.add_parser("index", help="write a PEP 503 simple index of built files")
     index_parser.add_argument("directory", type=Path)
     index_parser.add_argument("index", type=Path)
+    example_parser = commands.add_parser("readme-example", help="print a package's README example")
+    example_parser.add_argument("package")
     args = parser.parse_args(argv)
     try:
         return _run(args)
@@ -205,6 +208,13 @@ def _run(args: argparse.Namespace) -> int:
         if problems:
             raise ReleaseError(f"{package.dist} {package.version}:\n  " + "\n  ".join(problems))
         print(f"ok  {package.dist} {package.version}: sdist and wheel")
+        return 0
+    if args.command == "readme-example":
+        package = find_package(load_workspace(ROOT), args.package)
+        try:
+            print(readme_example((package.directory / "README.md").read_text(encoding="utf-8")), end="")
+        except ValueError as e:
+            raise ReleaseError(f"{package.directory / 'README.md'}: {e}") from None
         return 0
     files = sorted(args.directory.glob("*.whl")) + sorted(args.directory.glob("*.tar.gz"))
     if not files:
