@@ -197,7 +197,9 @@ def _run(args: argparse.Namespace) -> int:
         return 1 if problems else 0
     if args.command == "check-tag":
         package, version = check_tag(ROOT, args.tag)
-        print(f"dist={package.dist}\ndirectory={package.directory.relative_to(ROOT)}\nversion={version}")
+        directory = package.directory.relative_to(ROOT)
+        print(f"dist={package.dist}\ndirectory={directory}\nversion={version}\nmodule={package.import_name}")
+        print(f"extras={','.join(package.extras)}")
         return 0
     if args.command == "check-dist":
         package = find_package(load_workspace(ROOT), args.package)

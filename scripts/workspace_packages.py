@@ -41,6 +41,21 @@ class Package:
         return f"{self.dist}-v"
 
     @property
+    def import_name(self) -> str:
+        """The module it installs: ``haliax_lite``, or ``meltemi.datastore`` under the namespace."""
+        inits = sorted((self.directory / "src").glob("*/__init__.py")) or sorted(
+            (self.directory / "src").glob("*/*/__init__.py")
+        )
+        if len(inits) != 1:
+            raise ReleaseError(f"{self.directory / 'src'}: expected one import package, found {len(inits)}")
+        return ".".join(inits[0].parent.relative_to(self.directory / "src").parts)
+
+    @property
+    def extras(self) -> list[str]:
+        """Its optional extras (``ray``, ``wandb``, ...), sorted."""
+        return sorted({extra for _, extra in self.requirements if extra})
+
+    @property
     def pyproject(self) -> Path:
         return self.directory / "pyproject.toml"
 
