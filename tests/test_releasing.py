@@ -273,3 +273,17 @@ def test_the_release_workflow_publishes_each_package_from_its_own_tag_without_a_
     ci = yaml.safe_load((ROOT / ".github/workflows/ci.yml").read_text(encoding="utf-8"))
     assert {"push", "pull_request"} <= set(ci[True])
     assert any("bash .ci/run" in step.get("run", "") for job in ci["jobs"].values() for step in job["steps"])
+
+
+def test_check_tag_prints_what_the_release_workflow_reads(capsys):
+    from release import main
+
+    assert main(["check-tag", "meltemi-trainer-v" + str(PACKAGES["meltemi-trainer"].version)]) == 0
+    fields = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
+    assert fields == {
+        "dist": "meltemi-trainer",
+        "directory": "packages/trainer",
+        "version": str(PACKAGES["meltemi-trainer"].version),
+        "module": "meltemi.trainer",
+        "extras": "ray,tensorboard,wandb",
+    }
