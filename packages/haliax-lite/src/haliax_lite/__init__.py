@@ -10,7 +10,9 @@ module below holds one idea and lists its public names in ``__all__``; they are 
 True
 """
 
-__version__ = "0.1.0"
+import importlib.metadata
+
+__version__ = importlib.metadata.version("haliax-lite")
 
 from equinox import filter_eval_shape as filter_eval_shape
 from equinox import filter_grad as filter_grad

@@ -3,6 +3,8 @@
 It returns numpy arrays and never imports JAX, so it serves any framework (PyTorch included).
 """
 
+import importlib.metadata
+
 from meltemi.datastore import corpora
 from meltemi.datastore.audit import audit_store
 from meltemi.datastore.build import BuildReport, build_store
@@ -29,7 +31,7 @@ from meltemi.datastore.splits import SequenceRange, hold_out
 from meltemi.datastore.store import TokenStore
 from meltemi.datastore.token_bytes import token_byte_lengths
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("meltemi-datastore")
 
 __all__ = [
     "BadLineError",

@@ -8,6 +8,8 @@ Plain arrays in and out, so any JAX model can use them.
 (1, 8, 4, 16)
 """
 
+import importlib.metadata
+
 from meltemi.kernels.attention import (
     AttentionImplementation,
     Choice,
@@ -23,7 +25,7 @@ from meltemi.kernels.cross_entropy import (
 from meltemi.kernels.cross_entropy_pallas import PallasCrossEntropyConfig
 from meltemi.kernels.mask_spec import MaskSpec
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("meltemi-kernels")
 
 __all__ = [
     "AttentionImplementation",

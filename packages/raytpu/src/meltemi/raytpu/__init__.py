@@ -3,6 +3,8 @@
 JAX is not imported here: the workload that runs on the slices brings it.
 """
 
+import importlib.metadata
+
 from meltemi.raytpu.errors import (
     NotConnectedError,
     NotInJobError,
@@ -18,7 +20,7 @@ from meltemi.raytpu.outcomes import Attempt
 from meltemi.raytpu.runner import RetryPolicy, run_on_slices
 from meltemi.raytpu.slices import TPU_GENERATIONS, SliceType, cpu_slice, gpu_slice, slice_type, tpu_slice
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("meltemi-raytpu")
 
 __all__ = [
     "TPU_GENERATIONS",

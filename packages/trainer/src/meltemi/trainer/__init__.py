@@ -12,9 +12,10 @@ JAX.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("meltemi-trainer")
 
 if TYPE_CHECKING:
     from meltemi.trainer.config import DataConfig, ModelConfig, OptimizerConfig, RunConfig, TrainerConfig

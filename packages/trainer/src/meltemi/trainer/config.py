@@ -10,6 +10,7 @@ Every field has a default and a description; unknown keys and wrong types are er
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -146,6 +147,22 @@ class TrackersConfig(Section):
 
     tensorboard: bool = Field(False, description="write TensorBoard event files under <run dir>/tensorboard")
     wandb: WandbConfig | None = Field(None, description="log to Weights & Biases")
+
+    @model_validator(mode="after")
+    def _check_extras_installed(self) -> TrackersConfig:
+        """A tracker whose library is missing is a config error naming the extra that installs it, given
+        before the run directory changes (the trackers import their libraries only when a run opens them)."""
+        wanted = {
+            "tensorboard": ("tensorboardX", self.tensorboard),
+            "wandb": ("wandb", self.wandb is not None),
+        }
+        for extra, (module, on) in wanted.items():
+            if on and importlib.util.find_spec(module) is None:
+                raise ValueError(
+                    f"{extra} is on but {module} is not installed: pip install 'meltemi-trainer[{extra}]', "
+                    f"or leave {extra} off"
+                )
+        return self
 
 
 class InitializeFrom(Section):
