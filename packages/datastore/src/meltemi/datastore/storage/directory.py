@@ -90,8 +90,10 @@ class Directory:
         return None if result.state == "missing" else bytes(result.value)
 
     def read_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
-        """Bytes `[start, stop)` of the object (to its end when `stop` is None; from the end when `start` is
-        negative); None when there is no such object. A range past the end is a `StorageError`."""
+        """Bytes `[start, stop)` of the object (to its end when `stop` is None), `0 <= start`; None when there
+        is no such object. A range past the end is a `StorageError`."""
+        if start < 0:
+            raise ValueError(f"read_range: start must be at least 0, got {start}")
         try:
             result = self.kvstore.read(key, byte_range=slice(start, stop)).result()
         except ValueError as e:
@@ -133,7 +135,8 @@ class Directory:
             keys = self.kvstore.list(_prefix_range(prefix)).result()
         except ValueError as e:
             raise storage_error(self.where(prefix), "listing", e) from None
-        return sorted(key.decode("utf-8") for key in keys)
+        # Filtered here too: some servers (the GCS emulator) ignore the range's bounds.
+        return sorted(k for k in (key.decode("utf-8") for key in keys) if k.startswith(prefix))
 
     def delete(self, key: str) -> None:
         """Delete the object (nothing happens when there is none)."""
@@ -160,7 +163,7 @@ def check_writable(location: str | os.PathLike | Location) -> Location:
     directory = Directory(location, PROBE_RETRIES)
     key = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
     try:
-        directory.kvstore.write(key, b"").result()
+        directory.kvstore.write(key, b"probe").result()  # not empty: the GCS emulator refuses those
         directory.kvstore.write(key, None).result()
     except ValueError as e:
         raise storage_error(directory.where(), "writing a probe object", e, writing=True) from None

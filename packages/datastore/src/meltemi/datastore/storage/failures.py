@@ -28,7 +28,13 @@ _UNREACHABLE = (
     "timed out",
     "failed to connect",
 )
-_DENIED = ("permission_denied", "unauthenticated", "accessdenied", "invalidaccesskeyid", "signaturedoesnotmatch")
+_DENIED = (
+    "permission_denied",
+    "unauthenticated",
+    "accessdenied",
+    "invalidaccesskeyid",
+    "signaturedoesnotmatch",
+)
 
 
 def reason(error: BaseException) -> str:
@@ -46,9 +52,11 @@ def storage_error(where: str, doing: str, error: BaseException, *, writing: bool
 
     A 404 while writing means the bucket is missing (a missing key is not an error when reading).
 
-    >>> e = storage_error("s3://b/x", "writing", ValueError("NOT_FOUND: NoSuchBucket: no bucket"))
-    >>> type(e).__name__, str(e)
-    ('NoSuchBucketError', "s3://b/x: writing failed: the bucket 'b' does not exist (NOT_FOUND: NoSuchBucket: no bucket)")
+    >>> e = storage_error("s3://b/x", "writing", ValueError("NOT_FOUND: NoSuchBucket: none"))
+    >>> type(e).__name__
+    'NoSuchBucketError'
+    >>> str(e)
+    "s3://b/x: writing failed: the bucket 'b' does not exist (NOT_FOUND: NoSuchBucket: none)"
     """
     said = reason(error)
     lowered = said.lower()

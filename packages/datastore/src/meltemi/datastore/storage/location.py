@@ -73,7 +73,8 @@ class Location:
     >>> Location.parse("hdfs://n/x")
     Traceback (most recent call last):
     ...
-    meltemi.datastore.errors.UnknownSchemeError: hdfs://n/x: unknown scheme 'hdfs'; a location is a local path or a file://, gs://, s3:// or memory:// URL
+    meltemi.datastore.errors.UnknownSchemeError: hdfs://n/x: unknown scheme 'hdfs'; a location is a local path
+    or a file://, gs://, s3:// or memory:// URL
     """
 
     scheme: Scheme
@@ -88,7 +89,9 @@ class Location:
             return text
         given = os.fspath(text)
         if not given.strip():
-            raise BadUrlError("the location is empty: give a local path or a gs://, s3://, file:// or memory:// URL")
+            raise BadUrlError(
+                "the location is empty: give a local path or a file://, gs://, s3:// or memory:// URL"
+            )
         match = _URL.match(given)
         if match is None:
             slip = _ONE_SLASH.match(given)
@@ -160,16 +163,14 @@ class Location:
         """
         spec: dict[str, Any] = {"driver": _DRIVERS[self.scheme], "path": self.path + "/" if self.path else ""}
         if self.scheme == "file":
-            spec["context"] = {"file_io_sync": True}  # fsync the data and the directory before a write returns
+            spec["context"] = {"file_io_sync": True}  # fsync data and directory before a write returns
         elif self.scheme == "gs":
             export_gcs_emulator()
             spec |= {"bucket": self.bucket, "context": {"gcs_request_retries": retries.to_json()}}
         elif self.scheme == "s3":
             spec |= {"bucket": self.bucket} | s3_settings()
-            spec["context"] = {
-                "s3_request_retries": retries.to_json(),
-                "aws_credentials": {"type": "environment" if os.environ.get("AWS_ACCESS_KEY_ID") else "default"},
-            }
+            keys = "environment" if os.environ.get("AWS_ACCESS_KEY_ID") else "default"
+            spec["context"] = {"s3_request_retries": retries.to_json(), "aws_credentials": {"type": keys}}
         return spec
 
 
