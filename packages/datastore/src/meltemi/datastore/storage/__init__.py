@@ -15,7 +15,13 @@
 """
 
 from meltemi.datastore.storage.appender import Appender, read_appended
-from meltemi.datastore.storage.directory import Directory, check_readable, check_writable, storage_context
+from meltemi.datastore.storage.directory import (
+    Directory,
+    check_readable,
+    check_writable,
+    read_object,
+    storage_context,
+)
 from meltemi.datastore.storage.location import DEFAULT_RETRIES, PROBE_RETRIES, SCHEMES, Location, Retries
 
 __all__ = [
@@ -29,5 +35,6 @@ __all__ = [
     "check_readable",
     "check_writable",
     "read_appended",
+    "read_object",
     "storage_context",
 ]

@@ -13,9 +13,11 @@ bucket, refused credentials or an unreachable endpoint are reported at once, not
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import tensorstore as ts
@@ -90,13 +92,17 @@ class Directory:
         return None if result.state == "missing" else bytes(result.value)
 
     def read_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
-        """Bytes `[start, stop)` of the object (to its end when `stop` is None), `0 <= start`; None when there
-        is no such object. A range past the end is a `StorageError`."""
+        """Bytes `[start, stop)` of the object, `0 <= start`; None when there is no such object.
+
+        With `stop` None, the bytes from `start` to the end (none when it starts past the end); with a
+        `stop`, a range the object does not hold is a `StorageError`."""
         if start < 0:
             raise ValueError(f"read_range: start must be at least 0, got {start}")
         try:
             result = self.kvstore.read(key, byte_range=slice(start, stop)).result()
         except ValueError as e:
+            if stop is None and str(e).startswith("OUT_OF_RANGE"):
+                return b""
             raise storage_error(self.where(key), f"reading bytes {start}..{stop}", e) from None
         return None if result.state == "missing" else bytes(result.value)
 
@@ -151,6 +157,32 @@ class Directory:
             self.kvstore.delete_range(_prefix_range(prefix)).result()
         except ValueError as e:
             raise storage_error(self.where(prefix), "deleting", e, writing=True) from None
+        local = self.location.local_path
+        if local is not None and prefix.endswith("/"):
+            _remove_empty_directories(local / prefix)
+
+
+def _remove_empty_directories(root: Path) -> None:
+    """Remove the directories left empty under `root` (and `root`), as an object store has none: TensorStore's
+    `file` driver deletes the files of a range but keeps the directories that held them."""
+    if not root.is_dir():
+        return
+    for directory, _, _ in sorted(os.walk(root), key=lambda entry: -len(entry[0])):
+        with contextlib.suppress(OSError):  # not empty: something else lives there
+            os.rmdir(directory)
+
+
+def read_object(location: str | os.PathLike | Location) -> bytes | None:
+    """The bytes of the one object `location` names (a local file, or a key in a bucket); None when missing.
+
+    >>> Directory("memory://doc/objects").write_text("tokenizer.json", "{}")
+    >>> read_object("memory://doc/objects/tokenizer.json"), read_object("memory://doc/objects/nothing")
+    (b'{}', None)
+    """
+    named = Location.parse(location)
+    parent, _, key = named.path.rpartition("/")
+    shown = str(named).rstrip("/").rpartition("/")[0]
+    return Directory(Location(named.scheme, named.bucket, parent, shown)).read_bytes(key)
 
 
 def check_writable(location: str | os.PathLike | Location) -> Location:
