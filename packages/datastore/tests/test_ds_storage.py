@@ -188,3 +188,12 @@ def test_a_file_where_a_directory_should_be_is_one_line(tmp_path):
     with pytest.raises(PathIsAFileError, match=r"taken: writing a probe object failed: a file is in the way"):
         check_writable(tmp_path / "taken")
     assert issubclass(PathIsAFileError, StorageError)
+
+
+def test_a_local_write_reaches_the_disk_before_it_returns(tmp_path):
+    """What durable.py did by hand (write aside, fsync, rename, fsync the directory), TensorStore's file
+    driver does when `file_io_sync` is on: the seam turns it on explicitly, and leaves nothing aside."""
+    d = Directory(tmp_path)
+    assert d.kvstore.spec(retain_context=True).to_json()["file_io_sync"] is True
+    d.write_bytes("a/b.json", b"{}")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b.json"]
