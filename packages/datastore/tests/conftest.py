@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from meltemi.datastore import build_store, corpora
+from meltemi.datastore.testing import gcs, gcs_server, s3, s3_server  # noqa: F401  (server fixtures)
 
 
 @pytest.fixture
@@ -63,3 +64,15 @@ def write_files(tmp_path):
         return sorted(paths)
 
     return write
+
+
+@pytest.fixture(params=["local", "memory", "s3", "gcs"])
+def any_location(request, tmp_path) -> str:
+    """A fresh, empty location on each backend: a local directory, memory, an S3 and a GCS bucket."""
+    if request.param == "local":
+        return str(tmp_path / "here")
+    if request.param == "memory":
+        return f"memory://{request.node.name}/{os.urandom(6).hex()}"
+    server = request.getfixturevalue(request.param)
+    scheme = "s3" if request.param == "s3" else "gs"
+    return f"{scheme}://{server.make_bucket()}/some/prefix"

@@ -236,7 +236,7 @@ def test_a_store_named_by_url_is_read_through_tensorstore(small_store, copy, sto
     (copy / "manifest.json").unlink()
     (copy / ".build").mkdir()
     (copy / ".build" / "plan.json").write_text(json.dumps({"units": [[0], [1]], "command": "build again"}))
-    with pytest.raises(IncompleteStoreError, match="stopped before it finished its 2 units.*build again"):
+    with pytest.raises(IncompleteStoreError, match="stopped after 0 of 2 units.*build again"):
         TokenStore.open(copy.resolve().as_uri())
 
 

@@ -5,19 +5,16 @@ tokenizes each unit into a part file (in N processes), then assembles the parts,
 Zarr arrays and writes `manifest.json` last. A killed build, run again, skips the parts it has.
 """
 
-import contextlib
-import fcntl
 import multiprocessing
 import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from pathlib import Path
 
 import numpy as np
 
+from meltemi.datastore.build_output import only_build, prepare_directory
 from meltemi.datastore.build_records import (
     EARLIER_INVALID_UTF8,
     BuildOptions,
@@ -25,16 +22,9 @@ from meltemi.datastore.build_records import (
     PartSummary,
     Plan,
     SourceRecord,
-    count_phrase,
 )
 from meltemi.datastore.build_request import UNIT_BYTES, BuildRequest, Hints
-from meltemi.datastore.errors import (
-    BadLineError,
-    DatastoreError,
-    EmptyCorpusError,
-    InvalidUtf8Error,
-    SourceChangedError,
-)
+from meltemi.datastore.errors import BadLineError, EmptyCorpusError, InvalidUtf8Error
 from meltemi.datastore.layout import (
     BUILD_DIR,
     DEFAULT_CHUNK_TOKENS,
@@ -49,15 +39,15 @@ from meltemi.datastore.layout import (
     TOKENS,
     ShardLayout,
     group_metadata,
-    read_json,
     token_dtype,
-    write_json_atomically,
 )
 from meltemi.datastore.progress import ProgressBar
 from meltemi.datastore.sources import InvalidUtf8, Piece, Source, describe_source, resolve_inputs
+from meltemi.datastore.storage import Directory, Location
 from meltemi.datastore.tokenizing import (
     TokenizerInfo,
-    part_paths,
+    load_array,
+    part_keys,
     quiet_worker,
     tokenize_unit,
     tokenize_units,
@@ -66,7 +56,6 @@ from meltemi.datastore.writing import ArrayWriter, check_shards, content_hash
 
 MIN_UNIT_BYTES = 64 << 10
 UNITS_PER_CORPUS = 16
-PLAN = "plan.json"
 
 
 def build_store(
@@ -96,6 +85,11 @@ def build_store(
     below 1M), each a run of `chunk_tokens`-long chunks with a checksum each: a reader reads and checks
     whole chunks, so small chunks waste little on short random reads. The build holds a lock on `out`: a
     second build of the same store while one runs is an error, and changes nothing.
+
+    `out` may be a local directory or a URL of the storage seam (`gs://`, `s3://`, `file://`,
+    `memory://`; see `meltemi.datastore.storage`): a build into a bucket writes its parts and arrays
+    there, so it resumes from any host, and makes the same bytes as a local build. The output is probed
+    first, so a missing bucket or refused credentials fail before any tokenizing.
 
     A JSONL line that is not a JSON object with a string `text_field` stops the build with a
     `BadLineError` naming the file and line; the units already done are kept, so after fixing the line (or
@@ -138,22 +132,24 @@ def build_store(
         invalid_utf8=invalid_utf8,
     )
     hints = hints or Hints()
-    out, options = Path(out), request.options()
+    out, options = Directory(out), request.options()
+    if out.location.scheme == "memory" and workers > 1:
+        raise ValueError(f"{out.location}: memory:// lives in one process; build it with workers=1")
     info = TokenizerInfo.load(tokenizer, eos=eos, eos_token=eos_token, hints=hints)
     sources = [describe_source(url, split_bytes=unit_bytes) for url in resolve_inputs(list(request.inputs))]
     plan = _plan(info, sources, options, hints.command(request))
-    with _only_build(out):
-        _prepare_directory(out, plan, request, hints)
-        if (out / MANIFEST).exists():
+    with only_build(out):
+        prepare_directory(out, plan, request, hints)
+        if out.exists(MANIFEST):
             return _already_built(out)
         try:
-            summaries = _tokenize(out / BUILD_DIR, plan, sources, info, request, hints, progress)
+            summaries = _tokenize(out.location / BUILD_DIR, plan, sources, info, request, hints, progress)
         except (BadLineError, InvalidUtf8Error) as error:
             raise _stopped(out, error, request, hints) from None
         counts = sum((Counter(s.counts) for s in summaries), Counter())
         documents, tokens = sum(s.documents for s in summaries), sum(s.tokens for s in summaries)
         report = BuildReport(
-            str(out),
+            str(out.location),
             documents,
             tokens,
             dict(counts),
@@ -162,7 +158,7 @@ def build_store(
             invalid_utf8=request.invalid_utf8,
         )
         if documents == 0:
-            shutil.rmtree(out / BUILD_DIR)
+            out.delete_prefix(f"{BUILD_DIR}/")
             files = f"{len(sources)} file{'s' * (len(sources) != 1)}"
             raise EmptyCorpusError(f"the inputs hold no non-empty document ({files}: {report.notes()})")
         _assemble(out, plan, info, summaries, report, hints, progress)
@@ -170,11 +166,11 @@ def build_store(
     return report
 
 
-def _already_built(out: Path) -> BuildReport:
-    manifest = read_json(out / MANIFEST)
+def _already_built(out: Directory) -> BuildReport:
+    manifest = out.read_json(MANIFEST)
     counts = manifest["counts"]
     return BuildReport(
-        str(out),
+        str(out.location),
         counts["documents"],
         counts["tokens"],
         {key: n for key, n in counts.items() if key not in ("documents", "tokens")},
@@ -186,7 +182,7 @@ def _already_built(out: Path) -> BuildReport:
 
 
 def _stopped(
-    out: Path, error: BadLineError | InvalidUtf8Error, request: BuildRequest, hints: Hints
+    out: Directory, error: BadLineError | InvalidUtf8Error, request: BuildRequest, hints: Hints
 ) -> BadLineError | InvalidUtf8Error:
     """Record why the build stopped (for `TokenStore.open`'s message), and say how to go on."""
     if isinstance(error, BadLineError):
@@ -201,29 +197,10 @@ def _stopped(
     for way, changes in ways.items():
         command = hints.run(request, **changes)
         how += f", or {way}: {command}" if command else ""
-    write_json_atomically(out / BUILD_DIR / STOPPED, {"error": str(error), "how": how})
+    out.write_json(f"{BUILD_DIR}/{STOPPED}", {"error": str(error), "how": how})
     if isinstance(error, BadLineError):
         return BadLineError(f"{error}. {how}")
     return error.with_message(f"{error}. {how}")
-
-
-@contextlib.contextmanager
-def _only_build(out: Path):
-    """Hold an exclusive lock on the output directory, so that two builds never write one store."""
-    if out.exists() and not out.is_dir():
-        raise DatastoreError(f"output {str(out)!r} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(out, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DatastoreError(
-                f"another build of {str(out)!r} is running; wait for it to finish (or stop it) and run again"
-            ) from None
-        yield
-    finally:
-        os.close(descriptor)
 
 
 def _plan(info: TokenizerInfo, sources: list[Source], options: BuildOptions, command: str) -> Plan:
@@ -257,86 +234,6 @@ def _pieces(unit: Sequence[Sequence], sources: list[Source]) -> list[Piece]:
     return [Piece(sources[index], start, stop, first_line) for index, start, stop, first_line in unit]
 
 
-def _prepare_directory(out: Path, plan: Plan, request: BuildRequest, hints: Hints) -> None:
-    """Check `out` against `plan`: start fresh, resume, or stop because the inputs changed."""
-    plan_path = out / BUILD_DIR / PLAN
-    previous, built = None, (out / MANIFEST).exists()
-    if built:
-        previous = read_json(out / MANIFEST)
-    elif plan_path.exists():
-        previous = read_json(plan_path)
-    elif out.exists() and any(out.iterdir()) and not (out / BUILD_DIR).exists():
-        raise DatastoreError(f"output {str(out)!r} is a non-empty directory that is not a token store")
-    if previous is not None:
-        rebuild = hints.flag("overwrite", True)
-        remedy = f"{rebuild} to rebuild it" if rebuild else None
-        difference = _difference(previous, plan.to_json())
-        if difference and not request.overwrite:
-            how = f"pass {remedy}" if remedy else "build it in another directory"
-            raise SourceChangedError(f"{str(out)!r} was built from different inputs: {difference}; {how}")
-        handled = _invalid_utf8_handled(previous, request) if built and not difference else None
-        if handled and not request.overwrite:
-            as_built = hints.flag("invalid_utf8", previous.get("invalid_utf8", EARLIER_INVALID_UTF8))
-            ways = [way for way in (as_built and f"{as_built} to use it as it is", remedy) if way]
-            how = f"pass {' or '.join(ways)}" if ways else "build it in another directory"
-            raise SourceChangedError(f"{str(out)!r} holds {handled}; {how}")
-        difference = difference or handled
-        if not difference:
-            if (out / MANIFEST).exists():
-                shutil.rmtree(out / BUILD_DIR, ignore_errors=True)
-            else:
-                (out / BUILD_DIR / STOPPED).unlink(missing_ok=True)
-            return
-    for name in (MANIFEST, GROUP, TOKENS, OFFSETS, OFFSETS_INDEX, BUILD_DIR):
-        path = out / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
-    (out / BUILD_DIR / "parts").mkdir(parents=True)
-    write_json_atomically(plan_path, plan.to_json())
-
-
-def _invalid_utf8_handled(manifest: dict, request: BuildRequest) -> str | None:
-    """What a finished store did with documents that are not UTF-8, when it is not what `request` asks."""
-    count = manifest["counts"].get("invalid_utf8_documents", 0)
-    policy = manifest.get("invalid_utf8", EARLIER_INVALID_UTF8)
-    if not count or policy == request.invalid_utf8:
-        return None
-    return (
-        f"{count_phrase('invalid_utf8_documents', count, policy)}, and this build's policy for invalid "
-        f"UTF-8 is {request.invalid_utf8!r}"
-    )
-
-
-def _difference(previous: dict, plan: dict) -> str | None:
-    """The first way `plan` (as JSON) differs from what a store or half-built store was made from, in words.
-
-    Both sides are read as JSON, since `previous` may be a manifest or a plan written by another version.
-    """
-    if previous.get("format_version") != plan["format_version"]:
-        return f"format version {previous.get('format_version')} != {plan['format_version']}"
-    old = {s["url"]: s for s in previous["sources"]}
-    new = {s["url"]: s for s in plan["sources"]}
-    for url in sorted(old.keys() | new.keys()):
-        if url not in new:
-            return f"source {url} is no longer among the inputs"
-        if url not in old:
-            return f"source {url} is new"
-        if old[url] != new[url]:
-            return (
-                f"source {url} changed (size {old[url]['size']} -> {new[url]['size']}, content hash differs)"
-            )
-    if previous["tokenizer"] != plan["tokenizer"]:
-        return (
-            f"tokenizer {previous['tokenizer']['name']} ({previous['tokenizer']['sha256'][:12]}) "
-            f"!= {plan['tokenizer']['name']} ({plan['tokenizer']['sha256'][:12]})"
-        )
-    if previous["options"] != plan["options"]:
-        return f"options {previous['options']} != {plan['options']}"
-    return None
-
-
 def _groups(todo: list[int], units: Sequence, sources: list[Source], group_bytes: int) -> list[list[int]]:
     """Consecutive units of about `group_bytes` of input together: one process tokenizes them in one go."""
     groups, group, size = [], [], 0
@@ -350,7 +247,7 @@ def _groups(todo: list[int], units: Sequence, sources: list[Source], group_bytes
 
 
 def _tokenize(
-    build_dir: Path,
+    build_dir: Location,
     plan: Plan,
     sources: list[Source],
     info: TokenizerInfo,
@@ -362,10 +259,12 @@ def _tokenize(
     it would change; the summaries of all the parts, in unit order."""
     units, policy = plan.units, request.reading(hints)
     summaries: dict[int, PartSummary] = {}
+    parts = Directory(build_dir)
+    done = set(parts.list("parts/"))
     for unit in range(len(units)):
-        summary_path = part_paths(build_dir, unit)[2]
-        if summary_path.exists():
-            summary = PartSummary.from_json(read_json(summary_path))
+        summary_key = part_keys(unit)[2]
+        if summary_key in done:
+            summary = PartSummary.from_json(parts.read_json(summary_key))
             if summary.fits(policy.invalid_utf8):
                 summaries[unit] = summary
     todo = [u for u in range(len(units)) if u not in summaries]
@@ -409,7 +308,7 @@ def _tokenize(
 
 
 def _assemble(
-    out: Path,
+    out: Directory,
     plan: Plan,
     info: TokenizerInfo,
     summaries: list[PartSummary],
@@ -436,9 +335,9 @@ def _assemble(
     position, documents = 0, 1
     with ProgressBar(len(summaries), "assembling", enabled=progress) as bar:
         for unit, summary in enumerate(summaries):
-            tokens_path, lengths_path, _ = part_paths(build_dir, unit)
-            writers[TOKENS].append(np.load(tokens_path, allow_pickle=False))
-            offsets = position + np.cumsum(np.load(lengths_path, allow_pickle=False), dtype=np.uint64)
+            tokens_key, lengths_key, _ = part_keys(unit)
+            writers[TOKENS].append(load_array(build_dir, tokens_key))
+            offsets = position + np.cumsum(load_array(build_dir, lengths_key), dtype=np.uint64)
             writers[OFFSETS].append(offsets)
             writers[OFFSETS_INDEX].append(offsets[-documents % OFFSETS_CHUNK :: OFFSETS_CHUNK])
             position, documents = int(offsets[-1]) if offsets.size else position, documents + offsets.size
@@ -463,6 +362,6 @@ def _assemble(
         "chunks": {name: layout.num_chunks for name, layout in layouts.items()},
         "per_array": "sha256 of the little-endian values, in each array's entry",
     }
-    write_json_atomically(out / GROUP, group_metadata())
-    write_json_atomically(out / MANIFEST, manifest)
-    shutil.rmtree(build_dir)
+    out.write_json(GROUP, group_metadata())
+    out.write_json(MANIFEST, manifest)  # last: its presence is what makes the store complete
+    out.delete_prefix(f"{BUILD_DIR}/")

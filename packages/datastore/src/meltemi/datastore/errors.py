@@ -70,3 +70,32 @@ class IntegrityError(DatastoreError):
 
 class TokenizerMismatchError(DatastoreError):
     """The store was built with a different tokenizer than the caller expects."""
+
+
+class StorageError(DatastoreError):
+    """A location (a local path, or a `gs://`, `s3://`, `file://` or `memory://` URL) cannot be used: the
+    message names the URL and what failed. Each subclass is one mistake a user can make."""
+
+
+class UnknownSchemeError(StorageError):
+    """The URL's scheme is not one the storage seam reads and writes (`file`, `gs`, `s3`, `memory`)."""
+
+
+class BadUrlError(StorageError):
+    """The URL is malformed: a bucket URL without a bucket name, say."""
+
+
+class NoSuchBucketError(StorageError):
+    """The URL's bucket does not exist (or the endpoint serves no bucket of that name)."""
+
+
+class AccessDeniedError(StorageError):
+    """The credentials were refused: unknown or wrong keys, or no permission on the bucket."""
+
+
+class UnreachableError(StorageError):
+    """The storage endpoint cannot be reached (connection refused, no route, name not resolved)."""
+
+
+class PathIsAFileError(StorageError):
+    """A local path that should be a directory is a file."""

@@ -3,7 +3,8 @@
 Both give the same answers; they differ in reach and speed. A local store is read with `os.pread` on
 file descriptors kept open (a few microseconds per range: the small random reads a shuffled batch makes
 cost little more than copying from a memmap). A store named by a URL (`file://`, `gs://`, `s3://`, ...)
-is read through TensorStore's key-value stores, every range of a request issued at once in one batch.
+is read through TensorStore's key-value stores (the storage seam's, with its endpoints, credentials and
+retries), every range of a request issued at once in one batch.
 """
 
 import os
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Protocol
 
 import tensorstore as ts
+
+from meltemi.datastore.storage import Directory, Location
 
 Range = tuple[str, int, int]
 """A key (a path relative to the store), and the start and stop byte to read from it."""
@@ -45,13 +48,16 @@ def is_url(location: str | os.PathLike) -> bool:
     return "://" in os.fspath(location)
 
 
-def open_files(location: str | os.PathLike) -> StoreFiles:
-    """A URL is read through TensorStore, anything else as a local directory.
+def open_files(location: str | os.PathLike | Location) -> StoreFiles:
+    """A URL is read through TensorStore, a local path with positional reads; an unknown scheme or a
+    malformed URL is a `StorageError`.
 
     >>> type(open_files("/tmp/store")).__name__, type(open_files("memory://store")).__name__
     ('LocalFiles', 'TensorStoreFiles')
     """
-    return TensorStoreFiles(os.fspath(location)) if is_url(location) else LocalFiles(Path(location))
+    if isinstance(location, Location) or is_url(location):
+        return TensorStoreFiles(location)
+    return LocalFiles(Path(location))
 
 
 class LocalFiles:
@@ -122,21 +128,17 @@ class LocalFiles:
 
 
 class TensorStoreFiles:
-    """A store at a URL TensorStore understands (`file:///abs/path`, `gs://bucket/path`, `memory://`...)."""
+    """A store at a URL of the storage seam (`file:///abs/path`, `gs://bucket/path`, `s3://...`, `memory://`)."""
 
-    def __init__(self, url: str):
-        self.url = url.rstrip("/") + "/"
-        try:
-            self.kvstore = ts.KvStore.open(self.url).result()
-        except ValueError as e:
-            raise ValueError(f"{url}: not a location TensorStore can read ({e})") from None
+    def __init__(self, location: str | os.PathLike | Location):
+        self.directory = Directory(location)
+        self.kvstore = self.directory.kvstore
 
     def where(self, key: str) -> str:
-        return self.url + key
+        return self.directory.where(key)
 
     def read(self, key: str) -> bytes | None:
-        result = self.kvstore.read(key).result()
-        return None if result.state == "missing" else bytes(result.value)
+        return self.directory.read_bytes(key)
 
     def start_reads(self, ranges: Sequence[Range], buffer: memoryview) -> Callable[[], list[Outcome]]:
         with ts.Batch() as batch:

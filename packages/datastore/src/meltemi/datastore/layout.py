@@ -12,12 +12,12 @@ finds chunk `j` of a shard at byte `j * (chunk * itemsize + 4)` and reads any ru
 ranged read; `zarr.open` and TensorStore read the same arrays through the standard codecs.
 
 The manifest is written last, atomically, so its presence is what makes a store complete; a build in
-progress keeps its state in `.build/`.
+progress keeps its state in `.build/`. Everything is written through the storage seam, so a store is the
+same objects on a local disk and under a bucket prefix (`gs://`, `s3://`).
 """
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ import numpy as np
 import tensorstore as ts
 from google_crc32c import value as crc32c  # CRC-32C, the checksum Zarr's crc32c codec appends
 
-from meltemi.datastore.durable import write_atomically
+from meltemi.datastore.storage import Directory, storage_context
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -169,36 +169,20 @@ class ShardLayout:
         return cls(int(entry["size"]), np.dtype(entry["dtype"]), int(entry["chunk"]), int(entry["shard"]))
 
 
-def array_spec(root: str | os.PathLike, array: str) -> dict[str, Any]:
-    """The TensorStore spec of one of the store's arrays."""
-    return {"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(os.fspath(root), array)}}
-
-
-def create_array(root: str | os.PathLike, array: str, layout: ShardLayout) -> ts.TensorStore:
+def create_array(root: Directory, array: str, layout: ShardLayout) -> ts.TensorStore:
     """Create (replacing any old one) a sharded array; chunks equal to the fill value are stored too."""
-    spec = array_spec(root, array) | {
+    spec = root.array_spec(array) | {
         "metadata": layout.metadata(),
         "create": True,
         "delete_existing": True,
         "store_data_equal_to_fill_value": True,
     }
-    return ts.open(spec).result()
+    return ts.open(spec, context=storage_context()).result()
 
 
 def group_metadata() -> dict[str, Any]:
     """The root `zarr.json` that makes the store a Zarr v3 group, so `zarr.open(store)` lists its arrays."""
     return {"zarr_format": 3, "node_type": "group", "attributes": {"meltemi_token_store": FORMAT_VERSION}}
-
-
-def write_json_atomically(path: str | os.PathLike, payload: dict[str, Any]) -> None:
-    """Write JSON durably: readers see all of it or none, even after a crash."""
-    text = json.dumps(payload, indent=1, sort_keys=True) + "\n"
-    write_atomically(path, lambda f: f.write(text.encode()))
-
-
-def read_json(path: str | os.PathLike) -> dict[str, Any]:
-    with open(path) as f:
-        return json.load(f)
 
 
 def canonical_tokenizer_hash(tokenizer_json: str) -> str:

@@ -8,7 +8,6 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,7 @@ from meltemi.datastore.errors import (
     IntegrityError,
     TokenizerMismatchError,
 )
-from meltemi.datastore.files import StoreFiles, is_url, open_files
+from meltemi.datastore.files import StoreFiles, open_files
 from meltemi.datastore.layout import (
     ARRAYS,
     BUILD_DIR,
@@ -34,6 +33,7 @@ from meltemi.datastore.layout import (
     canonical_tokenizer_hash,
 )
 from meltemi.datastore.shards import ShardedArray
+from meltemi.datastore.storage import Directory, Location, check_readable
 
 _HEX_HASH = re.compile(r"[0-9a-f]{64}")
 
@@ -93,8 +93,10 @@ class Windows:
 class TokenStore:
     """A built token store, opened for reading. Checksums are verified for every chunk read by default.
 
-    `path` is a local directory, or a URL TensorStore reads (`file:///...`, `gs://...`). Opening reads the
-    manifest and `offsets_index` (8 bytes per 1,024 documents); tokens and offsets are read as needed.
+    `path` is a local directory, or a URL of the storage seam (`gs://...`, `s3://...`, `file:///...`,
+    `memory://...`), probed first so that a missing bucket, refused credentials or an unreachable endpoint
+    fail at once in one line. Opening reads the manifest and `offsets_index` (8 bytes per 1,024
+    documents); tokens and offsets are read as needed.
     `arrays` holds the three arrays for chunk-level reads; `audit_store` checks a whole store.
 
     >>> import tempfile
@@ -126,13 +128,14 @@ class TokenStore:
     def open(cls, path: str | os.PathLike, tokenizer: str | os.PathLike | None = None, verify: bool = True):
         """Open the store at `path`; with `tokenizer` (a `tokenizer.json` or its hash), check it matches."""
         location = os.fspath(path)
-        try:
-            files = open_files(location)
-        except ValueError as e:
-            raise DatastoreError(str(e)) from None
-        text = files.read(MANIFEST) if is_url(location) or os.path.isdir(location) else None
+        place = Location.parse(location)
+        if not place.is_local:
+            check_readable(place)
+        files = open_files(location)
+        local = place.local_path
+        text = files.read(MANIFEST) if local is None or local.is_dir() else None
         if text is None:
-            raise _why_not_a_store(location, files)
+            raise _why_not_a_store(location, Directory(place))
         try:
             manifest = json.loads(text)
         except ValueError as e:
@@ -310,35 +313,30 @@ def _open_array(files: StoreFiles, name: str, manifest: dict, verify: bool) -> S
     return ShardedArray(files, name, layout, verify)
 
 
-def _why_not_a_store(location: str, files: StoreFiles) -> DatastoreError:
-    local = None if is_url(location) else Path(location)
+def _why_not_a_store(location: str, directory: Directory) -> DatastoreError:
+    local = directory.location.local_path
     if local is not None and local.exists() and not local.is_dir():
         return DatastoreError(
             f"{location} is a file, not a token store (a token store is a directory with {MANIFEST})"
         )
-    plan = files.read(f"{BUILD_DIR}/plan.json")
+    plan = directory.read_json(f"{BUILD_DIR}/plan.json")
     if plan is not None:
-        plan = json.loads(plan)
         units = len(plan["units"])
-        if local is None:
-            progress = f"stopped before it finished its {units} units"
-        else:
-            done = sorted(Path(local, BUILD_DIR, "parts").glob("*.json"))
-            tokens = sum(PartSummary.from_json(json.loads(p.read_text())).tokens for p in done)
-            stage = "was assembling the arrays" if len(done) == units else "was tokenizing"
-            progress = f"{stage} and stopped after {len(done)} of {units} units ({tokens:,} tokens)"
-        stopped = files.read(f"{BUILD_DIR}/{STOPPED}")
+        done = [key for key in directory.list(f"{BUILD_DIR}/parts/") if key.endswith(".json")]
+        tokens = sum(PartSummary.from_json(directory.read_json(key)).tokens for key in done)
+        stage = "was assembling the arrays" if len(done) == units else "was tokenizing"
+        progress = f"{stage} and stopped after {len(done)} of {units} units ({tokens:,} tokens)"
+        stopped = directory.read_json(f"{BUILD_DIR}/{STOPPED}")
         if stopped is not None:
-            why = json.loads(stopped)
             return IncompleteStoreError(
                 f"{location} is an incomplete token store: its build {progress}, at a bad input: "
-                f"{why['error']}. {why['how']}"
+                f"{stopped['error']}. {stopped['how']}"
             )
         return IncompleteStoreError(
             f"{location} is an incomplete token store: its build {progress}. "
             f"Finish it by running the build again: {plan['command']}"
         )
-    if local is not None and (local / BUILD_DIR).exists():
+    if directory.list(f"{BUILD_DIR}/"):
         return IncompleteStoreError(
             f"{location} is an incomplete token store: its build stopped before planning; run the build again"
         )

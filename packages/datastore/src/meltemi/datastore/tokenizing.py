@@ -1,9 +1,11 @@
 """Tokenizer identity, and the unit of build work: tokenize a few sources into a part file.
 
-A part is written aside and renamed into place, its JSON summary last, so a part either exists whole or
-not at all: that is what lets a killed build resume where it stopped.
+A part is three objects written through the storage seam (each one atomic PUT: written aside and renamed
+on a local disk), its JSON summary last, so a part either exists whole or not at all: that is what lets a
+killed build resume where it stopped, on a local disk or in a bucket.
 """
 
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -17,10 +19,10 @@ from tokenizers import Tokenizer
 
 from meltemi.datastore.build_records import PartSummary
 from meltemi.datastore.build_request import Hints
-from meltemi.datastore.durable import write_atomically
 from meltemi.datastore.errors import InputError
 from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
 from meltemi.datastore.sources import Piece, ReadNotes, ReadPolicy, read_documents, redact
+from meltemi.datastore.storage import SCHEMES, Directory, Location, read_object
 
 ENCODE_BATCH = 512
 _TOKENIZERS: dict[str, Tokenizer] = {}  # parsed tokenizers by hash, so each process parses one once
@@ -49,8 +51,7 @@ class TokenizerInfo:
         is an error saying how to name one or go without, in the words of `hints`."""
         shown = redact(os.fspath(path))
         try:
-            with fsspec.open(os.fspath(path), "r", encoding="utf-8") as f:
-                text = f.read()
+            text = _read_tokenizer(os.fspath(path))
             tokenizer = Tokenizer.from_str(text)
         except FileNotFoundError:
             raise InputError(f"tokenizer {shown!r}: no such file") from None
@@ -74,6 +75,19 @@ class TokenizerInfo:
             "vocab_size": self.vocab_size,
             "eos_id": self.eos_id,
         }
+
+
+def _read_tokenizer(path: str) -> str:
+    """A tokenizer.json's text: from a bucket or memory through the storage seam (its endpoints and
+    credentials), from a local path or any other URL fsspec reads (`https://...`) through fsspec."""
+    scheme = path.partition("://")[0].lower() if "://" in path else "file"
+    if scheme in SCHEMES and scheme != "file":
+        data = read_object(path)
+        if data is None:
+            raise FileNotFoundError(path)
+        return data.decode("utf-8")
+    with fsspec.open(path, "r", encoding="utf-8") as f:
+        return f.read()
 
 
 def _find_eos(tokenizer: Tokenizer, path: str, eos_token: str | None, hints: Hints) -> int:
@@ -104,20 +118,36 @@ def encode_documents(tokenizer: Tokenizer, texts: list[str], eos_id: int | None,
     return np.insert(flat, np.cumsum(lengths), dtype.type(eos_id)), lengths + 1
 
 
-def part_paths(build_dir: Path, unit: int) -> tuple[Path, Path, Path]:
-    stem = build_dir / "parts" / f"{unit:07d}"
-    return stem.with_suffix(".tokens.npy"), stem.with_suffix(".lengths.npy"), stem.with_suffix(".json")
+PARTS = "parts"
+
+
+def part_keys(unit: int) -> tuple[str, str, str]:
+    """The keys (in the build's directory) of a part's tokens, document lengths and summary.
+
+    >>> part_keys(3)
+    ('parts/0000003.tokens.npy', 'parts/0000003.lengths.npy', 'parts/0000003.json')
+    """
+    stem = f"{PARTS}/{unit:07d}"
+    return f"{stem}.tokens.npy", f"{stem}.lengths.npy", f"{stem}.json"
+
+
+def load_array(directory: Directory, key: str) -> np.ndarray:
+    """A part's array (`.npy`, never pickled)."""
+    data = directory.read_bytes(key)
+    if data is None:
+        raise InputError(f"{directory.where(key)}: a part of the build is missing; run the build again")
+    return np.load(io.BytesIO(data), allow_pickle=False)
 
 
 def tokenize_unit(
-    build_dir: Path, unit: int, pieces: list[Piece], info: TokenizerInfo, policy: ReadPolicy
+    build_dir: Location, unit: int, pieces: list[Piece], info: TokenizerInfo, policy: ReadPolicy
 ) -> PartSummary:
     """Tokenize `pieces` of sources into part `unit` under `build_dir`; returns its summary (also saved)."""
     return tokenize_units(build_dir, [(unit, pieces)], info, policy)[0]
 
 
 def tokenize_units(
-    build_dir: Path, jobs: list[tuple[int, list[Piece]]], info: TokenizerInfo, policy: ReadPolicy
+    build_dir: Location, jobs: list[tuple[int, list[Piece]]], info: TokenizerInfo, policy: ReadPolicy
 ) -> list[PartSummary]:
     """Tokenize several units in one stream of `encode_batch` calls, then save each unit's part.
 
@@ -147,9 +177,10 @@ def tokenize_units(
     lengths = np.concatenate(length_blocks) if length_blocks else np.zeros(0, np.int64)
     doc_edges = np.cumsum([0, *docs_per_unit])
     token_edges = np.concatenate([[0], np.cumsum(lengths)])[doc_edges]
+    directory = Directory(build_dir)
     return [
         _save_part(
-            build_dir,
+            directory,
             unit,
             tokens[token_edges[job] : token_edges[job + 1]],
             lengths[doc_edges[job] : doc_edges[job + 1]],
@@ -161,7 +192,12 @@ def tokenize_units(
 
 
 def _save_part(
-    build_dir: Path, unit: int, tokens: np.ndarray, lengths: np.ndarray, notes: ReadNotes, policy: ReadPolicy
+    build_dir: Directory,
+    unit: int,
+    tokens: np.ndarray,
+    lengths: np.ndarray,
+    notes: ReadNotes,
+    policy: ReadPolicy,
 ) -> PartSummary:
     """Write a unit's tokens and document lengths, then its summary: the summary marks the part done."""
     summary = PartSummary(
@@ -173,11 +209,12 @@ def _save_part(
         skipped_lines=tuple(notes.skipped_lines),
         invalid_utf8=policy.invalid_utf8,
     )
-    tokens_path, lengths_path, summary_path = part_paths(build_dir, unit)
-    for path, array in ((tokens_path, tokens), (lengths_path, lengths.astype(np.uint64))):
-        write_atomically(path, lambda f, array=array: np.save(f, array, allow_pickle=False))
-    text = json.dumps(summary.to_json(), sort_keys=True)
-    write_atomically(summary_path, lambda f: f.write(text.encode()))
+    tokens_key, lengths_key, summary_key = part_keys(unit)
+    for key, array in ((tokens_key, tokens), (lengths_key, lengths.astype(np.uint64))):
+        buffer = io.BytesIO()
+        np.save(buffer, array, allow_pickle=False)
+        build_dir.write_bytes(key, buffer.getvalue())
+    build_dir.write_text(summary_key, json.dumps(summary.to_json(), sort_keys=True))
     return summary
 
 

@@ -6,14 +6,13 @@ writes means readers can rely on the dense, in-order layout `ShardLayout` descri
 
 import hashlib
 import os
-import sys
 from collections import deque
-from pathlib import Path
 
 import numpy as np
 
 from meltemi.datastore.errors import DatastoreError
 from meltemi.datastore.layout import ShardLayout, create_array
+from meltemi.datastore.storage import Directory
 
 MAX_PENDING_WRITES = 4  # shards in flight, so memory stays bounded
 
@@ -26,9 +25,9 @@ def content_hash(dtype: np.dtype, tokens_sha256: str, offsets_sha256: str) -> st
 class ArrayWriter:
     """Writes a sharded array in order, a whole number of shards at a time, hashing the values written."""
 
-    def __init__(self, out: Path, name: str, layout: ShardLayout):
+    def __init__(self, out: Directory | str | os.PathLike, name: str, layout: ShardLayout):
         self.name, self.layout = name, layout
-        self.array = create_array(out, name, layout)
+        self.array = create_array(_directory(out), name, layout)
         self.pending: list[np.ndarray] = []
         self.buffered = self.written = 0
         self.writes: deque = deque()
@@ -64,22 +63,27 @@ class ArrayWriter:
         return self.sha256.hexdigest()
 
 
-def check_shards(out: Path, name: str, layout: ShardLayout) -> None:
-    """Flush each shard to disk and check it holds its chunks densely and in order, as readers assume."""
+def _directory(out: Directory | str | os.PathLike) -> Directory:
+    return out if isinstance(out, Directory) else Directory(out)
+
+
+def check_shards(out: Directory | str | os.PathLike, name: str, layout: ShardLayout) -> None:
+    """Check each shard holds its chunks densely and in order, as readers assume: its index, read from
+    where it must start to the end of the object, is exactly the dense index (so the size is right too).
+
+    The shards are already durable: TensorStore's `file` driver flushes each write to disk before it
+    returns (`file_io_sync`), and an object store's PUT is durable once it returns.
+    """
+    out = _directory(out)
     for shard in range(layout.num_shards):
-        path = out / name / layout.shard_key(shard)
-        index = layout.index_bytes(shard)
-        descriptor = os.open(path, os.O_RDONLY)
-        try:
-            size = os.fstat(descriptor).st_size
-            tail = os.pread(descriptor, len(index), size - len(index)) if size >= len(index) else b""
-            if sys.platform == "linux":
-                os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        if size != layout.shard_file_size(shard) or tail != index:
+        key = f"{name}/{layout.shard_key(shard)}"
+        index, size = layout.index_bytes(shard), layout.shard_file_size(shard)
+        start = size - len(index)
+        tail = out.read_range(key, start)
+        if tail != index:
+            found = "no shard" if tail is None else f"{len(tail)} other bytes from byte {start} on"
             raise DatastoreError(
-                f"{path}: TensorStore wrote shard {shard} of {name!r} in a layout this library does not "
-                f"read ({size} bytes, expected {layout.shard_file_size(shard)} with every chunk in order); "
-                "please report this with your tensorstore version"
+                f"{out.where(key)}: TensorStore wrote shard {shard} of {name!r} in a layout this library "
+                f"does not read (expected {size} bytes ending in the index of its chunks, in order; found "
+                f"{found}); please report this with your tensorstore version"
             )

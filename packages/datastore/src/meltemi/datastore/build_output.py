@@ -1,0 +1,123 @@
+"""A build's output location: who may write it, and what is already there (a store, a half-built one).
+
+The output is a `Directory` of the storage seam: a local directory, or a prefix in a bucket. A build
+first probes it (`check_writable`: a missing bucket or refused credentials fail in one line before any
+tokenizing), then checks what it holds against the new build's plan: start fresh, resume, or stop
+because the inputs changed.
+"""
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+
+from meltemi.datastore.build_records import EARLIER_INVALID_UTF8, Plan, count_phrase
+from meltemi.datastore.build_request import BuildRequest, Hints
+from meltemi.datastore.errors import DatastoreError, SourceChangedError
+from meltemi.datastore.layout import BUILD_DIR, GROUP, MANIFEST, OFFSETS, OFFSETS_INDEX, STOPPED, TOKENS
+from meltemi.datastore.storage import Directory, check_writable
+
+PLAN = "plan.json"
+PLAN_KEY = f"{BUILD_DIR}/{PLAN}"
+
+
+@contextlib.contextmanager
+def only_build(out: Directory) -> Iterator[None]:
+    """Probe the output, and on a local disk hold an exclusive lock on it, so two builds never write one
+    store. An object store has no locks: two builds of one bucket store at once are not detected (both
+    write the same bytes, since a build is deterministic, but one may delete the other's parts)."""
+    check_writable(out.location)
+    local = out.location.local_path
+    if local is None:
+        yield
+        return
+    descriptor = os.open(local, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DatastoreError(
+                f"another build of {str(out.location)!r} is running; wait for it to finish (or stop it) and "
+                "run again"
+            ) from None
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: Hints) -> None:
+    """Check `out` against `plan`: start fresh, resume, or stop because the inputs changed."""
+    shown = str(out.location)
+    previous = out.read_json(MANIFEST)
+    built = previous is not None
+    if not built:
+        previous = out.read_json(PLAN_KEY)
+        if previous is None:
+            keys = out.list()
+            if keys and not any(key.startswith(f"{BUILD_DIR}/") for key in keys):
+                raise DatastoreError(f"output {shown!r} is a non-empty directory that is not a token store")
+    if previous is not None:
+        rebuild = hints.flag("overwrite", True)
+        remedy = f"{rebuild} to rebuild it" if rebuild else None
+        difference = _difference(previous, plan.to_json())
+        if difference and not request.overwrite:
+            how = f"pass {remedy}" if remedy else "build it in another directory"
+            raise SourceChangedError(f"{shown!r} was built from different inputs: {difference}; {how}")
+        handled = _invalid_utf8_handled(previous, request) if built and not difference else None
+        if handled and not request.overwrite:
+            as_built = hints.flag("invalid_utf8", previous.get("invalid_utf8", EARLIER_INVALID_UTF8))
+            ways = [way for way in (as_built and f"{as_built} to use it as it is", remedy) if way]
+            how = f"pass {' or '.join(ways)}" if ways else "build it in another directory"
+            raise SourceChangedError(f"{shown!r} holds {handled}; {how}")
+        difference = difference or handled
+        if not difference:
+            if built:
+                out.delete_prefix(f"{BUILD_DIR}/")
+            else:
+                out.delete(f"{BUILD_DIR}/{STOPPED}")
+            return
+    for name in (MANIFEST, GROUP):  # the manifest first: the store is no longer complete
+        out.delete(name)
+    for name in (TOKENS, OFFSETS, OFFSETS_INDEX, BUILD_DIR):
+        out.delete_prefix(f"{name}/")
+    out.write_json(PLAN_KEY, plan.to_json())
+
+
+def _invalid_utf8_handled(manifest: dict, request: BuildRequest) -> str | None:
+    """What a finished store did with documents that are not UTF-8, when it is not what `request` asks."""
+    count = manifest["counts"].get("invalid_utf8_documents", 0)
+    policy = manifest.get("invalid_utf8", EARLIER_INVALID_UTF8)
+    if not count or policy == request.invalid_utf8:
+        return None
+    return (
+        f"{count_phrase('invalid_utf8_documents', count, policy)}, and this build's policy for invalid "
+        f"UTF-8 is {request.invalid_utf8!r}"
+    )
+
+
+def _difference(previous: dict, plan: dict) -> str | None:
+    """The first way `plan` (as JSON) differs from what a store or half-built store was made from, in words.
+
+    Both sides are read as JSON, since `previous` may be a manifest or a plan written by another version.
+    """
+    if previous.get("format_version") != plan["format_version"]:
+        return f"format version {previous.get('format_version')} != {plan['format_version']}"
+    old = {s["url"]: s for s in previous["sources"]}
+    new = {s["url"]: s for s in plan["sources"]}
+    for url in sorted(old.keys() | new.keys()):
+        if url not in new:
+            return f"source {url} is no longer among the inputs"
+        if url not in old:
+            return f"source {url} is new"
+        if old[url] != new[url]:
+            return (
+                f"source {url} changed (size {old[url]['size']} -> {new[url]['size']}, content hash differs)"
+            )
+    if previous["tokenizer"] != plan["tokenizer"]:
+        return (
+            f"tokenizer {previous['tokenizer']['name']} ({previous['tokenizer']['sha256'][:12]}) "
+            f"!= {plan['tokenizer']['name']} ({plan['tokenizer']['sha256'][:12]})"
+        )
+    if previous["options"] != plan["options"]:
+        return f"options {previous['options']} != {plan['options']}"
+    return None

@@ -1,0 +1,227 @@
+"""Small-object I/O at a `Location`, through one TensorStore kvstore whatever the backend.
+
+A `Directory` reads and writes whole objects (manifests, configs, plans, parts of a build), lists and
+deletes by prefix, and gives the specs of arrays stored under it. The local disk is TensorStore's `file`
+driver like any other backend: a write goes to a file aside, is flushed to disk, renamed into place and
+the directory flushed, so readers see all of an object or none of it; on GCS and S3 a single-object PUT
+is atomic. That is the commit primitive: write the data, then one small marker object last.
+
+Every TensorStore error becomes one line naming the URL and the mistake (see `failures.py`). Before doing
+any work, `check_writable` and `check_readable` probe a location with a short retry budget, so a missing
+bucket, refused credentials or an unreachable endpoint are reported at once, not after an hour of work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import tensorstore as ts
+
+from meltemi.datastore.storage.failures import storage_error
+from meltemi.datastore.storage.location import DEFAULT_RETRIES, PROBE_RETRIES, Location, Retries
+
+_CONTEXT: ts.Context | None = None
+PROBE_PREFIX = ".meltemi-probe-"
+
+
+def storage_context() -> ts.Context:
+    """The TensorStore context every location of this process opens with: it shares connections and
+    concurrency limits, and makes `memory://` locations one store per process, as a disk is."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = ts.Context()
+    return _CONTEXT
+
+
+class Directory:
+    """The objects under a location, by key (a `/`-separated path relative to it).
+
+    >>> d = Directory("memory://doc/run")
+    >>> d.write_text("config.yaml", "seed: 1\\n")
+    >>> d.write_json("step-2/manifest.json", {"step": 2})
+    >>> d.read_text("config.yaml"), d.read_json("step-2/manifest.json"), d.read_bytes("absent")
+    ('seed: 1\\n', {'step': 2}, None)
+    >>> d.list(), d.list("step-2/"), d.exists("config.yaml")
+    (['config.yaml', 'step-2/manifest.json'], ['step-2/manifest.json'], True)
+    >>> d.delete_prefix("step-2/"); d.list()
+    ['config.yaml']
+    """
+
+    def __init__(self, location: str | os.PathLike | Location, retries: Retries = DEFAULT_RETRIES):
+        self.location = Location.parse(location)
+        self.retries = retries
+        self._kvstore: ts.KvStore | None = None
+
+    def __repr__(self) -> str:
+        return f"Directory({str(self.location)!r})"
+
+    def __truediv__(self, key: str) -> Directory:
+        return Directory(self.location / key, self.retries)
+
+    def where(self, key: str = "") -> str:
+        """The object's path or URL, as the user spelled the location, for messages."""
+        return str(self.location / key)
+
+    @property
+    def kvstore(self) -> ts.KvStore:
+        """The TensorStore kvstore of this location (opened on first use)."""
+        if self._kvstore is None:
+            spec = self.location.kvstore_spec(self.retries)
+            try:
+                self._kvstore = ts.KvStore.open(spec, context=storage_context()).result()
+            except ValueError as e:
+                raise storage_error(self.where(), "opening", e) from None
+        return self._kvstore
+
+    def array_spec(self, name: str) -> dict[str, Any]:
+        """The TensorStore spec of the Zarr v3 array `name` under this location (open it with
+        `storage_context()`)."""
+        return {"driver": "zarr3", "kvstore": (self.location / name).kvstore_spec(self.retries)}
+
+    def read_bytes(self, key: str) -> bytes | None:
+        """The object's bytes, or None when there is no such object."""
+        try:
+            result = self.kvstore.read(key).result()
+        except ValueError as e:
+            raise storage_error(self.where(key), "reading", e) from None
+        return None if result.state == "missing" else bytes(result.value)
+
+    def read_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
+        """Bytes `[start, stop)` of the object, `0 <= start`; None when there is no such object.
+
+        With `stop` None, the bytes from `start` to the end (none when it starts past the end); with a
+        `stop`, a range the object does not hold is a `StorageError`."""
+        if start < 0:
+            raise ValueError(f"read_range: start must be at least 0, got {start}")
+        try:
+            result = self.kvstore.read(key, byte_range=slice(start, stop)).result()
+        except ValueError as e:
+            if stop is None and str(e).startswith("OUT_OF_RANGE"):
+                return b""
+            raise storage_error(self.where(key), f"reading bytes {start}..{stop}", e) from None
+        return None if result.state == "missing" else bytes(result.value)
+
+    def read_text(self, key: str) -> str | None:
+        data = self.read_bytes(key)
+        return None if data is None else data.decode("utf-8")
+
+    def read_json(self, key: str) -> Any:
+        """The object parsed as JSON, or None when there is no such object."""
+        data = self.read_bytes(key)
+        return None if data is None else json.loads(data)
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        """Replace the object with `data`, atomically: a reader sees the old object or all of the new one."""
+        try:
+            self.kvstore.write(key, data).result()
+        except ValueError as e:
+            raise storage_error(self.where(key), "writing", e, writing=True) from None
+
+    def write_text(self, key: str, text: str) -> None:
+        self.write_bytes(key, text.encode("utf-8"))
+
+    def write_json(self, key: str, payload: Any) -> None:
+        """`payload` as indented JSON with sorted keys (the same bytes for the same payload)."""
+        self.write_text(key, json.dumps(payload, indent=1, sort_keys=True) + "\n")
+
+    def exists(self, key: str) -> bool:
+        try:
+            return self.kvstore.read(key, byte_range=slice(0, 0)).result().state != "missing"
+        except ValueError as e:
+            raise storage_error(self.where(key), "reading", e) from None
+
+    def list(self, prefix: str = "") -> list[str]:
+        """The keys that start with `prefix`, sorted (relative to the location, prefix included)."""
+        try:
+            keys = self.kvstore.list(_prefix_range(prefix)).result()
+        except ValueError as e:
+            raise storage_error(self.where(prefix), "listing", e) from None
+        # Filtered here too: some servers (the GCS emulator) ignore the range's bounds.
+        return sorted(k for k in (key.decode("utf-8") for key in keys) if k.startswith(prefix))
+
+    def delete(self, key: str) -> None:
+        """Delete the object (nothing happens when there is none)."""
+        try:
+            self.kvstore.write(key, None).result()
+        except ValueError as e:
+            raise storage_error(self.where(key), "deleting", e, writing=True) from None
+
+    def delete_prefix(self, prefix: str = "") -> None:
+        """Delete every object whose key starts with `prefix` (all of them for the empty prefix)."""
+        try:
+            self.kvstore.delete_range(_prefix_range(prefix)).result()
+        except ValueError as e:
+            raise storage_error(self.where(prefix), "deleting", e, writing=True) from None
+        local = self.location.local_path
+        if local is not None and prefix.endswith("/"):
+            _remove_empty_directories(local / prefix)
+
+
+def _remove_empty_directories(root: Path) -> None:
+    """Remove the directories left empty under `root` (and `root`), as an object store has none: TensorStore's
+    `file` driver deletes the files of a range but keeps the directories that held them."""
+    if not root.is_dir():
+        return
+    for directory, _, _ in sorted(os.walk(root), key=lambda entry: -len(entry[0])):
+        with contextlib.suppress(OSError):  # not empty: something else lives there
+            os.rmdir(directory)
+
+
+def read_object(location: str | os.PathLike | Location) -> bytes | None:
+    """The bytes of the one object `location` names (a local file, or a key in a bucket); None when missing.
+
+    >>> Directory("memory://doc/objects").write_text("tokenizer.json", "{}")
+    >>> read_object("memory://doc/objects/tokenizer.json"), read_object("memory://doc/objects/nothing")
+    (b'{}', None)
+    """
+    named = Location.parse(location)
+    parent, _, key = named.path.rpartition("/")
+    shown = str(named).rstrip("/").rpartition("/")[0]
+    return Directory(Location(named.scheme, named.bucket, parent, shown)).read_bytes(key)
+
+
+def check_writable(location: str | os.PathLike | Location) -> Location:
+    """Write and delete a probe object at `location`, failing fast with a `StorageError` that names the
+    mistake (unknown scheme, no such bucket, refused credentials, unreachable endpoint, a file in the way).
+
+    >>> check_writable("memory://probe/run").url
+    'memory://probe/run'
+    """
+    directory = Directory(location, PROBE_RETRIES)
+    key = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+    try:
+        directory.kvstore.write(key, b"probe").result()  # not empty: the GCS emulator refuses those
+        directory.kvstore.write(key, None).result()
+    except ValueError as e:
+        raise storage_error(directory.where(), "writing a probe object", e, writing=True) from None
+    return directory.location
+
+
+def check_readable(location: str | os.PathLike | Location) -> Location:
+    """List (at most one key of) `location`, failing fast with a `StorageError` that names the mistake.
+
+    An empty or absent prefix is readable: whether what the caller wants is there is its own question.
+
+    >>> check_readable("memory://probe/nothing-here").url
+    'memory://probe/nothing-here'
+    """
+    directory = Directory(location, PROBE_RETRIES)
+    try:
+        directory.kvstore.list(_prefix_range(PROBE_PREFIX)).result()
+    except ValueError as e:
+        raise storage_error(directory.where(), "listing", e) from None
+    return directory.location
+
+
+def _prefix_range(prefix: str) -> ts.KvStore.KeyRange:
+    """The keys that start with `prefix`: from it up to (not including) the next string of its length."""
+    start = prefix.encode("utf-8")
+    stem = start.rstrip(b"\xff")
+    if not stem:
+        return ts.KvStore.KeyRange(start)
+    return ts.KvStore.KeyRange(start, stem[:-1] + bytes([stem[-1] + 1]))

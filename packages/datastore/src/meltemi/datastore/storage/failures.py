@@ -1,0 +1,79 @@
+"""TensorStore's errors said in one line: which URL, what was being done, and which mistake it is.
+
+TensorStore raises `ValueError` with an absl status (`NOT_FOUND: NoSuchBucket: ... [http_response_body=
+'<xml...>']`). `storage_error` keeps the status and its first sentence, drops the response body and
+headers, and picks the `StorageError` subclass that names the mistake.
+"""
+
+from __future__ import annotations
+
+import re
+
+from meltemi.datastore.errors import (
+    AccessDeniedError,
+    NoSuchBucketError,
+    PathIsAFileError,
+    StorageError,
+    UnreachableError,
+)
+
+_DETAILS = re.compile(r"\s*\[[a-z_]+='.*", re.DOTALL)  # TensorStore's [http_response_code='404'] and so on
+_UNREACHABLE = (
+    "could not connect",
+    "couldn't connect",
+    "could not resolve",
+    "couldn't resolve",
+    "connection refused",
+    "timeout was reached",
+    "timed out",
+    "failed to connect",
+)
+_DENIED = (
+    "permission_denied",
+    "unauthenticated",
+    "accessdenied",
+    "invalidaccesskeyid",
+    "signaturedoesnotmatch",
+)
+
+
+def reason(error: BaseException) -> str:
+    """TensorStore's message, on one line, without the HTTP response it quotes.
+
+    >>> reason(ValueError("NOT_FOUND: NoSuchBucket: gone [http_response_code='404'] [body='<x/>']"))
+    'NOT_FOUND: NoSuchBucket: gone'
+    """
+    text = _DETAILS.sub("", str(error))
+    return " ".join(text.split())
+
+
+def storage_error(where: str, doing: str, error: BaseException, *, writing: bool = False) -> StorageError:
+    """The `StorageError` for `error`, raised by TensorStore while `doing` something at `where`.
+
+    A 404 while writing means the bucket is missing (a missing key is not an error when reading).
+
+    >>> e = storage_error("s3://b/x", "writing", ValueError("NOT_FOUND: NoSuchBucket: none"))
+    >>> type(e).__name__
+    'NoSuchBucketError'
+    >>> str(e)
+    "s3://b/x: writing failed: the bucket 'b' does not exist (NOT_FOUND: NoSuchBucket: none)"
+    """
+    said = reason(error)
+    lowered = said.lower()
+    bucket = _bucket(where)
+    if "nosuchbucket" in lowered or (writing and lowered.startswith("not_found") and bucket):
+        return NoSuchBucketError(f"{where}: {doing} failed: the bucket {bucket!r} does not exist ({said})")
+    if any(word in lowered for word in _DENIED):
+        return AccessDeniedError(
+            f"{where}: {doing} failed: access denied; check the credentials and their permissions ({said})"
+        )
+    if any(word in lowered for word in _UNREACHABLE):
+        return UnreachableError(f"{where}: {doing} failed: the storage endpoint cannot be reached ({said})")
+    if "not a directory" in lowered or "non-directory" in lowered:
+        return PathIsAFileError(f"{where}: {doing} failed: a file is in the way of this directory ({said})")
+    return StorageError(f"{where}: {doing} failed ({said})")
+
+
+def _bucket(where: str) -> str | None:
+    match = re.match(r"^(?:gs|s3)://([^/]+)", where)
+    return match.group(1) if match else None

@@ -1,0 +1,200 @@
+"""Where data lives: a local path or a `file://`, `gs://`, `s3://` or `memory://` URL, parsed once.
+
+A `Location` is a plain value (it does no I/O): a scheme, a bucket for the object stores, and a key
+prefix. It gives the TensorStore kvstore spec that reads and writes there, with the endpoint, region,
+credentials and retry policy taken from the ecosystem's standard environment variables, so a user's
+existing setup works unchanged:
+
+- S3 and S3-compatible stores: `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (the endpoint; TensorStore does
+  not read these itself), `AWS_REGION` or `AWS_DEFAULT_REGION`, and `AWS_ACCESS_KEY_ID`,
+  `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` (else AWS's default chain: `AWS_PROFILE`, the config files,
+  the instance's metadata service).
+- GCS: application-default credentials (`GOOGLE_APPLICATION_CREDENTIALS`, gcloud's, the metadata
+  server); `STORAGE_EMULATOR_HOST` (the emulator convention of Google's client libraries) is passed on to
+  TensorStore as `TENSORSTORE_GCS_HTTP_URL`, the variable it reads for the same thing.
+
+A URL is never turned into a local path: `gs://b/run` stays a bucket location, and `gs:/b/run` (a URL that
+went through `pathlib.Path`) is an error rather than a directory named `gs:`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from meltemi.datastore.errors import BadUrlError, UnknownSchemeError
+
+Scheme = Literal["file", "gs", "s3", "memory"]
+SCHEMES: tuple[Scheme, ...] = ("file", "gs", "s3", "memory")
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
+_ONE_SLASH = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/(?!/)")
+_DRIVERS = {"file": "file", "gs": "gcs", "s3": "s3", "memory": "memory"}
+
+
+@dataclass(frozen=True)
+class Retries:
+    """How TensorStore retries a transient error (a 5xx, a throttled or dropped request): up to
+    `max_retries` attempts with exponential backoff from `initial_delay_s`, capped at `max_delay_s`."""
+
+    max_retries: int = 16
+    initial_delay_s: float = 0.5
+    max_delay_s: float = 32.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_retries": self.max_retries,
+            "initial_delay": f"{self.initial_delay_s}s",
+            "max_delay": f"{self.max_delay_s}s",
+        }
+
+
+DEFAULT_RETRIES = Retries()
+PROBE_RETRIES = Retries(max_retries=3, initial_delay_s=0.1, max_delay_s=1.0)
+"""A probe fails fast: an endpoint that does not answer three tries in about a second is reported."""
+
+
+@dataclass(frozen=True)
+class Location:
+    """A directory-like place: a local directory, or a key prefix in a bucket or in memory.
+
+    `path` is the key prefix, without a trailing `/` (an absolute path for `file`); `bucket` is empty for
+    `file` and `memory`. `given` is how the user wrote it, for messages; two spellings of one place
+    compare equal.
+
+    >>> Location.parse("s3://bucket/stores/web").url, Location.parse("s3://bucket/stores/web").bucket
+    ('s3://bucket/stores/web', 'bucket')
+    >>> (Location.parse("gs://b/run") / "step-10/manifest.json").url
+    'gs://b/run/step-10/manifest.json'
+    >>> Location.parse("/tmp/x") == Location.parse("file:///tmp/x"), Location.parse("/tmp/x").is_local
+    (True, True)
+    >>> Location.parse("hdfs://n/x")
+    Traceback (most recent call last):
+    ...
+    meltemi.datastore.errors.UnknownSchemeError: hdfs://n/x: unknown scheme 'hdfs'; a location is a local path
+    or a file://, gs://, s3:// or memory:// URL
+    """
+
+    scheme: Scheme
+    bucket: str
+    path: str
+    given: str = field(default="", compare=False)
+
+    @classmethod
+    def parse(cls, text: str | os.PathLike | Location) -> Location:
+        """The location a user's path or URL names; an unknown scheme or a malformed URL is an error."""
+        if isinstance(text, Location):
+            return text
+        given = os.fspath(text)
+        if not given.strip():
+            raise BadUrlError(
+                "the location is empty: give a local path or a file://, gs://, s3:// or memory:// URL"
+            )
+        match = _URL.match(given)
+        if match is None:
+            slip = _ONE_SLASH.match(given)
+            if slip and slip.group(1).lower() in SCHEMES and slip.group(1).lower() != "file":
+                fixed = f"{slip.group(1)}://{given[slip.end() :]}"
+                raise BadUrlError(f"{given}: a URL needs two slashes after its scheme: {fixed}")
+            return cls("file", "", os.path.abspath(given), given)
+        scheme, rest = match.group(1).lower(), match.group(2)
+        if scheme not in SCHEMES:
+            raise UnknownSchemeError(
+                f"{given}: unknown scheme {scheme!r}; a location is a local path or a "
+                "file://, gs://, s3:// or memory:// URL"
+            )
+        if scheme == "file":
+            if not rest.startswith("/"):
+                raise BadUrlError(f"{given}: a file:// URL needs an absolute path (file:///abs/path)")
+            return cls("file", "", os.path.normpath(rest), given)
+        if scheme == "memory":
+            return cls("memory", "", rest.strip("/"), given)
+        bucket, _, key = rest.partition("/")
+        if not bucket or re.search(r"\s", bucket):
+            raise BadUrlError(f"{given}: no bucket name; write {scheme}://BUCKET/PATH")
+        return cls(scheme, bucket, key.strip("/"), given)
+
+    def __str__(self) -> str:
+        return self.given or self.url
+
+    def __truediv__(self, key: str) -> Location:
+        key = key.strip("/")
+        if not key:
+            return self
+        path = f"{self.path}/{key}" if self.path else key
+        shown = f"{str(self).rstrip('/')}/{key}"
+        return Location(self.scheme, self.bucket, os.path.normpath(path) if self.is_local else path, shown)
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme == "file"
+
+    @property
+    def local_path(self) -> Path | None:
+        """The local directory, for a `file` location (None for the others)."""
+        return Path(self.path) if self.is_local else None
+
+    @property
+    def url(self) -> str:
+        if self.scheme == "file":
+            return f"file://{self.path}"
+        if self.scheme == "memory":
+            return f"memory://{self.path}"
+        return f"{self.scheme}://{self.bucket}/{self.path}".rstrip("/")
+
+    @property
+    def name(self) -> str:
+        """The last component of the path (the store's or run's name)."""
+        return self.path.rsplit("/", 1)[-1]
+
+    def kvstore_spec(self, retries: Retries = DEFAULT_RETRIES) -> dict[str, Any]:
+        """The TensorStore kvstore spec of this location (a directory: its keys are relative to it).
+
+        Open it with the process's shared context, `storage_context()`, so `memory://` locations see each
+        other's writes. Arrays: `{"driver": "zarr3", "kvstore": (location / "name").kvstore_spec()}`.
+
+        >>> Location.parse("/data/store").kvstore_spec()
+        {'driver': 'file', 'path': '/data/store/', 'context': {'file_io_sync': True}}
+        >>> spec = Location.parse("s3://b/x").kvstore_spec(Retries(4, 0.25, 2.0))
+        >>> spec["bucket"], spec["path"], spec["context"]["s3_request_retries"]["initial_delay"]
+        ('b', 'x/', '0.25s')
+        """
+        spec: dict[str, Any] = {"driver": _DRIVERS[self.scheme], "path": self.path + "/" if self.path else ""}
+        if self.scheme == "file":
+            spec["context"] = {"file_io_sync": True}  # fsync data and directory before a write returns
+        elif self.scheme == "gs":
+            export_gcs_emulator()
+            spec |= {"bucket": self.bucket, "context": {"gcs_request_retries": retries.to_json()}}
+        elif self.scheme == "s3":
+            spec |= {"bucket": self.bucket} | s3_settings()
+            keys = "environment" if os.environ.get("AWS_ACCESS_KEY_ID") else "default"
+            spec["context"] = {"s3_request_retries": retries.to_json(), "aws_credentials": {"type": keys}}
+        return spec
+
+
+def s3_settings() -> dict[str, str]:
+    """The S3 spec members TensorStore does not take from the environment itself: endpoint and region.
+
+    Without an endpoint TensorStore talks to AWS and finds the bucket's region itself; with one (MinIO, a
+    cloud's S3-compatible store, a test server) the region signs the requests, `us-east-1` by default.
+    """
+    settings = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        settings["endpoint"] = endpoint
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        settings["aws_region"] = region
+    return settings
+
+
+def export_gcs_emulator() -> None:
+    """Point TensorStore at `STORAGE_EMULATOR_HOST` (unless `TENSORSTORE_GCS_HTTP_URL` says otherwise).
+
+    TensorStore reads its variable for every request, so setting it here takes effect at once.
+    """
+    host = os.environ.get("STORAGE_EMULATOR_HOST")
+    if host and not os.environ.get("TENSORSTORE_GCS_HTTP_URL"):
+        os.environ["TENSORSTORE_GCS_HTTP_URL"] = host if "://" in host else f"http://{host}"

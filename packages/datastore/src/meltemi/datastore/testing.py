@@ -1,0 +1,218 @@
+"""Object-storage servers on loopback for tests: an S3 server (moto) and a GCS emulator, as pytest fixtures.
+
+Tests of any package reuse them by importing the fixtures into a `conftest.py`:
+
+    from meltemi.datastore.testing import gcs, gcs_server, s3, s3_server  # noqa: F401
+
+`s3_server` and `gcs_server` start one server per test process (session scope: once per xdist worker) on
+127.0.0.1 and a free port; `s3` and `gcs` also set, for one test, the standard environment variables a
+user would set (`AWS_ENDPOINT_URL` and keys; `STORAGE_EMULATOR_HOST`), so the code under test finds the
+server as it finds a real one. Each test makes its own bucket (`make_bucket`, a unique name), so tests
+sharing a server never see each other's objects; a subprocess gets `os.environ | server.environ`.
+
+The servers are development dependencies (`moto[server]`, `gcp-storage-emulator`), imported only when a
+fixture starts one: where they are not installed (the datastore's wheel tested alone) the tests that use
+them are skipped, saying so, and everything else runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+LOOPBACK = "127.0.0.1"
+TEST_KEYS = {"AWS_ACCESS_KEY_ID": "meltemi-test", "AWS_SECRET_ACCESS_KEY": "meltemi-test-secret"}
+
+
+def unique_bucket(prefix: str = "meltemi") -> str:
+    """A bucket name no other test uses (valid for S3 and GCS: lowercase, digits and dashes).
+
+    >>> a, b = unique_bucket(), unique_bucket("t")
+    >>> a != b and a.startswith("meltemi-") and b.startswith("t-")
+    True
+    """
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+@dataclass
+class S3Server:
+    """moto's S3 server in this process; `environ` is what a user of an S3-compatible store sets."""
+
+    endpoint: str
+    _server: Any = field(repr=False)
+
+    @property
+    def environ(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": "us-east-1"} | TEST_KEYS
+
+    def make_bucket(self, prefix: str = "meltemi") -> str:
+        """Create a bucket with a unique name and return the name."""
+        import boto3  # moto's own dependency
+
+        name = unique_bucket(prefix)
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=TEST_KEYS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=TEST_KEYS["AWS_SECRET_ACCESS_KEY"],
+        )
+        client.create_bucket(Bucket=name)
+        return name
+
+    @contextlib.contextmanager
+    def checking_credentials(self) -> Iterator[None]:
+        """Make the server refuse unknown access keys (moto accepts any by default) within the block."""
+        previous = self._post("/moto-api/reset-auth", b"0")["PREVIOUS_INITIAL_NO_AUTH_ACTION_COUNT"]
+        try:
+            yield
+        finally:
+            self._post("/moto-api/reset-auth", str(previous).encode())
+
+    def _post(self, path: str, data: bytes) -> dict[str, Any]:
+        headers = {"Content-Type": "text/plain"}
+        request = urllib.request.Request(self.endpoint + path, data=data, headers=headers)
+        with urllib.request.urlopen(request) as response:
+            return json.loads(response.read())
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+def start_s3_server() -> S3Server:
+    """Start moto's S3 server on 127.0.0.1 and a free port (ImportError when moto[server] is missing)."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address=LOOPBACK, port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    return S3Server(f"http://{host}:{port}", server)
+
+
+@dataclass
+class GcsServer:
+    """gcp-storage-emulator's GCS server in this process; `environ` points Google's clients (and, through
+    the storage seam, TensorStore) at it, with a fixed token in place of application-default credentials."""
+
+    endpoint: str
+    _server: Any = field(repr=False)
+
+    @property
+    def environ(self) -> dict[str, str]:
+        return {"STORAGE_EMULATOR_HOST": self.endpoint, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "meltemi-test"}
+
+    def make_bucket(self, prefix: str = "meltemi") -> str:
+        """Create a bucket with a unique name and return the name."""
+        name = unique_bucket(prefix)
+        request = urllib.request.Request(
+            f"{self.endpoint}/storage/v1/b?project=meltemi-test",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request).close()
+        return name
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+def start_gcs_server() -> GcsServer:
+    """Start the GCS emulator on 127.0.0.1 and a free port, in memory (ImportError when it is missing)."""
+    from gcp_storage_emulator.server import create_server
+
+    logging.getLogger("gcp_storage_emulator").setLevel(logging.WARNING)
+    _list_by_key_range()
+    server = create_server(LOOPBACK, 0, in_memory=True)
+    server.start()
+    port = server._api._httpd.server_address[1]  # bound to port 0: the port the system chose
+    return GcsServer(f"http://{LOOPBACK}:{port}", server)
+
+
+class _KeyRange:
+    """The emulator's storage, listing only the names in `[start, end)`."""
+
+    def __init__(self, storage: Any, start: str, end: str):
+        self._storage, self._start, self._end = storage, start, end
+
+    def get_file_list(self, *args: Any, **kwargs: Any) -> tuple[list[dict[str, Any]], list[str]]:
+        files, prefixes = self._storage.get_file_list(*args, **kwargs)
+        inside = [f for f in files if self._start <= f["name"] and (not self._end or f["name"] < self._end)]
+        return inside, prefixes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+
+def _list_by_key_range() -> None:
+    """Teach the emulator the object-list parameters `startOffset` and `endOffset`, which TensorStore uses
+    to list a prefix and the emulator ignores (a listing of the whole bucket makes TensorStore abort)."""
+    from gcp_storage_emulator import server
+    from gcp_storage_emulator.handlers import objects
+
+    def listing(request: Any, response: Any, storage: Any, *args: Any, **kwargs: Any) -> Any:
+        start, end = (request.query.get(name, [""])[0] for name in ("startOffset", "endOffset"))
+        return objects.ls(request, response, _KeyRange(storage, start, end), *args, **kwargs)
+
+    for _, handlers in server.HANDLERS:
+        if handlers.get(server.GET) is objects.ls:
+            handlers[server.GET] = listing
+
+
+def _started(start, package: str):
+    try:
+        return start()
+    except ImportError as error:
+        pytest.skip(f"{package} is not installed (a development dependency: uv sync): {error}")
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One S3 server per test process, on loopback."""
+    server = _started(start_s3_server, "moto[server]")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[GcsServer]:
+    """One GCS emulator per test process, on loopback."""
+    server = _started(start_gcs_server, "gcp-storage-emulator")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """The S3 server, with its environment set for this test."""
+    for name, value in s3_server.environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    return s3_server
+
+
+@pytest.fixture
+def gcs(gcs_server: GcsServer, monkeypatch: pytest.MonkeyPatch) -> GcsServer:
+    """The GCS emulator, with its environment set for this test (the seam's mapping of
+    `STORAGE_EMULATOR_HOST` to `TENSORSTORE_GCS_HTTP_URL` is undone after it)."""
+    monkeypatch.setenv("TENSORSTORE_GCS_HTTP_URL", "")  # recorded, so the value the seam sets is undone
+    monkeypatch.delenv("TENSORSTORE_GCS_HTTP_URL")
+    for name, value in gcs_server.environ.items():
+        monkeypatch.setenv(name, value)
+    return gcs_server
+
+
+def environ_with(*servers: S3Server | GcsServer) -> dict[str, str]:
+    """`os.environ` with the servers' variables, for a subprocess."""
+    merged = dict(os.environ)
+    for server in servers:
+        merged |= server.environ
+    return merged

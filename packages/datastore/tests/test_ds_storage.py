@@ -1,0 +1,199 @@
+"""The storage seam: locations parse the same on every spelling, a directory behaves the same on every
+backend (local, memory, an S3 server, a GCS emulator), a log survives segment rewrites, and every bad
+location is one line naming the URL and the mistake, raised before any work."""
+
+import socket
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meltemi.datastore.errors import (
+    AccessDeniedError,
+    BadUrlError,
+    NoSuchBucketError,
+    PathIsAFileError,
+    StorageError,
+    UnknownSchemeError,
+    UnreachableError,
+)
+from meltemi.datastore.storage import (
+    Appender,
+    Directory,
+    Location,
+    check_readable,
+    check_writable,
+    read_appended,
+)
+
+_SEGMENT = st.text("abcxyz019-_.", min_size=1, max_size=8).filter(lambda s: s not in (".", ".."))
+
+
+@given(
+    scheme=st.sampled_from(["gs", "s3", "memory", "file"]),
+    parts=st.lists(_SEGMENT, min_size=1, max_size=4),
+    key=st.lists(_SEGMENT, min_size=1, max_size=3),
+)
+def test_a_location_is_the_same_place_under_every_spelling_and_join(scheme, parts, key):
+    path = "/".join(parts)
+    text = {"gs": f"gs://bucket/{path}", "s3": f"s3://bucket/{path}", "memory": f"memory://{path}"}.get(
+        scheme, f"/{path}"
+    )
+    location = Location.parse(text)
+    assert Location.parse(location.url) == location
+    assert Location.parse(text + "/") == location
+    joined = location / "/".join(key)
+    assert joined.url == location.url.rstrip("/") + "/" + "/".join(key)
+    assert Location.parse(joined.url) == joined and joined.scheme == location.scheme
+
+
+def test_a_url_is_never_made_a_local_path():
+    assert Location.parse("gs://b/run").local_path is None
+    assert str(Location.parse("gs://b/run") / "ckpt") == "gs://b/run/ckpt"
+    with pytest.raises(BadUrlError) as caught:
+        Location.parse("gs:/b/run")
+    assert str(caught.value) == "gs:/b/run: a URL needs two slashes after its scheme: gs://b/run"
+
+
+@pytest.mark.parametrize(
+    ("text", "error", "message"),
+    [
+        (
+            "hdfs://nn/data",
+            UnknownSchemeError,
+            "hdfs://nn/data: unknown scheme 'hdfs'; a location is a local path or a file://, gs://, s3:// or "
+            "memory:// URL",
+        ),
+        ("s3:///stores/x", BadUrlError, "s3:///stores/x: no bucket name; write s3://BUCKET/PATH"),
+        ("gs://", BadUrlError, "gs://: no bucket name; write gs://BUCKET/PATH"),
+        (
+            "file://rel/x",
+            BadUrlError,
+            "file://rel/x: a file:// URL needs an absolute path (file:///abs/path)",
+        ),
+    ],
+)
+def test_a_malformed_location_is_one_line_naming_it(text, error, message):
+    with pytest.raises(error) as caught:
+        check_writable(text)
+    assert str(caught.value) == message
+
+
+def test_a_directory_reads_writes_lists_and_deletes_alike_on_every_backend(any_location):
+    d = Directory(check_writable(any_location))
+    assert d.list() == [] and d.read_bytes("a") is None and not d.exists("a")
+    d.write_bytes("a", b"one")
+    d.write_bytes("a", b"two")  # replaced whole
+    d.write_text("x/y/z.txt", "zed\n")
+    d.write_json("x/m.json", {"b": 1, "a": [2]})
+    d.write_bytes("xa", b"-")
+    assert d.read_bytes("a") == b"two" and d.read_text("x/y/z.txt") == "zed\n"
+    assert d.read_text("x/m.json") == '{\n "a": [\n  2\n ],\n "b": 1\n}\n'
+    assert d.read_range("a", 1) == b"wo" and d.read_range("a", 0, 1) == b"t"
+    assert d.exists("xa") and d.read_bytes("xa") == b"-"
+    assert d.list() == ["a", "x/m.json", "x/y/z.txt", "xa"]
+    assert d.list("x/") == ["x/m.json", "x/y/z.txt"] and (d / "x").list() == ["m.json", "y/z.txt"]
+    d.delete_prefix("x/")
+    assert d.list() == ["a", "xa"]
+    d.delete("a")
+    d.delete("never-there")
+    assert d.list() == ["xa"]
+    assert check_readable(any_location) == d.location
+
+
+@settings(max_examples=15)
+@given(
+    lines=st.lists(st.text(st.characters(blacklist_characters="\n\r"), max_size=20), max_size=30),
+    flushes=st.sets(st.integers(0, 30)),
+    segment_bytes=st.integers(1, 64),
+    reopen_at=st.integers(0, 30),
+)
+def test_an_appended_log_reads_back_every_flushed_line_in_order(lines, flushes, segment_bytes, reopen_at):
+    d = Directory(f"memory://appender/{id(lines)}-{len(flushes)}-{segment_bytes}-{reopen_at}")
+    d.delete_prefix()
+    log = Appender(d, "run/metrics.jsonl", segment_bytes=segment_bytes)
+    for i, line in enumerate(lines):
+        if i == reopen_at:
+            log.flush()
+            log = Appender(d, "run/metrics.jsonl", segment_bytes=segment_bytes)
+        log.append(line)
+        if i in flushes:
+            log.flush()
+            flushed = "".join(f"{x}\n" for x in lines[: i + 1])
+            assert read_appended(d, "run/metrics.jsonl").decode() == flushed
+    log.flush()
+    assert read_appended(d, "run/metrics.jsonl").decode() == "".join(f"{x}\n" for x in lines)
+    sizes = [len(d.read_bytes(k)) for k in d.list("run/")]
+    assert all(sizes) and (len(sizes) <= 1 or sum(sizes) > segment_bytes)
+
+
+def test_a_log_in_a_bucket_is_plain_segments_rewritten_not_appended(s3):
+    d = Directory(f"s3://{s3.make_bucket()}/run")
+    with Appender(d, "metrics.jsonl", segment_bytes=32) as log:
+        for step in range(6):
+            log.append(f'{{"step": {step}}}')
+            if step % 2:
+                log.flush()
+    assert d.list() == ["metrics.jsonl", "metrics.jsonl.1", "metrics.jsonl.2"]
+    assert d.read_text("metrics.jsonl") == '{"step": 0}\n{"step": 1}\n'
+    assert read_appended(d, "metrics.jsonl").decode().splitlines()[-1] == '{"step": 5}'
+    assert read_appended(d, "other.jsonl") == b""
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_missing_bucket_is_one_line_naming_it(s3, gcs):
+    for url in ("s3://no-such-bucket-here/run", "gs://no-such-bucket-here/run"):
+        with pytest.raises(NoSuchBucketError) as caught:
+            check_writable(url)
+        message = str(caught.value)
+        expected = f"{url}: writing a probe object failed: the bucket 'no-such-bucket-here' does not exist ("
+        assert message.startswith(expected)
+        assert "\n" not in message and "<?xml" not in message
+    with pytest.raises(NoSuchBucketError, match=r"^s3://no-such-bucket-here/run: listing failed: the bucket"):
+        check_readable("s3://no-such-bucket-here/run")
+
+
+def test_refused_credentials_are_one_line_naming_the_url(s3, monkeypatch):
+    url = f"s3://{s3.make_bucket()}/run"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "not-a-key-the-server-knows")
+    with s3.checking_credentials():
+        for check, doing in ((check_writable, "writing a probe object"), (check_readable, "listing")):
+            with pytest.raises(AccessDeniedError) as caught:
+                check(url)
+            message = str(caught.value)
+            assert message.startswith(f"{url}: {doing} failed: access denied; check the credentials")
+            assert "InvalidAccessKeyId" in message and "\n" not in message
+            assert "meltemi-test-secret" not in message
+
+
+def test_an_unreachable_endpoint_is_one_line_naming_the_url(monkeypatch, s3, gcs):
+    port = _closed_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("TENSORSTORE_GCS_HTTP_URL", f"http://127.0.0.1:{port}")
+    for url in ("s3://bucket/run", "gs://bucket/run"):
+        with pytest.raises(UnreachableError) as caught:
+            check_writable(url)
+        assert str(caught.value).startswith(
+            f"{url}: writing a probe object failed: the storage endpoint cannot be reached ("
+        )
+
+
+def test_a_file_where_a_directory_should_be_is_one_line(tmp_path):
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(PathIsAFileError, match=r"taken: writing a probe object failed: a file is in the way"):
+        check_writable(tmp_path / "taken")
+    assert issubclass(PathIsAFileError, StorageError)
+
+
+def test_a_local_write_reaches_the_disk_before_it_returns(tmp_path):
+    """What durable.py did by hand (write aside, fsync, rename, fsync the directory), TensorStore's file
+    driver does when `file_io_sync` is on: the seam turns it on explicitly, and leaves nothing aside."""
+    d = Directory(tmp_path)
+    assert d.kvstore.spec(retain_context=True).to_json()["file_io_sync"] is True
+    d.write_bytes("a/b.json", b"{}")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b.json"]
