@@ -222,7 +222,7 @@ def train(config, run_dir: Path, clock) -> int:
     elif summary.stopped_by is not None:
         print(f"stopped by {summary.stopped_by} at step {summary.steps}: saved {summary.last_checkpoint}")
         print("run the same command again to resume")
-        return 0
+        return summary.exit_status
     elif summary.start_step == 0:
         print(
             f"steps: {summary.steps}   tokens: {summary.tokens:,}   {summary.tokens_per_second:,.0f} tokens/s"

@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"stopped by {summary.stopped_by} at step {summary.steps}; checkpoint {summary.last_checkpoint}; "
             "run the same command again to resume"
         )
-        return 0
+        return summary.exit_status
     run = [summary.run_line()] if summary.start_step else []  # a resumed run: the whole, then this session
     files = (
         f"metrics {summary.metrics_path}, plot {summary.plot_path}, last checkpoint {summary.last_checkpoint}"
