@@ -24,6 +24,12 @@ from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
 from meltemi.trainer.step import StepMetrics, TrainState
 
 
+def batch_hash(local: dict) -> str:
+    """The hash of the global batch this process holds ``local`` of (``distributed.global_batch_hash`` of
+    its inputs and targets): what ``batches.jsonl`` and a checkpoint's data position record."""
+    return global_batch_hash(np.concatenate([local["input_ids"], local["targets"]], axis=1))
+
+
 class StepLoop:
     """Train ``run``'s state to the last step; ``stopped_by`` names the signal when it stopped early.
 
@@ -90,16 +96,26 @@ class StepLoop:
 
     def _log_batch_hash(self, step: int, local: dict) -> None:
         """Append the global batch's hash to ``batches.jsonl``: the same for any number of processes."""
-        digest = global_batch_hash(np.concatenate([local["input_ids"], local["targets"]], axis=1))
+        digest = batch_hash(local)
         if self.t.is_primary:
             with open(self.t.run_dir / "batches.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps({"step": step, "hash": digest}) + "\n")
 
-    def _checkpoint(self, wait: bool = False) -> None:
-        """Save the state; the step's metrics are logged first (the save waits for the step anyway), so a
-        checkpoint never exists without the record reaching its step."""
+    def _checkpoint(self, local: dict | None, wait: bool = False) -> None:
+        """Save the state with its data position (the hash of ``local``, the batch of the state's step; the
+        data's end when None); the step's metrics are logged first (the save waits for the step anyway), so
+        a checkpoint never exists without the record reaching its step."""
         self._flush()
-        self.last_checkpoint = self.checkpointer.save(self.state, wait=wait)
+        next_batch = None if local is None else batch_hash(local)
+        self.last_checkpoint = self.checkpointer.save(self.state, wait=wait, next_batch=next_batch)
+
+    def _final_checkpoint(self) -> None:
+        step = int(jax.device_get(self.state.step))
+        try:
+            local = self.t.data.train.batch(step)
+        except IndexError:  # the data ends at the last step
+            local = None
+        self._checkpoint(local, wait=True)
 
     def _decide(self, step: int, first: int) -> tuple[str | None, bool]:
         """What every process does at the boundary ``step``: stop (for which signal), or checkpoint."""
@@ -108,10 +124,10 @@ class StepLoop:
         sigint, sigterm, due = agree([received == "SIGINT", received == "SIGTERM", due])
         return ("SIGTERM" if sigterm else "SIGINT" if sigint else None), due
 
-    def _stop_at(self, step: int, first: int, signal_name: str) -> None:
+    def _stop_at(self, step: int, first: int, signal_name: str, local: dict) -> None:
         self._flush(force=True)
         if step > first or self.last_checkpoint is None:  # else the state is the checkpoint restored
-            self._checkpoint(wait=True)
+            self._checkpoint(local, wait=True)
         self.stopped_by = signal_name
         by = self.stop.received or f"{signal_name} (to another process)"
         self.progress.note(
@@ -134,10 +150,10 @@ class StepLoop:
             for step, local in self.t.data.train.iterate(start, trainer.num_train_steps):
                 stop, due = self._decide(step, start)
                 if stop is not None:
-                    self._stop_at(step, start, stop)
+                    self._stop_at(step, start, stop, local)
                     return
                 if due:
-                    self._checkpoint()
+                    self._checkpoint(local)
                 if profiler is not None and step == profiler.start_step:
                     jax.profiler.start_trace(str(self.t.run_dir / "profile"))
                 rows = self.t.data.train.schedule.size(step)
@@ -157,7 +173,7 @@ class StepLoop:
                     self._flush()
                     self.last_eval = self._evaluate(done)
         self._flush(force=True)
-        self._checkpoint(wait=True)
+        self._final_checkpoint()
         self.last_eval = self._evaluate(int(jax.device_get(self.state.step)))
         self.first_eval = self.first_eval or self.last_eval
 

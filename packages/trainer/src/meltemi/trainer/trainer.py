@@ -33,6 +33,7 @@ from meltemi.trainer.plots import plot_loss
 from meltemi.trainer.program import CompileReport, TrainProgram
 from meltemi.trainer.progress import TrainingProgress
 from meltemi.trainer.resume import Start, starting_state
+from meltemi.trainer.run_tokenizer import TOKENIZER_FILE, TokenizerRecord, copy_into_run, file_sha256
 from meltemi.trainer.signals import StopSignals, exit_status
 from meltemi.trainer.startup import StartupClock
 from meltemi.trainer.step import TrainState
@@ -198,27 +199,33 @@ class Trainer:
                 per_source[name] = sums
         return summarize(per_source, with_bytes=self.data.token_bytes is not None)
 
-    def _prepare_run_dir(self, start_step: int, note: Callable[[str], None]) -> Trackers:
+    def _prepare_run_dir(
+        self, start_step: int, resumed: bool, note: Callable[[str], None]
+    ) -> tuple[Trackers, TokenizerRecord | None]:
         """Once the config is accepted (the run's checkpoint restored, or none found): write it, rewind the
         step records to what this session logs first, and open the trackers (the first process's; the others
         log nothing). Nothing in the run directory changes before this.
 
         A resumed session keeps the rows of the step it resumes from (it logs from the next one on); one that
         starts at step 0 evaluates step 0 again, so it keeps none. Batch hashes are logged before each step,
-        so the step resumed from is hashed again."""
+        so the step resumed from is hashed again. The tokenizer is copied into the run (a resumed run's copy
+        must be the config's tokenizer), and its record returned for the checkpoints."""
+        tokenizer = self.config.data.tokenizer
         if not self.is_primary:
-            return Trackers([])
+            record = None if tokenizer is None else TokenizerRecord(TOKENIZER_FILE, file_sha256(tokenizer))
+            return Trackers([]), record
         first_logged = start_step + 1 if start_step else 0
         try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            record = None if tokenizer is None else copy_into_run(tokenizer, self.run_dir, resumed=resumed)
             (self.run_dir / "config.yaml").write_text(dump_config(self.config), encoding="utf-8")
             for name, first in (("metrics.jsonl", first_logged), ("batches.jsonl", start_step)):
                 rewound = rewind_record(self.run_dir / name, first)
                 if rewound is not None:
                     note(rewound.describe(self.run_dir / name, first))
-            return Trackers.for_run(
+            trackers = Trackers.for_run(
                 self.config.trainer.trackers, self.run_dir, self.config.model_dump(mode="json"), first_logged
             )
+            return trackers, record
         except OSError as e:
             raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e.strerror})") from None
 
@@ -241,7 +248,9 @@ class Trainer:
                 start_step = int(jax.device_get(start.state.step))
                 if start_step >= trainer.num_train_steps:
                     return self._already_trained(start, progress)
-                trackers = self._prepare_run_dir(start_step, progress.note)
+                trackers, tokenizer = self._prepare_run_dir(
+                    start_step, start.resumed_from is not None, progress.note
+                )
                 self.clock.lap("run directory")
                 self.compile()
                 wait_for_every_process("train step compiled")
@@ -252,6 +261,8 @@ class Trainer:
                     trainer,
                     config.model_dump(mode="json"),
                     initialized_from=start.initialized_from,
+                    tokenizer=tokenizer,
+                    end_of_text=self.data.end_of_text,
                     process_index=jax.process_index(),
                     process_count=jax.process_count(),
                     token=shared_token(),

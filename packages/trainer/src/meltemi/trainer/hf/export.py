@@ -44,7 +44,8 @@ def export_hf(
     ``config.json``, ``generation_config.json`` and the weights (``model.safetensors``, or shards of at most
     ``max_shard_bytes`` with ``model.safetensors.index.json``) in ``dtype`` (float32 or bfloat16); with a
     ``tokenizer`` (its ``tokenizer.json``) also the tokenizer files, the end-of-text token being
-    ``eos_token`` or the tokenizer's one special token. Returns ``out_dir``.
+    ``eos_token`` (a checkpoint's record of it) or else the run's rule (``run_tokenizer.end_of_text``).
+    Returns ``out_dir``.
     """
     out_dir = Path(out_dir)
     if dtype not in DTYPES:
