@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,9 +38,6 @@ from meltemi.trainer.kv_cache import KVCache, forward_cached
 from meltemi.trainer.llama import Llama
 from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.sampling import GenerationError, SamplingConfig, next_tokens
-
-# How many times each program was traced (compiled): a diagnostic, and the proof of "once per shape".
-TRACES: Counter[str] = Counter()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +93,6 @@ def _full_logits(model: Llama, tokens: jax.Array, pad: jax.Array, index) -> jax.
 
 @eqx.filter_jit
 def _prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) -> _Loop:
-    TRACES["prefill"] += 1
     pad_named = hax.named(pad, ("batch",))
     if use_cache:
         Batch = hax.Axis("batch", tokens.shape[0])
@@ -113,7 +108,6 @@ def _prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) 
 
 @eqx.filter_jit(donate="all-except-first")
 def _decode_chunk(model: Llama, loop: _Loop, settings: SamplingConfig, eos: int | None, chunk: int) -> _Loop:
-    TRACES["decode"] += 1
     end = loop.tokens.shape[1]
     filler = 0 if eos is None else eos
     pad = loop.pad
