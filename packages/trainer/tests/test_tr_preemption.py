@@ -3,16 +3,20 @@ never interrupted; SIGTERM saves and stops cleanly. Each run is a subprocess on 
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import jax
 import pytest
 
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.trackers import read_metrics
+from meltemi.trainer.trainer import Trainer
+from meltemi.trainer.verify import verify_run
 
 STEPS = 24
 
@@ -148,3 +152,26 @@ def test_sigint_to_the_whole_process_group_twice_is_one_stop_that_saves_and_exit
     saved = sorted(committed_steps(run_dir))
     assert len(saved) == 1 and 0 < saved[0] < 400
     assert f"stopped by SIGINT after step {saved[0]}" in err and "stopped by SIGINT" in out
+
+
+def test_a_resume_reading_the_data_one_step_off_ends_elsewhere_and_verify_names_it(make_config, tmp_path):
+    """The negative control of the bitwise comparison above: a resumption that reads the data one step
+    ahead of its checkpoint's position must end with other bits (so the comparison can fail), and the
+    audit of its checkpoints says the data position does not reproduce."""
+    config = make_config("--trainer.num_train_steps", "6", "--trainer.checkpoint_every", "3",
+                         "--trainer.keep_every", "3")  # fmt: skip
+    Trainer(config, tmp_path / "reference", devices=jax.devices()[:1], progress=False).run()
+    expected = step_files(tmp_path / "reference", 6)
+    for name, offset in (("faithful", 0), ("one-step-off", 1)):
+        run_dir = tmp_path / name
+        checkpoint = run_dir / "checkpoints" / "step-3"
+        shutil.copytree(tmp_path / "reference" / "checkpoints" / "step-3", checkpoint)
+        trainer = Trainer(config, run_dir, devices=jax.devices()[:1], progress=False)
+        batch = trainer.data.train.batch
+        trainer.data.train.batch = lambda step, batch=batch, offset=offset: batch(step + offset)
+        assert trainer.run().resumed_from == checkpoint
+    assert step_files(tmp_path / "faithful", 6) == expected
+    assert step_files(tmp_path / "one-step-off", 6) != expected
+    assert verify_run(tmp_path / "faithful").ok
+    off = verify_run(tmp_path / "one-step-off").checkpoints[0]
+    assert off.step == 6 and off.data == "differs", off.describe()
