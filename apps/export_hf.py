@@ -2,7 +2,8 @@
 
     uv run apps/export_hf.py --checkpoint runs/tiny --out exported/tiny [--dtype bfloat16]
 
-``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory.
+``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory; the tokenizer
+files come from the run's own copy, and generation stops at the end-of-text token the checkpoint records.
 """
 
 from __future__ import annotations
@@ -18,17 +19,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args(argv)
 
-    from meltemi.trainer.checkpoints import load_model
     from meltemi.trainer.errors import TrainerError
     from meltemi.trainer.hf import HfFormatError, export_hf
+    from meltemi.trainer.trained_model import load_model
 
     try:
-        config, model, path = load_model(args.checkpoint, warn=lambda m: print(m, file=sys.stderr))
-        out = export_hf(model, args.out, tokenizer=config.data.tokenizer, dtype=args.dtype)
+        trained = load_model(args.checkpoint, warn=lambda m: print(m, file=sys.stderr))
+        out = export_hf(
+            trained.model,
+            args.out,
+            tokenizer=trained.tokenizer,
+            dtype=args.dtype,
+            eos_token=trained.end_of_text.token,
+        )
     except (TrainerError, HfFormatError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"exported {path} to {out}")
+    print(f"exported {trained.checkpoint} to {out}")
     return 0
 
 

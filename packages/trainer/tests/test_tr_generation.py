@@ -1,6 +1,10 @@
 """Generation: the KV cache computes what the full forward pass does, sampling obeys its settings, rows stop
 where they should, nothing compiles per token, and bad requests are named errors."""
 
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +12,7 @@ import pytest
 from tokenizers import Tokenizer
 
 import haliax_lite as hax
-from meltemi.trainer.generation import TRACES, generate
+from meltemi.trainer.generation import generate
 from meltemi.trainer.kv_cache import KVCache, forward_cached
 from meltemi.trainer.llama import Llama
 from meltemi.trainer.sampling import GenerationError, SamplingConfig
@@ -112,13 +116,34 @@ def test_a_stop_string_ends_the_text_before_it(model, tokenizer):
     assert free[0].tokens[: len(stopped[0].tokens)] == stopped[0].tokens
 
 
+@contextlib.contextmanager
+def traces() -> Iterator[Counter]:
+    """How many times each of generation's programs is traced (compiled) inside, from JAX's own events."""
+    counted: Counter = Counter()
+
+    def listen(event: str, duration: float, **fields) -> None:
+        if event == "/jax/core/compile/jaxpr_trace_duration" and fields.get("fun_name") in PROGRAMS:
+            counted[fields["fun_name"]] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield counted
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
+PROGRAMS = ("_prefill", "_decode_chunk")
+
+
 def test_decoding_compiles_once_not_per_token_or_chunk(model):
-    settings = SamplingConfig(max_new_tokens=30)
-    generate(model, PROMPTS, settings, chunk=4)
-    before = TRACES.copy()
-    generate(model, [[t + 1 for t in p] for p in PROMPTS], settings, chunk=4)  # same shapes, 8 chunks
-    generate(model, [[7] * 7, [8], [9]], settings, chunk=4)
-    assert TRACES == before
+    settings = SamplingConfig(max_new_tokens=29)  # a length no other test compiles for
+    with traces() as first:
+        generate(model, PROMPTS, settings, chunk=4)
+    assert first == {"_prefill": 1, "_decode_chunk": 1}  # the counter sees a new shape's programs
+    with traces() as again:
+        generate(model, [[t + 1 for t in p] for p in PROMPTS], settings, chunk=4)  # same shapes, 8 chunks
+        generate(model, [[7] * 7, [8], [9]], settings, chunk=4)
+    assert again == {}
 
 
 def test_the_model_sharded_as_trained_generates_the_same_tokens(make_config, run_dir):

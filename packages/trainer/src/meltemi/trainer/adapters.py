@@ -148,9 +148,24 @@ def purpose_id(purpose: str) -> int:
     return zlib.crc32(purpose.encode()) & 0x7FFFFFFF
 
 
+def seed_key(seed: int) -> jax.Array:
+    """The Threefry key of a 64-bit seed, every bit of it: ``[high 32 bits, low 32 bits]``, as
+    ``jax.random.key`` makes it with 64-bit integers on (without them it drops the high bits, so seeds
+    ``2**32`` apart would start from the same parameters). Below ``2**32`` it is ``jax.random.key(seed)``.
+
+    >>> import numpy as np
+    >>> np.asarray(jax.random.key_data(seed_key(2**32 + 11))).tolist()
+    [1, 11]
+    """
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"a seed is a 64-bit unsigned integer (0 .. 2**64 - 1), got {seed}")
+    words = np.array([seed >> 32, seed & 0xFFFFFFFF], np.uint32)
+    return jax.random.wrap_key_data(words, impl="threefry2x32")
+
+
 def jax_key(seed: int, purpose: str, step: int | None = None) -> jax.Array:
     """The JAX key for ``purpose`` (then ``step``) from the run seed: ``fold_in`` by purpose, then step."""
-    key = jax.random.fold_in(jax.random.key(seed), purpose_id(purpose))
+    key = jax.random.fold_in(seed_key(seed), purpose_id(purpose))
     return key if step is None else jax.random.fold_in(key, step)
 
 

@@ -4,9 +4,12 @@
   ``opt_state.1.0.mu.norm.weight``), chunked by the shard one device holds, every chunk followed by its
   CRC-32C (Zarr's ``crc32c`` codec), so a flipped byte is caught on read by TensorStore and zarr-python alike.
   bfloat16 arrays are stored as float32 (lossless; zarr-python has no bfloat16) and cast back on restore.
-- ``manifest.json``: format version, step, the resolved config, every array's name, dtype, shape, chunk shape
-  and chunk count, the data position (the step), the run seed, where the run was initialised from, and the
-  versions of jax and meltemi.
+- ``manifest.json``: format version, step, the resolved config, every array's name, dtype, shape, chunk shape,
+  chunk count and fingerprint (``meltemi.trainer.digests``: the same on any mesh), the digest of the whole
+  state, the data position (the step, and the hash of the global batch a resumption reads first), the run
+  seed, the run's tokenizer (its copy in the run directory and that file's SHA-256), the end-of-text token,
+  where the run was initialised from, and the versions of jax and meltemi. ``meltemi.trainer.verify``
+  recomputes the digests.
 - A checkpoint is written under a temporary name, fsynced, renamed to ``step-N`` and then marked complete
   (``COMMITTED``); a reader only trusts a marked checkpoint whose arrays all read back with good checksums.
 - No pickle: opening a checkpoint never runs code.
@@ -24,6 +27,8 @@ from typing import Any
 import jax
 import numpy as np
 import tensorstore as ts
+
+from meltemi.trainer.run_tokenizer import EndOfText, TokenizerRecord
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -57,6 +62,7 @@ class ArrayRecord:
     shape: tuple[int, ...]
     chunk_shape: tuple[int, ...]
     axes: tuple[str, ...] | None = None
+    fingerprint: str | None = None  # digests.array_fingerprint of its values; None in older checkpoints
 
     @property
     def stored_dtype(self) -> str:
@@ -70,8 +76,18 @@ class ArrayRecord:
 
 
 @dataclasses.dataclass(frozen=True)
+class DataPosition:
+    """Where the data stands: the step a resumption starts at, and the hash of that step's global batch
+    (``distributed.global_batch_hash``; None when the data ends there)."""
+
+    step: int
+    next_batch: str | None
+
+
+@dataclasses.dataclass(frozen=True)
 class Manifest:
-    """A checkpoint's ``manifest.json``, typed."""
+    """A checkpoint's ``manifest.json``, typed. The fields after ``versions`` are absent (None) in
+    checkpoints written before they were recorded."""
 
     format_version: int
     step: int
@@ -80,6 +96,10 @@ class Manifest:
     arrays: list[ArrayRecord]
     initialized_from: str | None
     versions: dict[str, str]
+    state_digest: str | None = None
+    data_position: DataPosition | None = None
+    tokenizer: TokenizerRecord | None = None
+    end_of_text: EndOfText | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)
@@ -97,9 +117,11 @@ class Manifest:
                 tuple(a["shape"]),
                 tuple(a["chunk_shape"]),
                 None if a.get("axes") is None else tuple(a["axes"]),
+                a.get("fingerprint"),
             )
             for a in raw["arrays"]
         ]
+        position, tokenizer, eot = raw.get("data_position"), raw.get("tokenizer"), raw.get("end_of_text")
         return Manifest(
             format_version=raw["format_version"],
             step=int(raw["step"]),
@@ -108,6 +130,12 @@ class Manifest:
             arrays=arrays,
             initialized_from=raw.get("initialized_from"),
             versions=raw.get("versions", {}),
+            state_digest=raw.get("state_digest"),
+            data_position=None
+            if position is None
+            else DataPosition(int(position["step"]), position["next_batch"]),
+            tokenizer=None if tokenizer is None else TokenizerRecord(tokenizer["file"], tokenizer["sha256"]),
+            end_of_text=None if eot is None else EndOfText(eot["token"], eot["id"]),
         )
 
 
@@ -115,7 +143,8 @@ def array_spec(directory: Path, record: ArrayRecord, create: bool) -> dict[str, 
     """The TensorStore spec of one checkpoint array (Zarr v3, CRC-32C after every chunk)."""
     spec: dict[str, Any] = {
         "driver": "zarr3",
-        "kvstore": {"driver": "file", "path": str(directory / record.name)},
+        # absolute: TensorStore refuses a relative path that climbs ("../run/checkpoints/step-2/...")
+        "kvstore": {"driver": "file", "path": os.path.abspath(directory / record.name)},
     }
     if create:
         spec["metadata"] = {

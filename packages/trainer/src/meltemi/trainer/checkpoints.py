@@ -10,7 +10,7 @@ hold.
 from __future__ import annotations
 
 import dataclasses
-import logging
+import json
 import shutil
 import threading
 import time
@@ -27,6 +27,7 @@ from meltemi.trainer.checkpoint_format import (
     FORMAT_VERSION,
     MANIFEST,
     ArrayRecord,
+    DataPosition,
     Manifest,
     fsync_directory,
     fsync_tree,
@@ -37,9 +38,10 @@ from meltemi.trainer.checkpoint_format import (
     write_shards,
 )
 from meltemi.trainer.config import TrainerConfig
+from meltemi.trainer.digests import combine, shard_sums, state_digest
 from meltemi.trainer.errors import CheckpointError, ConfigError
+from meltemi.trainer.run_tokenizer import EndOfText, TokenizerRecord
 
-logger = logging.getLogger("meltemi.trainer")
 STEP_PREFIX = "step-"
 
 
@@ -102,9 +104,19 @@ class _HostCopy:
     step: int
     records: list[ArrayRecord]
     shards: list[list[tuple[tuple[slice, ...], np.ndarray]]]
+    next_batch: str | None
+
+    def fingerprint_sums(self) -> dict[str, list[int]]:
+        """Per array, the fingerprint sums of this process's shards (``digests.shard_sums``, added up)."""
+        sums = {}
+        for record, shards in zip(self.records, self.shards, strict=True):
+            parts = [shard_sums(data, index, record.shape) for index, data in shards]
+            total = combine(parts)
+            sums[record.name] = [int(total[:8], 16), int(total[8:], 16)]
+        return sums
 
 
-def _host_copy(state) -> _HostCopy:
+def _host_copy(state, next_batch: str | None) -> _HostCopy:
     records, shards = [], []
     for name, leaf in _named_leaves(state):
         array = _raw(leaf)
@@ -115,7 +127,7 @@ def _host_copy(state) -> _HostCopy:
         shards.append(
             [(s.index, np.array(s.data, copy=True)) for s in array.addressable_shards if s.replica_id == 0]
         )
-    return _HostCopy(int(jax.device_get(state.step)), records, shards)
+    return _HostCopy(int(jax.device_get(state.step)), records, shards, next_batch)
 
 
 class Checkpointer:
@@ -128,6 +140,8 @@ class Checkpointer:
         config_json: dict[str, Any],
         *,
         initialized_from: str | None = None,
+        tokenizer: TokenizerRecord | None = None,
+        end_of_text: EndOfText | None = None,
         process_index: int = 0,
         process_count: int = 1,
         token: str = "local",
@@ -141,6 +155,7 @@ class Checkpointer:
         self.retention = RetentionPolicy(trainer.keep_every)
         self.seed, self.config_json = trainer.seed, config_json
         self.initialized_from = initialized_from
+        self.tokenizer, self.end_of_text = tokenizer, end_of_text
         self._writer: threading.Thread | None = None
         self._error: BaseException | None = None
         self.last_save = time.monotonic()
@@ -149,11 +164,12 @@ class Checkpointer:
     def due(self, step: int) -> bool:
         return self.schedule.due(step, (time.monotonic() - self.last_save) / 60)
 
-    def save(self, state, *, wait: bool = False) -> Path:
-        """Checkpoint ``state``: copy to host now, write in the background (``wait``: before returning)."""
+    def save(self, state, *, wait: bool = False, next_batch: str | None = None) -> Path:
+        """Checkpoint ``state``: copy to host now, write in the background (``wait``: before returning).
+        ``next_batch`` is the hash of the global batch of the state's step (the data position), if any."""
         started = time.perf_counter()
         self.wait()
-        copy = _host_copy(state)
+        copy = _host_copy(state, next_batch)
         self.seconds_blocked += time.perf_counter() - started
         self.last_save = time.monotonic()
         self._writer = threading.Thread(
@@ -195,20 +211,28 @@ class Checkpointer:
             future.result()
         fsync_tree(aside)
         written = aside / f".written-{self.process_index}"
-        written.write_text("")
+        written.write_text(json.dumps(copy.fingerprint_sums()))
         fsync_directory(aside)
         if not self.is_primary:
             return
         self._wait_for_every_process(aside, copy.step)
         write_group_marker(aside)
+        sums = [json.loads(mark.read_text()) for mark in sorted(aside.glob(".written-*"))]
+        records = [
+            dataclasses.replace(r, fingerprint=combine(part[r.name] for part in sums)) for r in copy.records
+        ]
         manifest = Manifest(
             format_version=FORMAT_VERSION,
             step=copy.step,
             seed=self.seed,
             config=self.config_json,
-            arrays=copy.records,
+            arrays=records,
             initialized_from=self.initialized_from,
             versions={"jax": jax.__version__, "meltemi-trainer": metadata.version("meltemi-trainer")},
+            state_digest=state_digest((r.name, r.fingerprint) for r in records),
+            data_position=DataPosition(copy.step, copy.next_batch),
+            tokenizer=self.tokenizer,
+            end_of_text=self.end_of_text,
         )
         (aside / MANIFEST).write_text(manifest.to_json())
         for mark in aside.glob(".written-*"):
@@ -339,34 +363,3 @@ def incompatible_field(saved: dict[str, Any], current: dict[str, Any]) -> str | 
         if before != now:
             return f"{dotted}: the checkpoint has {before}, the config {now}"
     return None
-
-
-def load_model(location: str | Path, warn=logger.warning):
-    """``(run config, model, checkpoint path)`` from a run directory's latest good checkpoint or a ``step-N``
-    directory, on this process's first device (for export, sampling and evaluation).
-
-    A location without any checkpoint is a ``CheckpointError`` naming it; damaged ones are skipped with a
-    warning, as a resumption skips them.
-    """
-    import equinox as eqx
-
-    from meltemi.trainer.config_io import validate
-    from meltemi.trainer.llama import Llama
-
-    location = Path(location)
-    if not location.exists():
-        raise CheckpointError(f"{location}: no such run or checkpoint directory")
-    found = find_checkpoints(location)
-    if not found:
-        raise CheckpointError(f"{location} holds no checkpoint (looked for step-N directories)")
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    for path in found:
-        try:
-            manifest = inspect_checkpoint(path)
-            config = validate(manifest.config, where=str(path / MANIFEST))
-            abstract = eqx.filter_eval_shape(Llama.init, config.model, key=jax.random.key(0))
-            shardings = jax.tree_util.tree_map(lambda _: device, abstract)
-            return config, restore(path, manifest, abstract, shardings, prefix="model."), path
-        except CheckpointError as e:
-            warn(f"skipping checkpoint {e}")
-    raise CheckpointError(f"{location}: no checkpoint there reads back whole")

@@ -72,6 +72,9 @@ def main(
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # a second Ctrl-C, over 2 s after the first: stop now, without a checkpoint
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def train(config, run_dir: Path, clock: StartupClock) -> int:
@@ -90,7 +93,7 @@ def train(config, run_dir: Path, clock: StartupClock) -> int:
     elif summary.stopped_by is not None:
         print(f"stopped by {summary.stopped_by} at step {summary.steps}: saved {summary.last_checkpoint}")
         print("run the same command again to resume")
-        return 0
+        return summary.exit_status
     elif summary.start_step == 0:
         print(
             f"steps: {summary.steps}   tokens: {summary.tokens:,}   {summary.tokens_per_second:,.0f} tokens/s"

@@ -183,7 +183,12 @@ class TrainerConfig(Section):
     microbatch_size: int | None = Field(
         None, gt=0, description="sequences per forward/backward; the step accumulates gradients over them"
     )
-    seed: int = Field(0, ge=0, description="the one seed every random number derives from")
+    seed: int = Field(
+        0,
+        ge=0,
+        le=2**64 - 1,
+        description="the one seed every random number derives from (0 .. 2**64 - 1; every bit counts)",
+    )
     param_dtype: FloatDtype = Field("float32", description="dtype parameters and optimizer state are kept in")
     compute_dtype: FloatDtype = Field("bfloat16", description="dtype of the forward and backward matmuls")
     mesh: MeshConfig = Field(default_factory=MeshConfig, description="device mesh")

@@ -25,17 +25,20 @@ from meltemi.datastore import (
 from meltemi.trainer.adapters import data_key
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import DataError
+from meltemi.trainer.run_tokenizer import EndOfText, end_of_text
 
 
 @dataclasses.dataclass
 class RunData:
-    """The loaders of one process: training batches by step, and each source's held-out batches."""
+    """The loaders of one process: training batches by step, each source's held-out batches, and the
+    token that ends a text (the one the stores end their documents with)."""
 
     train: BatchLoader
     held_out: dict[str, BatchLoader]
     eval_steps: int
     source_names: list[str]
     token_bytes: np.ndarray | None
+    end_of_text: EndOfText
 
 
 def _open_store(name: str, path: str, tokenizer: str | None) -> TokenStore:
@@ -50,9 +53,10 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
     data, trainer = config.data, config.trainer
     if not data.sources:
         raise DataError("data.sources is empty: name at least one token store (data.sources.NAME.store)")
-    trains, held = {}, {}
+    trains, held, eos_ids = {}, {}, []
     for name, source in data.sources.items():
         store = _open_store(name, source.store, data.tokenizer)
+        eos_ids.append(store.manifest["tokenizer"].get("eos_id"))
         if store.vocab_size != config.model.vocab_size:
             raise DataError(
                 f"data.sources.{name}.store: {source.store} was tokenized with a vocabulary of "
@@ -89,6 +93,7 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
         eval_steps=eval_steps,
         source_names=list(data.sources),
         token_bytes=token_byte_lengths(data.tokenizer) if data.tokenizer else None,
+        end_of_text=end_of_text(data.tokenizer, eos_ids),
     )
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,9 +38,6 @@ from meltemi.trainer.kv_cache import KVCache, forward_cached
 from meltemi.trainer.llama import Llama
 from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.sampling import GenerationError, SamplingConfig, next_tokens
-
-# How many times each program was traced (compiled): a diagnostic, and the proof of "once per shape".
-TRACES: Counter[str] = Counter()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +93,6 @@ def _full_logits(model: Llama, tokens: jax.Array, pad: jax.Array, index) -> jax.
 
 @eqx.filter_jit
 def _prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) -> _Loop:
-    TRACES["prefill"] += 1
     pad_named = hax.named(pad, ("batch",))
     if use_cache:
         Batch = hax.Axis("batch", tokens.shape[0])
@@ -113,7 +108,6 @@ def _prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) 
 
 @eqx.filter_jit(donate="all-except-first")
 def _decode_chunk(model: Llama, loop: _Loop, settings: SamplingConfig, eos: int | None, chunk: int) -> _Loop:
-    TRACES["decode"] += 1
     end = loop.tokens.shape[1]
     filler = 0 if eos is None else eos
     pad = loop.pad
@@ -280,28 +274,19 @@ class _placement:
             c.__exit__(*exc)
 
 
-def end_of_text_id(tokenizer: Tokenizer | str | Path) -> int | None:
-    """The id of the tokenizer's end-of-document token (generation stops there), if it has one."""
-    from meltemi.datastore.tokenizing import EOS_CANDIDATES
-
-    tokenizer = _tokenizer(tokenizer)
-    return next(
-        (tokenizer.token_to_id(t) for t in EOS_CANDIDATES if tokenizer.token_to_id(t) is not None), None
-    )
-
-
 def sample_checkpoint(
     location: str | Path, prompts: Sequence[str], settings: SamplingConfig | None = None, *, warn=None
 ) -> tuple[Generation, Path]:
     """Continue text prompts with a run directory's latest good checkpoint (or a ``step-N`` directory),
-    tokenized with the tokenizer its config names, stopping at its end-of-document token."""
+    tokenized with the run's own tokenizer, stopping at the end-of-text token its checkpoint records."""
     from meltemi.trainer import compile_cache
-    from meltemi.trainer.checkpoints import load_model
+    from meltemi.trainer.trained_model import load_model
 
-    config, model, path = load_model(location, **({"warn": warn} if warn else {}))
-    compile_cache.enable_for(config.trainer)
-    if config.data.tokenizer is None:
-        raise GenerationError(f"{path}: its config names no data.tokenizer to turn text into tokens")
-    tokenizer = config.data.tokenizer
-    result = generate(model, prompts, settings, tokenizer=tokenizer, eos_token_id=end_of_text_id(tokenizer))
-    return result, path
+    trained = load_model(location, **({"warn": warn} if warn else {}))
+    compile_cache.enable_for(trained.config.trainer)
+    if trained.tokenizer is None:
+        raise GenerationError(f"{trained.checkpoint}: its run has no tokenizer to turn text into tokens")
+    result = generate(
+        trained.model, prompts, settings, tokenizer=trained.tokenizer, eos_token_id=trained.end_of_text.id
+    )
+    return result, trained.checkpoint

@@ -46,7 +46,7 @@ def init_state(config: RunConfig, key: jax.Array) -> TrainState:
     """A fresh state: the model from ``key`` in the parameter dtype, the optimizer's initial state."""
     model = Llama.init(config.model, key=key)
     model = cast_floating(model, jnp.dtype(config.trainer.param_dtype))
-    optimizer = make_optimizer(config.optimizer, config.trainer.num_train_steps, model)
+    optimizer = make_optimizer(config.optimizer, model)
     zero = jnp.zeros((), jnp.int32)
     return TrainState(step=zero, model=model, opt_state=optimizer.init(model), skipped_steps=zero)
 
@@ -93,7 +93,7 @@ def make_train_step(config: RunConfig, structure: Llama | None = None):
     """``train_step(state, batch) -> (state, StepMetrics)``, to be jitted under the compute axis mapping;
     ``structure`` (the model's abstract arrays, traced when not given) is what weight decay is masked by."""
     structure = _structure_model(config) if structure is None else structure
-    optimizer = make_optimizer(config.optimizer, config.trainer.num_train_steps, structure)
+    optimizer = make_optimizer(config.optimizer, structure)
     schedule = learning_rate_schedule(config.optimizer, config.trainer.num_train_steps)
     micro_size = config.trainer.microbatch_size
     grad_fn = eqx.filter_value_and_grad(_loss_terms, has_aux=True)
@@ -121,7 +121,8 @@ def make_train_step(config: RunConfig, structure: Llama | None = None):
         loss, z_loss, grads = gradients(state.model, batch)
         grads = cast_floating(grads, jnp.dtype(config.trainer.param_dtype))
         grad_norm = optax.tree.norm(grads)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.model)
+        rate = schedule(state.step)  # the one rate: applied here, reported in the metrics
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.model, learning_rate=rate)
         model = optax.apply_updates(state.model, updates)
         applied = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         keep = lambda new, old: jnp.where(applied, new, old)  # noqa: E731
@@ -131,7 +132,7 @@ def make_train_step(config: RunConfig, structure: Llama | None = None):
             opt_state=jax.tree_util.tree_map(keep, opt_state, state.opt_state),
             skipped_steps=state.skipped_steps + (~applied).astype(jnp.int32),
         )
-        metrics = StepMetrics(loss - z_loss, z_loss, grad_norm, schedule(state.step), applied)
+        metrics = StepMetrics(loss - z_loss, z_loss, grad_norm, rate, applied)
         return new_state, metrics
 
     return train_step

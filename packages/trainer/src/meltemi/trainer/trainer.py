@@ -10,7 +10,6 @@ Typical use, from a YAML preset and command-line overrides::
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,18 +25,19 @@ from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data import RunData, open_data
 from meltemi.trainer.data_sources import resolve_data
-from meltemi.trainer.distributed import agree, global_batch_hash, shared_token, wait_for_every_process
-from meltemi.trainer.errors import NonFiniteError, TrainerError
+from meltemi.trainer.distributed import shared_token, wait_for_every_process
+from meltemi.trainer.errors import TrainerError
 from meltemi.trainer.evaluate import BatchSums, make_eval_step, summarize
-from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
+from meltemi.trainer.loop import StepLoop
 from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.plots import plot_loss
 from meltemi.trainer.program import CompileReport, TrainProgram
 from meltemi.trainer.progress import TrainingProgress
 from meltemi.trainer.resume import Start, starting_state
-from meltemi.trainer.signals import StopSignals
+from meltemi.trainer.run_tokenizer import TOKENIZER_FILE, TokenizerRecord, copy_into_run, file_sha256
+from meltemi.trainer.signals import StopSignals, exit_status
 from meltemi.trainer.startup import StartupClock
-from meltemi.trainer.step import StepMetrics, TrainState
+from meltemi.trainer.step import TrainState
 from meltemi.trainer.trackers import Trackers, read_metrics, rewind_record
 
 
@@ -51,7 +51,8 @@ class RunSummary:
     ``metrics.jsonl`` when resumed; ``last_eval`` at ``last_eval_step``; empty and None when none was made).
     This session: ``start_step`` (where it began; ``resumed_from`` the checkpoint, when resumed),
     ``session_steps``, ``session_tokens`` and ``tokens_per_second`` (evaluations not counted).
-    ``stopped_by``: the signal (``"SIGTERM"``, ``"SIGINT"``) that stopped it early after a checkpoint.
+    ``stopped_by``: the signal (``"SIGTERM"``, ``"SIGINT"``) that stopped it early after a checkpoint (on
+    every process of the run, whichever one it reached); ``exit_status`` the process's status for it.
     ``already_trained``: the run directory held the finished run, so nothing was compiled or trained."""
 
     run_dir: Path
@@ -73,6 +74,13 @@ class RunSummary:
     first_eval_step: int | None
     last_eval_step: int | None
     already_trained: bool = False
+
+    @property
+    def exit_status(self) -> int:
+        """What the process should exit with: 0 when the run reached its last step (or had already), 130
+        after a SIGINT stopped it, 143 after a SIGTERM (128 plus the signal's number, as shells report it),
+        so a scheduler can tell a stopped run from a finished one."""
+        return exit_status(self.stopped_by)
 
     def run_line(self) -> str:
         """The run as a whole: ``60 steps, 245,760 tokens in all``."""
@@ -193,27 +201,33 @@ class Trainer:
                 per_source[name] = sums
         return summarize(per_source, with_bytes=self.data.token_bytes is not None)
 
-    def _prepare_run_dir(self, start_step: int, note: Callable[[str], None]) -> Trackers:
+    def _prepare_run_dir(
+        self, start_step: int, resumed: bool, note: Callable[[str], None]
+    ) -> tuple[Trackers, TokenizerRecord | None]:
         """Once the config is accepted (the run's checkpoint restored, or none found): write it, rewind the
         step records to what this session logs first, and open the trackers (the first process's; the others
         log nothing). Nothing in the run directory changes before this.
 
         A resumed session keeps the rows of the step it resumes from (it logs from the next one on); one that
         starts at step 0 evaluates step 0 again, so it keeps none. Batch hashes are logged before each step,
-        so the step resumed from is hashed again."""
+        so the step resumed from is hashed again. The tokenizer is copied into the run (a resumed run's copy
+        must be the config's tokenizer), and its record returned for the checkpoints."""
+        tokenizer = self.config.data.tokenizer
         if not self.is_primary:
-            return Trackers([])
+            record = None if tokenizer is None else TokenizerRecord(TOKENIZER_FILE, file_sha256(tokenizer))
+            return Trackers([]), record
         first_logged = start_step + 1 if start_step else 0
         try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            record = None if tokenizer is None else copy_into_run(tokenizer, self.run_dir, resumed=resumed)
             (self.run_dir / "config.yaml").write_text(dump_config(self.config), encoding="utf-8")
             for name, first in (("metrics.jsonl", first_logged), ("batches.jsonl", start_step)):
                 rewound = rewind_record(self.run_dir / name, first)
                 if rewound is not None:
                     note(rewound.describe(self.run_dir / name, first))
-            return Trackers.for_run(
+            trackers = Trackers.for_run(
                 self.config.trainer.trackers, self.run_dir, self.config.model_dump(mode="json"), first_logged
             )
+            return trackers, record
         except OSError as e:
             raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e.strerror})") from None
 
@@ -236,7 +250,9 @@ class Trainer:
                 start_step = int(jax.device_get(start.state.step))
                 if start_step >= trainer.num_train_steps:
                     return self._already_trained(start, progress)
-                trackers = self._prepare_run_dir(start_step, progress.note)
+                trackers, tokenizer = self._prepare_run_dir(
+                    start_step, start.resumed_from is not None, progress.note
+                )
                 self.clock.lap("run directory")
                 self.compile()
                 wait_for_every_process("train step compiled")
@@ -247,6 +263,8 @@ class Trainer:
                     trainer,
                     config.model_dump(mode="json"),
                     initialized_from=start.initialized_from,
+                    tokenizer=tokenizer,
+                    end_of_text=self.data.end_of_text,
                     process_index=jax.process_index(),
                     process_count=jax.process_count(),
                     token=shared_token(),
@@ -255,7 +273,7 @@ class Trainer:
                     progress.note(f"resuming from {start.resumed_from}")
                 elif start.initialized_from is not None:
                     progress.note(f"initialized from {start.initialized_from}")
-                loop = _Loop(self, start.state, trackers, progress, checkpointer, stop)
+                loop = StepLoop(self, start.state, trackers, progress, checkpointer, stop, start.resumed_from)
                 loop.run(on_ready=lambda: progress.note(self.clock.line(self._cache_note(cached))))
         finally:
             trackers.close()
@@ -274,7 +292,7 @@ class Trainer:
             metrics_path=self.run_dir / "metrics.jsonl",
             plot_path=plot,
             last_checkpoint=loop.last_checkpoint,
-            stopped_by=stop.received,
+            stopped_by=loop.stopped_by,
             checkpoint_seconds_blocked=checkpointer.seconds_blocked,
             start_step=start_step,
             resumed_from=start.resumed_from,
@@ -316,39 +334,6 @@ class Trainer:
             already_trained=True,
         )
 
-    def _report(self, step: int, metrics: StepMetrics, trackers, progress, rate, force: bool = False) -> None:
-        """Check a finished step's metrics (one step behind the dispatch, so the device never waits)."""
-        values = jax.device_get(metrics)
-        if not bool(values.applied):
-            if self.config.trainer.nan_policy == "stop":
-                raise NonFiniteError(
-                    f"step {step}: the loss ({float(values.loss)}) or the gradient norm "
-                    f"({float(values.grad_norm)}) is not finite; the update was not applied and the run "
-                    "stops (trainer.nan_policy: stop)"
-                )
-            progress.note(
-                f"step {step}: non-finite loss or gradient, update skipped (trainer.nan_policy: skip)"
-            )
-        done = step + 1
-        if done % self.config.trainer.log_every and not force:
-            return
-        speed = rate.interval()
-        record = {
-            "train/loss": float(values.loss),
-            "train/z_loss": float(values.z_loss),
-            "train/grad_norm": float(values.grad_norm),
-            "train/learning_rate": float(values.learning_rate),
-            "train/skipped": float(not bool(values.applied)),
-            "throughput/tokens_per_second": speed.tokens_per_second,
-            "throughput/flops_per_second": speed.flops_per_second,
-        }
-        if speed.mfu is not None:
-            record["throughput/mfu"] = speed.mfu
-        trackers.log(record, step=done)
-        progress.update(
-            done, record["train/loss"], speed.tokens_per_second, speed.mfu, speed.flops_per_second
-        )
-
     def _cache_note(self, cached: compile_cache.CacheCounter) -> str:
         if not self.compile_cache.enabled:
             return self.compile_cache.describe()
@@ -366,94 +351,6 @@ class Trainer:
         )
 
 
-class _Loop:
-    """One pass of the step loop: dispatch, report one step behind, evaluate, checkpoint, stop on a signal."""
-
-    def __init__(self, trainer: Trainer, state: TrainState, trackers, progress, checkpointer, stop):
-        self.t, self.state, self.trackers, self.progress = trainer, state, trackers, progress
-        self.checkpointer, self.stop = checkpointer, stop
-        self.rate = _Throughput(trainer.config, trainer.plan.mesh.devices.size)
-        self.first_eval: dict[str, float] = {}
-        self.last_eval: dict[str, float] = {}
-        self.evaluations: list[tuple[int, dict[str, float]]] = []  # this session's, with their steps
-        self.last_checkpoint: Path | None = None
-        self.pending: tuple[int, StepMetrics] | None = None
-
-    def _evaluate(self, step: int) -> dict[str, float]:
-        self.rate.pause()
-        metrics = self.t.evaluate(self.state)
-        self.trackers.log(metrics, step=step)
-        self.evaluations.append((step, metrics))
-        self.rate.resume()
-        return metrics
-
-    def _flush(self, force: bool = False) -> None:
-        if self.pending is not None:
-            self.t._report(*self.pending, self.trackers, self.progress, self.rate, force=force)
-            self.pending = None
-
-    def _log_batch_hash(self, step: int, local: dict) -> None:
-        """Append the global batch's hash to ``batches.jsonl``: the same for any number of processes."""
-        digest = global_batch_hash(np.concatenate([local["input_ids"], local["targets"]], axis=1))
-        if self.t.is_primary:
-            with open(self.t.run_dir / "batches.jsonl", "a", encoding="utf-8") as f:
-                f.write(json.dumps({"step": step, "hash": digest}) + "\n")
-
-    def _checkpoint(self, wait: bool = False) -> None:
-        """Save the state; the step's metrics are logged first (the save waits for the step anyway), so a
-        checkpoint never exists without the record reaching its step."""
-        self._flush()
-        self.last_checkpoint = self.checkpointer.save(self.state, wait=wait)
-
-    def run(self, on_ready: Callable[[], None] = lambda: None) -> None:
-        """Train to the last step; ``on_ready`` is called once, just before the first step is dispatched."""
-        trainer = self.t.config.trainer
-        profiler = trainer.profiler
-        start = int(jax.device_get(self.state.step))
-        self.progress.update_total(trainer.num_train_steps, start)
-        if start == 0:
-            self.first_eval = self._evaluate(0)
-            self.t.clock.lap("first evaluation")
-        on_ready()
-        self.rate.resume()
-        with jax.set_mesh(self.t.plan.mesh):
-            for step, local in self.t.data.train.iterate(start, trainer.num_train_steps):
-                if profiler is not None and step == profiler.start_step:
-                    jax.profiler.start_trace(str(self.t.run_dir / "profile"))
-                rows = self.t.data.train.schedule.size(step)
-                if trainer.log_batch_hashes:
-                    self._log_batch_hash(step, local)
-                self.state, metrics = self.t.program.step(self.state, self.t.global_batch(local, rows), rows)
-                self.rate.add(rows)
-                self._flush()
-                self.pending = (step, metrics)
-                if profiler is not None and step == profiler.start_step + profiler.num_steps - 1:
-                    jax.block_until_ready(self.state)
-                    jax.profiler.stop_trace()
-                done = step + 1
-                if done == trainer.num_train_steps:
-                    break
-                if trainer.eval_every and done % trainer.eval_every == 0:
-                    self._flush()
-                    self.last_eval = self._evaluate(done)
-                stop, due = agree([self.stop.received is not None, self.checkpointer.due(done)])
-                if stop:
-                    self._flush(force=True)
-                    self._checkpoint(wait=True)
-                    self.progress.note(
-                        f"stopped by {self.stop.received or 'another process'} after step {done}: saved "
-                        f"{self.last_checkpoint}; "
-                        "run the same command again to resume"
-                    )
-                    return
-                if due:
-                    self._checkpoint()
-        self._flush(force=True)
-        self._checkpoint(wait=True)
-        self.last_eval = self._evaluate(int(jax.device_get(self.state.step)))
-        self.first_eval = self.first_eval or self.last_eval
-
-
 def _evaluations(records: list[dict], through: int) -> list[tuple[int, dict[str, float]]]:
     """The held-out evaluations of ``metrics.jsonl`` records up to step ``through``, with their steps."""
     return [
@@ -461,45 +358,3 @@ def _evaluations(records: list[dict], through: int) -> list[tuple[int, dict[str,
         for r in records
         if "eval/loss" in r and r["step"] <= through
     ]
-
-
-@dataclasses.dataclass
-class _Speed:
-    tokens_per_second: float
-    flops_per_second: float
-    mfu: float | None
-
-
-class _Throughput:
-    """Tokens per second (and model FLOP/s, MFU) since the last report, evaluation time excluded."""
-
-    def __init__(self, config: RunConfig, device_count: int):
-        self.flops_per_token = flops_per_token(config.model, config.data.seq_len)
-        self.seq_len = config.data.seq_len
-        peak = peak_flops_per_device()
-        self.peak = None if peak is None else peak * device_count
-        self.total_tokens = self._tokens = 0
-        self._since, self._banked, self._total_seconds = time.perf_counter(), 0.0, 0.0
-
-    def add(self, rows: int) -> None:
-        self._tokens += rows * self.seq_len
-        self.total_tokens += rows * self.seq_len
-
-    def pause(self) -> None:
-        """Stop the clock (an evaluation is not training time) until ``resume``."""
-        self._banked += time.perf_counter() - self._since
-
-    def resume(self) -> None:
-        self._since = time.perf_counter()
-
-    def interval(self) -> _Speed:
-        now = time.perf_counter()
-        seconds = max(self._banked + now - self._since, 1e-9)
-        self._total_seconds += seconds
-        tokens_per_second = self._tokens / seconds
-        self._tokens, self._since, self._banked = 0, now, 0.0
-        flops = tokens_per_second * self.flops_per_token
-        return _Speed(tokens_per_second, flops, None if self.peak is None else flops / self.peak)
-
-    def overall(self) -> float:
-        return self.total_tokens / max(self._total_seconds, 1e-9)

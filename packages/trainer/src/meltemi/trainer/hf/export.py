@@ -20,9 +20,8 @@ import json
 import shutil
 from pathlib import Path
 
-import haliax_lite as hax
 from meltemi.trainer.hf.config_map import HfFormatError, hf_config
-from meltemi.trainer.hf.layout import hf_tensors
+from meltemi.trainer.hf.layout import hf_tensors, our_tensor, parameter_names
 from meltemi.trainer.hf.safetensors_files import TensorPlan, write_safetensors
 from meltemi.trainer.hf.tokenizer_files import SpecialTokens, write_tokenizer_files
 from meltemi.trainer.llama import Llama
@@ -44,7 +43,8 @@ def export_hf(
     ``config.json``, ``generation_config.json`` and the weights (``model.safetensors``, or shards of at most
     ``max_shard_bytes`` with ``model.safetensors.index.json``) in ``dtype`` (float32 or bfloat16); with a
     ``tokenizer`` (its ``tokenizer.json``) also the tokenizer files, the end-of-text token being
-    ``eos_token`` or the tokenizer's one special token. Returns ``out_dir``.
+    ``eos_token`` (a checkpoint's record of it) or else the run's rule (``run_tokenizer.end_of_text``).
+    Returns ``out_dir``.
     """
     out_dir = Path(out_dir)
     if dtype not in DTYPES:
@@ -54,6 +54,20 @@ def export_hf(
     staging = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    try:
+        _write_staging(model, staging, tokenizer, dtype, eos_token, max_shard_bytes)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if out_dir.exists():
+        out_dir.rmdir()
+    staging.rename(out_dir)
+    return out_dir
+
+
+def _write_staging(
+    model: Llama, staging: Path, tokenizer, dtype: str, eos_token, max_shard_bytes: int
+) -> None:
     config = model.config
     special = SpecialTokens(None, None)
     if tokenizer is not None:
@@ -65,10 +79,6 @@ def export_hf(
     generation = {"eos_token_id": special.eos_token_id, "do_sample": False}
     _write_json(staging / "generation_config.json", generation)
     _write_weights(model, staging, dtype, max_shard_bytes)
-    if out_dir.exists():
-        out_dir.rmdir()
-    staging.rename(out_dir)
-    return out_dir
 
 
 def _write_json(path: Path, fields: dict) -> None:
@@ -76,17 +86,25 @@ def _write_json(path: Path, fields: dict) -> None:
 
 
 def _write_weights(model: Llama, out_dir: Path, dtype: str, max_shard_bytes: int) -> None:
+    """Each Hugging Face tensor from our parameter of the same name (never by position); a parameter of the
+    model the table lacks, or one it names that the model lacks, is an ``HfFormatError`` naming it."""
     table = hf_tensors(model.config)
-    by_ours = {t.ours: t for t in table.values()}
-    entries = hax.state_dict.iter_state_dict(model)
+    ours = {t.ours for t in table.values()}
+    names = parameter_names(model)
+    for name in names:
+        if name not in ours:
+            raise HfFormatError(f"{name}: a parameter the Hugging Face layout does not have")
+    missing = sorted(ours - set(names))
+    if missing:
+        raise HfFormatError(f"{missing[0]}: in the Hugging Face layout, but the model has no such parameter")
 
     def fetch(planned: TensorPlan):
-        ours, array = next(entries)
-        tensor = by_ours.get(ours)
-        if tensor is None or tensor.name != planned.name:
-            raise HfFormatError(f"{ours}: a parameter the Hugging Face layout does not have")
+        tensor = table[planned.name]
+        array = our_tensor(model, tensor.ours)
         if tuple(array.shape[a.name] for a in tensor.axes) != tuple(a.size for a in tensor.axes):
-            raise HfFormatError(f"{ours}: shape {dict(array.shape)} does not fit the config {tensor.axes}")
+            raise HfFormatError(
+                f"{tensor.ours}: shape {dict(array.shape)} does not fit the config {tensor.axes}"
+            )
         return tensor.to_hf(array)
 
     plan = [TensorPlan(t.name, t.shape, dtype) for t in table.values()]

@@ -1,5 +1,8 @@
 """Which Hugging Face tensor each of our parameters is, in which axis order, and its 2-D shape there.
 
+The table is keyed by name (Hugging Face's, with ours in ``HfTensor.ours``), and ``our_tensor`` reads a
+parameter by its name, so nothing depends on the order of the table or of the model's fields.
+
 Our parameter paths are Hugging Face's names with the layer index in a ``layers`` axis (see
 ``meltemi.trainer.llama``); haliax-lite's state dict restores the per-layer names. What differs is only
 the shape: a projection whose ``Out`` or ``In`` is several axes (query heads: ``kv_heads,
@@ -14,6 +17,11 @@ which puts query head ``kv * group + g`` where Hugging Face has it. No permutati
 (16, 32)
 >>> len(table), "lm_head.weight" in table
 (21, True)
+>>> model = Llama.init(config, key=jax.random.key(0))
+>>> sorted(parameter_names(model)) == sorted(t.ours for t in table.values())
+True
+>>> our_tensor(model, "layers.1.mlp.up_proj.weight").axes
+(Axis(name='mlp', size=768), Axis(name='embed', size=32))
 """
 
 from __future__ import annotations
@@ -21,11 +29,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import jax
 import numpy as np
 
 import haliax_lite as hax
 from meltemi.trainer.config import ModelConfig
-from meltemi.trainer.llama import LlamaAxes
+from meltemi.trainer.llama import Llama, LlamaAxes
+
+LAYERS = "layers"  # the model's Stacked field, and the name of its layer axis
 
 _IN_LAYER = {
     "self_attn.q_proj.weight": ("kv_heads", "q_heads_per_group", "head_size", "embed"),
@@ -86,3 +97,32 @@ def hf_tensors(config: ModelConfig) -> dict[str, HfTensor]:
     if not config.tie_embeddings:
         add("lm_head.weight", "lm_head.weight", ("vocab", "embed"))
     return table
+
+
+def _attribute_names(path) -> list[str]:
+    return [str(getattr(key, "name", getattr(key, "key", getattr(key, "idx", key)))) for key in path]
+
+
+def parameter_names(model: Llama) -> list[str]:
+    """Every parameter of ``model`` by its name in our state dict (one per layer for the stacked ones),
+    from the model's structure alone: no array is sliced."""
+    names = []
+    for path, _ in jax.tree_util.tree_flatten_with_path(model, is_leaf=hax.is_named_array)[0]:
+        parts = _attribute_names(path)
+        if parts[:2] == [LAYERS, "stacked"]:
+            names += [".".join([LAYERS, str(i), *parts[2:]]) for i in range(model.config.num_layers)]
+        else:
+            names.append(".".join(parts))
+    return names
+
+
+def our_tensor(model: Llama, name: str) -> hax.NamedArray:
+    """Our parameter called ``name`` (``layers.3.mlp.up_proj.weight``: layer 3's slice), found by name."""
+    parts = name.split(".")
+    stacked = parts[0] == LAYERS
+    node: object = model.layers.stacked if stacked else model
+    for part in parts[2:] if stacked else parts:
+        node = getattr(node, part)
+    if not isinstance(node, hax.NamedArray):
+        raise AttributeError(f"{name} is not a parameter")
+    return node[LAYERS, int(parts[1])] if stacked else node

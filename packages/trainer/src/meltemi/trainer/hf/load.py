@@ -113,7 +113,7 @@ def train_state_from_hf(
     trainer's step expects.
     """
     _, model = import_hf(directory, config.model, dtype=config.trainer.param_dtype)
-    optimizer = make_optimizer(config.optimizer, config.trainer.num_train_steps, model)
+    optimizer = make_optimizer(config.optimizer, model)
 
     def fresh(model: Llama) -> TrainState:  # in one program: every leaf its own buffer (the step donates)
         zero = jnp.zeros((), jnp.int32)

@@ -21,6 +21,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from meltemi.trainer.hf.config_map import HfFormatError
+from meltemi.trainer.run_tokenizer import end_of_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +33,7 @@ class SpecialTokens:
 
 
 def special_tokens(tokenizer_path: Path, eos_token: str | None = None) -> SpecialTokens:
-    """``eos_token`` (checked to exist), or the tokenizer's one special token, or none if it has several."""
+    """``eos_token`` (checked to exist), or the run's end-of-text rule (``run_tokenizer.end_of_text``)."""
     try:
         tokenizer = Tokenizer.from_file(str(tokenizer_path))
     except Exception as error:  # tokenizers raises a bare Exception for unreadable files
@@ -42,10 +43,8 @@ def special_tokens(tokenizer_path: Path, eos_token: str | None = None) -> Specia
         if token_id is None:
             raise HfFormatError(f"{tokenizer_path}: the eos token {eos_token!r} is not in the vocabulary")
         return SpecialTokens(eos_token, token_id)
-    special = [t for t in tokenizer.get_added_tokens_decoder().values() if t.special]
-    if len(special) != 1:
-        return SpecialTokens(None, None)
-    return SpecialTokens(special[0].content, tokenizer.token_to_id(special[0].content))
+    found = end_of_text(tokenizer)
+    return SpecialTokens(found.token, found.id)
 
 
 def write_tokenizer_files(

@@ -1,0 +1,220 @@
+"""One pass of the step loop: decide, dispatch, report one step behind, evaluate, checkpoint.
+
+Before dispatching each step the processes agree on what the boundary they stand at needs: a stop (a
+signal reached one of them: save here and return) or a scheduled checkpoint. Deciding before the dispatch,
+not after it, is what makes a stop save at the boundary it was asked at: once a step is dispatched its
+input state is gone (the step donates it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.distributed import agree, global_batch_hash
+from meltemi.trainer.errors import NonFiniteError
+from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
+from meltemi.trainer.step import StepMetrics, TrainState
+
+
+def batch_hash(local: dict) -> str:
+    """The hash of the global batch this process holds ``local`` of (``distributed.global_batch_hash`` of
+    its inputs and targets): what ``batches.jsonl`` and a checkpoint's data position record."""
+    return global_batch_hash(np.concatenate([local["input_ids"], local["targets"]], axis=1))
+
+
+class StepLoop:
+    """Train ``run``'s state to the last step; ``stopped_by`` names the signal when it stopped early.
+
+    ``run`` is the ``Trainer`` (its config, program, data, evaluation and run directory); ``saved`` is the
+    checkpoint the state was restored from (a stop before the first step saves nothing new)."""
+
+    def __init__(self, run, state: TrainState, trackers, progress, checkpointer, stop, saved: Path | None):
+        self.t, self.state, self.trackers, self.progress = run, state, trackers, progress
+        self.checkpointer, self.stop = checkpointer, stop
+        self.rate = Throughput(run.config, run.plan.mesh.devices.size)
+        self.first_eval: dict[str, float] = {}
+        self.last_eval: dict[str, float] = {}
+        self.evaluations: list[tuple[int, dict[str, float]]] = []  # this session's, with their steps
+        self.last_checkpoint: Path | None = saved
+        self.stopped_by: str | None = None
+        self.pending: tuple[int, StepMetrics] | None = None
+
+    def _evaluate(self, step: int) -> dict[str, float]:
+        self.rate.pause()
+        metrics = self.t.evaluate(self.state)
+        self.trackers.log(metrics, step=step)
+        self.evaluations.append((step, metrics))
+        self.rate.resume()
+        return metrics
+
+    def _flush(self, force: bool = False) -> None:
+        if self.pending is not None:
+            self._report(*self.pending, force=force)
+            self.pending = None
+
+    def _report(self, step: int, metrics: StepMetrics, force: bool = False) -> None:
+        """Check a finished step's metrics (one step behind the dispatch, so the device never waits)."""
+        config = self.t.config.trainer
+        values = jax.device_get(metrics)
+        if not bool(values.applied):
+            if config.nan_policy == "stop":
+                raise NonFiniteError(
+                    f"step {step}: the loss ({float(values.loss)}) or the gradient norm "
+                    f"({float(values.grad_norm)}) is not finite; the update was not applied and the run "
+                    "stops (trainer.nan_policy: stop)"
+                )
+            self.progress.note(
+                f"step {step}: non-finite loss or gradient, update skipped (trainer.nan_policy: skip)"
+            )
+        done = step + 1
+        if done % config.log_every and not force:
+            return
+        speed = self.rate.interval()
+        record = {
+            "train/loss": float(values.loss),
+            "train/z_loss": float(values.z_loss),
+            "train/grad_norm": float(values.grad_norm),
+            "train/learning_rate": float(values.learning_rate),
+            "train/skipped": float(not bool(values.applied)),
+            "throughput/tokens_per_second": speed.tokens_per_second,
+            "throughput/flops_per_second": speed.flops_per_second,
+        }
+        if speed.mfu is not None:
+            record["throughput/mfu"] = speed.mfu
+        self.trackers.log(record, step=done)
+        self.progress.update(
+            done, record["train/loss"], speed.tokens_per_second, speed.mfu, speed.flops_per_second
+        )
+
+    def _log_batch_hash(self, step: int, local: dict) -> None:
+        """Append the global batch's hash to ``batches.jsonl``: the same for any number of processes."""
+        digest = batch_hash(local)
+        if self.t.is_primary:
+            with open(self.t.run_dir / "batches.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": step, "hash": digest}) + "\n")
+
+    def _checkpoint(self, local: dict | None, wait: bool = False) -> None:
+        """Save the state with its data position (the hash of ``local``, the batch of the state's step; the
+        data's end when None); the step's metrics are logged first (the save waits for the step anyway), so
+        a checkpoint never exists without the record reaching its step."""
+        self._flush()
+        next_batch = None if local is None else batch_hash(local)
+        self.last_checkpoint = self.checkpointer.save(self.state, wait=wait, next_batch=next_batch)
+
+    def _final_checkpoint(self) -> None:
+        step = int(jax.device_get(self.state.step))
+        try:
+            local = self.t.data.train.batch(step)
+        except IndexError:  # the data ends at the last step
+            local = None
+        self._checkpoint(local, wait=True)
+
+    def _decide(self, step: int, first: int) -> tuple[str | None, bool]:
+        """What every process does at the boundary ``step``: stop (for which signal), or checkpoint."""
+        received = self.stop.received
+        due = step > first and self.checkpointer.due(step)
+        sigint, sigterm, due = agree([received == "SIGINT", received == "SIGTERM", due])
+        return ("SIGTERM" if sigterm else "SIGINT" if sigint else None), due
+
+    def _stop_at(self, step: int, first: int, signal_name: str, local: dict) -> None:
+        self._flush(force=True)
+        if step > first or self.last_checkpoint is None:  # else the state is the checkpoint restored
+            self._checkpoint(local, wait=True)
+        self.stopped_by = signal_name
+        by = self.stop.received or f"{signal_name} (to another process)"
+        self.progress.note(
+            f"stopped by {by} after step {step}: saved {self.last_checkpoint}; "
+            "run the same command again to resume"
+        )
+
+    def run(self, on_ready: Callable[[], None] = lambda: None) -> None:
+        """Train to the last step; ``on_ready`` is called once, just before the first step is dispatched."""
+        trainer = self.t.config.trainer
+        profiler = trainer.profiler
+        start = int(jax.device_get(self.state.step))
+        self.progress.update_total(trainer.num_train_steps, start)
+        if start == 0:
+            self.first_eval = self._evaluate(0)
+            self.t.clock.lap("first evaluation")
+        on_ready()
+        self.rate.resume()
+        with jax.set_mesh(self.t.plan.mesh):
+            for step, local in self.t.data.train.iterate(start, trainer.num_train_steps):
+                stop, due = self._decide(step, start)
+                if stop is not None:
+                    self._stop_at(step, start, stop, local)
+                    return
+                if due:
+                    self._checkpoint(local)
+                if profiler is not None and step == profiler.start_step:
+                    jax.profiler.start_trace(str(self.t.run_dir / "profile"))
+                rows = self.t.data.train.schedule.size(step)
+                if trainer.log_batch_hashes:
+                    self._log_batch_hash(step, local)
+                self.state, metrics = self.t.program.step(self.state, self.t.global_batch(local, rows), rows)
+                self.rate.add(rows)
+                self._flush()
+                self.pending = (step, metrics)
+                if profiler is not None and step == profiler.start_step + profiler.num_steps - 1:
+                    jax.block_until_ready(self.state)
+                    jax.profiler.stop_trace()
+                done = step + 1
+                if done == trainer.num_train_steps:
+                    break
+                if trainer.eval_every and done % trainer.eval_every == 0:
+                    self._flush()
+                    self.last_eval = self._evaluate(done)
+        self._flush(force=True)
+        self._final_checkpoint()
+        self.last_eval = self._evaluate(int(jax.device_get(self.state.step)))
+        self.first_eval = self.first_eval or self.last_eval
+
+
+@dataclasses.dataclass
+class Speed:
+    tokens_per_second: float
+    flops_per_second: float
+    mfu: float | None
+
+
+class Throughput:
+    """Tokens per second (and model FLOP/s, MFU) since the last report, evaluation time excluded."""
+
+    def __init__(self, config: RunConfig, device_count: int):
+        self.flops_per_token = flops_per_token(config.model, config.data.seq_len)
+        self.seq_len = config.data.seq_len
+        peak = peak_flops_per_device()
+        self.peak = None if peak is None else peak * device_count
+        self.total_tokens = self._tokens = 0
+        self._since, self._banked, self._total_seconds = time.perf_counter(), 0.0, 0.0
+
+    def add(self, rows: int) -> None:
+        self._tokens += rows * self.seq_len
+        self.total_tokens += rows * self.seq_len
+
+    def pause(self) -> None:
+        """Stop the clock (an evaluation is not training time) until ``resume``."""
+        self._banked += time.perf_counter() - self._since
+
+    def resume(self) -> None:
+        self._since = time.perf_counter()
+
+    def interval(self) -> Speed:
+        now = time.perf_counter()
+        seconds = max(self._banked + now - self._since, 1e-9)
+        self._total_seconds += seconds
+        tokens_per_second = self._tokens / seconds
+        self._tokens, self._since, self._banked = 0, now, 0.0
+        flops = tokens_per_second * self.flops_per_token
+        return Speed(tokens_per_second, flops, None if self.peak is None else flops / self.peak)
+
+    def overall(self) -> float:
+        return self.total_tokens / max(self._total_seconds, 1e-9)

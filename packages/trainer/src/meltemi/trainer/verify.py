@@ -1,0 +1,165 @@
+"""Auditing a run's checkpoints: recompute what each one records of itself and say which match.
+
+Every checkpoint records a fingerprint of each array (``meltemi.trainer.digests``), a digest of the whole
+state (parameters and optimizer state), its data position (the hash of the global batch a resumption reads
+first) and its tokenizer's SHA-256. ``verify_run`` reads every array back (checksums included) and
+recomputes the fingerprints, rebuilds the data from the stores the checkpoint's config names and hashes that
+batch again, and hashes the run's tokenizer: a checkpoint whose values, data or tokenizer are not what it
+recorded is reported by name, with what differs.
+
+>>> import jax, tempfile
+>>> from pathlib import Path
+>>> from meltemi.trainer.checkpoints import Checkpointer
+>>> from meltemi.trainer.config import RunConfig
+>>> from meltemi.trainer.step import init_state
+>>> config = RunConfig(model={"vocab_size": 64, "hidden_dim": 16, "intermediate_dim": 32, "num_layers": 1,
+...                           "num_heads": 2, "num_kv_heads": 1})
+>>> run = Path(tempfile.mkdtemp())
+>>> saved = Checkpointer(run, config.trainer, config.model_dump(mode="json")).save(
+...     init_state(config, jax.random.key(0)), wait=True)
+>>> report = verify_run(run)
+>>> report.ok, [(c.step, c.state, c.data) for c in report.checkpoints]
+(True, [(0, 'match', 'unrecorded')])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Literal
+
+from meltemi.trainer.checkpoint_format import Manifest, read_array
+from meltemi.trainer.checkpoints import find_checkpoints, inspect_checkpoint
+from meltemi.trainer.digests import array_fingerprint, state_digest
+from meltemi.trainer.errors import CheckpointError, TrainerError
+from meltemi.trainer.run_tokenizer import run_tokenizer
+
+StateVerdict = Literal["match", "differs", "unreadable", "unrecorded"]
+DataVerdict = Literal["match", "differs", "unavailable", "unrecorded"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointCheck:
+    """One checkpoint's audit. ``state``: its arrays against their recorded fingerprints and digest;
+    ``data``: its data position rebuilt from the stores (``unavailable`` when they cannot be opened);
+    ``problems``: what differs or does not read back; ``notes``: what could not be checked."""
+
+    path: Path
+    step: int | None
+    state: StateVerdict
+    data: DataVerdict
+    state_digest: str | None
+    problems: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Nothing recorded was found to differ, and every array reads back."""
+        return not self.problems
+
+    def describe(self) -> str:
+        """``step-4: state match, data match`` and then each problem and note."""
+        head = f"{self.path.name}: state {self.state}, data {self.data}"
+        return "; ".join([head, *self.problems, *self.notes])
+
+
+@dataclasses.dataclass(frozen=True)
+class RunVerification:
+    """The audit of every checkpoint a location holds, newest first."""
+
+    location: Path
+    checkpoints: tuple[CheckpointCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checkpoints)
+
+    def describe(self) -> str:
+        """One line per checkpoint."""
+        return "\n".join(c.describe() for c in self.checkpoints)
+
+
+def _check_state(path: Path, manifest: Manifest) -> tuple[StateVerdict, list[str], list[str]]:
+    problems, notes, recorded = [], [], True
+    unreadable = False
+    for record in manifest.arrays:
+        try:
+            values = read_array(path, record)
+        except Exception as error:  # TensorStore reports a bad checksum or a truncated chunk
+            problems.append(f"array {record.name} does not read back: {' '.join(str(error).split())}")
+            unreadable = True
+            continue
+        if record.fingerprint is None:
+            recorded = False
+            continue
+        found = array_fingerprint(values)
+        if found != record.fingerprint:
+            problems.append(
+                f"array {record.name}: fingerprint {found}, the manifest records {record.fingerprint}"
+            )
+    if recorded and manifest.state_digest is not None:
+        digest = state_digest((r.name, r.fingerprint) for r in manifest.arrays)
+        if digest != manifest.state_digest:
+            problems.append(f"state digest {digest[:16]}, the manifest records {manifest.state_digest[:16]}")
+    if unreadable:
+        return "unreadable", problems, notes
+    if problems:
+        return "differs", problems, notes
+    if not recorded or manifest.state_digest is None:
+        notes.append("written before checkpoints recorded fingerprints")
+        return "unrecorded", problems, notes
+    return "match", problems, notes
+
+
+def _check_data(manifest: Manifest) -> tuple[DataVerdict, list[str], list[str]]:
+    position = manifest.data_position
+    if position is None or position.next_batch is None:
+        return "unrecorded", [], []
+    from meltemi.trainer.config_io import validate
+    from meltemi.trainer.data import open_data
+    from meltemi.trainer.loop import batch_hash
+
+    try:
+        data = open_data(validate(manifest.config, where="the checkpoint's config"))
+        found = batch_hash(data.train.batch(position.step))
+    except (TrainerError, OSError, IndexError) as error:
+        return "unavailable", [], [f"data not checked: {error}"]
+    if found != position.next_batch:
+        return "differs", [f"the batch of step {position.step} hashes to {found}, the manifest records "
+                           f"{position.next_batch}"], []  # fmt: skip
+    return "match", [], []
+
+
+def verify_checkpoint(path: Path) -> CheckpointCheck:
+    """Audit one ``step-N`` directory."""
+    path = Path(path)
+    try:
+        manifest = inspect_checkpoint(path)
+    except CheckpointError as error:
+        return CheckpointCheck(path, None, "unreadable", "unrecorded", None, (str(error),), ())
+    state, problems, notes = _check_state(path, manifest)
+    data, data_problems, data_notes = _check_data(manifest)
+    if manifest.tokenizer is not None:
+        try:
+            run_tokenizer(path.parent.parent, manifest.tokenizer)
+        except CheckpointError as error:
+            problems.append(str(error))
+    return CheckpointCheck(
+        path,
+        manifest.step,
+        state,
+        data,
+        manifest.state_digest,
+        (*problems, *data_problems),
+        (*notes, *data_notes),
+    )
+
+
+def verify_run(location: str | Path) -> RunVerification:
+    """Audit every checkpoint of a run directory, or one ``step-N`` directory; a location without any is a
+    ``CheckpointError`` naming it."""
+    location = Path(location)
+    found = find_checkpoints(location) if location.exists() else []
+    if not found:
+        raise CheckpointError(f"{location} holds no checkpoint (looked for step-N directories)")
+    return RunVerification(location, tuple(verify_checkpoint(path) for path in found))

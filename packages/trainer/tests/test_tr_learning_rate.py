@@ -1,0 +1,79 @@
+"""One step counter drives the learning rate: the train state's. The rate applied to the parameters is the
+one logged, after a skipped (non-finite) step too, and ``initialize_from.reset_step`` restarts it.
+
+The applied rate is measured, not read: the same step is run from the same state with a config whose
+rate is 1 everywhere, and the parameter changes of the two are in the ratio of their rates."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import haliax_lite as hax
+from meltemi.trainer import adapters
+from meltemi.trainer.resume import starting_state
+from meltemi.trainer.schedules import learning_rate_schedule
+from meltemi.trainer.step import init_state, make_train_step
+from meltemi.trainer.trainer import Trainer
+
+WARMUP = ("--optimizer.warmup_steps", "4")  # the rate differs at every one of the first steps
+
+
+def unit_rate(config):
+    """``config`` with a learning rate of 1 at every step."""
+    optimizer = config.optimizer.model_copy(update={"learning_rate": 1.0, "schedule": "constant",
+                                                    "warmup_steps": 0})  # fmt: skip
+    return config.model_copy(update={"optimizer": optimizer})
+
+
+def applied_and_logged_rate(config, state, batch) -> tuple[float, float]:
+    """The rate the step applies to ``state`` on ``batch`` (measured) and the one it reports."""
+    after, metrics = jax.jit(make_train_step(config))(state, batch)
+    unit, _ = jax.jit(make_train_step(unit_rate(config)))(state, batch)
+    before = np.asarray(state.model.layers.stacked.mlp.up_proj.weight.array, np.float64)
+    moved = np.asarray(after.model.layers.stacked.mlp.up_proj.weight.array, np.float64) - before
+    moved_by_one = np.asarray(unit.model.layers.stacked.mlp.up_proj.weight.array, np.float64) - before
+    large = np.abs(moved_by_one) > 1e-2
+    assert large.sum() > 100
+    return float(np.median(moved[large] / moved_by_one[large])), float(metrics.learning_rate)
+
+
+def batch_of(trainer, step=0):
+    return adapters.named_batch(adapters.batch_host_arrays(trainer.data.train.batch(step)))
+
+
+def test_after_a_skipped_step_the_applied_rate_is_the_logged_one(make_config, run_dir):
+    config = make_config(*WARMUP)
+    schedule = learning_rate_schedule(config.optimizer, config.trainer.num_train_steps)
+    trainer = Trainer(config, run_dir, devices=jax.devices()[:1], progress=False)
+    batch = batch_of(trainer)
+    bad = int(np.asarray(batch.input_ids.array)[0, 0])
+    state = init_state(config, adapters.jax_key(0, "init"))
+    weight = state.model.embed_tokens.weight
+    poisoned = jax.tree_util.tree_map(lambda x: weight.array.at[bad].set(jnp.nan) if x is weight.array else x,
+                                      state, is_leaf=lambda x: x is weight.array)  # fmt: skip
+    skipped, metrics = jax.jit(make_train_step(config))(poisoned, batch)
+    assert not bool(metrics.applied) and int(skipped.step) == 1
+    ids = jnp.where(batch.input_ids.array == bad, (bad + 1) % config.model.vocab_size, batch.input_ids.array)
+    clean = adapters.NamedBatch(hax.named(ids, batch.input_ids.axes), batch.targets, batch.segment_ids,
+                                batch.loss_mask, batch.source)  # fmt: skip
+    applied, logged = applied_and_logged_rate(config, skipped, clean)
+    np.testing.assert_allclose(logged, float(schedule(1)), rtol=1e-6)
+    np.testing.assert_allclose(applied, logged, rtol=1e-4)
+
+
+def test_a_new_phase_with_reset_step_restarts_the_applied_schedule(make_config, shared, tmp_path):
+    def four_steps(root):
+        config = make_config("--trainer.num_train_steps", "4", *WARMUP)
+        Trainer(config, root / "run", devices=jax.devices()[:1], progress=False).run()
+
+    source = shared.get("learning-rate-phase-1", four_steps) / "run"
+    config = make_config("--trainer.num_train_steps", "8", *WARMUP,
+                         "--trainer.initialize_from", f"{{path: {source}, reset_step: true}}")  # fmt: skip
+    trainer = Trainer(config, tmp_path / "phase2", devices=jax.devices()[:1], progress=False)
+    start = starting_state(trainer, warn=pytest.fail)
+    assert int(start.state.step) == 0
+    applied, logged = applied_and_logged_rate(config, start.state, batch_of(trainer))
+    schedule = learning_rate_schedule(config.optimizer, 8)
+    np.testing.assert_allclose(logged, float(schedule(0)), rtol=1e-6)
+    np.testing.assert_allclose(applied, logged, rtol=1e-4)
