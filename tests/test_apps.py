@@ -114,6 +114,21 @@ def test_the_trainers_own_command_is_the_apps_with_the_same_flags_and_summary(tr
 
 
 @NEWCOMER
+def test_verify_audits_the_runs_checkpoints_and_its_status_says_the_verdict(trained, tmp_path):
+    cwd, _, _ = trained
+    checked = app("pretrain.py", "--verify", "runs/tiny", cwd=cwd)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.splitlines() == ["step-6: state match, data match"]
+    (tmp_path / "empty").mkdir()
+    missing = app("pretrain.py", "--verify", str(tmp_path / "empty"), cwd=cwd)
+    assert missing.returncode == 1
+    assert (
+        missing.stderr.strip()
+        == f"error: {tmp_path / 'empty'} holds no checkpoint (looked for step-N directories)"
+    )
+
+
+@NEWCOMER
 def test_the_summary_ends_with_a_sample_of_generated_text(trained):
     _, first, _ = trained
     assert "sample (temperature 0.7, top-k 40, from 'def '):\ndef " in first.stdout
