@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from ._wrap import NamedOrNumeric, binary_arrays
 from .axis import Axis, AxisSelector, axis_name
 from .core import NamedArray
-from .reductions import prod
+from .reductions import arg_reduction, prod
 
 __all__ = [
     "allclose",
@@ -95,13 +95,6 @@ def array_equiv(a: NamedOrNumeric, b: NamedOrNumeric) -> jax.Array:
     return jnp.array_equiv(*aligned)
 
 
-def _arg_reduction(jnp_fn, array: NamedArray, axis: AxisSelector | None) -> NamedArray:
-    if axis is None:
-        return NamedArray(jnp_fn(array.array.reshape(-1)), ())
-    index = array.axis_indices(axis)
-    return NamedArray(jnp_fn(array.array, axis=index), array.axes[:index] + array.axes[index + 1 :])
-
-
 def nanargmax(array: NamedArray, axis: AxisSelector | None) -> NamedArray:
     """Index of the maximum along ``axis`` ignoring NaNs (of the flattened array when None).
 
@@ -109,12 +102,12 @@ def nanargmax(array: NamedArray, axis: AxisSelector | None) -> NamedArray:
     >>> hax.nanargmax(hax.named(jnp.array([1.0, jnp.nan, 3.0]), "a"), "a").item()
     2
     """
-    return _arg_reduction(jnp.nanargmax, array, axis)
+    return arg_reduction(jnp.nanargmax, array, axis)
 
 
 def nanargmin(array: NamedArray, axis: AxisSelector | None) -> NamedArray:
     """Index of the minimum along ``axis`` ignoring NaNs (of the flattened array when None)."""
-    return _arg_reduction(jnp.nanargmin, array, axis)
+    return arg_reduction(jnp.nanargmin, array, axis)
 
 
 def repeat(

@@ -53,6 +53,19 @@ AxisSelection = AxisSelector | Sequence[AxisSelector] | Mapping[str, int]
 """One or more axes by Axis or name."""
 
 
+def sized_axes(shape: AxisSelection, what: str) -> tuple[Axis, ...]:
+    """``shape`` as a tuple of Axis objects; a ValueError naming ``what`` needed them if a bare name is given.
+
+    >>> sized_axes(Axis("a", 2), "zeros")
+    (Axis(name='a', size=2),)
+    """
+    axes = ensure_tuple(shape)
+    for a in axes:
+        if not isinstance(a, Axis):
+            raise ValueError(f"{what} needs Axis objects with sizes, got {a!r} in {shape!r}")
+    return axes
+
+
 def make_axes(**kwargs: int) -> tuple[Axis, ...]:
     """Axes from keyword arguments, in order.
 

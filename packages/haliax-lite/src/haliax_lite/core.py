@@ -2,21 +2,25 @@
 
 It is a pytree whose only leaf is the array; the axes are static metadata, so NamedArrays pass through
 ``jax.jit``, ``jax.grad`` and Equinox unchanged. Most methods forward to the function of the same name in
-``haliax_lite`` (``x.sum("batch")`` is ``hax.sum(x, "batch")``).
+``haliax_lite`` (``x.sum("batch")`` is ``hax.sum(x, "batch")``); :mod:`.named_array_methods` holds them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .axes_spec import NamedArrayAxesSpec, parse_axes_spec
 from .axis import Axis, AxisSelection, AxisSelector, _check_no_duplicates, axis_name, ensure_tuple
-from .haxtyping import NamedArrayAxesSpec, parse_axes_spec
-from .named_array_methods import NamedArrayMethods, _hax
+
+if TYPE_CHECKING:  # the methods are installed by named_array_methods, which imports this module
+    from .named_array_methods import NamedArrayMethods as _Methods
+else:
+    _Methods = object
 
 __all__ = ["NamedArray", "are_shape_checks_enabled", "enable_shape_checks", "is_named_array", "named"]
 
@@ -55,7 +59,7 @@ class _NamedArrayAnnotation(type):
 
 
 @jax.tree_util.register_pytree_with_keys_class
-class NamedArray(NamedArrayMethods):
+class NamedArray(_Methods):
     """An array with named axes.
 
     >>> import jax.numpy as jnp
@@ -127,11 +131,6 @@ class NamedArray(NamedArrayMethods):
     def size(self) -> int:
         return int(np.prod([a.size for a in self.axes], dtype=np.int64))
 
-    @property
-    def at(self):
-        """Functional updates: ``x.at["batch", 0].set(1.0)`` (see :mod:`haliax_lite.indexing`)."""
-        return _hax().indexing.NamedAt(self)
-
     def _lookup_indices(self, axis: AxisSelection):
         """Position of an axis (None if absent), or a tuple of positions for a selection."""
         names = [a.name for a in self.axes]
@@ -189,9 +188,6 @@ class NamedArray(NamedArrayMethods):
 
     def __repr__(self) -> str:
         return f"NamedArray(axes={self.axes}, array={self.array!r})"
-
-    def __getitem__(self, idx) -> NamedArray:
-        return _hax().index(self, idx)
 
     def __iter__(self):
         raise TypeError("Iterating a NamedArray is ambiguous; use hax.unbind(x, axis) to split along an axis")

@@ -14,7 +14,9 @@ import jax.numpy as jnp
 
 from .axis import Axis, AxisSelector, axis_name, dslice, eliminate_axes
 from .broadcast import broadcast_to, check_sizes_agree
-from .core import NamedArray, _hax
+from .core import NamedArray
+from .hof import vmap
+from .shape_ops import rearrange
 
 __all__ = ["index", "slice", "take", "updated_slice"]
 
@@ -312,9 +314,9 @@ def updated_slice(
             )
         write = updated_slice
         for name in reversed(mapped):
-            write = _hax().vmap(write, name)
+            write = vmap(write, name)
         result = write(array, dict(start), update)
-        return _hax().rearrange(result, array.axes)
+        return rearrange(result, array.axes)
     starts = {axis_name(k): v for k, v in start.items()}
     for name in starts:
         array.axis_indices(name)

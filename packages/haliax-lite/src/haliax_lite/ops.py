@@ -8,7 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from .axis import Axis, AxisSelection, AxisSelector, axis_name, ensure_tuple, selects_axis
-from .core import NamedArray, _hax
+from .core import NamedArray
+from .hof import vmap
+from .shape_ops import rearrange
 
 __all__ = ["pad", "roll", "top_k", "trace", "tril", "triu"]
 
@@ -64,8 +66,8 @@ def roll(
                 f"roll: the shift's axes {clash} are also rolled; a shift may vary along other axes"
             )
         if shift.axes:
-            rolled = _hax().vmap(lambda a, s: roll(a, s, axis), shift.axes)(array, shift)
-            return _hax().rearrange(rolled, (*array.axes, ...))
+            rolled = vmap(lambda a, s: roll(a, s, axis), shift.axes)(array, shift)
+            return rearrange(rolled, (*array.axes, ...))
         shift = shift.array
     axes = ensure_tuple(axis)
     shifts = shift if isinstance(shift, (tuple, list)) else (shift,) * len(axes)

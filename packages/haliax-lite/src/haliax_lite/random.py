@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .axis import Axis, AxisSelector, AxisSpec, axis_name, ensure_tuple
+from .axis import Axis, AxisSelector, AxisSpec, axis_name, sized_axes
 from .broadcast import broadcast_to
 from .core import NamedArray
 
@@ -20,14 +20,6 @@ __all__ = (
     "bernoulli categorical cauchy choice exponential gumbel laplace logistic normal permutation "
     "rademacher randint truncated_normal uniform"
 ).split()
-
-
-def _axes(shape: AxisSpec) -> tuple[Axis, ...]:
-    axes = ensure_tuple(shape)
-    for a in axes:
-        if not isinstance(a, Axis):
-            raise ValueError(f"Random shapes need Axis objects with sizes, got {a!r}")
-    return axes
 
 
 def _dims(axes: tuple[Axis, ...]) -> tuple[int, ...]:
@@ -41,34 +33,34 @@ def _param(value, axes: tuple[Axis, ...]):
 
 def uniform(key, shape: AxisSpec, dtype=float, minval=0.0, maxval=1.0) -> NamedArray:
     """Uniform samples in ``[minval, maxval)``."""
-    axes = _axes(shape)
+    axes = sized_axes(shape, "A random draw")
     lo, hi = _param(minval, axes), _param(maxval, axes)
     return NamedArray(jax.random.uniform(key, _dims(axes), dtype=dtype, minval=lo, maxval=hi), axes)
 
 
 def bernoulli(key, shape: AxisSpec, p) -> NamedArray:
     """Boolean samples that are True with probability ``p``."""
-    axes = _axes(shape)
+    axes = sized_axes(shape, "A random draw")
     return NamedArray(jax.random.bernoulli(key, _param(p, axes), _dims(axes)), axes)
 
 
 def randint(key, shape: AxisSpec, minval, maxval, dtype=int) -> NamedArray:
     """Integers in ``[minval, maxval)``."""
-    axes = _axes(shape)
+    axes = sized_axes(shape, "A random draw")
     lo, hi = _param(minval, axes), _param(maxval, axes)
     return NamedArray(jax.random.randint(key, _dims(axes), lo, hi, dtype=dtype), axes)
 
 
 def truncated_normal(key, shape: AxisSpec, lower, upper, dtype=float) -> NamedArray:
     """Normal samples truncated to ``[lower, upper]``."""
-    axes = _axes(shape)
+    axes = sized_axes(shape, "A random draw")
     lo, hi = _param(lower, axes), _param(upper, axes)
     return NamedArray(jax.random.truncated_normal(key, lo, hi, _dims(axes), dtype=dtype), axes)
 
 
 def _simple(jax_fn, default_dtype=float):
     def sample(key, shape: AxisSpec, dtype=default_dtype) -> NamedArray:
-        axes = _axes(shape)
+        axes = sized_axes(shape, "A random draw")
         return NamedArray(jax_fn(key, _dims(axes), dtype=dtype), axes)
 
     sample.__name__ = jax_fn.__name__
@@ -92,7 +84,7 @@ def categorical(key, logits: NamedArray, axis: AxisSelector, shape: AxisSpec | N
     """
     index = logits.axis_indices(axis)
     batch = logits.axes[:index] + logits.axes[index + 1 :]
-    axes = batch if shape is None else _axes(shape)
+    axes = batch if shape is None else sized_axes(shape, "A random draw")
     moved = jnp.moveaxis(logits.array, index, -1)
     moved_named = NamedArray(moved, (*batch, logits.axes[index]))
     expanded = broadcast_to(moved_named, (*axes, logits.axes[index])).array
@@ -110,7 +102,7 @@ def choice(
 ) -> NamedArray:
     """Draw entries of ``a`` along ``axis``; the drawn axis is replaced by the axes of ``shape``."""
     index = a.axis_indices(axis)
-    axes = _axes(shape)
+    axes = sized_axes(shape, "A random draw")
     probs = None
     if p is not None:
         if p.axes != (a.axes[index],) and {ax.name for ax in p.axes} != {axis_name(axis)}:

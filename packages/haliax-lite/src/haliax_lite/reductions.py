@@ -274,7 +274,8 @@ def argsort(a: NamedArray, axis: AxisSelector | None = None, **kwargs) -> NamedA
     return axis_wise(jnp.argsort, a, axis, **kwargs)
 
 
-def _arg_reduction(jnp_fn, array: NamedArray, axis: AxisSelector | None) -> NamedArray:
+def arg_reduction(jnp_fn, array: NamedArray, axis: AxisSelector | None) -> NamedArray:
+    """``jnp_fn`` (argmax-like) along ``axis``, removing it; over the flattened array when None."""
     if axis is None:
         return NamedArray(jnp_fn(array.array.reshape(-1)), ())
     index = array.axis_indices(axis)
@@ -288,9 +289,9 @@ def argmax(array: NamedArray, axis: AxisSelector | None) -> NamedArray:
     >>> hax.argmax(hax.arange(hax.Axis("a", 4)), "a").item()
     3
     """
-    return _arg_reduction(jnp.argmax, array, axis)
+    return arg_reduction(jnp.argmax, array, axis)
 
 
 def argmin(array: NamedArray, axis: AxisSelector | None) -> NamedArray:
     """Index of the minimum along ``axis`` (of the flattened array when None)."""
-    return _arg_reduction(jnp.argmin, array, axis)
+    return arg_reduction(jnp.argmin, array, axis)

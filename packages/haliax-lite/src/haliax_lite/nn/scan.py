@@ -27,6 +27,13 @@ import jax.numpy as jnp
 
 import haliax_lite as hax
 from haliax_lite.checkpoint import ScanCheckpointPolicy as ScanCheckpointPolicy
+from haliax_lite.serialization import (
+    ModuleWithStateDictSerialization,
+    StateDictError,
+    from_state_dict,
+    iter_state_dict,
+    with_prefix,
+)
 
 M = TypeVar("M", bound=eqx.Module)
 
@@ -47,7 +54,7 @@ def _is_named(x) -> bool:
     return isinstance(x, hax.NamedArray)
 
 
-class _Repeated(eqx.Module):
+class _Repeated(ModuleWithStateDictSerialization):
     """What ``Stacked`` and ``BlockSeq`` share: ``fold``/``scan``/``vmap`` call each block's ``__call__``
     through the subclass's ``scan_via``/``vmap_via``; a fold is a scan without outputs."""
 
@@ -140,6 +147,76 @@ class Stacked(_Repeated, Generic[M]):
         leaves, treedef = jax.tree_util.tree_flatten(self.stacked, is_leaf=_is_named)
         per_leaf = [_unstack_leaf(leaf, self.Block) for leaf in leaves]
         return tuple(jax.tree_util.tree_unflatten(treedef, parts) for parts in zip(*per_leaf, strict=True))
+
+    def map_blocks(self, fn: Callable[..., M], *others: Stacked[M]) -> Stacked[M]:
+        """``fn(block, *other_blocks)`` for each block (vmapped over ``Block``), as a new ``Stacked``; used by
+        ``scan_aware_tree_map`` (``others`` are Stacked modules of the same structure)."""
+        mapped = hax.vmap(fn, self.Block)(self.stacked, *(o.stacked for o in others))
+        return dataclasses.replace(self, stacked=mapped)
+
+    # the state-dict protocol: each block gets its own names, ``{prefix}.{i}.{name in the block}``
+
+    def iter_state_dict(self, prefix: str | None = None):
+        """Each entry of each block, one slice at a time: for every array, blocks ``0 .. Block.size - 1``."""
+        _check_not_nested(self, prefix)
+        for sub, leaf in iter_state_dict(self.stacked, None):
+            for i in range(self.Block.size):
+                key = with_prefix(prefix, f"{i}.{sub}")
+                if _is_named(leaf):
+                    if self.Block.name not in leaf.shape:
+                        raise StateDictError(
+                            f"{key}: a Stacked leaf {leaf.axes} lacks the {self.Block.name!r} axis"
+                        )
+                    yield key, leaf[self.Block.name, i]
+                else:
+                    yield key, leaf[i]
+
+    def from_state_dict(self, state_dict, prefix: str | None = None) -> Stacked[M]:
+        """Read every block's entries (each once) and stack them along ``Block``."""
+        _check_not_nested(self, prefix)
+        template = jax.tree_util.tree_map(
+            lambda leaf: _block_template(leaf, self.Block, prefix), self.stacked, is_leaf=_is_named
+        )
+        blocks = [
+            from_state_dict(template, state_dict, with_prefix(prefix, str(i))) for i in range(self.Block.size)
+        ]
+        stacked = jax.tree_util.tree_map(
+            lambda leaf, *parts: _stack_like(leaf, parts), self.stacked, *blocks, is_leaf=_is_named
+        )
+        return dataclasses.replace(self, stacked=stacked)
+
+
+def _check_not_nested(stacked: Stacked, prefix: str | None) -> None:
+    inner = [x for x in jax.tree_util.tree_leaves(stacked.stacked, is_leaf=lambda x: isinstance(x, Stacked))]
+    if any(isinstance(x, Stacked) for x in inner):
+        raise StateDictError(f"{prefix}: nested Stacked layers have no per-layer names")
+
+
+def _block_template(leaf, Block: hax.Axis, prefix: str | None):
+    """One block's abstract leaf: ``leaf`` without ``Block`` (an unnamed one: without its first dimension)."""
+    if _is_named(leaf):
+        if Block.name not in leaf.shape:
+            raise StateDictError(f"{prefix}: a Stacked leaf {leaf.axes} lacks the {Block.name!r} axis")
+        axes = tuple(a for a in leaf.axes if a.name != Block.name)
+        return hax.NamedArray(jax.ShapeDtypeStruct(tuple(a.size for a in axes), leaf.dtype), axes)
+    if hasattr(leaf, "shape") and len(leaf.shape) >= 1:
+        return jax.ShapeDtypeStruct(tuple(leaf.shape[1:]), leaf.dtype)
+    return leaf
+
+
+def _stack_like(leaf, parts):
+    """Per-block values stacked back into ``leaf``'s layout."""
+    if _is_named(leaf):
+        index = [a.name for a in leaf.axes].index(_block_name(leaf, parts[0]))
+        return hax.NamedArray(jnp.stack([p.array for p in parts], axis=index), leaf.axes)
+    if hasattr(leaf, "shape") and len(leaf.shape) >= 1:
+        return jnp.stack(parts)
+    return parts[0]
+
+
+def _block_name(leaf, part) -> str:
+    (name,) = {a.name for a in leaf.axes} - {a.name for a in part.axes}
+    return name
 
 
 def _is_single_key(x) -> bool:
@@ -240,6 +317,9 @@ class BlockSeq(_Repeated, Generic[M]):
     def unstacked(self) -> Sequence[M]:
         """The blocks, as a tuple."""
         return tuple(self.blocks)
+
+    def _state_dict_key_map(self) -> dict[str, str | None]:
+        return {"blocks": None}  # block i is named {prefix}.{i}, as a Stacked block is
 
 
 def _slice(tree, Block: hax.Axis, i: int):
