@@ -31,7 +31,7 @@ X = hax.ones((A, B))
         (lambda: hax.where(X > 0, X), ValueError, "both x and y"),
         (lambda: hax.where(X > 0), ValueError, "fill_value and new_axis"),
         (lambda: hax.slice(X, "a", start=0), ValueError, "needs length"),
-        (lambda: hax.sum(jnp.ones(3)), TypeError, "needs a NamedArray"),
+        (lambda: hax.sum(jnp.ones(3), "a"), TypeError, "names an axis, but the array is not a NamedArray"),
         (lambda: hax.random.choice(jax.random.PRNGKey(0), B, X, "a", p=X), ValueError, "p must have only"),
         (lambda: hax.scan(lambda c, x: (c, x), "t")(0, 1.0), ValueError, "Cannot infer the size of axis 't'"),
         (lambda: hax.broadcast_to(jnp.ones(3), (A,)), ValueError, "NamedArray or a scalar"),

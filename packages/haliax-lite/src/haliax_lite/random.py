@@ -17,8 +17,8 @@ from .broadcast import broadcast_to
 from .core import NamedArray
 
 __all__ = (
-    "bernoulli categorical cauchy choice exponential gumbel laplace logistic normal permutation "
-    "rademacher randint truncated_normal uniform"
+    "ball bernoulli beta categorical cauchy choice exponential gamma gumbel laplace logistic loggamma normal "
+    "pareto permutation poisson rademacher randint t truncated_normal uniform weibull_min"
 ).split()
 
 
@@ -56,6 +56,72 @@ def truncated_normal(key, shape: AxisSpec, lower, upper, dtype=float) -> NamedAr
     axes = sized_axes(shape, "A random draw")
     lo, hi = _param(lower, axes), _param(upper, axes)
     return NamedArray(jax.random.truncated_normal(key, lo, hi, _dims(axes), dtype=dtype), axes)
+
+
+def _parametrised(jax_fn, key, shape: AxisSpec, dtype, **params) -> NamedArray:
+    """``jax_fn(key, *params, shape, dtype)`` with each named parameter broadcast by name to ``shape``."""
+    axes = sized_axes(shape, "A random draw")
+    raw = {name: _param(value, axes) for name, value in params.items()}
+    return NamedArray(jax_fn(key, **raw, shape=_dims(axes), dtype=dtype), axes)
+
+
+def poisson(key, shape: AxisSpec, lam, dtype=int) -> NamedArray:
+    """Poisson counts with rate ``lam`` (a number or a NamedArray broadcast by name).
+
+    >>> import jax, haliax_lite as hax
+    >>> lam = hax.named(jnp.array([1.0, 50.0]), "rate")
+    >>> draws = poisson(jax.random.PRNGKey(0), (hax.Axis("sample", 4000), hax.Axis("rate", 2)), lam)
+    >>> [round(float(m)) for m in draws.mean("sample").array]
+    [1, 50]
+    """
+    return _parametrised(jax.random.poisson, key, shape, dtype, lam=lam)
+
+
+def gamma(key, shape: AxisSpec, a, dtype=float) -> NamedArray:
+    """Gamma samples of shape parameter ``a`` (unit scale)."""
+    return _parametrised(jax.random.gamma, key, shape, dtype, a=a)
+
+
+def loggamma(key, shape: AxisSpec, a, dtype=float) -> NamedArray:
+    """The logarithm of gamma samples of shape parameter ``a`` (accurate for small ``a``)."""
+    return _parametrised(jax.random.loggamma, key, shape, dtype, a=a)
+
+
+def beta(key, shape: AxisSpec, a, b, dtype=float) -> NamedArray:
+    """Beta samples with parameters ``a`` and ``b``."""
+    return _parametrised(jax.random.beta, key, shape, dtype, a=a, b=b)
+
+
+def t(key, shape: AxisSpec, df, dtype=float) -> NamedArray:
+    """Student's t samples with ``df`` degrees of freedom."""
+    return _parametrised(jax.random.t, key, shape, dtype, df=df)
+
+
+def weibull_min(key, shape: AxisSpec, scale, concentration, dtype=float) -> NamedArray:
+    """Weibull samples with the given ``scale`` and ``concentration``."""
+    return _parametrised(jax.random.weibull_min, key, shape, dtype, scale=scale, concentration=concentration)
+
+
+def pareto(key, shape: AxisSpec, b, dtype=float) -> NamedArray:
+    """Pareto samples with shape parameter ``b`` (support ``[1, inf)``)."""
+    return _parametrised(jax.random.pareto, key, shape, dtype, b=b)
+
+
+def ball(key, shape: AxisSpec, D: Axis, p: float = 2.0, dtype=float) -> NamedArray:
+    """Points drawn uniformly from the unit ``p``-norm ball in ``D.size`` dimensions; the result's axes are
+    ``shape`` then ``D`` (as Haliax).
+
+    >>> import jax, haliax_lite as hax
+    >>> pts = ball(jax.random.PRNGKey(0), hax.Axis("n", 5), hax.Axis("dim", 3))
+    >>> pts.shape, bool((hax.sqrt(hax.sum(pts * pts, "dim")) <= 1).all())
+    ({'n': 5, 'dim': 3}, True)
+    """
+    axes = sized_axes(shape, "A random draw")
+    if not isinstance(D, Axis):
+        raise ValueError(f"ball needs the dimension as an Axis with a size, got {D!r}")
+    if D.name in {a.name for a in axes}:
+        raise ValueError(f"ball: the dimension axis {D.name!r} is also in shape {axes}")
+    return NamedArray(jax.random.ball(key, D.size, p=p, shape=_dims(axes), dtype=dtype), (*axes, D))
 
 
 def _simple(jax_fn, default_dtype=float):
