@@ -69,6 +69,7 @@ from .unique_bits import *  # noqa: F403
 # isort: off
 from . import debug as debug
 from . import indexing as indexing
+from . import jax_utils as jax_utils
 from . import partitioning as partitioning
 from . import random as random
 from . import tree_util as tree_util

@@ -119,7 +119,7 @@ def repeat(
     >>> hax.repeat(hax.arange(hax.Axis("a", 2)), 2, "a").array.tolist()
     [0, 0, 1, 1]
     """
-    i = a.axis_indices(axis)
+    i = a.require_axis_indices(axis)
     out = jnp.repeat(a.array, repeats, axis=i, total_repeat_length=total_repeat_length)
     return NamedArray(out, a.axes[:i] + (a.axes[i].resize(out.shape[i]),) + a.axes[i + 1 :])
 
@@ -194,7 +194,7 @@ def pad_left(array: NamedArray, axis: AxisSelector, new_axis: Axis, value=0) -> 
     >>> hax.pad_left(hax.ones(hax.Axis("p", 2)), "p", hax.Axis("p", 4)).array.tolist()
     [0.0, 0.0, 1.0, 1.0]
     """
-    i = array.axis_indices(axis)
+    i = array.require_axis_indices(axis)
     extra = new_axis.size - array.axes[i].size
     if extra < 0:
         raise ValueError(

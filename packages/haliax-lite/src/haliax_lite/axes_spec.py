@@ -21,7 +21,24 @@ from typing import Annotated, Any
 
 import jax.numpy as jnp
 
-__all__ = ["NamedArrayAxes", "NamedArrayAxesSpec", "parse_axes_spec"]
+__all__ = ["DTypeCategory", "NamedArrayAxes", "NamedArrayAxesSpec", "parse_axes_spec"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DTypeCategory:
+    """A named dtype category (``float``: ``jnp.floating``) an annotation can ask for, as in Haliax.
+
+    >>> import jax.numpy as jnp
+    >>> spec = NamedArrayAxes(("a",), dtype=DTypeCategory("float", jnp.floating))
+    >>> spec.matches(["a"], jnp.float32), spec.matches(["a"], jnp.int32)
+    (True, False)
+    """
+
+    name: str
+    category: Any
+
+    def __repr__(self) -> str:
+        return self.name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -139,8 +139,25 @@ class NamedArray(_Methods):
             return names.index(name) if name in names else None
         return tuple(self._lookup_indices(a) for a in ensure_tuple(axis))
 
-    def axis_indices(self, axis: AxisSelection) -> int | tuple[int, ...]:
-        """Position(s) of axis or axes; raises ValueError naming the array's axes when one is absent."""
+    def axis_indices(self, axis: AxisSelection) -> int | None | tuple[int | None, ...]:
+        """Position of an axis, or a tuple of positions for a selection; None where an axis is absent (as
+        Haliax). An Axis whose name is present with another size is a ValueError.
+
+        >>> x = NamedArray(jnp.ones((2, 3)), (Axis("batch", 2), Axis("embed", 3)))
+        >>> x.axis_indices("embed"), x.axis_indices(("embed", "missing")), x.axis_indices("missing") is None
+        (1, (1, None), True)
+        """
+        if isinstance(axis, (str, Axis)):
+            index = self._lookup_indices(axis)
+            if index is not None and isinstance(axis, Axis) and axis.size != self.axes[index].size:
+                raise ValueError(
+                    f"Axis {axis} does not match {self.axes[index]} of array with axes {self.axes}"
+                )
+            return index
+        return tuple(self.axis_indices(a) for a in ensure_tuple(axis))
+
+    def require_axis_indices(self, axis: AxisSelection) -> int | tuple[int, ...]:
+        """Like :meth:`axis_indices`, but an absent axis is a ValueError naming the array's axes."""
         if isinstance(axis, (str, Axis)):
             return self._index_of(axis)
         return tuple(self._index_of(a) for a in ensure_tuple(axis))

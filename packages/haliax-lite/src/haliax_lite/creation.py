@@ -122,11 +122,11 @@ def concatenate(axis: AxisSelector, arrays: Sequence[NamedArray]) -> NamedArray:
         raise ValueError("concatenate needs at least one array")
     name = axis_name(axis)
     first = arrays[0]
-    index = first.axis_indices(name)
+    index = first.require_axis_indices(name)
     others = first.axes[:index] + first.axes[index + 1 :]
     parts = []
     for a in arrays:
-        a_index = a.axis_indices(name)
+        a_index = a.require_axis_indices(name)
         rest = a.axes[:a_index] + a.axes[a_index + 1 :]
         check_sizes_agree(others, rest)
         order = (*others[:index], a.axes[a_index], *others[index:])

@@ -155,7 +155,7 @@ def _lhs_atoms(array: NamedArray, side, bindings, text: str):
             name = capture.name if isinstance(capture, Group) else capture
             if name is None:
                 raise ValueError(f"rearrange {text!r}: a split inside {{}} needs a name, (name: a b)")
-            bind(array.axis_indices(_bound_name(name, bindings)), capture)
+            bind(array.require_axis_indices(_bound_name(name, bindings)), capture)
     return atoms
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from .axes_spec import NamedArrayAxes, NamedArrayAxesSpec, parse_axes_spec
+from .axes_spec import DTypeCategory, NamedArrayAxes, NamedArrayAxesSpec, parse_axes_spec
 from .core import NamedArray
 
-__all__ = ["Named", "NamedArrayAxes", "NamedArrayAxesSpec"]
+__all__ = ["DTypeCategory", "Named", "NamedArrayAxes", "NamedArrayAxesSpec"]
 
 
 class Named:

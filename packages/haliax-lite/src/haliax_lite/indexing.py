@@ -35,7 +35,7 @@ def _as_dict(array: NamedArray, idx) -> dict[str, object]:
     result = {}
     for key, value in items:
         name = axis_name(key)
-        array.axis_indices(name)
+        array.require_axis_indices(name)
         if name in result:
             raise ValueError(f"Axis {name!r} is indexed twice in {idx!r}")
         result[name] = value
@@ -65,7 +65,7 @@ class _Selection:
         selectors: dict[int, NamedArray] = {}
         self.fill = False
         for name, value in spec.items():
-            i = array.axis_indices(name)
+            i = array.require_axis_indices(name)
             if isinstance(value, (list, tuple)):
                 self.ordered[i] = jnp.asarray(value)
             elif isinstance(value, _py_slice):
@@ -248,7 +248,7 @@ def take(array: NamedArray, axis: AxisSelector, index) -> NamedArray:
     The index's axes replace ``axis``; index axes that ``array`` also has are batch axes (a
     ``take_along_axis``), so ``take(logits, "vocab", targets)`` picks one logit per position.
     """
-    position = array.axis_indices(axis)
+    position = array.require_axis_indices(axis)
     name = array.axes[position].name
     if not isinstance(index, NamedArray):
         return NamedArray(jnp.take(array.array, index, axis=position), eliminate_axes(array.axes, name))
@@ -274,7 +274,7 @@ def slice(
     length: int | None = None,
 ) -> NamedArray:
     """``length`` entries of ``axis`` from a possibly traced ``start``, named ``new_axis`` (default: same)."""
-    position = array.axis_indices(axis)
+    position = array.require_axis_indices(axis)
     old = array.axes[position]
     if length is None:
         if not isinstance(new_axis, Axis):
@@ -319,7 +319,7 @@ def updated_slice(
         return rearrange(result, array.axes)
     starts = {axis_name(k): v for k, v in start.items()}
     for name in starts:
-        array.axis_indices(name)
+        array.require_axis_indices(name)
     update_axes = update.axes if isinstance(update, NamedArray) else ()
     unknown = [a.name for a in update_axes if a.name not in array.shape]
     if unknown:

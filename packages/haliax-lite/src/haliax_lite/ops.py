@@ -16,7 +16,7 @@ __all__ = ["pad", "roll", "top_k", "trace", "tril", "triu"]
 
 
 def _triangle(jnp_fn, array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, k: int) -> NamedArray:
-    i, j = array.axis_indices(axis1), array.axis_indices(axis2)
+    i, j = array.require_axis_indices(axis1), array.require_axis_indices(axis2)
     if i == j:
         raise ValueError(f"tril/triu need two different axes, got {axis_name(axis1)!r} twice")
     moved = jnp.moveaxis(array.array, (i, j), (-2, -1))
@@ -41,7 +41,7 @@ def triu(array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, k: int = 0
 
 def trace(array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, offset: int = 0, dtype=None):
     """Sum of the diagonal of the ``(axis1, axis2)`` plane; both axes are removed."""
-    i, j = array.axis_indices(axis1), array.axis_indices(axis2)
+    i, j = array.require_axis_indices(axis1), array.require_axis_indices(axis2)
     rest = tuple(a for n, a in enumerate(array.axes) if n not in (i, j))
     return NamedArray(jnp.trace(array.array, offset=offset, axis1=i, axis2=j, dtype=dtype), rest)
 
@@ -73,7 +73,7 @@ def roll(
     shifts = shift if isinstance(shift, (tuple, list)) else (shift,) * len(axes)
     if len(shifts) != len(axes):
         raise ValueError(f"roll: {len(shifts)} shifts for {len(axes)} axes")
-    positions = tuple(array.axis_indices(a) for a in axes)
+    positions = tuple(array.require_axis_indices(a) for a in axes)
     return NamedArray(jnp.roll(array.array, tuple(shifts), axis=positions), array.axes)
 
 
@@ -93,7 +93,7 @@ def pad(
     widths = [(0, 0)] * array.ndim
     new_axes = list(array.axes)
     for key, width in pad_width.items():
-        i = array.axis_indices(key)
+        i = array.require_axis_indices(key)
         before, after = (width, width) if isinstance(width, int) else tuple(width)
         if before < 0 or after < 0:
             raise ValueError(f"pad: negative width {width} for axis {axis_name(key)!r}")
@@ -113,7 +113,7 @@ def top_k(
     >>> values.array.tolist(), indices.array.tolist()
     ([4, 3], [4, 3])
     """
-    position = arr.axis_indices(axis)
+    position = arr.require_axis_indices(axis)
     size = arr.axes[position].size
     if not 0 <= k <= size:
         raise ValueError(f"top_k: k={k} is not within the size {size} of axis {arr.axes[position].name!r}")

@@ -148,7 +148,7 @@ def categorical(key, logits: NamedArray, axis: AxisSelector, shape: AxisSpec | N
 
     ``shape`` (default: the other axes of ``logits``) must contain those other axes.
     """
-    index = logits.axis_indices(axis)
+    index = logits.require_axis_indices(axis)
     batch = logits.axes[:index] + logits.axes[index + 1 :]
     axes = batch if shape is None else sized_axes(shape, "A random draw")
     moved = jnp.moveaxis(logits.array, index, -1)
@@ -159,7 +159,7 @@ def categorical(key, logits: NamedArray, axis: AxisSelector, shape: AxisSpec | N
 
 def permutation(key, x: NamedArray, axis: AxisSelector, independent: bool = False) -> NamedArray:
     """``x`` with its entries shuffled along ``axis`` (each slice on its own when ``independent``)."""
-    index = x.axis_indices(axis)
+    index = x.require_axis_indices(axis)
     return NamedArray(jax.random.permutation(key, x.array, axis=index, independent=independent), x.axes)
 
 
@@ -167,7 +167,7 @@ def choice(
     key, shape: AxisSpec, a: NamedArray, axis: AxisSelector, replace: bool = True, p: NamedArray | None = None
 ) -> NamedArray:
     """Draw entries of ``a`` along ``axis``; the drawn axis is replaced by the axes of ``shape``."""
-    index = a.axis_indices(axis)
+    index = a.require_axis_indices(axis)
     axes = sized_axes(shape, "A random draw")
     probs = None
     if p is not None:

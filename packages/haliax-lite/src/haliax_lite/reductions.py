@@ -136,7 +136,7 @@ def reduce(name: str, jnp_fn, array: NamedArray, axis: AxisSelection | None, whe
     if axis is None:
         indices = tuple(range(array.ndim))
     else:
-        indices = tuple(sorted(set(array.axis_indices(ensure_tuple(axis)))))
+        indices = tuple(sorted(set(array.require_axis_indices(ensure_tuple(axis)))))
     if where is not None:
         mask = broadcast_to(where, array.axes) if isinstance(where, NamedArray) else where
         kwargs["where"] = mask.array if isinstance(mask, NamedArray) else mask
@@ -155,7 +155,7 @@ def axis_wise(jnp_fn, a: NamedArray, axis: AxisSelector | None, **kwargs) -> Nam
         )
     if axis is None:
         return jnp_fn(a.array, axis=None, **kwargs)
-    return NamedArray(jnp_fn(a.array, axis=a.axis_indices(axis), **kwargs), a.axes)
+    return NamedArray(jnp_fn(a.array, axis=a.require_axis_indices(axis), **kwargs), a.axes)
 
 
 def sum(
@@ -334,7 +334,7 @@ def arg_reduction(jnp_fn, array: NamedArray, axis: AxisSelector | None) -> Named
         return leafwise(jnp_fn.__name__, lambda x: arg_reduction(jnp_fn, x, axis), jnp_fn, array, axis)
     if axis is None:
         return NamedArray(jnp_fn(array.array.reshape(-1)), ())
-    index = array.axis_indices(axis)
+    index = array.require_axis_indices(axis)
     return NamedArray(jnp_fn(array.array, axis=index), array.axes[:index] + array.axes[index + 1 :])
 
 

@@ -22,7 +22,7 @@ def rename(array: NamedArray, renames: Mapping[AxisSelector, AxisSelector]) -> N
     """
     names = {axis_name(k): v for k, v in renames.items()}
     for name in names:
-        array.axis_indices(name)
+        array.require_axis_indices(name)
     new_axes = []
     for a in array.axes:
         target = names.get(a.name, a)
@@ -89,7 +89,7 @@ def flatten_axes(array: NamedArray, old_axes: AxisSelection, new_axis: AxisSelec
 
 def unflatten_axis(array: NamedArray, axis: AxisSelector, new_axes: AxisSpec) -> NamedArray:
     """Split ``axis`` into ``new_axes`` (C-order), in its place; the sizes must multiply to its size."""
-    position = array.axis_indices(axis)
+    position = array.require_axis_indices(axis)
     new = ensure_tuple(new_axes)
     size = 1
     for a in new:
@@ -111,7 +111,7 @@ def split(a: NamedArray, axis: AxisSelector, new_axes: Sequence[Axis]) -> list[N
     >>> [p.shape for p in parts]
     [{'a': 2}, {'b': 3}]
     """
-    position = a.axis_indices(axis)
+    position = a.require_axis_indices(axis)
     total = sum(ax.size for ax in new_axes)
     if total != a.axes[position].size:
         raise ValueError(f"split: sizes of {tuple(new_axes)} sum to {total}, not {a.axes[position]}")
@@ -125,7 +125,7 @@ def split(a: NamedArray, axis: AxisSelector, new_axes: Sequence[Axis]) -> list[N
 
 def unbind(array: NamedArray, axis: AxisSelector) -> list[NamedArray]:
     """The slices of ``array`` along ``axis``, as a list of arrays without it."""
-    position = array.axis_indices(axis)
+    position = array.require_axis_indices(axis)
     rest = array.axes[:position] + array.axes[position + 1 :]
     size = array.axes[position].size
     return [NamedArray(jnp.take(array.array, i, axis=position), rest) for i in range(size)]

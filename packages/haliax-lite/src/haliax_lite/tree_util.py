@@ -87,7 +87,7 @@ def resize_axis(tree: Any, old_axis: AxisSelector, new_size: int, key: jax.Array
     def one(x, k):
         if not isinstance(x, NamedArray) or name not in x.shape:
             return x
-        i = x.axis_indices(name)
+        i = x.require_axis_indices(name)
         current = x.axes[i]
         if new_size <= current.size:
             return NamedArray(jax.lax.slice_in_dim(x.array, 0, new_size, axis=i), _resized(x, i, new_size))

@@ -78,7 +78,7 @@ def packbits(a: NamedArray, axis: AxisSelector, bitorder: str = "big") -> NamedA
     >>> hax.packbits(hax.named(jnp.array([1, 0, 1]), "b"), "b").array.tolist()
     [160]
     """
-    i = a.axis_indices(axis)
+    i = a.require_axis_indices(axis)
     out = jnp.packbits(a.array, axis=i, bitorder=bitorder)
     return NamedArray(out, a.axes[:i] + (a.axes[i].resize(out.shape[i]),) + a.axes[i + 1 :])
 
@@ -87,6 +87,6 @@ def unpackbits(
     a: NamedArray, axis: AxisSelector, count: int | None = None, bitorder: str = "big"
 ) -> NamedArray:
     """Unpack uint8 entries along ``axis`` into bits (``count`` of them if given); the axis grows."""
-    i = a.axis_indices(axis)
+    i = a.require_axis_indices(axis)
     out = jnp.unpackbits(a.array, axis=i, count=count, bitorder=bitorder)
     return NamedArray(out, a.axes[:i] + (a.axes[i].resize(out.shape[i]),) + a.axes[i + 1 :])
