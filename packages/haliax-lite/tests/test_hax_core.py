@@ -40,7 +40,7 @@ def test_axis_utilities():
         Axis("y", 2),
         C,
     )
-    with pytest.raises(ValueError, match="Duplicate axis names"):
+    with pytest.raises(ValueError, match="already present in axis spec"):
         hax.replace_axis((A, B), "b", A)
     assert hax.concat_axes(A, (B, C)) == (A, B, C)
     with pytest.raises(ValueError, match="Duplicate"):
