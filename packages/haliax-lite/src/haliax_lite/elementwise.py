@@ -85,16 +85,17 @@ def _nonzero(condition: NamedArray, fill_value, new_axis):
 def nonzero(
     array: NamedArray,
     *,
-    size: int | None = None,
+    size: int | Axis | None = None,
     fill_value=None,
     new_axis: AxisSelector | None = None,
 ) -> tuple[NamedArray, ...]:
     """Indices of the nonzero elements (``jnp.nonzero``): one NamedArray per axis of ``array``, in its
     axis order, all along one new axis (``new_axis``, named ``"nonzero"`` by default).
 
-    The count depends on the data, so under ``jit`` it must be static: ``size=`` or an Axis as
-    ``new_axis`` gives it; past the last nonzero element the indices are ``fill_value`` (default 0), and
-    elements beyond ``size`` are dropped. Outside ``jit`` the size may be left out.
+    The count depends on the data, so under ``jit`` it must be static: ``size=`` (an int, or an Axis as
+    in Haliax) or an Axis as ``new_axis`` gives it; past the last nonzero element the indices are
+    ``fill_value`` (default 0), and elements beyond ``size`` are dropped. Outside ``jit`` the size may be
+    left out.
 
     >>> import haliax_lite as hax
     >>> x = hax.named([[0, 5, 0], [6, 0, 7]], ("row", "col"))
@@ -106,6 +107,10 @@ def nonzero(
     """
     if not isinstance(array, NamedArray):
         raise TypeError(f"hax.nonzero needs a NamedArray, got {type(array).__name__}")
+    if isinstance(size, Axis):
+        if new_axis is not None and axis_name(new_axis) != size.name:
+            raise ValueError(f"nonzero: size={size} and new_axis={new_axis!r} name different axes")
+        size, new_axis = None, size
     if isinstance(new_axis, Axis):
         if size is not None and size != new_axis.size:
             raise ValueError(f"nonzero: size={size} disagrees with new_axis={new_axis}")

@@ -16,15 +16,17 @@ __all__ = ["pad", "roll", "top_k", "trace", "tril", "triu"]
 
 
 def _triangle(jnp_fn, array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, k: int) -> NamedArray:
+    """``jnp_fn`` on the ``(axis1, axis2)`` planes; as in Haliax the result's axes end with those two."""
     i, j = array.require_axis_indices(axis1), array.require_axis_indices(axis2)
     if i == j:
         raise ValueError(f"tril/triu need two different axes, got {axis_name(axis1)!r} twice")
-    moved = jnp.moveaxis(array.array, (i, j), (-2, -1))
-    return NamedArray(jnp.moveaxis(jnp_fn(moved, k=k), (-2, -1), (i, j)), array.axes)
+    moved = rearrange(array, (..., array.axes[i], array.axes[j]))
+    return NamedArray(jnp_fn(moved.array, k=k), moved.axes)
 
 
 def tril(array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, k: int = 0) -> NamedArray:
-    """Zero the entries with ``index(axis2) > index(axis1) + k`` (``axis1`` is the row axis).
+    """Zero the entries with ``index(axis2) > index(axis1) + k`` (``axis1`` is the row axis); the result's
+    axes are the others, then ``axis1``, ``axis2`` (Haliax's order).
 
     >>> import haliax_lite as hax
     >>> R, C = hax.Axis("r", 2), hax.Axis("c", 2)
@@ -52,7 +54,7 @@ def roll(
     """Shift entries circularly along ``axis`` (shifts and axes may be tuples of equal length).
 
     ``shift`` may be traced, and may be a NamedArray: one with axes shifts each slice along them by
-    its own amount (the result keeps ``array``'s axes, then any new axes of ``shift``).
+    its own amount along those axes (which ``array`` must have; the result keeps ``array``'s axes).
 
     >>> import haliax_lite as hax
     >>> B, T = hax.Axis("b", 2), hax.Axis("t", 3)
@@ -60,6 +62,14 @@ def roll(
     [[0, 1, 2], [5, 3, 4]]
     """
     if isinstance(shift, NamedArray):
+        if not jnp.issubdtype(shift.dtype, jnp.integer):
+            raise TypeError(f"roll: a shift must be integers, got a NamedArray of {shift.dtype}")
+        foreign = [a.name for a in shift.axes if a.name not in array.shape]
+        if foreign:
+            raise ValueError(
+                f"roll: the shift has axes {foreign} that the array {array.axes} lacks; a named shift gives "
+                "one amount per slice along the array's own axes"
+            )
         clash = [a.name for a in shift.axes if selects_axis(axis, a.name)]
         if clash:
             raise ValueError(
