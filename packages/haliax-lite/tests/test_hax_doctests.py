@@ -11,7 +11,7 @@ MODULES = (
     "state_dict serialization named_array_methods axes_spec jax_utils util poly field haxtyping debug "
     "nn nn.activations "
     "nn.attention nn.conv nn.dropout nn.embedding "
-    "nn._inputs nn.linear nn.loss nn.mlp nn.moe_linear nn.normalization nn.pooling nn.scan"
+    "nn._inputs nn.linear nn.loss nn.mlp nn.moe_linear nn.normalization nn.pooling nn.scan nn.scan_protocols"
 ).split()
 
 

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 import haliax_lite as hax
 from haliax_lite.checkpoint import ScanCheckpointPolicy as ScanCheckpointPolicy
+from haliax_lite.nn.scan_protocols import BlockFoldable, FoldFunction, ModuleInit, ScanFunction, VmapFunction
 from haliax_lite.serialization import (
     ModuleWithStateDictSerialization,
     StateDictError,
@@ -34,6 +35,17 @@ from haliax_lite.serialization import (
     iter_state_dict,
     with_prefix,
 )
+
+__all__ = [
+    "BlockFoldable",
+    "BlockSeq",
+    "FoldFunction",
+    "ModuleInit",
+    "ScanCheckpointPolicy",
+    "ScanFunction",
+    "Stacked",
+    "VmapFunction",
+]
 
 M = TypeVar("M", bound=eqx.Module)
 
@@ -128,6 +140,7 @@ class Stacked(_Repeated, Generic[M]):
         """A scan using ``fn(block, carry, *args, **kwargs) -> (carry, output)``."""
 
         def run(init, *args, **kwargs):
+            _check_block_sizes(self, args, kwargs, self.stacked)
             step = lambda carry, block, *a, **k: fn(block, carry, *a, **k)  # noqa: E731
             scan = hax.scan(step, self.Block, remat=self.gradient_checkpointing)
             return scan(init, self.stacked, *args, **kwargs)
@@ -138,6 +151,7 @@ class Stacked(_Repeated, Generic[M]):
         """An independent per-block map using ``fn(block, *args, **kwargs) -> output``."""
 
         def run(*args, **kwargs):
+            _check_block_sizes(self, args, kwargs, self.stacked)
             return hax.vmap(fn, self.Block)(self.stacked, *args, **kwargs)
 
         return run
@@ -147,6 +161,10 @@ class Stacked(_Repeated, Generic[M]):
         leaves, treedef = jax.tree_util.tree_flatten(self.stacked, is_leaf=_is_named)
         per_leaf = [_unstack_leaf(leaf, self.Block) for leaf in leaves]
         return tuple(jax.tree_util.tree_unflatten(treedef, parts) for parts in zip(*per_leaf, strict=True))
+
+    def get_layer(self, index: int) -> M:
+        """Block ``index`` as an ordinary module (its arrays without ``Block``)."""
+        return _slice(self.stacked, self.Block, index)
 
     def map_blocks(self, fn: Callable[..., M], *others: Stacked[M]) -> Stacked[M]:
         """``fn(block, *other_blocks)`` for each block (vmapped over ``Block``), as a new ``Stacked``; used by
@@ -285,6 +303,7 @@ class BlockSeq(_Repeated, Generic[M]):
         input_name = f"BlockSeq[{self.Block.name}].input"
 
         def run(init, *args, **kwargs):
+            _check_block_sizes(self, args, kwargs)
             carry, outputs = init, []
             for i, block in enumerate(self.blocks):
                 inputs = (block, _slice(args, self.Block, i), _slice(kwargs, self.Block, i))
@@ -306,6 +325,7 @@ class BlockSeq(_Repeated, Generic[M]):
         """An independent per-block map using ``fn(block, *args, **kwargs) -> output``."""
 
         def run(*args, **kwargs):
+            _check_block_sizes(self, args, kwargs)
             outputs = [
                 fn(block, *_slice(args, self.Block, i), **_slice(kwargs, self.Block, i))
                 for i, block in enumerate(self.blocks)
@@ -318,8 +338,39 @@ class BlockSeq(_Repeated, Generic[M]):
         """The blocks, as a tuple."""
         return tuple(self.blocks)
 
+    def get_layer(self, index: int) -> M:
+        """Block ``index``."""
+        return self.blocks[index]
+
     def _state_dict_key_map(self) -> dict[str, str | None]:
         return {"blocks": None}  # block i is named {prefix}.{i}, as a Stacked block is
+
+
+def _check_block_sizes(repeated: _Repeated, args, kwargs, stacked=None) -> None:
+    """Every array sliced per block (named ones with ``Block``; unnamed ones along their first dimension)
+    must have ``Block.size`` entries; an error names the argument (``args[1]``, ``kwargs['bias']``) or the
+    module field (``foo.my_field``) that does not, instead of a position inside the scan."""
+    Block = repeated.Block
+    where = f"{type(repeated).__name__}[{Block.name}={Block.size}]"
+    trees = [("the stacked block's field ", stacked)] if stacked is not None else []
+    trees += [("argument args", args), ("argument kwargs", kwargs)]
+    for label, tree in trees:
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_named)[0]:
+            if _is_named(leaf):
+                size = leaf.shape.get(Block.name)
+                shape = f"axes {tuple(leaf.axes)}"
+            elif isinstance(leaf, jax.Array) and leaf.ndim >= 1 and label != "the stacked block's field ":
+                size, shape = leaf.shape[0], f"shape {leaf.shape}, first dimension"
+            else:
+                continue
+            if size is not None and size != Block.size:
+                name = jax.tree_util.keystr(path)
+                name = name.lstrip(".") if label.endswith(" ") else name
+                raise ValueError(
+                    f"{where}: {label}{name} ({shape}) has {size} entries along {Block.name!r}, but there "
+                    f"are "
+                    f"{Block.size} blocks; a per-block argument needs one entry per block"
+                )
 
 
 def _slice(tree, Block: hax.Axis, i: int):
