@@ -16,9 +16,12 @@ import equinox as eqx
 import jax
 
 import haliax_lite as hax
+from haliax_lite.serialization import ModuleWithStateDictSerialization
+
+_FLAT_IN, _FLAT_OUT = "__IN__", "__OUT__"
 
 
-class Linear(eqx.Module):
+class Linear(ModuleWithStateDictSerialization):
     """``inputs · weight + bias``, contracting the ``In`` axes and producing the ``Out`` axes.
 
     ``In`` and ``Out`` may each be one axis or several (e.g. ``(Heads, HeadSize)``); axes of the input that
@@ -80,3 +83,28 @@ class Linear(eqx.Module):
         """Whether the weight stores the ``Out`` axes before the ``In`` axes."""
         out_names = {a.name for a in hax.ensure_tuple(self.Out)}
         return self.weight.axes[0].name in out_names
+
+    def flatten_for_export(self) -> Linear:
+        """This layer with several ``In`` (or ``Out``) axes merged into one, as PyTorch stores a weight
+        (``(out, in)`` when ``out_first``); unchanged when both are single axes."""
+        if isinstance(self.In, hax.Axis) and isinstance(self.Out, hax.Axis):
+            return self
+        In = hax.Axis(_FLAT_IN, hax.axis_size(self.In))
+        Out = hax.Axis(_FLAT_OUT, hax.axis_size(self.Out))
+        weight = hax.flatten_axes(hax.flatten_axes(self.weight, self.Out, Out), self.In, In)
+        weight = weight.rearrange((..., Out, In) if self.out_first else (..., In, Out))
+        bias = None if self.bias is None else hax.flatten_axes(self.bias, self.Out, Out)
+        return Linear(weight, bias, In, Out, self.dot_general)
+
+    def unflatten_from_export(self, template: Linear) -> Linear:
+        """Undo :meth:`flatten_for_export`: ``template`` gives the named axes and their order."""
+        if (self.In, self.Out) == (template.In, template.Out):
+            return self
+        weight = hax.unflatten_axis(
+            hax.unflatten_axis(self.weight, _FLAT_OUT, template.Out), _FLAT_IN, template.In
+        )
+        weight = weight.rearrange(template.weight.axes)
+        bias = self.bias
+        if bias is not None:
+            bias = hax.unflatten_axis(bias, _FLAT_OUT, template.Out).rearrange(template.bias.axes)
+        return Linear(weight, bias, template.In, template.Out, template.dot_general)
