@@ -7,7 +7,17 @@ import types
 import haliax_lite as hax
 
 SOURCE = pathlib.Path(hax.__file__).parent
-PUBLIC_SUBMODULES = {"debug", "indexing", "nn", "partitioning", "random", "state_dict", "tree_util", "util"}
+PUBLIC_SUBMODULES = {
+    "debug",
+    "indexing",
+    "nn",
+    "partitioning",
+    "quantization",
+    "random",
+    "state_dict",
+    "tree_util",
+    "util",
+}
 
 
 def test_all_lists_names_not_implementation_modules():

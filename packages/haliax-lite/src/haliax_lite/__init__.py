@@ -76,6 +76,7 @@ from . import tree_util as tree_util
 from . import util as util
 from . import nn as nn  # after every name above: the layers build on them
 from . import state_dict as state_dict
+from . import quantization as quantization
 # isort: on
 
 _install_methods()  # NamedArray's methods forward to the functions above (see named_array_methods)
@@ -86,6 +87,7 @@ __all__ = [
     "indexing",
     "nn",
     "partitioning",
+    "quantization",
     "random",
     "state_dict",
     "tree_util",

@@ -16,6 +16,7 @@ import equinox as eqx
 import jax
 
 import haliax_lite as hax
+from haliax_lite.quantized_ops import DefaultDotGeneralOp
 from haliax_lite.serialization import ModuleWithStateDictSerialization
 
 _FLAT_IN, _FLAT_OUT = "__IN__", "__OUT__"
@@ -32,7 +33,7 @@ class Linear(ModuleWithStateDictSerialization):
     bias: hax.NamedArray | None
     In: hax.AxisSpec = eqx.field(static=True)
     Out: hax.AxisSpec = eqx.field(static=True)
-    dot_general: Callable = eqx.field(default=jax.lax.dot_general, static=True)
+    dot_general: Callable = eqx.field(default_factory=DefaultDotGeneralOp)
 
     @staticmethod
     def init(
@@ -48,7 +49,9 @@ class Linear(ModuleWithStateDictSerialization):
         """A layer with weights drawn from a normal truncated at ±3, scaled by ``init_scale / sqrt(|In|)``.
 
         ``out_first`` puts the ``Out`` axes before the ``In`` axes in the weight, as PyTorch does.
-        ``dot_general`` replaces ``jax.lax.dot_general`` in the contraction (e.g. a quantized one).
+        ``dot_general`` replaces ``jax.lax.dot_general`` in the contraction: a module such as
+        ``hax.quantization.Int8DotGeneralOp`` (see :func:`haliax_lite.quantization.quantize_linear_layers`);
+        a plain function works too, but makes the layer a pytree with a non-array leaf.
         """
         # a {name: size} dict becomes Axes: the spec is a static field, so it must be hashable
         In = hax.ensure_tuple(In) if isinstance(In, Mapping) else In
@@ -65,7 +68,7 @@ class Linear(ModuleWithStateDictSerialization):
         scale = init_scale / math.sqrt(hax.axis_size(In))
         weight = hax.random.truncated_normal(key, joint, -3, 3) * scale
         bias = hax.zeros(Out) if use_bias else None
-        return Linear(weight, bias, In, Out, dot_general or jax.lax.dot_general)
+        return Linear(weight, bias, In, Out, dot_general or DefaultDotGeneralOp())
 
     def __call__(self, inputs: hax.NamedArray, *, key: jax.Array | None = None) -> hax.NamedArray:
         """Apply the layer; ``key`` is accepted (and unused) so layers can be called uniformly."""
