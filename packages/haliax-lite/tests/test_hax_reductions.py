@@ -102,7 +102,9 @@ def test_tril_triu_trace():
     assert lower.axes == y.axes
     planes = raw.transpose(2, 0, 1)  # (c, a, b): numpy's triangles act on the last two dimensions
     np.testing.assert_allclose(np.asarray(lower.array), np.tril(planes, k=1))
-    np.testing.assert_allclose(np.asarray(hax.triu(x, "a", "b").array), np.triu(planes).transpose(1, 2, 0))
+    upper = hax.triu(x, "a", "b")  # x is (a, b, c): as in Haliax, the pair goes last
+    assert [a.name for a in upper.axes] == ["c", "a", "b"]
+    np.testing.assert_allclose(np.asarray(upper.array), np.triu(planes))
     np.testing.assert_allclose(
         np.asarray(hax.trace(x, "a", "b").array), np.trace(raw, axis1=0, axis2=1), rtol=1e-6
     )
