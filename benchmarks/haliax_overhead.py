@@ -9,22 +9,37 @@ times both programs back to back (in alternating order) and keeps each side's fa
 a noisy neighbour on a shared machine only ever adds time; a neighbour that slows both sides of a pair
 cancels out of that pair's ratio, and the median discards the pairs it hit unevenly.
 
-Target: ratio <= 1.02 and equal FLOPs. Run: ``uv run benchmarks/haliax_overhead.py [--trials N]``.
+It measures three settings (``--meshes``): one device, and the batch split over a 4-device mesh
+(``batch -> data``) whose axes are ``Auto``, then ``Explicit`` (JAX's sharding in types, ``jax.set_mesh``).
+On CPU the 4 devices are host-platform devices (``--xla_force_host_platform_device_count``, set below
+before JAX starts). On a mesh the plain side is the same code with its input placed by a NamedSharding;
+the named side is ``hax.named_jit`` with the axis mapping.
+
+Target: ratio <= 1.02 and no more FLOPs than plain JAX, in every setting.
+Run: ``uv run benchmarks/haliax_overhead.py [--trials N] [--meshes none auto explicit]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import time
 
-import equinox as eqx
-import jax
-import jax.numpy as jnp
+MESH_DEVICES = 4
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={MESH_DEVICES}".strip()
+    )
 
-import haliax_lite as hax
-import haliax_lite.nn as hnn
+import equinox as eqx  # noqa: E402  (after XLA_FLAGS: JAX reads them when it starts)
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import AxisType, NamedSharding, PartitionSpec  # noqa: E402
+
+import haliax_lite as hax  # noqa: E402
+import haliax_lite.nn as hnn  # noqa: E402
 
 Batch = hax.Axis("batch", 4)
 Pos = hax.Axis("position", 256)
@@ -194,21 +209,34 @@ def best_step_time(step, args, reps: int) -> float:
     return min(times)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=21, help="alternating timing pairs (at least 2)")
-    parser.add_argument("--reps", type=int, default=3, help="steps per timing (the fastest counts)")
-    args = parser.parse_args()
-    if args.trials < 2 or args.reps < 1:
-        parser.error("--trials must be at least 2 and --reps at least 1")
+def compile_both(mesh_kind: str | None):
+    """The named and the plain fwd+bwd steps with their arguments and compiled programs, for one setting.
 
+    A step is what a user calls: the compiled program itself for ``jax.jit``, the ``named_jit`` wrapper
+    (which compiles once and then calls the cached program) for the named side on a mesh."""
     block = NamedBlock.init(jax.random.PRNGKey(0))
     x = hax.random.normal(jax.random.PRNGKey(1), (Batch, Pos, Embed))
     params = plain_params(block)
+    if mesh_kind is None:
+        named = jax.jit(jax.value_and_grad(named_loss)).lower(block, x).compile()
+        plain = jax.jit(jax.value_and_grad(plain_loss)).lower(params, x.array).compile()
+        return named, named, (block, x), plain, (params, x.array)
+    kind = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}[mesh_kind]
+    mesh = jax.make_mesh((MESH_DEVICES,), ("data",), axis_types=(kind,))
+    mapping = {Batch.name: "data"}
+    with jax.set_mesh(mesh):
+        block, x = hax.shard(block, mapping), hax.shard(x, mapping)
+        named_step = hax.named_jit(jax.value_and_grad(named_loss), mapping)
+        named = named_step.lower(block, x).compile()
+        jax.block_until_ready(named_step(block, x))  # compiles the wrapper's cached program
+        plain_x = jax.device_put(x.array, NamedSharding(mesh, PartitionSpec("data")))
+        params = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
+        plain = jax.jit(jax.value_and_grad(plain_loss)).lower(params, plain_x).compile()
+    return named_step, named, (block, x), plain, (params, plain_x)
 
-    named_step = jax.jit(jax.value_and_grad(named_loss)).lower(block, x).compile()
-    plain_step = jax.jit(jax.value_and_grad(plain_loss)).lower(params, x.array).compile()
-    named_args, plain_args = (block, x), (params, x.array)
+
+def measure(setting: str, mesh_kind: str | None, trials: int, reps: int) -> None:
+    named_step, named_compiled, named_args, plain_step, plain_args = compile_both(mesh_kind)
 
     (named_value, named_grads), (plain_value, plain_grads) = named_step(*named_args), plain_step(*plain_args)
     named_leaves = jax.tree_util.tree_leaves(plain_params(named_grads))
@@ -216,34 +244,73 @@ def main() -> None:
     grad_diff = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(named_leaves, plain_leaves, strict=True))
 
     ratios, named_times, plain_times = [], [], []
-    for trial in range(args.trials):
+    for trial in range(trials):
         # Alternate which side goes first so neither always runs on a warmer (or noisier) machine.
         sides = [(named_step, named_args, named_times), (plain_step, plain_args, plain_times)]
         for step, step_args, times in sides if trial % 2 == 0 else sides[::-1]:
-            times.append(best_step_time(step, step_args, args.reps))
+            times.append(best_step_time(step, step_args, reps))
         ratios.append(named_times[-1] / plain_times[-1])
 
     low, _, high = statistics.quantiles(ratios, n=4)
-    named_flops, plain_flops = flops(named_step), flops(plain_step)
-    device = f"{jax.devices()[0].platform} x{jax.device_count()}"
-    print(
-        f"block: batch={Batch.size} seq={Pos.size} embed={Embed.size} heads={KVHeads.size}x{QPerKV.size}"
-        f" head_size={HeadSize.size} mlp={Mlp.size}; device: {device}"
-    )
+    named_flops, plain_flops = flops(named_compiled), flops(plain_step)
+    print(f"== {setting}")
     print(f"compiled FLOPs  haliax-lite: {named_flops:.6g}  plain jnp: {plain_flops:.6g}")
-    print(f"FLOPs equal: {named_flops == plain_flops}")
-    named_hlo, plain_hlo = hlo_instructions(named_step), hlo_instructions(plain_step)
+    print(f"FLOPs equal: {named_flops == plain_flops}  haliax-lite not more: {named_flops <= plain_flops}")
+    named_hlo, plain_hlo = hlo_instructions(named_compiled), hlo_instructions(plain_step)
     print(f"optimised HLO instructions  haliax-lite: {named_hlo}  plain jnp: {plain_hlo}")
-    named_ops, plain_ops = layout_ops(named_step), layout_ops(plain_step)
+    named_ops, plain_ops = layout_ops(named_compiled), layout_ops(plain_step)
     print(f"transposes/copies/broadcasts  haliax-lite: {named_ops}  plain jnp: {plain_ops}")
+    print(f"collectives  haliax-lite: {collectives(named_compiled)}  plain jnp: {collectives(plain_step)}")
     loss_diff = abs(float(named_value) - float(plain_value))
     print(f"max |difference|  loss: {loss_diff:.3g}  gradients: {grad_diff:.3g}")
     named_ms, plain_ms = statistics.median(named_times) * 1e3, statistics.median(plain_times) * 1e3
     print(f"median of best step times  haliax-lite: {named_ms:.2f} ms  plain jnp: {plain_ms:.2f} ms")
     print(
-        f"time ratio haliax-lite / plain, median of {args.trials} alternating pairs:"
+        f"time ratio haliax-lite / plain, median of {trials} alternating pairs:"
         f" {statistics.median(ratios):.4f} (quartiles {low:.4f} .. {high:.4f})"
     )
+
+
+def collectives(compiled) -> dict[str, int]:
+    """How many of each cross-device operation the optimised program has."""
+    counts: dict[str, int] = {}
+    pattern = r"= .*?\b(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)(?:-start)?\("
+    for line in compiled.as_text().splitlines():
+        found = re.search(pattern, line)
+        if found:
+            counts[found.group(1)] = counts.get(found.group(1), 0) + 1
+    return counts
+
+
+SETTINGS = {"none": None, "auto": "auto", "explicit": "explicit"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=21, help="alternating timing pairs (at least 2)")
+    parser.add_argument("--reps", type=int, default=3, help="steps per timing (the fastest counts)")
+    parser.add_argument(
+        "--meshes",
+        nargs="+",
+        choices=sorted(SETTINGS),
+        default=["none", "auto", "explicit"],
+        help="settings to measure: one device, or the batch split over an auto or explicit mesh",
+    )
+    args = parser.parse_args()
+    if args.trials < 2 or args.reps < 1:
+        parser.error("--trials must be at least 2 and --reps at least 1")
+    if len(jax.devices()) < MESH_DEVICES and set(args.meshes) - {"none"}:
+        parser.error(f"the mesh settings need {MESH_DEVICES} devices, found {len(jax.devices())}")
+    device = f"{jax.devices()[0].platform} x{jax.device_count()}"
+    print(
+        f"block: batch={Batch.size} seq={Pos.size} embed={Embed.size} heads={KVHeads.size}x{QPerKV.size}"
+        f" head_size={HeadSize.size} mlp={Mlp.size}; devices: {device}"
+    )
+    for name in args.meshes:
+        setting = (
+            "one device" if SETTINGS[name] is None else f"batch over a {MESH_DEVICES}-device {name} mesh"
+        )
+        measure(setting, SETTINGS[name], args.trials, args.reps)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ import pytest
 MODULES = (
     "haliax_lite axis core broadcast creation dot einsum einops_syntax elementwise reductions ops shape_ops "
     "indexing random hof checkpoint partitioning tree_util unary binary array_ops fourier unique_bits "
-    "state_dict poly field haxtyping debug nn nn.activations nn.attention nn.conv nn.dropout nn.embedding "
-    "nn._inputs nn.linear nn.loss nn.mlp nn.moe_linear nn.normalization nn.pooling nn.scan"
+    "state_dict state_dict_export quantization quantized_ops serialization named_array_methods axes_spec "
+    "jax_utils util poly field haxtyping debug nn nn.activations "
+    "nn.attention nn.conv nn.dropout nn.embedding "
+    "nn._inputs nn.linear nn.loss nn.mlp nn.moe_linear nn.normalization nn.pooling nn.scan nn.scan_protocols"
 ).split()
 
 

@@ -161,9 +161,13 @@ def test_nested_remat_keeps_about_sqrt_n_carries(capsys):
 
 def test_policy_parsing_and_errors():
     P = hax.ScanCheckpointPolicy
-    assert P.from_bool_or_str(True) == P(save_carries=True, save_inputs=True)
+    assert P.from_bool_or_str(True) == P(simple=True)  # Haliax's classic behaviour
     assert P.from_bool_or_str(False).disable
     assert P.from_bool_or_str("recompute") == P(save_carries=False, save_inputs=False)
+    assert P.from_bool_or_str("full") == P.from_bool_or_str("recompute")
+    assert P().save_inputs is False  # Haliax's default
+    with pytest.raises(ValueError, match="cannot apply; list the names to save"):
+        P(save_block_internals=True, offload_block_internals=["x"])
     assert P.from_bool_or_str("offload").save_carries == "offload"
     with pytest.raises(ValueError, match="Unknown remat"):
         P.from_bool_or_str("sometimes")

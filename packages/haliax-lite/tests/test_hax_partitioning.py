@@ -1,6 +1,7 @@
 """Sharding by axis name on 8 fake CPU devices: results equal the unsharded ones, and the compiled
 programs' output shardings are the ones the axis mapping asks for."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -245,3 +246,49 @@ def test_contraction_keeps_the_sharding_of_uncontracted_axes_without_a_mapping()
         np.testing.assert_allclose(
             float(summed.array), float(np.sum(np.asarray(X.array) @ np.asarray(W.array))), rtol=1e-4
         )
+
+
+class _Inner(eqx.Module):
+    table: jax.Array = hax.field(axis_names=("hidden", "embed"))
+    bias: jax.Array = hax.field(axis_names=("hidden",))
+
+
+class _Outer(eqx.Module):
+    inner: _Inner
+    plain: jax.Array
+    named: hax.NamedArray
+
+
+def _model():
+    return _Outer(_Inner(jnp.ones((6, 4)), jnp.zeros(6)), jnp.ones(3), hax.ones((Batch, Hidden)))
+
+
+def test_plain_arrays_in_fields_declared_with_axis_names_are_laid_out_by_those_names(mesh):
+    mapping = {"batch": "data", "hidden": "model"}
+    specs = hax.pspec_for(_model(), mapping)
+    assert specs.inner.table == PartitionSpec("model", None) and specs.inner.bias == PartitionSpec("model")
+    assert specs.plain == PartitionSpec() and specs.named.array == PartitionSpec("data", "model")
+    with jax.set_mesh(mesh):
+        shardings = hax.infer_resource_partitions(_model(), mapping)
+        assert shardings.inner.table.spec == PartitionSpec("model", None)
+        placed = hax.shard(_model(), mapping)
+        assert _lays_out(placed.inner.table.sharding, PartitionSpec("model", None), 2)
+        assert isinstance(placed.inner.table, jax.Array)  # still a plain array, only laid out
+
+
+def test_a_mapping_set_outside_jit_applies_to_shard_calls_inside(mesh):
+    with jax.set_mesh(mesh), hax.axis_mapping({"batch": "data"}):
+        inside = jax.jit(lambda x: hax.shard(x) * 2)(X)
+        assert _lays_out(inside.array.sharding, PartitionSpec("data", None), 2)
+        nested = jax.jit(lambda x: hax.named_jit(lambda y: y + 1, {"embed": "model"})(x))(X)
+        assert _lays_out(nested.array.sharding, PartitionSpec(None, "model"), 2)
+        np.testing.assert_allclose(nested.array, X.array + 1)
+
+
+def test_named_jit_without_any_axis_resources_replicates(mesh):
+    with jax.set_mesh(mesh):
+        out = hax.named_jit(layer)(X, W)
+        np.testing.assert_allclose(out.array, UNSHARDED.array, rtol=1e-5, atol=1e-5)
+        assert out.array.sharding.is_fully_replicated
+        module = hax.named_jit(lambda m: m)(_model())
+        assert module.inner.table.sharding.is_fully_replicated

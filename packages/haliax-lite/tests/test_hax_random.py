@@ -64,3 +64,41 @@ def test_categorical_permutation_choice():
     assert picked.axes == (A, Draw) and np.all(np.asarray(picked.array) % 4 == 2)
     with pytest.raises(ValueError, match="Axis objects"):
         hax.random.normal(KEY, ("a",))
+
+
+# a parameter named (b,) is broadcast by name: along the last dimension of (a, b), the first of (b, a)
+ROW = jnp.array([0.5, 1.0, 2.0, 4.0])
+NAMED_ROW = hax.named(ROW, "b")
+PARAMETRISED = {
+    "poisson": (dict(lam=NAMED_ROW), lambda k, r, s: jax.random.poisson(k, r, s)),
+    "gamma": (dict(a=NAMED_ROW), lambda k, r, s: jax.random.gamma(k, r, s)),
+    "loggamma": (dict(a=NAMED_ROW), lambda k, r, s: jax.random.loggamma(k, r, s)),
+    "beta": (dict(a=NAMED_ROW, b=2.0), lambda k, r, s: jax.random.beta(k, r, 2.0, s)),
+    "t": (dict(df=NAMED_ROW), lambda k, r, s: jax.random.t(k, r, s)),
+    "weibull_min": (
+        dict(scale=NAMED_ROW, concentration=1.5),
+        lambda k, r, s: jax.random.weibull_min(k, r, 1.5, s),
+    ),
+    "pareto": (dict(b=NAMED_ROW), lambda k, r, s: jax.random.pareto(k, r, s)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETRISED))
+def test_parametrised_distributions_broadcast_named_parameters_by_name(name):
+    params, positional = PARAMETRISED[name]
+    drawn = getattr(hax.random, name)(KEY, (A, B), **params)
+    assert drawn.axes == (A, B)
+    np.testing.assert_array_equal(drawn.array, positional(KEY, ROW, (3, 4)))
+    transposed = getattr(hax.random, name)(KEY, (B, A), **params)
+    assert transposed.axes == (B, A)
+    np.testing.assert_array_equal(transposed.array, positional(KEY, ROW[:, None], (4, 3)))
+
+
+def test_ball_puts_the_dimension_last_and_stays_in_the_ball():
+    D = hax.Axis("dim", 3)
+    points = hax.random.ball(KEY, (A, B), D, p=1.0)
+    assert points.axes == (A, B, D)
+    np.testing.assert_array_equal(points.array, jax.random.ball(KEY, 3, p=1.0, shape=(3, 4)))
+    assert bool((hax.sum(hax.abs(points), "dim") <= 1.0).all())
+    with pytest.raises(ValueError, match="'a' is also in shape"):
+        hax.random.ball(KEY, (A, B), A)

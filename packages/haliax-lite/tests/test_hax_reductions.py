@@ -1,5 +1,6 @@
 """Reductions (with where=), axis-wise scans and the other axis ops equal their positional meaning."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -101,7 +102,9 @@ def test_tril_triu_trace():
     assert lower.axes == y.axes
     planes = raw.transpose(2, 0, 1)  # (c, a, b): numpy's triangles act on the last two dimensions
     np.testing.assert_allclose(np.asarray(lower.array), np.tril(planes, k=1))
-    np.testing.assert_allclose(np.asarray(hax.triu(x, "a", "b").array), np.triu(planes).transpose(1, 2, 0))
+    upper = hax.triu(x, "a", "b")  # x is (a, b, c): as in Haliax, the pair goes last
+    assert [a.name for a in upper.axes] == ["c", "a", "b"]
+    np.testing.assert_allclose(np.asarray(upper.array), np.triu(planes))
     np.testing.assert_allclose(
         np.asarray(hax.trace(x, "a", "b").array), np.trace(raw, axis1=0, axis2=1), rtol=1e-6
     )
@@ -158,3 +161,47 @@ def test_reductions_keep_jnp_dtype_semantics(name, dtype, names):
     expected = getattr(jnp, name)(jnp.asarray(raw), axis=positions)
     assert out.dtype == expected.dtype
     np.testing.assert_allclose(np.asarray(out.array, np.float64), np.asarray(expected, np.float64), rtol=1e-3)
+
+
+PLAIN = np.arange(12.0).reshape(3, 4) - 5.0
+
+
+@pytest.mark.parametrize(
+    "name", ["sum", "mean", "max", "min", "prod", "std", "var", "any", "all", "ptp", "nansum"]
+)
+@pytest.mark.parametrize("axis", [None, 0, 1, (0, 1)])
+def test_a_plain_array_reduces_as_jax_numpy_does(name, axis):
+    expected = getattr(jnp, name)(PLAIN, axis=axis)
+    np.testing.assert_array_equal(getattr(hax, name)(jnp.asarray(PLAIN), axis=axis), expected)
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin", "cumsum", "cumprod", "sort", "argsort"])
+def test_plain_arrays_go_through_the_axis_wise_functions_too(name):
+    np.testing.assert_array_equal(
+        getattr(hax, name)(jnp.asarray(PLAIN), 1), getattr(jnp, name)(PLAIN, axis=1)
+    )
+
+
+def test_predicates_take_scalars_comparisons_and_masks_as_haliax_does():
+    assert bool(hax.all(jnp.asarray(PLAIN) > -6)) and not bool(hax.all(jnp.asarray(PLAIN) > 0))
+    assert bool(hax.any(True)) and not bool(hax.any(False)) and bool(hax.all(np.bool_(True)))
+    np.testing.assert_array_equal(
+        hax.sum(jnp.asarray(PLAIN), where=PLAIN > 0), jnp.sum(PLAIN, where=PLAIN > 0)
+    )
+    assert bool(jax.jit(lambda x: hax.all(x > 0))(jnp.ones(3)))
+
+
+def test_a_pytree_is_reduced_leaf_by_leaf():
+    X = hax.Axis("x", 3)
+    out = hax.sum({"named": hax.arange(X), "plain": jnp.ones(4)})
+    assert out["named"].axes == () and out["named"].item() == 3
+    assert out["plain"].item() == 4.0
+
+
+def test_a_name_on_a_plain_array_and_keepdims_are_refused():
+    with pytest.raises(
+        TypeError, match=r"hax\.sum: axis 'batch' names an axis, but the array is not a NamedArray"
+    ):
+        hax.sum(jnp.ones(3), "batch")
+    with pytest.raises(ValueError, match="keepdims is not supported"):
+        hax.sum(hax.ones(hax.Axis("x", 2)), "x", keepdims=True)

@@ -105,3 +105,54 @@ def test_entries_are_read_once_from_a_lazy_mapping():
 
     from_state_dict(model, Lazy(flat))
     assert sorted(reads) == sorted(flat)
+
+
+class Renamed(hax.state_dict.ModuleWithStateDictSerialization):
+    """A module naming its own entries: ``scale`` is stored as ``weight``, ``inner``'s entries sit flat."""
+
+    scale: hax.NamedArray
+    inner: dict
+
+    def _state_dict_key_map(self):
+        return {"scale": "weight", "inner": None}
+
+    @staticmethod
+    def init(Embed, *, key):
+        return Renamed(hax.random.normal(key, Embed), {"bias": hax.zeros(Embed)})
+
+
+def test_a_module_names_its_entries_and_stacked_blocks_keep_those_names():
+    Layers, Embed = hax.Axis("layers", 3), hax.Axis("embed", 2)
+    stack = hax.nn.Stacked.init(Layers, Renamed)(Embed, key=jax.random.split(jax.random.key(2), 3))
+    flat = to_state_dict({"m": stack})
+    assert set(flat) == {f"m.{i}.{n}" for i in range(3) for n in ("weight", "bias")}
+    np.testing.assert_array_equal(flat["m.2.weight"], stack.stacked.scale.array[2])
+    back = from_state_dict({"m": stack}, flat)["m"]
+    np.testing.assert_array_equal(back.stacked.scale.array, stack.stacked.scale.array)
+    assert back.stacked.scale.axes == stack.stacked.scale.axes
+
+
+def test_stacked_implements_the_protocol_itself():
+    model = stacked_model(2, 3, 4)["layers"]
+    assert isinstance(model, hax.state_dict.ModuleWithStateDictSerialization)
+    direct, via_function = model.to_state_dict("x"), to_state_dict(model, "x")
+    assert direct.keys() == via_function.keys()
+    for name in direct:
+        np.testing.assert_array_equal(direct[name], via_function[name])
+    restored = model.from_state_dict(model.to_state_dict("x"), "x")
+    np.testing.assert_array_equal(restored.stacked.proj.weight.array, model.stacked.proj.weight.array)
+
+
+def test_blockseq_entries_sit_directly_under_the_prefix():
+    Layers, Embed = hax.Axis("layers", 2), hax.Axis("embed", 2)
+    seq = hax.nn.BlockSeq.init(Layers, Renamed)(Embed, key=jax.random.split(jax.random.key(3), 2))
+    assert sorted(to_state_dict(seq, "b")) == ["b.0.bias", "b.0.weight", "b.1.bias", "b.1.weight"]
+
+
+def test_scan_aware_tree_map_pairs_two_stacked_trees_block_by_block():
+    a, b = stacked_model(2, 3, 4, seed=0), stacked_model(2, 3, 4, seed=1)
+    summed = hax.tree_util.scan_aware_tree_map(
+        lambda x, y: x + y if isinstance(x, hax.NamedArray) else x, a["layers"], b["layers"]
+    )
+    expected = a["layers"].stacked.proj.weight.array + b["layers"].stacked.proj.weight.array
+    np.testing.assert_allclose(summed.stacked.proj.weight.array, expected)

@@ -7,7 +7,7 @@ from typing import Any, TypeAlias
 
 import jax
 
-from .broadcast import broadcast_axes, broadcast_to
+from .broadcast import aligned_raw, broadcast_axes
 from .core import NamedArray
 
 NamedOrNumeric: TypeAlias = NamedArray | jax.Array | complex | bool
@@ -22,11 +22,14 @@ def unary(fn: Callable[..., Any], a: NamedOrNumeric, **kwargs) -> NamedOrNumeric
 
 
 def binary_arrays(a, b):
-    """Raw arrays of ``a`` and ``b`` broadcast by name, and the result's axes (None if neither is named)."""
+    """Raw arrays of ``a`` and ``b`` aligned by name (size-1 dimensions where one lacks an axis, see
+    ``aligned_raw``), and the result's axes (None if neither is named)."""
     a_named, b_named = isinstance(a, NamedArray), isinstance(b, NamedArray)
     if a_named and b_named:
+        if a.axes == b.axes:
+            return a.array, b.array, a.axes
         axes = broadcast_axes(a.axes, b.axes)
-        return broadcast_to(a, axes).array, broadcast_to(b, axes).array, axes
+        return aligned_raw(a, axes), aligned_raw(b, axes), axes
     if a_named:
         return a.array, b, a.axes
     if b_named:

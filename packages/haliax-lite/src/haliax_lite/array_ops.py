@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from ._wrap import NamedOrNumeric, binary_arrays
 from .axis import Axis, AxisSelector, axis_name
 from .core import NamedArray
-from .reductions import prod
+from .reductions import arg_reduction, prod
 
 __all__ = [
     "allclose",
@@ -30,7 +30,6 @@ __all__ = [
     "repeat",
     "searchsorted",
     "tile",
-    "unique_values",
 ]
 
 product = prod
@@ -95,13 +94,6 @@ def array_equiv(a: NamedOrNumeric, b: NamedOrNumeric) -> jax.Array:
     return jnp.array_equiv(*aligned)
 
 
-def _arg_reduction(jnp_fn, array: NamedArray, axis: AxisSelector | None) -> NamedArray:
-    if axis is None:
-        return NamedArray(jnp_fn(array.array.reshape(-1)), ())
-    index = array.axis_indices(axis)
-    return NamedArray(jnp_fn(array.array, axis=index), array.axes[:index] + array.axes[index + 1 :])
-
-
 def nanargmax(array: NamedArray, axis: AxisSelector | None) -> NamedArray:
     """Index of the maximum along ``axis`` ignoring NaNs (of the flattened array when None).
 
@@ -109,12 +101,12 @@ def nanargmax(array: NamedArray, axis: AxisSelector | None) -> NamedArray:
     >>> hax.nanargmax(hax.named(jnp.array([1.0, jnp.nan, 3.0]), "a"), "a").item()
     2
     """
-    return _arg_reduction(jnp.nanargmax, array, axis)
+    return arg_reduction(jnp.nanargmax, array, axis)
 
 
 def nanargmin(array: NamedArray, axis: AxisSelector | None) -> NamedArray:
     """Index of the minimum along ``axis`` ignoring NaNs (of the flattened array when None)."""
-    return _arg_reduction(jnp.nanargmin, array, axis)
+    return arg_reduction(jnp.nanargmin, array, axis)
 
 
 def repeat(
@@ -126,39 +118,62 @@ def repeat(
     >>> hax.repeat(hax.arange(hax.Axis("a", 2)), 2, "a").array.tolist()
     [0, 0, 1, 1]
     """
-    i = a.axis_indices(axis)
+    i = a.require_axis_indices(axis)
     out = jnp.repeat(a.array, repeats, axis=i, total_repeat_length=total_repeat_length)
     return NamedArray(out, a.axes[:i] + (a.axes[i].resize(out.shape[i]),) + a.axes[i + 1 :])
 
 
 def tile(a: NamedArray, reps: Mapping[AxisSelector, int]) -> NamedArray:
-    """``a`` repeated as a whole ``reps[axis]`` times along each named axis; the axes grow in place.
+    """``a`` repeated as a whole ``reps[axis]`` times along each named axis (which grows in place); a name
+    ``a`` lacks adds a new axis of that many repetitions, in front, as in Haliax and ``jnp.tile``.
 
     >>> import haliax_lite as hax
     >>> hax.tile(hax.arange(hax.Axis("a", 2)), {"a": 2}).array.tolist()
     [0, 1, 0, 1]
+    >>> hax.tile(hax.arange(hax.Axis("a", 2)), {"copies": 2}).shape
+    {'copies': 2, 'a': 2}
     """
-    counts = {axis_name(a.resolve_axis(k)): n for k, n in reps.items()}
-    per_dim = tuple(counts.get(ax.name, 1) for ax in a.axes)
-    axes = tuple(ax.resize(ax.size * n) for ax, n in zip(a.axes, per_dim, strict=True))
+    present = {ax.name for ax in a.axes}
+    for key in reps:
+        if isinstance(key, Axis) and key.name in present:
+            a.require_axis_indices(key)  # a size clash is an error naming the axis
+    counts = {axis_name(k): int(n) for k, n in reps.items()}
+    bad = {k: n for k, n in counts.items() if n < 0}
+    if bad:
+        raise ValueError(f"tile: repetitions must be >= 0, got {bad}")
+    new = tuple(Axis(name, n) for name, n in counts.items() if name not in present)
+    per_dim = tuple(ax.size for ax in new) + tuple(counts.get(ax.name, 1) for ax in a.axes)
+    axes = new + tuple(ax.resize(ax.size * counts.get(ax.name, 1)) for ax in a.axes)
     return NamedArray(jnp.tile(a.array, per_dim), axes)
 
 
 def searchsorted(
-    a: NamedArray, v: NamedOrNumeric, side: str = "left", method: str = "scan"
+    a: NamedArray, v: NamedOrNumeric, *, side: str = "left", sorter=None, method: str = "scan"
 ) -> NamedOrNumeric:
-    """Where each value of ``v`` would go in the sorted 1-axis array ``a``; the result has ``v``'s axes.
+    """Where each value of ``v`` would go in the 1-axis array ``a`` (sorted, or put in order by the indices
+    ``sorter``); the result has ``v``'s axes (a scalar ``v`` gives a 0-d NamedArray, as in Haliax).
 
     >>> import haliax_lite as hax
     >>> sorted_ = hax.named(jnp.array([1, 3, 5]), "a")
     >>> hax.searchsorted(sorted_, hax.named(jnp.array([0, 4]), "q")).array.tolist()
     [0, 2]
+    >>> unsorted = hax.named(jnp.array([5, 1, 3]), "a")
+    >>> hax.searchsorted(unsorted, 3, side="right", sorter=hax.named(jnp.array([1, 2, 0]), "a")).item()
+    2
     """
     if a.ndim != 1:
         raise ValueError(f"searchsorted needs a sorted array with one axis, got {a.axes}; index it first")
+    if side not in ("left", "right"):
+        raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
+    if isinstance(sorter, NamedArray):
+        if sorter.axes != a.axes:
+            raise ValueError(f"searchsorted: sorter has axes {sorter.axes}, it must have a's axes {a.axes}")
+        sorter = sorter.array
+    raw = v.array if isinstance(v, NamedArray) else v
+    result = jnp.searchsorted(a.array, raw, side=side, sorter=sorter, method=method)
     if isinstance(v, NamedArray):
-        return NamedArray(jnp.searchsorted(a.array, v.array, side=side, method=method), v.axes)
-    return jnp.searchsorted(a.array, v, side=side, method=method)
+        return NamedArray(result, v.axes)
+    return NamedArray(result, ()) if jnp.ndim(raw) == 0 else result
 
 
 def bincount(x: NamedArray, Counts: Axis, *, weights: NamedArray | None = None) -> NamedArray:
@@ -179,21 +194,6 @@ def bincount(x: NamedArray, Counts: Axis, *, weights: NamedArray | None = None) 
     return NamedArray(counts, (Counts,))
 
 
-def unique_values(array: NamedArray, Unique: Axis, *, fill_value=None) -> NamedArray:
-    """The sorted distinct values of ``array`` along a new axis of static size ``Unique.size``.
-
-    Missing entries (fewer distinct values than ``Unique.size``) are ``fill_value`` (default: the
-    smallest value); extra distinct values are dropped.
-
-    >>> import haliax_lite as hax
-    >>> x = hax.named(jnp.array([3, 1, 3]), "t")
-    >>> hax.unique_values(x, hax.Axis("u", 3), fill_value=-1).array.tolist()
-    [1, 3, -1]
-    """
-    values = jnp.unique(array.array, size=Unique.size, fill_value=fill_value)
-    return NamedArray(values, (Unique,))
-
-
 def pad_left(array: NamedArray, axis: AxisSelector, new_axis: Axis, value=0) -> NamedArray:
     """``array`` padded with ``value`` at the start of ``axis`` up to ``new_axis``'s size (renamed to it).
 
@@ -201,7 +201,7 @@ def pad_left(array: NamedArray, axis: AxisSelector, new_axis: Axis, value=0) -> 
     >>> hax.pad_left(hax.ones(hax.Axis("p", 2)), "p", hax.Axis("p", 4)).array.tolist()
     [0.0, 0.0, 1.0, 1.0]
     """
-    i = array.axis_indices(axis)
+    i = array.require_axis_indices(axis)
     extra = new_axis.size - array.axes[i].size
     if extra < 0:
         raise ValueError(

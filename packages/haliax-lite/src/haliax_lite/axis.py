@@ -53,6 +53,19 @@ AxisSelection = AxisSelector | Sequence[AxisSelector] | Mapping[str, int]
 """One or more axes by Axis or name."""
 
 
+def sized_axes(shape: AxisSelection, what: str) -> tuple[Axis, ...]:
+    """``shape`` as a tuple of Axis objects; a ValueError naming ``what`` needed them if a bare name is given.
+
+    >>> sized_axes(Axis("a", 2), "zeros")
+    (Axis(name='a', size=2),)
+    """
+    axes = ensure_tuple(shape)
+    for a in axes:
+        if not isinstance(a, Axis):
+            raise ValueError(f"{what} needs Axis objects with sizes, got {a!r} in {shape!r}")
+    return axes
+
+
 def make_axes(**kwargs: int) -> tuple[Axis, ...]:
     """Axes from keyword arguments, in order.
 
@@ -128,41 +141,103 @@ def is_axis_compatible(ax1: AxisSelector, ax2: AxisSelector) -> bool:
     return not (isinstance(ax1, Axis) and isinstance(ax2, Axis) and ax1.size != ax2.size)
 
 
-def eliminate_axes(axis_spec: AxisSelection, to_remove: AxisSelection) -> tuple:
-    """``axis_spec`` without the axes of ``to_remove``; every removed axis must be present.
+def _entries(spec: AxisSelection) -> tuple:
+    """A spec's axes, dict entries (``{name: size}``, size None for a bare name) as Axes or names."""
+    if isinstance(spec, Mapping):
+        return tuple(name if size is None else Axis(name, size) for name, size in spec.items())
+    return ensure_tuple(spec)
 
-    >>> eliminate_axes(make_axes(a=1, b=2), "a")
+
+def _like(entries: tuple, spec: AxisSelection):
+    """``entries`` in ``spec``'s form: a ``{name: size}`` dict if ``spec`` was one, else a tuple."""
+    if isinstance(spec, Mapping):
+        return {axis_name(a): (a.size if isinstance(a, Axis) else None) for a in entries}
+    return entries
+
+
+def _size(a) -> int | None:
+    return a.size if isinstance(a, Axis) else None
+
+
+def _check_same_size(name: str, a, b, spec, other) -> None:
+    if _size(a) is not None and _size(b) is not None and _size(a) != _size(b):
+        raise ValueError(f"Axis {name!r} has different sizes in {spec} and {other}: {_size(a)} != {_size(b)}")
+
+
+def eliminate_axes(axis_spec: AxisSelection, to_remove: AxisSelection) -> AxisSelection:
+    """``axis_spec`` without the axes of ``to_remove``, in ``axis_spec``'s order (a dict stays a dict).
+
+    Every removed axis must be present, with the same size when both are sized (as Haliax).
+
+    >>> eliminate_axes(make_axes(a=1, b=2, c=3), ("c", "a"))
     (Axis(name='b', size=2),)
+    >>> eliminate_axes({"a": 1, "b": 2}, "b")
+    {'a': 1}
+    >>> eliminate_axes(make_axes(a=1), "z")
+    Traceback (most recent call last):
+    ...
+    ValueError: Axis 'z' not present in axis spec (Axis(name='a', size=1),)
     """
-    spec = ensure_tuple(axis_spec)
-    names = [axis_name(a) for a in spec]
-    remove = [axis_name(a) for a in ensure_tuple(to_remove)]
-    missing = [n for n in remove if n not in names]
-    if missing:
-        raise ValueError(f"Axes {missing} not present in {spec}")
-    return tuple(a for a in spec if axis_name(a) not in remove)
+    spec = _entries(axis_spec)
+    present = {axis_name(a): a for a in spec}
+    for ax in _entries(to_remove):
+        name = axis_name(ax)
+        if name not in present:
+            raise ValueError(f"Axis {name!r} not present in axis spec {axis_spec}")
+        _check_same_size(name, present[name], ax, axis_spec, to_remove)
+    removed = {axis_name(a) for a in _entries(to_remove)}
+    return _like(tuple(a for a in spec if axis_name(a) not in removed), axis_spec)
 
 
-def without_axes(axis_spec: AxisSelection, to_remove: AxisSelection) -> tuple:
-    """Like :func:`eliminate_axes`, but axes of ``to_remove`` that are absent are ignored."""
-    remove = {axis_name(a) for a in ensure_tuple(to_remove)}
-    return tuple(a for a in ensure_tuple(axis_spec) if axis_name(a) not in remove)
+def without_axes(
+    axis_spec: AxisSelection, to_remove: AxisSelection, allow_mismatched_sizes: bool = False
+) -> AxisSelection:
+    """Like :func:`eliminate_axes`, but axes of ``to_remove`` that are absent are ignored; one present with
+    another size is still an error unless ``allow_mismatched_sizes``.
 
-
-def replace_axis(axis_spec: AxisSelection, old: AxisSelector, new: AxisSelection) -> tuple:
-    """``axis_spec`` with ``old`` replaced, in place, by the axis or axes ``new``.
-
-    >>> replace_axis(make_axes(a=1, b=2), "a", Axis("c", 3))
-    (Axis(name='c', size=3), Axis(name='b', size=2))
+    >>> without_axes(make_axes(a=1, b=2), ("b", "z"))
+    (Axis(name='a', size=1),)
     """
-    spec = ensure_tuple(axis_spec)
+    spec = _entries(axis_spec)
+    present = {axis_name(a): a for a in spec}
+    removed = set()
+    for ax in _entries(to_remove):
+        name = axis_name(ax)
+        if name in present:
+            if not allow_mismatched_sizes:
+                _check_same_size(name, present[name], ax, axis_spec, to_remove)
+            removed.add(name)
+    return _like(tuple(a for a in spec if axis_name(a) not in removed), axis_spec)
+
+
+def replace_axis(axis_spec: AxisSelection, old: AxisSelector, new: AxisSelection) -> AxisSelection:
+    """``axis_spec`` with ``old`` (matched by name) replaced, in place, by the axis or axes ``new``.
+
+    A new axis that is already elsewhere in ``axis_spec`` is an error, as in Haliax.
+
+    >>> replace_axis(make_axes(a=1, b=2), "a", (Axis("c", 3), Axis("d", 4)))
+    (Axis(name='c', size=3), Axis(name='d', size=4), Axis(name='b', size=2))
+    >>> replace_axis(("a", "b"), "a", "b")
+    Traceback (most recent call last):
+    ...
+    ValueError: Axis 'b' already present in axis spec ('a', 'b'); replacing 'a' with it would cause a conflict
+    """
+    spec = _entries(axis_spec)
     names = [axis_name(a) for a in spec]
-    if axis_name(old) not in names:
-        raise ValueError(f"Axis {axis_name(old)!r} not present in {spec}")
-    index = names.index(axis_name(old))
-    result = spec[:index] + ensure_tuple(new) + spec[index + 1 :]
+    old_name = axis_name(old)
+    if old_name not in names:
+        raise ValueError(f"Axis {old_name!r} not found in axis spec {axis_spec}")
+    replacement = _entries(new)
+    for ax in replacement:
+        if axis_name(ax) in names and axis_name(ax) != old_name:
+            raise ValueError(
+                f"Axis {axis_name(ax)!r} already present in axis spec {axis_spec}; "
+                f"replacing {old_name!r} with it would cause a conflict"
+            )
+    index = names.index(old_name)
+    result = spec[:index] + replacement + spec[index + 1 :]
     _check_no_duplicates(result, "the result of replace_axis")
-    return result
+    return _like(result, axis_spec)
 
 
 def concat_axes(a1: AxisSelection, a2: AxisSelection) -> tuple:

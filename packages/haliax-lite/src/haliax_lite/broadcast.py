@@ -89,6 +89,32 @@ def broadcast_to(
     return NamedArray(jnp.broadcast_to(expanded, tuple(ax.size for ax in full)), full)
 
 
+def aligned_raw(a, axes: tuple[Axis, ...]):
+    """``a``'s raw array laid out for ``axes``: its axes in their order there, a size-1 dimension for each
+    axis it lacks (a scalar or unnamed value is returned as is). ``jax.numpy``'s own broadcasting then
+    finishes the job inside the operation, so no full-size copy is materialized and, on a mesh with
+    explicit axes, every operand keeps its sharding (a materialized ``broadcast_to`` would be replicated,
+    and its gradient would need an all-gather).
+
+    >>> import haliax_lite as hax
+    >>> B, E = hax.Axis("b", 2), hax.Axis("e", 3)
+    >>> aligned_raw(hax.ones(E), (B, E)).shape
+    (1, 3)
+    """
+    if not isinstance(a, NamedArray):
+        return a
+    present = [ax for ax in axes if ax in a.axes]
+    if len(present) != len(a.axes):
+        extra = [ax for ax in a.axes if ax not in axes]
+        raise ValueError(f"Cannot align shape {_shape_str(a.axes)} to {_shape_str(axes)}: extra axes {extra}")
+    raw = a.array
+    if tuple(present) != a.axes:
+        raw = jnp.transpose(raw, [a.axes.index(ax) for ax in present])
+    if len(present) != len(axes):
+        raw = jnp.expand_dims(raw, [i for i, ax in enumerate(axes) if ax not in a.axes])
+    return raw
+
+
 def broadcast_axis(a: NamedArray, axis: AxisSpec) -> NamedArray:
     """Add the axes of ``axis`` that ``a`` lacks, in front of its own axes.
 

@@ -51,19 +51,23 @@ def host_offload_supported() -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class ScanCheckpointPolicy:
-    """What a scanned block saves for its backward pass.
+    """What a scanned block saves for its backward pass (Haliax's fields and defaults).
 
-    ``save_carries``/``save_inputs``: keep the block's carry/inputs (``"offload"``: keep them in host
-    memory). ``save_block_internals``: True keeps everything, a list keeps the values tagged with those
-    names. ``offload_block_internals``: names to keep in host memory. ``simple``: plain ``jax.checkpoint``.
-    ``disable``: no checkpointing. ``nested``: True or a number of outer groups for a two-level scan.
+    ``save_carries``/``save_inputs``: keep the block's carry / its other inputs (``"offload"``: keep them in
+    host memory; False: recompute them). ``save_block_internals``: True keeps everything else too, a list
+    keeps the values tagged (``hax.tree_checkpoint_name``) with those names. ``offload_block_internals``:
+    names to keep in host memory (kept on device where the backend has no host memory). ``simple``: plain
+    ``jax.checkpoint``. ``disable``: no checkpointing. ``nested``: True or a number of outer groups for a
+    two-level scan.
 
     >>> ScanCheckpointPolicy.from_bool_or_str("nested").nested
     True
+    >>> ScanCheckpointPolicy(save_block_internals=["sin"]).save_block_internals  # lists become hashable
+    ('sin',)
     """
 
     save_carries: bool | Literal["offload"] = True
-    save_inputs: bool | Literal["offload"] = True
+    save_inputs: bool | Literal["offload"] = False
     save_block_internals: bool | tuple[str, ...] | list[str] = False
     offload_block_internals: tuple[str, ...] | list[str] = ()
     prevent_cse: bool = False
@@ -77,22 +81,30 @@ class ScanCheckpointPolicy:
                 raise ValueError(f"ScanCheckpointPolicy.{field} must be a bool or 'offload'")
         if not isinstance(self.nested, bool) and (not isinstance(self.nested, int) or self.nested < 1):
             raise ValueError(f"ScanCheckpointPolicy.nested must be a bool or an int >= 1, got {self.nested}")
+        if not isinstance(self.save_block_internals, bool):
+            object.__setattr__(self, "save_block_internals", tuple(self.save_block_internals))
+        object.__setattr__(self, "offload_block_internals", tuple(self.offload_block_internals))
+        if self.save_block_internals is True and self.offload_block_internals:
+            raise ValueError(
+                "ScanCheckpointPolicy: save_block_internals=True keeps every internal on device, so "
+                f"offload_block_internals={self.offload_block_internals} cannot apply; list the names to save"
+            )
 
     @staticmethod
     def from_bool_or_str(remat: ScanCheckpointSpec) -> ScanCheckpointPolicy:
-        """``True``/``"full"``: recompute internals, keep carries and inputs; ``False``: no remat;
-        ``"recompute"``/``"save_nothing"``: keep nothing; ``"save_all"``: keep everything;
+        """As Haliax: ``True``: plain ``jax.checkpoint`` of each block (``simple``); ``False``/None: no remat;
+        ``"recompute"``/``"full"``/``"save_nothing"``: keep nothing; ``"save_all"``: keep everything;
         ``"nested"``: two-level sqrt(N) scan; ``"offload"``: carries and inputs to host memory."""
         if isinstance(remat, ScanCheckpointPolicy):
             return remat
-        if remat is True or remat == "full":
-            return ScanCheckpointPolicy(save_carries=True, save_inputs=True)
+        if remat is True:
+            return ScanCheckpointPolicy(simple=True)
         if remat is False or remat is None:
-            return ScanCheckpointPolicy(disable=True)
-        if remat in ("recompute", "save_nothing"):
+            return ScanCheckpointPolicy(save_inputs=True, save_block_internals=True, disable=True)
+        if remat in ("recompute", "full", "save_nothing"):
             return ScanCheckpointPolicy(save_carries=False, save_inputs=False)
         if remat == "save_all":
-            return ScanCheckpointPolicy(save_block_internals=True)
+            return ScanCheckpointPolicy(save_inputs=True, save_block_internals=True)
         if remat == "nested":
             return ScanCheckpointPolicy(nested=True)
         if remat == "offload":
@@ -100,26 +112,27 @@ class ScanCheckpointPolicy:
         raise ValueError(f"Unknown remat {remat!r}: use a bool, a ScanCheckpointPolicy or {_STRING_POLICIES}")
 
     def jax_policy(self, carry_name: str, input_name: str):
-        """The ``jax.checkpoint`` policy function, or None for plain recompute-everything."""
+        """The ``jax.checkpoint`` policy function, or None to keep only the checkpointed function's inputs."""
         if self.simple:
             return None
-        saved, offloaded = [], list(self.offload_block_internals)
-        for flag, name in ((self.save_carries, carry_name), (self.save_inputs, input_name)):
-            if flag == "offload":
-                offloaded.append(name)
-            elif flag:
-                saved.append(name)
-        if self.save_block_internals is True:
-            return jax.checkpoint_policies.everything_saveable
-        saved.extend(self.save_block_internals or ())
-        if offloaded and host_offload_supported():
-            return jax.checkpoint_policies.save_and_offload_only_these_names(
-                names_which_can_be_saved=saved,
-                names_which_can_be_offloaded=offloaded,
-                offload_src="device",
-                offload_dst="pinned_host",
-            )
-        return jax.checkpoint_policies.save_only_these_names(*saved, *offloaded)
+        save, offload, recompute = [], list(self.offload_block_internals), []
+        for flag, name in ((self.save_inputs, input_name), (self.save_carries, carry_name)):
+            (offload if flag == "offload" else save if flag else recompute).append(name)
+        internals = self.save_block_internals
+        if internals is not True:
+            save.extend(internals or ())
+        if offload:
+            if host_offload_supported():
+                return jax.checkpoint_policies.save_and_offload_only_these_names(
+                    names_which_can_be_saved=save,
+                    names_which_can_be_offloaded=offload,
+                    offload_src="device",
+                    offload_dst="pinned_host",
+                )
+            return jax.checkpoint_policies.save_only_these_names(*save, *offload)
+        if internals is True:  # everything but what is to be recomputed (named saves are included)
+            return jax.checkpoint_policies.save_anything_except_these_names(*recompute)
+        return jax.checkpoint_policies.save_only_these_names(*save) if save else None
 
     def checkpoint(self, carry_name: str, input_name: str, fn):
         """``fn(carry, inputs)`` wrapped so its carry and inputs carry the given names under this policy."""

@@ -21,6 +21,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 from .axis import Axis
 from .broadcast import check_sizes_agree
 from .core import NamedArray
+from .partitioning import current_thread_local_mapping, mesh_axis_names
 
 __all__: list[str] = []
 
@@ -37,14 +38,8 @@ def _explicit_spec(raw) -> tuple[tuple[tuple[str, ...], ...], frozenset[str]] | 
     if not explicit:
         return None
     spec = tuple(sharding.spec) + (None,) * (len(raw.shape) - len(sharding.spec))
-    dims = tuple(tuple(n for n in _mesh_names(entry) if n in explicit) for entry in spec)
+    dims = tuple(tuple(n for n in mesh_axis_names(entry) if n in explicit) for entry in spec)
     return dims, explicit
-
-
-def _mesh_names(entry) -> tuple[str, ...]:
-    if entry is None or entry is PartitionSpec.UNCONSTRAINED:
-        return ()
-    return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
 def _output_sharding(lhs, rhs, dims, lhs_free, rhs_free, out_names) -> PartitionSpec | None:
@@ -57,8 +52,6 @@ def _output_sharding(lhs, rhs, dims, lhs_free, rhs_free, out_names) -> Partition
     sharded += [rhs_spec[0][i] for i in rhs_contract] if rhs_spec else []
     if not any(sharded):
         return None
-    from .partitioning import current_thread_local_mapping
-
     explicit = (lhs_spec or rhs_spec)[1]
     mapping = current_thread_local_mapping() or {}
     from_inputs = [lhs_spec[0][i] if lhs_spec else () for i in (*lhs_batch, *lhs_free)]
@@ -66,7 +59,7 @@ def _output_sharding(lhs, rhs, dims, lhs_free, rhs_free, out_names) -> Partition
     used: set[str] = set()
     entries = []
     for name, inherited in zip(out_names, from_inputs, strict=True):
-        wanted = _mesh_names(mapping[name]) if name in mapping else inherited
+        wanted = mesh_axis_names(mapping[name]) if name in mapping else inherited
         chosen = tuple(n for n in wanted if n in explicit and n not in used)
         used.update(chosen)
         entries.append(None if not chosen else chosen[0] if len(chosen) == 1 else chosen)

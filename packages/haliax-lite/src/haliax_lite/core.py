@@ -2,21 +2,25 @@
 
 It is a pytree whose only leaf is the array; the axes are static metadata, so NamedArrays pass through
 ``jax.jit``, ``jax.grad`` and Equinox unchanged. Most methods forward to the function of the same name in
-``haliax_lite`` (``x.sum("batch")`` is ``hax.sum(x, "batch")``).
+``haliax_lite`` (``x.sum("batch")`` is ``hax.sum(x, "batch")``); :mod:`.named_array_methods` holds them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .axes_spec import NamedArrayAxesSpec, parse_axes_spec
 from .axis import Axis, AxisSelection, AxisSelector, _check_no_duplicates, axis_name, ensure_tuple
-from .haxtyping import NamedArrayAxesSpec, parse_axes_spec
-from .named_array_methods import NamedArrayMethods, _hax
+
+if TYPE_CHECKING:  # the methods are installed by named_array_methods, which imports this module
+    from .named_array_methods import NamedArrayMethods as _Methods
+else:
+    _Methods = object
 
 __all__ = ["NamedArray", "are_shape_checks_enabled", "enable_shape_checks", "is_named_array", "named"]
 
@@ -55,7 +59,7 @@ class _NamedArrayAnnotation(type):
 
 
 @jax.tree_util.register_pytree_with_keys_class
-class NamedArray(NamedArrayMethods):
+class NamedArray(_Methods):
     """An array with named axes.
 
     >>> import jax.numpy as jnp
@@ -127,11 +131,6 @@ class NamedArray(NamedArrayMethods):
     def size(self) -> int:
         return int(np.prod([a.size for a in self.axes], dtype=np.int64))
 
-    @property
-    def at(self):
-        """Functional updates: ``x.at["batch", 0].set(1.0)`` (see :mod:`haliax_lite.indexing`)."""
-        return _hax().indexing.NamedAt(self)
-
     def _lookup_indices(self, axis: AxisSelection):
         """Position of an axis (None if absent), or a tuple of positions for a selection."""
         names = [a.name for a in self.axes]
@@ -140,8 +139,25 @@ class NamedArray(NamedArrayMethods):
             return names.index(name) if name in names else None
         return tuple(self._lookup_indices(a) for a in ensure_tuple(axis))
 
-    def axis_indices(self, axis: AxisSelection) -> int | tuple[int, ...]:
-        """Position(s) of axis or axes; raises ValueError naming the array's axes when one is absent."""
+    def axis_indices(self, axis: AxisSelection) -> int | None | tuple[int | None, ...]:
+        """Position of an axis, or a tuple of positions for a selection; None where an axis is absent (as
+        Haliax). An Axis whose name is present with another size is a ValueError.
+
+        >>> x = NamedArray(jnp.ones((2, 3)), (Axis("batch", 2), Axis("embed", 3)))
+        >>> x.axis_indices("embed"), x.axis_indices(("embed", "missing")), x.axis_indices("missing") is None
+        (1, (1, None), True)
+        """
+        if isinstance(axis, (str, Axis)):
+            index = self._lookup_indices(axis)
+            if index is not None and isinstance(axis, Axis) and axis.size != self.axes[index].size:
+                raise ValueError(
+                    f"Axis {axis} does not match {self.axes[index]} of array with axes {self.axes}"
+                )
+            return index
+        return tuple(self.axis_indices(a) for a in ensure_tuple(axis))
+
+    def require_axis_indices(self, axis: AxisSelection) -> int | tuple[int, ...]:
+        """Like :meth:`axis_indices`, but an absent axis is a ValueError naming the array's axes."""
         if isinstance(axis, (str, Axis)):
             return self._index_of(axis)
         return tuple(self._index_of(a) for a in ensure_tuple(axis))
@@ -189,9 +205,6 @@ class NamedArray(NamedArrayMethods):
 
     def __repr__(self) -> str:
         return f"NamedArray(axes={self.axes}, array={self.array!r})"
-
-    def __getitem__(self, idx) -> NamedArray:
-        return _hax().index(self, idx)
 
     def __iter__(self):
         raise TypeError("Iterating a NamedArray is ambiguous; use hax.unbind(x, axis) to split along an axis")

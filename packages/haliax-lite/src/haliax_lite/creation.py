@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import jax.numpy as jnp
 
-from .axis import Axis, AxisSelector, AxisSpec, axis_name, ensure_tuple
+from .axis import Axis, AxisSelector, AxisSpec, axis_name, sized_axes
 from .broadcast import check_sizes_agree
 from .core import NamedArray
 
@@ -15,21 +15,13 @@ __all__ = (
 ).split()
 
 
-def _axes_of(shape: AxisSpec) -> tuple[Axis, ...]:
-    axes = ensure_tuple(shape)
-    for a in axes:
-        if not isinstance(a, Axis):
-            raise ValueError(f"Creating an array needs Axis objects with sizes, got {a!r} in {shape!r}")
-    return axes
-
-
 def full(shape: AxisSpec, fill_value, dtype=None) -> NamedArray:
     """An array of ``shape`` filled with ``fill_value`` (a scalar or a NamedArray broadcast by name).
 
     >>> full(Axis("a", 2), 7).array.tolist()
     [7, 7]
     """
-    axes = _axes_of(shape)
+    axes = sized_axes(shape, "Creating an array")
     if isinstance(fill_value, NamedArray):
         from .broadcast import broadcast_to
 
@@ -66,7 +58,7 @@ def arange(axis: AxisSpec, *, start=0, step=1, dtype=None) -> NamedArray:
     >>> arange(Axis("a", 3), start=1).array.tolist()
     [1, 2, 3]
     """
-    axes = _axes_of(axis)
+    axes = sized_axes(axis, "Creating an array")
     size = 1
     for a in axes:
         size *= a.size
@@ -78,19 +70,19 @@ def arange(axis: AxisSpec, *, start=0, step=1, dtype=None) -> NamedArray:
 
 def linspace(axis: AxisSelector, *, start: float, stop: float, endpoint: bool = True, dtype=None):
     """``axis.size`` evenly spaced values from ``start`` to ``stop``."""
-    (a,) = _axes_of(axis)
+    (a,) = sized_axes(axis, "Creating an array")
     return NamedArray(jnp.linspace(start, stop, a.size, endpoint=endpoint, dtype=dtype), (a,))
 
 
 def logspace(axis: AxisSelector, *, start, stop, endpoint=True, base=10.0, dtype=None) -> NamedArray:
     """``axis.size`` values evenly spaced on a log scale from ``base**start`` to ``base**stop``."""
-    (a,) = _axes_of(axis)
+    (a,) = sized_axes(axis, "Creating an array")
     return NamedArray(jnp.logspace(start, stop, a.size, endpoint=endpoint, base=base, dtype=dtype), (a,))
 
 
 def geomspace(axis: AxisSelector, *, start, stop, endpoint=True, dtype=None) -> NamedArray:
     """``axis.size`` values in geometric progression from ``start`` to ``stop``."""
-    (a,) = _axes_of(axis)
+    (a,) = sized_axes(axis, "Creating an array")
     return NamedArray(jnp.geomspace(start, stop, a.size, endpoint=endpoint, dtype=dtype), (a,))
 
 
@@ -130,11 +122,11 @@ def concatenate(axis: AxisSelector, arrays: Sequence[NamedArray]) -> NamedArray:
         raise ValueError("concatenate needs at least one array")
     name = axis_name(axis)
     first = arrays[0]
-    index = first.axis_indices(name)
+    index = first.require_axis_indices(name)
     others = first.axes[:index] + first.axes[index + 1 :]
     parts = []
     for a in arrays:
-        a_index = a.axis_indices(name)
+        a_index = a.require_axis_indices(name)
         rest = a.axes[:a_index] + a.axes[a_index + 1 :]
         check_sizes_agree(others, rest)
         order = (*others[:index], a.axes[a_index], *others[index:])

@@ -15,7 +15,7 @@ import re
 
 import jax.numpy as jnp
 
-from .axis import Axis, _check_no_duplicates
+from .axis import Axis, _check_no_duplicates, rearrange_for_partial_order
 from .core import NamedArray
 
 _TOKEN = re.compile(r"\s*(\.\.\.|->|[A-Za-z_][A-Za-z0-9_]*|[(){}:,])")
@@ -47,8 +47,8 @@ def _tokens(text: str) -> list[str]:
     return tokens
 
 
-def parse_side(text: str, what: str) -> Side:
-    """Parse one side of an expression (commas count as spaces)."""
+def parse_side(text: str, what: str, max_ellipses: int | None = 1) -> Side:
+    """Parse one side of an expression (commas count as spaces); ``max_ellipses=None`` allows any number."""
     tokens = [t for t in _tokens(text) if t != ","]
     ordered = True
     if tokens and tokens[0] == "{":
@@ -79,8 +79,9 @@ def parse_side(text: str, what: str) -> Side:
             i += 1
         else:
             raise ValueError(f"Unexpected {token!r} in {what} {text!r}")
-    if captures.count(Ellipsis) > 1:
-        raise ValueError(f"At most one '...' in {what} {text!r}")
+    if max_ellipses is not None and captures.count(Ellipsis) > max_ellipses:
+        most = "one" if max_ellipses == 1 else str(max_ellipses)
+        raise ValueError(f"At most {most} '...' in {what} {text!r}")
     return Side(tuple(captures), ordered)
 
 
@@ -155,8 +156,24 @@ def _lhs_atoms(array: NamedArray, side, bindings, text: str):
             name = capture.name if isinstance(capture, Group) else capture
             if name is None:
                 raise ValueError(f"rearrange {text!r}: a split inside {{}} needs a name, (name: a b)")
-            bind(array.axis_indices(_bound_name(name, bindings)), capture)
+            bind(array.require_axis_indices(_bound_name(name, bindings)), capture)
     return atoms
+
+
+def _place_rest(units: list, rest: list[int]) -> list:
+    """The rhs units with each unmentioned atom placed in a ``...`` slot, by Haliax's partial-order rule
+    (each unit sits where its first atom sat on the lhs; see ``rearrange_for_partial_order``)."""
+    listed = [u for u in units if u is not Ellipsis] + [(None, [i]) for i in rest]
+    keys = {f"#{k}": unit for k, unit in enumerate(listed)}
+    partial, k = [], 0
+    for u in units:
+        if u is Ellipsis:
+            partial.append(Ellipsis)
+        else:
+            partial.append(f"#{k}")
+            k += 1
+    by_position = sorted(keys, key=lambda key: min(keys[key][1]))
+    return [keys[key] for key in rearrange_for_partial_order(tuple(partial), tuple(by_position))]
 
 
 def rearrange_string(array: NamedArray, expression: str, **bindings) -> NamedArray:
@@ -168,7 +185,7 @@ def rearrange_string(array: NamedArray, expression: str, **bindings) -> NamedArr
     {'step': 2, 'mb': 3, 'C': 3}
     """
     lhs_text, rhs_text = split_arrow(expression)
-    lhs, rhs = parse_side(lhs_text, "lhs"), parse_side(rhs_text, "rhs")
+    lhs, rhs = parse_side(lhs_text, "lhs"), parse_side(rhs_text, "rhs", max_ellipses=None)
     if not rhs.ordered:
         raise ValueError(f"rearrange {expression!r}: the rhs cannot be unordered ({{}})")
     atoms = _lhs_atoms(array, lhs, bindings, expression)
@@ -184,28 +201,33 @@ def rearrange_string(array: NamedArray, expression: str, **bindings) -> NamedArr
         used.add(by_ident[ident])
         return by_ident[ident]
 
-    out: list = []
+    units: list = []  # (name or None, atom indices) per rhs capture; Ellipsis where the rhs has one
     for capture in rhs.captures:
         if isinstance(capture, Group):
             if capture.name is None:
                 raise ValueError(
                     f"rearrange {expression!r}: merged axes need a name, (name: {' '.join(capture.parts)})"
                 )
-            out.append((capture.name, [take(p) for p in capture.parts]))
+            units.append((capture.name, [take(p) for p in capture.parts]))
         elif capture is not Ellipsis:
-            out.append((None, [take(capture)]))
+            units.append((None, [take(capture)]))
         else:
-            out.append(Ellipsis)
-    rest = [i for i in range(len(flat)) if i not in used and i not in by_ident.values()]
-    unused = [flat[i][0] for i in range(len(flat)) if i in by_ident.values() and i not in used]
-    if unused:
-        raise ValueError(f"rearrange {expression!r}: {unused} are bound on the lhs but missing from the rhs")
-    if Ellipsis in out:
-        at = out.index(Ellipsis)
-        out[at : at + 1] = [(None, [i]) for i in rest]
-    elif rest:
-        missing = [flat[i][1].name for i in rest]
-        raise ValueError(f"rearrange {expression!r}: axes {missing} are not mentioned; add '...' to the rhs")
+            units.append(Ellipsis)
+    rest = [i for i in range(len(flat)) if i not in used]
+    if Ellipsis in units:
+        out = _place_rest(units, rest)
+    else:
+        unused = [flat[i][0] for i in rest if flat[i][0] is not None]
+        if unused:
+            raise ValueError(
+                f"rearrange {expression!r}: {unused} are bound on the lhs but missing from the rhs"
+            )
+        if rest:
+            missing = [flat[i][1].name for i in rest]
+            raise ValueError(
+                f"rearrange {expression!r}: axes {missing} are not mentioned; add '...' to the rhs"
+            )
+        out = units
     split = array.array.reshape(tuple(a.size for _, a in flat))
     permuted = jnp.transpose(split, [i for _, idxs in out for i in idxs])
     new_axes = tuple(

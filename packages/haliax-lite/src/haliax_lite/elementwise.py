@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from ._wrap import NamedOrNumeric, binary_arrays, wrap
 from .axis import Axis, AxisSelector, axis_name
-from .broadcast import broadcast_arrays
+from .broadcast import aligned_raw, broadcast_axes
 from .core import NamedArray
 
 __all__ = ["clip", "divmod", "frexp", "isclose", "modf", "nonzero", "rsqrt", "where"]
@@ -69,10 +69,22 @@ def where(
         return _nonzero(condition, fill_value, new_axis)
     if x is None or y is None:
         raise ValueError("hax.where needs both x and y, or neither (then fill_value and new_axis)")
-    condition, x, y = broadcast_arrays(condition, x, y)
-    named_args = [a for a in (condition, x, y) if isinstance(a, NamedArray)]
-    result = jnp.where(_raw(condition), _raw(x), _raw(y))
-    return NamedArray(result, named_args[0].axes) if named_args else result
+    axes = _common_axes(condition, x, y)
+    if axes is None:
+        return jnp.where(condition, x, y)
+    raw = [aligned_raw(v, axes) for v in (condition, x, y)]
+    return NamedArray(jnp.broadcast_to(jnp.where(*raw), tuple(a.size for a in axes)), axes)
+
+
+def _common_axes(*values) -> tuple[Axis, ...] | None:
+    """The axes NamedArrays among ``values`` broadcast to (Haliax's rule), or None if none is named."""
+    named = [v for v in values if isinstance(v, NamedArray)]
+    if not named:
+        return None
+    axes: tuple[Axis, ...] = ()
+    for v in named:
+        axes = broadcast_axes(axes, v.axes)
+    return axes
 
 
 def _nonzero(condition: NamedArray, fill_value, new_axis):
@@ -85,16 +97,17 @@ def _nonzero(condition: NamedArray, fill_value, new_axis):
 def nonzero(
     array: NamedArray,
     *,
-    size: int | None = None,
+    size: int | Axis | None = None,
     fill_value=None,
     new_axis: AxisSelector | None = None,
 ) -> tuple[NamedArray, ...]:
     """Indices of the nonzero elements (``jnp.nonzero``): one NamedArray per axis of ``array``, in its
     axis order, all along one new axis (``new_axis``, named ``"nonzero"`` by default).
 
-    The count depends on the data, so under ``jit`` it must be static: ``size=`` or an Axis as
-    ``new_axis`` gives it; past the last nonzero element the indices are ``fill_value`` (default 0), and
-    elements beyond ``size`` are dropped. Outside ``jit`` the size may be left out.
+    The count depends on the data, so under ``jit`` it must be static: ``size=`` (an int, or an Axis as
+    in Haliax) or an Axis as ``new_axis`` gives it; past the last nonzero element the indices are
+    ``fill_value`` (default 0), and elements beyond ``size`` are dropped. Outside ``jit`` the size may be
+    left out.
 
     >>> import haliax_lite as hax
     >>> x = hax.named([[0, 5, 0], [6, 0, 7]], ("row", "col"))
@@ -106,6 +119,10 @@ def nonzero(
     """
     if not isinstance(array, NamedArray):
         raise TypeError(f"hax.nonzero needs a NamedArray, got {type(array).__name__}")
+    if isinstance(size, Axis):
+        if new_axis is not None and axis_name(new_axis) != size.name:
+            raise ValueError(f"nonzero: size={size} and new_axis={new_axis!r} name different axes")
+        size, new_axis = None, size
     if isinstance(new_axis, Axis):
         if size is not None and size != new_axis.size:
             raise ValueError(f"nonzero: size={size} disagrees with new_axis={new_axis}")
@@ -126,8 +143,9 @@ def clip(
 ) -> NamedOrNumeric:
     """Clamp to ``[a_min, a_max]``; bounds may be NamedArrays broadcast by name."""
     if isinstance(array, NamedArray):
-        array, a_min, a_max = broadcast_arrays(array, a_min, a_max)
-        return NamedArray(jnp.clip(array.array, _raw(a_min), _raw(a_max)), array.axes)
+        axes = _common_axes(array, a_min, a_max)
+        raw = [aligned_raw(v, axes) for v in (array, a_min, a_max)]
+        return NamedArray(jnp.broadcast_to(jnp.clip(*raw), tuple(a.size for a in axes)), axes)
     return jnp.clip(array, _raw(a_min), _raw(a_max))
 
 

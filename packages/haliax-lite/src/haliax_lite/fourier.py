@@ -35,7 +35,7 @@ def _along(
         ((name, n),) = axis.items()
     else:
         name, n = axis_name(axis), None
-    i = a.axis_indices(name)
+    i = a.require_axis_indices(name)
     out = fn(a.array, n=n, axis=i, norm=norm)
     return NamedArray(out, a.axes[:i] + (a.axes[i].resize(out.shape[i]),) + a.axes[i + 1 :])
 
@@ -99,7 +99,7 @@ def rfftfreq(axis: Axis, d: float = 1.0) -> NamedArray:
 
 
 def _shift(fn: Callable, a: NamedArray, axes: AxisSelection | None) -> NamedArray:
-    positions = None if axes is None else tuple(a.axis_indices(ax) for ax in ensure_tuple(axes))
+    positions = None if axes is None else tuple(a.require_axis_indices(ax) for ax in ensure_tuple(axes))
     return NamedArray(fn(a.array, axes=positions), a.axes)
 
 

@@ -18,6 +18,7 @@ from .axis import Axis, AxisSelection, AxisSelector, axis_name, ensure_tuple
 from .broadcast import _shape_str
 from .checkpoint import ScanCheckpointPolicy, ScanCheckpointSpec
 from .core import NamedArray, is_named_array
+from .jax_utils import multilevel_scan
 
 __all__ = ["fold", "is_named_or_shaped_array_like", "map", "scan", "vmap"]
 
@@ -234,14 +235,7 @@ def scan(
 def _nested_scan(step, init, xs, n: int, policy: ScanCheckpointPolicy, reverse: bool, unroll: int):
     """Scan ``outer`` checkpointed groups of ``n // outer`` steps; only group-boundary carries are kept."""
     outer = _nested_outer_size(n, policy.nested)
-    blocks = jax.tree_util.tree_map(lambda x: x.reshape(outer, n // outer, *x.shape[1:]), xs)
-
-    def group(carry, block):
-        return jax.lax.scan(step, carry, block, length=n // outer, reverse=reverse, unroll=unroll)
-
-    group = jax.checkpoint(group, prevent_cse=policy.prevent_cse)
-    carry, ys = jax.lax.scan(group, init, blocks, length=outer, reverse=reverse)
-    return carry, jax.tree_util.tree_map(lambda y: y.reshape(n, *y.shape[2:]), ys)
+    return multilevel_scan(step, init, xs, outer, n, reverse, unroll, prevent_cse=policy.prevent_cse)
 
 
 def fold(

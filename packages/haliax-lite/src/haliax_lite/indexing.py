@@ -11,10 +11,13 @@ from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .axis import Axis, AxisSelector, axis_name, dslice, eliminate_axes
 from .broadcast import broadcast_to, check_sizes_agree
-from .core import NamedArray, _hax
+from .core import NamedArray
+from .hof import vmap
+from .shape_ops import rearrange
 
 __all__ = ["index", "slice", "take", "updated_slice"]
 
@@ -33,11 +36,26 @@ def _as_dict(array: NamedArray, idx) -> dict[str, object]:
     result = {}
     for key, value in items:
         name = axis_name(key)
-        array.axis_indices(name)
+        array.require_axis_indices(name)
         if name in result:
             raise ValueError(f"Axis {name!r} is indexed twice in {idx!r}")
         result[name] = value
     return result
+
+
+def _dslice_positions(value: dslice, axis: Axis, name: str) -> NamedArray:
+    """The positions a ``dslice`` reads along ``axis``; a NamedArray start (one per entry of its axes) gives
+    positions along those axes too, so each batch element reads its own window."""
+    window = NamedArray(jnp.arange(value.size), (axis.resize(value.size),))
+    start = value.start
+    if isinstance(start, NamedArray):
+        _integer_dtype_or_raise(start.dtype, name)
+        if name in start.shape:
+            raise ValueError(
+                f"dslice start for axis {name!r} varies along {name!r} itself; it may vary along other axes"
+            )
+        return NamedArray(start.array[..., None] + window.array, (*start.axes, *window.axes))
+    return NamedArray(start + window.array, window.axes)
 
 
 def _integer_dtype_or_raise(dtype, name: str) -> None:
@@ -63,21 +81,19 @@ class _Selection:
         selectors: dict[int, NamedArray] = {}
         self.fill = False
         for name, value in spec.items():
-            i = array.axis_indices(name)
+            i = array.require_axis_indices(name)
             if isinstance(value, (list, tuple)):
                 self.ordered[i] = jnp.asarray(value)
             elif isinstance(value, _py_slice):
                 self.ordered[i] = value
             elif isinstance(value, dslice):
-                selectors[i] = NamedArray(
-                    value.start + jnp.arange(value.size), (array.axes[i].resize(value.size),)
-                )
+                selectors[i] = _dslice_positions(value, array.axes[i], name)
                 self.fill = True
             elif isinstance(value, NamedArray):
                 _integer_dtype_or_raise(value.dtype, name)
                 selectors[i] = value
-            elif isinstance(value, int) and not isinstance(value, bool):
-                self.ordered[i] = value
+            elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+                self.ordered[i] = int(value)  # a static index, like a Python int (as Haliax coerces it)
             elif hasattr(value, "ndim") and hasattr(value, "dtype"):
                 _integer_dtype_or_raise(value.dtype, name)
                 if value.ndim == 0:
@@ -246,7 +262,7 @@ def take(array: NamedArray, axis: AxisSelector, index) -> NamedArray:
     The index's axes replace ``axis``; index axes that ``array`` also has are batch axes (a
     ``take_along_axis``), so ``take(logits, "vocab", targets)`` picks one logit per position.
     """
-    position = array.axis_indices(axis)
+    position = array.require_axis_indices(axis)
     name = array.axes[position].name
     if not isinstance(index, NamedArray):
         return NamedArray(jnp.take(array.array, index, axis=position), eliminate_axes(array.axes, name))
@@ -272,7 +288,7 @@ def slice(
     length: int | None = None,
 ) -> NamedArray:
     """``length`` entries of ``axis`` from a possibly traced ``start``, named ``new_axis`` (default: same)."""
-    position = array.axis_indices(axis)
+    position = array.require_axis_indices(axis)
     old = array.axes[position]
     if length is None:
         if not isinstance(new_axis, Axis):
@@ -281,6 +297,28 @@ def slice(
     name = axis_name(new_axis) if new_axis is not None else old.name
     out = jax.lax.dynamic_slice_in_dim(array.array, start, length, axis=position)
     return NamedArray(out, array.axes[:position] + (Axis(name, length),) + array.axes[position + 1 :])
+
+
+def _check_ragged_starts_fit(array: NamedArray, start: Mapping, update) -> None:
+    """Per-entry (NamedArray) starts that are known now must leave room for the update along their axis;
+    under ``jit`` they are traced and clamped instead, as ``jax.lax.dynamic_update_slice`` does."""
+    update_sizes = update.shape if isinstance(update, NamedArray) else {}
+    for key, offsets in start.items():
+        name = axis_name(key)
+        if not isinstance(offsets, NamedArray) or isinstance(offsets.array, jax.core.Tracer):
+            continue
+        total, width = array.shape.get(name), update_sizes.get(name, 1)
+        if total is None:
+            raise ValueError(f"updated_slice: start axis {name!r} is not in the array's axes {array.axes}")
+        values = np.asarray(offsets.array)
+        bad = np.argwhere((values < 0) | (values > total - width))
+        if bad.size:
+            where = dict(zip([a.name for a in offsets.axes], (int(i) for i in bad[0]), strict=True))
+            raise ValueError(
+                f"updated_slice: along axis {name!r} (size {total}) an update of {width} tokens cannot start "
+                f"at "
+                f"{int(values[tuple(bad[0])])} (at {where}); starts must be in [0, {total - width}]"
+            )
 
 
 def updated_slice(
@@ -310,14 +348,15 @@ def updated_slice(
                 f"updated_slice: start offsets have axes {missing} that the array {array.axes} lacks; "
                 "a NamedArray start must vary along axes of the array it writes into"
             )
+        _check_ragged_starts_fit(array, start, update)
         write = updated_slice
         for name in reversed(mapped):
-            write = _hax().vmap(write, name)
+            write = vmap(write, name)
         result = write(array, dict(start), update)
-        return _hax().rearrange(result, array.axes)
+        return rearrange(result, array.axes)
     starts = {axis_name(k): v for k, v in start.items()}
     for name in starts:
-        array.axis_indices(name)
+        array.require_axis_indices(name)
     update_axes = update.axes if isinstance(update, NamedArray) else ()
     unknown = [a.name for a in update_axes if a.name not in array.shape]
     if unknown:

@@ -8,21 +8,25 @@ import jax
 import jax.numpy as jnp
 
 from .axis import Axis, AxisSelection, AxisSelector, axis_name, ensure_tuple, selects_axis
-from .core import NamedArray, _hax
+from .core import NamedArray
+from .hof import vmap
+from .shape_ops import rearrange
 
 __all__ = ["pad", "roll", "top_k", "trace", "tril", "triu"]
 
 
 def _triangle(jnp_fn, array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, k: int) -> NamedArray:
-    i, j = array.axis_indices(axis1), array.axis_indices(axis2)
+    """``jnp_fn`` on the ``(axis1, axis2)`` planes; as in Haliax the result's axes end with those two."""
+    i, j = array.require_axis_indices(axis1), array.require_axis_indices(axis2)
     if i == j:
         raise ValueError(f"tril/triu need two different axes, got {axis_name(axis1)!r} twice")
-    moved = jnp.moveaxis(array.array, (i, j), (-2, -1))
-    return NamedArray(jnp.moveaxis(jnp_fn(moved, k=k), (-2, -1), (i, j)), array.axes)
+    moved = rearrange(array, (..., array.axes[i], array.axes[j]))
+    return NamedArray(jnp_fn(moved.array, k=k), moved.axes)
 
 
 def tril(array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, k: int = 0) -> NamedArray:
-    """Zero the entries with ``index(axis2) > index(axis1) + k`` (``axis1`` is the row axis).
+    """Zero the entries with ``index(axis2) > index(axis1) + k`` (``axis1`` is the row axis); the result's
+    axes are the others, then ``axis1``, ``axis2`` (Haliax's order).
 
     >>> import haliax_lite as hax
     >>> R, C = hax.Axis("r", 2), hax.Axis("c", 2)
@@ -39,7 +43,7 @@ def triu(array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, k: int = 0
 
 def trace(array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, offset: int = 0, dtype=None):
     """Sum of the diagonal of the ``(axis1, axis2)`` plane; both axes are removed."""
-    i, j = array.axis_indices(axis1), array.axis_indices(axis2)
+    i, j = array.require_axis_indices(axis1), array.require_axis_indices(axis2)
     rest = tuple(a for n, a in enumerate(array.axes) if n not in (i, j))
     return NamedArray(jnp.trace(array.array, offset=offset, axis1=i, axis2=j, dtype=dtype), rest)
 
@@ -50,7 +54,7 @@ def roll(
     """Shift entries circularly along ``axis`` (shifts and axes may be tuples of equal length).
 
     ``shift`` may be traced, and may be a NamedArray: one with axes shifts each slice along them by
-    its own amount (the result keeps ``array``'s axes, then any new axes of ``shift``).
+    its own amount along those axes (which ``array`` must have; the result keeps ``array``'s axes).
 
     >>> import haliax_lite as hax
     >>> B, T = hax.Axis("b", 2), hax.Axis("t", 3)
@@ -58,20 +62,28 @@ def roll(
     [[0, 1, 2], [5, 3, 4]]
     """
     if isinstance(shift, NamedArray):
+        if not jnp.issubdtype(shift.dtype, jnp.integer):
+            raise TypeError(f"roll: a shift must be integers, got a NamedArray of {shift.dtype}")
+        foreign = [a.name for a in shift.axes if a.name not in array.shape]
+        if foreign:
+            raise ValueError(
+                f"roll: the shift has axes {foreign} that the array {array.axes} lacks; a named shift gives "
+                "one amount per slice along the array's own axes"
+            )
         clash = [a.name for a in shift.axes if selects_axis(axis, a.name)]
         if clash:
             raise ValueError(
                 f"roll: the shift's axes {clash} are also rolled; a shift may vary along other axes"
             )
         if shift.axes:
-            rolled = _hax().vmap(lambda a, s: roll(a, s, axis), shift.axes)(array, shift)
-            return _hax().rearrange(rolled, (*array.axes, ...))
+            rolled = vmap(lambda a, s: roll(a, s, axis), shift.axes)(array, shift)
+            return rearrange(rolled, (*array.axes, ...))
         shift = shift.array
     axes = ensure_tuple(axis)
     shifts = shift if isinstance(shift, (tuple, list)) else (shift,) * len(axes)
     if len(shifts) != len(axes):
         raise ValueError(f"roll: {len(shifts)} shifts for {len(axes)} axes")
-    positions = tuple(array.axis_indices(a) for a in axes)
+    positions = tuple(array.require_axis_indices(a) for a in axes)
     return NamedArray(jnp.roll(array.array, tuple(shifts), axis=positions), array.axes)
 
 
@@ -91,7 +103,7 @@ def pad(
     widths = [(0, 0)] * array.ndim
     new_axes = list(array.axes)
     for key, width in pad_width.items():
-        i = array.axis_indices(key)
+        i = array.require_axis_indices(key)
         before, after = (width, width) if isinstance(width, int) else tuple(width)
         if before < 0 or after < 0:
             raise ValueError(f"pad: negative width {width} for axis {axis_name(key)!r}")
@@ -111,7 +123,7 @@ def top_k(
     >>> values.array.tolist(), indices.array.tolist()
     ([4, 3], [4, 3])
     """
-    position = arr.axis_indices(axis)
+    position = arr.require_axis_indices(axis)
     size = arr.axes[position].size
     if not 0 <= k <= size:
         raise ValueError(f"top_k: k={k} is not within the size {size} of axis {arr.axes[position].name!r}")

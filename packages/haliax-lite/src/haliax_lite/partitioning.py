@@ -94,8 +94,15 @@ def physical_axis_name(axis: AxisSelector, mapping: ResourceMapping | None = Non
     return None if mapping is None else mapping.get(axis_name(axis))
 
 
-def _names(physical: PhysicalAxisSpec | None) -> tuple[str, ...]:
-    return () if physical is None else (physical,) if isinstance(physical, str) else tuple(physical)
+def mesh_axis_names(physical: PhysicalAxisSpec | None) -> tuple[str, ...]:
+    """The mesh axes of one mapping value or PartitionSpec entry, as a tuple (none for None/UNCONSTRAINED).
+
+    >>> mesh_axis_names("data"), mesh_axis_names(("replica", "data")), mesh_axis_names(None)
+    (('data',), ('replica', 'data'), ())
+    """
+    if physical is None or physical is PartitionSpec.UNCONSTRAINED:
+        return ()
+    return (physical,) if isinstance(physical, str) else tuple(physical)
 
 
 def _current_mesh(mesh=None):
@@ -114,7 +121,7 @@ def physical_axis_size(axis: AxisSelector, mapping: ResourceMapping | None = Non
 
 def _device_count(physical: PhysicalAxisSpec, mesh) -> int:
     size = 1
-    for name in _names(physical):
+    for name in mesh_axis_names(physical):
         if name not in mesh.shape:
             raise ValueError(f"Axis mapping uses mesh axis {name!r}, absent from mesh {dict(mesh.shape)}")
         size *= mesh.shape[name]
@@ -139,7 +146,7 @@ def pspec_for_axis(axis: AxisSelection, mapping: ResourceMapping | None = None) 
     spec, used = [], {}
     for ax in ensure_tuple(axis):
         physical = mapping.get(axis_name(ax))
-        for name in _names(physical):
+        for name in mesh_axis_names(physical):
             if name in used:
                 raise ValueError(
                     f"Mesh axis {name!r} is used by both {used[name]!r} and {axis_name(ax)!r} "

@@ -2,16 +2,27 @@
 
 Every reduction has the form ``f(array, axis=None, *, where=None, ...)``: ``axis`` is an axis, a name or a
 tuple of them (None reduces everything), and ``where`` is a boolean NamedArray broadcast by name.
+
+As in Haliax, ``array`` may also be a plain array or a Python scalar (then ``axis`` is positional, as in
+``jax.numpy``), or a pytree of them, reduced leaf by leaf, so ``hax.all(x > 0)`` works whatever ``x`` is.
+
+>>> import jax.numpy as jnp, haliax_lite as hax
+>>> bool(hax.all(jnp.array([1, 2]) > 0)), bool(hax.any(False))
+(True, False)
+>>> hax.sum({"a": hax.ones(hax.Axis("x", 2))})["a"].item()
+2.0
 """
 
 from __future__ import annotations
 
+import builtins
 from typing import Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from .axis import AxisSelection, AxisSelector, ensure_tuple
+from .axis import Axis, AxisSelection, AxisSelector, ensure_tuple
 from .broadcast import broadcast_to
 from .core import NamedArray
 
@@ -79,14 +90,53 @@ def _identity(dtype, which: str):
     return info.min if which == "min" else info.max
 
 
+def _is_named(x) -> bool:
+    return isinstance(x, NamedArray)
+
+
+def _positional(name: str, jnp_fn, leaf, axis, **kwargs):
+    """``jnp_fn`` on a leaf that is not named: ``axis`` must be positional (or None), as in jax.numpy."""
+    if isinstance(axis, (str, Axis)) or (
+        isinstance(axis, (tuple, list)) and builtins.any(isinstance(a, (str, Axis)) for a in axis)
+    ):
+        raise TypeError(f"hax.{name}: axis {axis!r} names an axis, but the array is not a NamedArray")
+    if isinstance(kwargs.get("where"), NamedArray):
+        raise TypeError(f"hax.{name}: where= is a NamedArray but the array is not named")
+    return jnp_fn(leaf, axis=axis, **kwargs)
+
+
+def leafwise(name: str, named_fn, jnp_fn, tree, axis, **kwargs):
+    """``named_fn`` on each NamedArray of ``tree`` and ``jnp_fn`` (positionally) on every other leaf."""
+    if _is_named(tree):
+        return named_fn(tree)
+    if isinstance(tree, (jax.Array, np.ndarray, np.generic, bool, int, float, complex)):
+        return _positional(name, jnp_fn, tree, axis, **kwargs)
+    return jax.tree_util.tree_map(
+        lambda leaf: leafwise(name, named_fn, jnp_fn, leaf, axis, **kwargs), tree, is_leaf=_is_named
+    )
+
+
 def reduce(name: str, jnp_fn, array: NamedArray, axis: AxisSelection | None, where, **kwargs):
-    """Apply a positional reduction over the named ``axis`` of ``array``."""
-    if not isinstance(array, NamedArray):
-        raise TypeError(f"hax.{name} needs a NamedArray, got {type(array).__name__}")
+    """Apply a positional reduction over the named ``axis`` of ``array`` (leaf by leaf for other values)."""
+    if kwargs.get("keepdims"):
+        raise ValueError(
+            f"hax.{name}: keepdims is not supported for named arrays (the axis would lose its name)"
+        )
+    if not _is_named(array):
+        extra = {} if where is None else {"where": where}
+        return leafwise(
+            name,
+            lambda a: reduce(name, jnp_fn, a, axis, where, **kwargs),
+            jnp_fn,
+            array,
+            axis,
+            **kwargs,
+            **extra,
+        )
     if axis is None:
         indices = tuple(range(array.ndim))
     else:
-        indices = tuple(sorted(set(array.axis_indices(ensure_tuple(axis)))))
+        indices = tuple(sorted(set(array.require_axis_indices(ensure_tuple(axis)))))
     if where is not None:
         mask = broadcast_to(where, array.axes) if isinstance(where, NamedArray) else where
         kwargs["where"] = mask.array if isinstance(mask, NamedArray) else mask
@@ -99,9 +149,13 @@ def reduce(name: str, jnp_fn, array: NamedArray, axis: AxisSelection | None, whe
 
 def axis_wise(jnp_fn, a: NamedArray, axis: AxisSelector | None, **kwargs) -> NamedArray | jax.Array:
     """A positional scan or sort along one named axis (axes unchanged), or over the flattened array."""
+    if not _is_named(a):
+        return leafwise(
+            jnp_fn.__name__, lambda x: axis_wise(jnp_fn, x, axis, **kwargs), jnp_fn, a, axis, **kwargs
+        )
     if axis is None:
         return jnp_fn(a.array, axis=None, **kwargs)
-    return NamedArray(jnp_fn(a.array, axis=a.axis_indices(axis), **kwargs), a.axes)
+    return NamedArray(jnp_fn(a.array, axis=a.require_axis_indices(axis), **kwargs), a.axes)
 
 
 def sum(
@@ -274,10 +328,13 @@ def argsort(a: NamedArray, axis: AxisSelector | None = None, **kwargs) -> NamedA
     return axis_wise(jnp.argsort, a, axis, **kwargs)
 
 
-def _arg_reduction(jnp_fn, array: NamedArray, axis: AxisSelector | None) -> NamedArray:
+def arg_reduction(jnp_fn, array: NamedArray, axis: AxisSelector | None) -> NamedArray:
+    """``jnp_fn`` (argmax-like) along ``axis``, removing it; over the flattened array when None."""
+    if not _is_named(array):
+        return leafwise(jnp_fn.__name__, lambda x: arg_reduction(jnp_fn, x, axis), jnp_fn, array, axis)
     if axis is None:
         return NamedArray(jnp_fn(array.array.reshape(-1)), ())
-    index = array.axis_indices(axis)
+    index = array.require_axis_indices(axis)
     return NamedArray(jnp_fn(array.array, axis=index), array.axes[:index] + array.axes[index + 1 :])
 
 
@@ -288,9 +345,9 @@ def argmax(array: NamedArray, axis: AxisSelector | None) -> NamedArray:
     >>> hax.argmax(hax.arange(hax.Axis("a", 4)), "a").item()
     3
     """
-    return _arg_reduction(jnp.argmax, array, axis)
+    return arg_reduction(jnp.argmax, array, axis)
 
 
 def argmin(array: NamedArray, axis: AxisSelector | None) -> NamedArray:
     """Index of the minimum along ``axis`` (of the flattened array when None)."""
-    return _arg_reduction(jnp.argmin, array, axis)
+    return arg_reduction(jnp.argmin, array, axis)

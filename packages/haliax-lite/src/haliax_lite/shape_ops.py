@@ -7,7 +7,16 @@ from collections.abc import Mapping, Sequence
 
 import jax.numpy as jnp
 
-from .axis import Axis, AxisSelection, AxisSelector, AxisSpec, _check_no_duplicates, axis_name, ensure_tuple
+from .axis import (
+    Axis,
+    AxisSelection,
+    AxisSelector,
+    AxisSpec,
+    _check_no_duplicates,
+    axis_name,
+    ensure_tuple,
+    rearrange_for_partial_order,
+)
 from .core import NamedArray
 
 __all__ = ["flatten", "flatten_axes", "rearrange", "rename", "ravel", "split", "unbind", "unflatten_axis"]
@@ -22,7 +31,7 @@ def rename(array: NamedArray, renames: Mapping[AxisSelector, AxisSelector]) -> N
     """
     names = {axis_name(k): v for k, v in renames.items()}
     for name in names:
-        array.axis_indices(name)
+        array.require_axis_indices(name)
     new_axes = []
     for a in array.axes:
         target = names.get(a.name, a)
@@ -34,21 +43,25 @@ def rename(array: NamedArray, renames: Mapping[AxisSelector, AxisSelector]) -> N
 
 
 def rearrange(array: NamedArray, axes, **bindings) -> NamedArray:
-    """Reorder axes: ``rearrange(x, (Batch, ..., Embed))`` (one ``...`` stands for the rest), or use an
-    einops-style string, e.g. ``rearrange(x, "b (h w) c -> b h w c", h=4)`` (see :mod:`.einops_syntax`)."""
+    """Reorder axes: ``rearrange(x, (Batch, ..., Embed))`` (``...`` stands for the rest; with several, each
+    unlisted axis stays as close to its old place as the order allows, see ``rearrange_for_partial_order``),
+    or an einops-style string, e.g. ``rearrange(x, "b (h w) c -> b h w c", h=4)`` (see :mod:`.einops_syntax`).
+
+    >>> import haliax_lite as hax
+    >>> x = hax.zeros(hax.make_axes(a=1, b=2, c=3, d=4))
+    >>> [a.name for a in rearrange(x, ("c", ..., "a", ...)).axes]
+    ['c', 'a', 'b', 'd']
+    """
     if isinstance(axes, str):
         from .einops_syntax import rearrange_string
 
         return rearrange_string(array, axes, **bindings)
     spec = ensure_tuple(axes)
-    if spec.count(Ellipsis) > 1:
-        raise ValueError(f"rearrange: at most one ellipsis, got {spec}")
     named = [array.resolve_axis(a) for a in spec if a is not Ellipsis]
     _check_no_duplicates(tuple(named), "rearrange")
     if Ellipsis in spec:
-        rest = [a for a in array.axes if a not in named]
-        i = spec.index(Ellipsis)
-        order = named[:i] + rest + named[i:]
+        partial = tuple(a if a is Ellipsis else axis_name(a) for a in spec)
+        order = list(rearrange_for_partial_order(partial, array.axes))
     else:
         order = named
         if len(order) != array.ndim:
@@ -89,7 +102,7 @@ def flatten_axes(array: NamedArray, old_axes: AxisSelection, new_axis: AxisSelec
 
 def unflatten_axis(array: NamedArray, axis: AxisSelector, new_axes: AxisSpec) -> NamedArray:
     """Split ``axis`` into ``new_axes`` (C-order), in its place; the sizes must multiply to its size."""
-    position = array.axis_indices(axis)
+    position = array.require_axis_indices(axis)
     new = ensure_tuple(new_axes)
     size = 1
     for a in new:
@@ -111,7 +124,7 @@ def split(a: NamedArray, axis: AxisSelector, new_axes: Sequence[Axis]) -> list[N
     >>> [p.shape for p in parts]
     [{'a': 2}, {'b': 3}]
     """
-    position = a.axis_indices(axis)
+    position = a.require_axis_indices(axis)
     total = sum(ax.size for ax in new_axes)
     if total != a.axes[position].size:
         raise ValueError(f"split: sizes of {tuple(new_axes)} sum to {total}, not {a.axes[position]}")
@@ -125,7 +138,7 @@ def split(a: NamedArray, axis: AxisSelector, new_axes: Sequence[Axis]) -> list[N
 
 def unbind(array: NamedArray, axis: AxisSelector) -> list[NamedArray]:
     """The slices of ``array`` along ``axis``, as a list of arrays without it."""
-    position = array.axis_indices(axis)
+    position = array.require_axis_indices(axis)
     rest = array.axes[:position] + array.axes[position + 1 :]
     size = array.axes[position].size
     return [NamedArray(jnp.take(array.array, i, axis=position), rest) for i in range(size)]

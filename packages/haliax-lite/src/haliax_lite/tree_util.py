@@ -8,9 +8,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +18,7 @@ from .axis import AxisSelector, axis_name
 from .core import NamedArray, is_named_array
 
 __all__ = [
+    "BlockMappable",
     "resize_axis",
     "scan_aware_tree_map",
     "tree_flatten",
@@ -27,6 +27,14 @@ __all__ = [
     "tree_structure",
     "tree_unflatten",
 ]
+
+
+@runtime_checkable
+class BlockMappable(Protocol):
+    """Several blocks stored as one module (``hax.nn.Stacked``): ``map_blocks(fn)`` maps ``fn`` over the
+    blocks, each seen without the stacking axis. :func:`scan_aware_tree_map` descends into these."""
+
+    def map_blocks(self, fn: Callable[..., Any], *others: Any) -> Any: ...
 
 
 def _leaf_or_named(is_leaf):
@@ -79,7 +87,7 @@ def resize_axis(tree: Any, old_axis: AxisSelector, new_size: int, key: jax.Array
     def one(x, k):
         if not isinstance(x, NamedArray) or name not in x.shape:
             return x
-        i = x.axis_indices(name)
+        i = x.require_axis_indices(name)
         current = x.axes[i]
         if new_size <= current.size:
             return NamedArray(jax.lax.slice_in_dim(x.array, 0, new_size, axis=i), _resized(x, i, new_size))
@@ -99,9 +107,9 @@ def _resized(x: NamedArray, i: int, size: int):
     return x.axes[:i] + (x.axes[i].resize(size),) + x.axes[i + 1 :]
 
 
-def scan_aware_tree_map(fn: Callable, tree: Any, is_leaf: Callable | None = None) -> Any:
-    """:func:`tree_map`, except that inside a ``hax.nn.Stacked`` ``fn`` sees each block's arrays without
-    the ``Block`` axis (it is vmapped over the blocks), as Haliax's version does.
+def scan_aware_tree_map(fn: Callable, tree: Any, *rest: Any, is_leaf: Callable | None = None) -> Any:
+    """:func:`tree_map`, except that inside a ``hax.nn.Stacked`` (any :class:`BlockMappable`) ``fn`` sees
+    each block's arrays without the ``Block`` axis (it is vmapped over the blocks), as Haliax's version does.
 
     >>> import jax, haliax_lite as hax
     >>> L, E = hax.Axis("layers", 2), hax.Axis("embed", 3)
@@ -112,16 +120,13 @@ def scan_aware_tree_map(fn: Callable, tree: Any, is_leaf: Callable | None = None
     >>> seen[0]
     (Axis(name='out', size=3), Axis(name='embed', size=3))
     """
-    from .hof import vmap
-    from .nn.scan import Stacked
 
     def is_leaf_or_stacked(x):
-        return isinstance(x, Stacked) or (is_leaf is not None and is_leaf(x))
+        return isinstance(x, BlockMappable) or (is_leaf is not None and is_leaf(x))
 
-    def one(x):
-        if isinstance(x, Stacked):
-            mapped = vmap(lambda block: scan_aware_tree_map(fn, block, is_leaf), x.Block)(x.stacked)
-            return dataclasses.replace(x, stacked=mapped)
-        return fn(x)
+    def one(x, *others):
+        if isinstance(x, BlockMappable):
+            return x.map_blocks(lambda *blocks: scan_aware_tree_map(fn, *blocks, is_leaf=is_leaf), *others)
+        return fn(x, *others)
 
-    return tree_map(one, tree, is_leaf=is_leaf_or_stacked)
+    return tree_map(one, tree, *rest, is_leaf=is_leaf_or_stacked)

@@ -52,6 +52,7 @@ from .moe_linear import MoELinear
 from .normalization import LayerNorm, RmsNorm, log_softmax, logsumexp, softmax, standardize
 from .pooling import max_pool, mean_pool, min_pool
 from .scan import BlockSeq, Stacked
+from .scan_protocols import BlockFoldable, FoldFunction, ModuleInit, ScanFunction, VmapFunction
 
 __all__ = [
     "attention",
@@ -73,6 +74,11 @@ __all__ = [
     "Embedding",
     "RmsNorm",
     "Stacked",
+    "BlockFoldable",
+    "FoldFunction",
+    "ModuleInit",
+    "ScanFunction",
+    "VmapFunction",
     "BlockSeq",
     "MLP",
     "ScanCheckpointPolicy",

@@ -20,7 +20,7 @@ def selector_names(axis) -> tuple[str, ...]:
 
 def axis_positions(x: hax.NamedArray, axis) -> tuple[int, ...]:
     """Positions of the selected axes in ``x``; a ``ValueError`` names any that ``x`` lacks."""
-    return tuple(x.axis_indices(hax.ensure_tuple(axis)))
+    return tuple(x.require_axis_indices(hax.ensure_tuple(axis)))
 
 
 def elementwise(fn: Callable, x, **kwargs):

@@ -38,12 +38,12 @@ def _pool(
         raise ValueError(f"pool: {len(strides_given)} strides for the {len(window)} window axes {window}")
     dims, strides = [1] * inputs.ndim, [1] * inputs.ndim
     for ax, s in zip(window, strides_given, strict=True):
-        i = inputs.axis_indices(ax.name)
+        i = inputs.require_axis_indices(ax.name)
         dims[i], strides[i] = ax.size, s
     if not isinstance(padding, str):
         pads = [(0, 0)] * inputs.ndim
         for ax, pad in zip(window, padding, strict=True):
-            pads[inputs.axis_indices(ax.name)] = tuple(pad)
+            pads[inputs.require_axis_indices(ax.name)] = tuple(pad)
         padding = pads
     out = jax.lax.reduce_window(inputs.array, init(inputs.dtype), op, dims, strides, padding)
     axes = tuple(a.resize(n) for a, n in zip(inputs.axes, out.shape, strict=True))

@@ -27,6 +27,25 @@ import jax.numpy as jnp
 
 import haliax_lite as hax
 from haliax_lite.checkpoint import ScanCheckpointPolicy as ScanCheckpointPolicy
+from haliax_lite.nn.scan_protocols import BlockFoldable, FoldFunction, ModuleInit, ScanFunction, VmapFunction
+from haliax_lite.serialization import (
+    ModuleWithStateDictSerialization,
+    StateDictError,
+    from_state_dict,
+    iter_state_dict,
+    with_prefix,
+)
+
+__all__ = [
+    "BlockFoldable",
+    "BlockSeq",
+    "FoldFunction",
+    "ModuleInit",
+    "ScanCheckpointPolicy",
+    "ScanFunction",
+    "Stacked",
+    "VmapFunction",
+]
 
 M = TypeVar("M", bound=eqx.Module)
 
@@ -47,7 +66,7 @@ def _is_named(x) -> bool:
     return isinstance(x, hax.NamedArray)
 
 
-class _Repeated(eqx.Module):
+class _Repeated(ModuleWithStateDictSerialization):
     """What ``Stacked`` and ``BlockSeq`` share: ``fold``/``scan``/``vmap`` call each block's ``__call__``
     through the subclass's ``scan_via``/``vmap_via``; a fold is a scan without outputs."""
 
@@ -121,6 +140,7 @@ class Stacked(_Repeated, Generic[M]):
         """A scan using ``fn(block, carry, *args, **kwargs) -> (carry, output)``."""
 
         def run(init, *args, **kwargs):
+            _check_block_sizes(self, args, kwargs, self.stacked)
             step = lambda carry, block, *a, **k: fn(block, carry, *a, **k)  # noqa: E731
             scan = hax.scan(step, self.Block, remat=self.gradient_checkpointing)
             return scan(init, self.stacked, *args, **kwargs)
@@ -131,6 +151,7 @@ class Stacked(_Repeated, Generic[M]):
         """An independent per-block map using ``fn(block, *args, **kwargs) -> output``."""
 
         def run(*args, **kwargs):
+            _check_block_sizes(self, args, kwargs, self.stacked)
             return hax.vmap(fn, self.Block)(self.stacked, *args, **kwargs)
 
         return run
@@ -140,6 +161,80 @@ class Stacked(_Repeated, Generic[M]):
         leaves, treedef = jax.tree_util.tree_flatten(self.stacked, is_leaf=_is_named)
         per_leaf = [_unstack_leaf(leaf, self.Block) for leaf in leaves]
         return tuple(jax.tree_util.tree_unflatten(treedef, parts) for parts in zip(*per_leaf, strict=True))
+
+    def get_layer(self, index: int) -> M:
+        """Block ``index`` as an ordinary module (its arrays without ``Block``)."""
+        return _slice(self.stacked, self.Block, index)
+
+    def map_blocks(self, fn: Callable[..., M], *others: Stacked[M]) -> Stacked[M]:
+        """``fn(block, *other_blocks)`` for each block (vmapped over ``Block``), as a new ``Stacked``; used by
+        ``scan_aware_tree_map`` (``others`` are Stacked modules of the same structure)."""
+        mapped = hax.vmap(fn, self.Block)(self.stacked, *(o.stacked for o in others))
+        return dataclasses.replace(self, stacked=mapped)
+
+    # the state-dict protocol: each block gets its own names, ``{prefix}.{i}.{name in the block}``
+
+    def iter_state_dict(self, prefix: str | None = None):
+        """Each entry of each block, one slice at a time: for every array, blocks ``0 .. Block.size - 1``."""
+        _check_not_nested(self, prefix)
+        for sub, leaf in iter_state_dict(self.stacked, None):
+            for i in range(self.Block.size):
+                key = with_prefix(prefix, f"{i}.{sub}")
+                if _is_named(leaf):
+                    if self.Block.name not in leaf.shape:
+                        raise StateDictError(
+                            f"{key}: a Stacked leaf {leaf.axes} lacks the {self.Block.name!r} axis"
+                        )
+                    yield key, leaf[self.Block.name, i]
+                else:
+                    yield key, leaf[i]
+
+    def from_state_dict(self, state_dict, prefix: str | None = None) -> Stacked[M]:
+        """Read every block's entries (each once) and stack them along ``Block``."""
+        _check_not_nested(self, prefix)
+        template = jax.tree_util.tree_map(
+            lambda leaf: _block_template(leaf, self.Block, prefix), self.stacked, is_leaf=_is_named
+        )
+        blocks = [
+            from_state_dict(template, state_dict, with_prefix(prefix, str(i))) for i in range(self.Block.size)
+        ]
+        stacked = jax.tree_util.tree_map(
+            lambda leaf, *parts: _stack_like(leaf, parts), self.stacked, *blocks, is_leaf=_is_named
+        )
+        return dataclasses.replace(self, stacked=stacked)
+
+
+def _check_not_nested(stacked: Stacked, prefix: str | None) -> None:
+    inner = [x for x in jax.tree_util.tree_leaves(stacked.stacked, is_leaf=lambda x: isinstance(x, Stacked))]
+    if any(isinstance(x, Stacked) for x in inner):
+        raise StateDictError(f"{prefix}: nested Stacked layers have no per-layer names")
+
+
+def _block_template(leaf, Block: hax.Axis, prefix: str | None):
+    """One block's abstract leaf: ``leaf`` without ``Block`` (an unnamed one: without its first dimension)."""
+    if _is_named(leaf):
+        if Block.name not in leaf.shape:
+            raise StateDictError(f"{prefix}: a Stacked leaf {leaf.axes} lacks the {Block.name!r} axis")
+        axes = tuple(a for a in leaf.axes if a.name != Block.name)
+        return hax.NamedArray(jax.ShapeDtypeStruct(tuple(a.size for a in axes), leaf.dtype), axes)
+    if hasattr(leaf, "shape") and len(leaf.shape) >= 1:
+        return jax.ShapeDtypeStruct(tuple(leaf.shape[1:]), leaf.dtype)
+    return leaf
+
+
+def _stack_like(leaf, parts):
+    """Per-block values stacked back into ``leaf``'s layout."""
+    if _is_named(leaf):
+        index = [a.name for a in leaf.axes].index(_block_name(leaf, parts[0]))
+        return hax.NamedArray(jnp.stack([p.array for p in parts], axis=index), leaf.axes)
+    if hasattr(leaf, "shape") and len(leaf.shape) >= 1:
+        return jnp.stack(parts)
+    return parts[0]
+
+
+def _block_name(leaf, part) -> str:
+    (name,) = {a.name for a in leaf.axes} - {a.name for a in part.axes}
+    return name
 
 
 def _is_single_key(x) -> bool:
@@ -208,6 +303,7 @@ class BlockSeq(_Repeated, Generic[M]):
         input_name = f"BlockSeq[{self.Block.name}].input"
 
         def run(init, *args, **kwargs):
+            _check_block_sizes(self, args, kwargs)
             carry, outputs = init, []
             for i, block in enumerate(self.blocks):
                 inputs = (block, _slice(args, self.Block, i), _slice(kwargs, self.Block, i))
@@ -229,6 +325,7 @@ class BlockSeq(_Repeated, Generic[M]):
         """An independent per-block map using ``fn(block, *args, **kwargs) -> output``."""
 
         def run(*args, **kwargs):
+            _check_block_sizes(self, args, kwargs)
             outputs = [
                 fn(block, *_slice(args, self.Block, i), **_slice(kwargs, self.Block, i))
                 for i, block in enumerate(self.blocks)
@@ -240,6 +337,40 @@ class BlockSeq(_Repeated, Generic[M]):
     def unstacked(self) -> Sequence[M]:
         """The blocks, as a tuple."""
         return tuple(self.blocks)
+
+    def get_layer(self, index: int) -> M:
+        """Block ``index``."""
+        return self.blocks[index]
+
+    def _state_dict_key_map(self) -> dict[str, str | None]:
+        return {"blocks": None}  # block i is named {prefix}.{i}, as a Stacked block is
+
+
+def _check_block_sizes(repeated: _Repeated, args, kwargs, stacked=None) -> None:
+    """Every array sliced per block (named ones with ``Block``; unnamed ones along their first dimension)
+    must have ``Block.size`` entries; an error names the argument (``args[1]``, ``kwargs['bias']``) or the
+    module field (``foo.my_field``) that does not, instead of a position inside the scan."""
+    Block = repeated.Block
+    where = f"{type(repeated).__name__}[{Block.name}={Block.size}]"
+    trees = [("the stacked block's field ", stacked)] if stacked is not None else []
+    trees += [("argument args", args), ("argument kwargs", kwargs)]
+    for label, tree in trees:
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_named)[0]:
+            if _is_named(leaf):
+                size = leaf.shape.get(Block.name)
+                shape = f"axes {tuple(leaf.axes)}"
+            elif isinstance(leaf, jax.Array) and leaf.ndim >= 1 and label != "the stacked block's field ":
+                size, shape = leaf.shape[0], f"shape {leaf.shape}, first dimension"
+            else:
+                continue
+            if size is not None and size != Block.size:
+                name = jax.tree_util.keystr(path)
+                name = name.lstrip(".") if label.endswith(" ") else name
+                raise ValueError(
+                    f"{where}: {label}{name} ({shape}) has {size} entries along {Block.name!r}, but there "
+                    f"are "
+                    f"{Block.size} blocks; a per-block argument needs one entry per block"
+                )
 
 
 def _slice(tree, Block: hax.Axis, i: int):
