@@ -124,21 +124,46 @@ def run_tasks(
 ) -> EvalResults:
     """Evaluate ``lm`` on ``specs`` (task, group or tag names, or task YAML paths), at most ``limit``
     documents per task; ``bootstrap_iters`` resamples give the standard errors that need them."""
-    if quiet:
-        logging.getLogger("lm_eval").setLevel(logging.WARNING)
-    manager = task_manager(specs)
-    tasks = load_tasks(specs, manager)
-    results = simple_evaluate(
-        model=lm,
-        tasks=tasks,
-        limit=limit,
-        bootstrap_iters=bootstrap_iters,
-        log_samples=False,
-        task_manager=manager,
-        random_seed=seed,
-        numpy_random_seed=seed,
-        torch_random_seed=None,
-        fewshot_random_seed=seed,
-    )
-    results = dict(results)
-    return EvalResults(results, flat_metrics(results))
+    tasks = PreparedTasks.of(specs)
+    return tasks.run(lm, limit=limit, bootstrap_iters=bootstrap_iters, seed=seed, quiet=quiet)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedTasks:
+    """Tasks built and their data read, ready to run on any model (so bad task names fail first, before a
+    checkpoint is read, and the training loop builds its tasks once)."""
+
+    manager: TaskManager
+    tasks: list
+
+    @staticmethod
+    def of(specs: Sequence[str]) -> PreparedTasks:
+        manager = task_manager(specs)
+        return PreparedTasks(manager, load_tasks(specs, manager))
+
+    def run(
+        self,
+        lm: LM,
+        *,
+        limit: int | float | None = None,
+        bootstrap_iters: int = 1000,
+        seed: int = 0,
+        quiet: bool = False,
+    ) -> EvalResults:
+        """Evaluate ``lm`` on these tasks (see ``run_tasks``)."""
+        if quiet:
+            logging.getLogger("lm_eval").setLevel(logging.WARNING)
+        results = simple_evaluate(
+            model=lm,
+            tasks=list(self.tasks),
+            limit=limit,
+            bootstrap_iters=bootstrap_iters,
+            log_samples=False,
+            task_manager=self.manager,
+            random_seed=seed,
+            numpy_random_seed=seed,
+            torch_random_seed=None,
+            fewshot_random_seed=seed,
+        )
+        results = dict(results)
+        return EvalResults(results, flat_metrics(results))
