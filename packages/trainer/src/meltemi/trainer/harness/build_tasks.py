@@ -30,6 +30,7 @@ import json
 import random
 import sys
 import sysconfig
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -95,7 +96,9 @@ def next_line_docs(
 def _returns(name: str, lines: list[str]) -> list[tuple[str, str, str]]:
     """``(context up to 'return ', expression, where)`` for each one-line ``return <expr>`` in a function."""
     try:
-        tree = ast.parse("\n".join(lines))
+        with warnings.catch_warnings():  # the test suites hold invalid escapes on purpose
+            warnings.simplefilter("ignore")
+            tree = ast.parse("\n".join(lines))
     except SyntaxError:
         return []
     found = []
