@@ -15,10 +15,10 @@ writes into ``meltemi/trainer/harness/tasks/`` (or ``DIR``):
 The same Python version and seed give byte-identical files: files and lines are taken in sorted order and
 drawn by one seeded ``random.Random``.
 
->>> docs = next_line_docs([("a.py", ["def f():", "    x = 1", "    y = 2", "    return x + y"])] * 2,
-...                       random.Random(0), count=1, context_lines=2)
->>> docs[0]["context"], docs[0]["choices"][docs[0]["label"]]
-('def f():\\n    x = 1\\n', '    y = 2')
+>>> lines = ["def f(x):", "    total = x", "    total += 2", "    total *= 3", "    return total"]
+>>> [doc] = next_line_docs([("a.py", lines)], random.Random(0), count=1, context_lines=2)
+>>> doc["context"], doc["choices"][doc["label"]], len(doc["choices"])
+('    total = x\\n    total += 2\\n', '    total *= 3', 4)
 """
 
 from __future__ import annotations

@@ -6,8 +6,11 @@ A request is ``(context ids, continuation ids)``. As in lm-evaluation-harness's 
 scored row is ``(context + continuation)[-(max_length + 1):]``: its first tokens are the input, each next
 one a target, and the last ``len(continuation)`` targets are scored. Rows are sorted longest first, cut into
 batches of ``batch_size`` rows (filler rows pad the last one), and each batch is right-padded to a length
-bucket: a power of two from 16, or ``max_length`` itself. Padding sits after the real tokens in its own
-segment, so under causal attention it changes no score.
+bucket (16, 24, 32, 48, 64, 96, ...: at most half again the longest row), or ``max_length`` itself. Padding
+sits after the real tokens in its own segment, so under causal attention it changes no score. Only the
+scored positions (a power of two of them from 8, enough for the longest continuation) go through the
+output layer: a multiple-choice continuation of a few tokens does not pay for the vocabulary at every
+position.
 
 >>> import jax
 >>> from meltemi.trainer.config import ModelConfig
@@ -18,8 +21,8 @@ segment, so under causal attention it changes no score.
 >>> scores = scorer.score([([1, 2], [3]), ([4], [5, 6])])
 >>> [round(-s.logprob / n) for s, n in zip(scores, [1, 2])]  # at init about log(64) = 4.2 nats a token
 [4, 4]
->>> scorer.bucket(20), scorer.bucket(64)
-(32, 64)
+>>> scorer.bucket(20), scorer.bucket(33), scorer.bucket(64)
+(24, 48, 64)
 """
 
 from __future__ import annotations
@@ -39,9 +42,11 @@ from meltemi.trainer.harness.errors import EvalError
 from meltemi.trainer.llama import Llama, cast_floating
 from meltemi.trainer.mesh import DATA_AXES, MESH_AXES, MeshPlan
 
-# How many times the scoring program was traced (compiled), by its shape: the proof of "a few shapes".
-TRACES: Counter[tuple[int, int]] = Counter()
+# How many times the scoring program was traced (compiled), by its shape (rows, positions, scored positions):
+# the proof of "a few shapes".
+TRACES: Counter[tuple[int, int, int]] = Counter()
 SMALLEST_BUCKET = 16
+FEWEST_SCORED = 8
 PAD_SEGMENT = 1
 
 
@@ -66,16 +71,19 @@ def data_parallel_plan(devices: Sequence[jax.Device] | None = None) -> MeshPlan:
 
 
 @eqx.filter_jit
-def _token_scores(model: Llama, ids, segments, targets, compute_dtype: str):
-    """Per position: the target's log-probability and whether it is the argmax (float32 logits)."""
-    TRACES[ids.shape] += 1
+def _token_scores(model: Llama, ids, segments, positions, targets, compute_dtype: str):
+    """At each row's ``positions``: its target's log-probability and whether it is the argmax (float32)."""
+    TRACES[(*ids.shape, positions.shape[1])] += 1
     compute = cast_floating(model, jnp.dtype(compute_dtype))
     named = hax.named(ids, ("batch", "position"))
     hidden = compute.hidden_states(named, hax.named(segments, ("batch", "position")))
+    hidden = hidden.rearrange(("batch", "position", "embed")).array
+    scored = jnp.take_along_axis(hidden, positions[..., None], axis=1)
+    scored = hax.named(scored, ("batch", "scored", "embed"))
     logits = hax.dot(
-        hidden, compute.unembedding().astype(hidden.dtype), axis="embed", preferred_element_type=jnp.float32
+        scored, compute.unembedding().astype(scored.dtype), axis="embed", preferred_element_type=jnp.float32
     )
-    logits = logits.rearrange(("batch", "position", "vocab")).array
+    logits = logits.rearrange(("batch", "scored", "vocab")).array
     chosen = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     logprob = chosen - jax.nn.logsumexp(logits, axis=-1)
     return logprob, jnp.argmax(logits, axis=-1) == targets
@@ -109,9 +117,10 @@ class TokenScorer:
 
     def bucket(self, length: int) -> int:
         """The padded length of a batch whose longest row has ``length`` input tokens."""
-        padded = SMALLEST_BUCKET
+        padded, step = SMALLEST_BUCKET, SMALLEST_BUCKET // 2
         while padded < length:
-            padded *= 2
+            padded += step
+            step = padded // 2 if padded & (padded - 1) == 0 else step
         return min(padded, self.max_length)
 
     def _row(self, context: Sequence[int], continuation: Sequence[int]) -> tuple[list[int], int]:
@@ -135,29 +144,34 @@ class TokenScorer:
 
     def _score_batch(self, rows: list[tuple[list[int], int]]) -> list[Score]:
         length = self.bucket(max(len(whole) - 1 for whole, _ in rows))
+        width = FEWEST_SCORED
+        while width < max(scored for _, scored in rows):
+            width *= 2
+        width = min(width, length)
         ids = np.zeros((self.rows, length), np.int32)
-        targets = np.zeros((self.rows, length), np.int32)
         segments = np.full((self.rows, length), PAD_SEGMENT, np.int32)
-        for r, (whole, _) in enumerate(rows):
+        positions = np.zeros((self.rows, width), np.int32)
+        targets = np.zeros((self.rows, width), np.int32)
+        for r, (whole, scored) in enumerate(rows):
             n = len(whole) - 1
-            ids[r, :n], targets[r, :n], segments[r, :n] = whole[:-1], whole[1:], 0
+            ids[r, :n], segments[r, :n] = whole[:-1], 0
+            positions[r, :scored] = np.arange(n - scored, n)
+            targets[r, :scored] = whole[n - scored + 1 :]
         with _placement(self.plan):
-            arrays = [self._put(a) for a in (ids, segments, targets)]
+            arrays = [self._put(a) for a in (ids, segments, positions, targets)]
             logprob, greedy = _token_scores(self.model, *arrays, self.compute_dtype)
             logprob, greedy = np.asarray(logprob), np.asarray(greedy)
         results = []
-        for r, (whole, scored) in enumerate(rows):
-            n = len(whole) - 1
-            span = slice(n - scored, n)
-            total = float(logprob[r, span].astype(np.float64).sum())
-            results.append(Score(total, bool(greedy[r, span].all())))
+        for r, (_, scored) in enumerate(rows):
+            total = float(logprob[r, :scored].astype(np.float64).sum())
+            results.append(Score(total, bool(greedy[r, :scored].all())))
         return results
 
     def _put(self, array: np.ndarray) -> jax.Array:
         if self.plan is None:
             return jnp.asarray(array)
         sharding = self.plan.sharding(
-            (hax.Axis("batch", array.shape[0]), hax.Axis("position", array.shape[1])),
+            (hax.Axis("batch", array.shape[0]), hax.Axis("columns", array.shape[1])),
             self.plan.compute_mapping,
         )
         return jax.device_put(array, sharding)
