@@ -40,7 +40,7 @@ CHOICE_TASKS = ("stdlib_next_line", "stdlib_return")
 pytestmark = pytest.mark.xdist_group("evaluate")  # one worker trains the run and loads its checkpoints
 
 
-def small_run_config(small_corpus, steps: int):
+def small_run_config(small_corpus, steps: int, *overrides: str):
     return load_config(None, [
         "--model.vocab_size", "384", "--model.hidden_dim", "64", "--model.intermediate_dim", "128",
         "--model.num_layers", "2", "--model.num_heads", "4", "--model.num_kv_heads", "2",
@@ -51,7 +51,7 @@ def small_run_config(small_corpus, steps: int):
         "--trainer.num_train_steps", str(steps), "--trainer.global_batch_size", "16",
         "--trainer.eval_every", "0", "--trainer.compute_dtype", "float32", "--trainer.mesh.data", "1",
         "--trainer.checkpoint_every", str(steps),
-        "--optimizer.learning_rate", "1e-2", "--optimizer.warmup_steps", "1",
+        "--optimizer.learning_rate", "1e-2", "--optimizer.warmup_steps", "1", *overrides,
     ])  # fmt: skip
 
 
@@ -231,3 +231,29 @@ def test_bad_input_is_one_line_and_writes_nothing(run, no_tokenizer_checkpoint, 
     expected = message.format(yaml=yaml, missing=tmp_path / "missing.jsonl", checkpoint=checkpoint)
     assert result.stderr.strip().splitlines()[-1] == expected, result.stderr
     assert not out.exists()
+
+
+def test_eval_tasks_run_in_the_training_loop_beside_the_held_out_loss(small_corpus, tmp_path):
+    config = small_run_config(
+        small_corpus, 4, "--trainer.eval_every", "2", "--trainer.log_every", "1",
+        "--eval.tasks", "[stdlib_next_line, stdlib_files]", "--eval.limit", "8",
+    )  # fmt: skip
+    summary = Trainer(config, tmp_path / "run", devices=jax.devices()[:1], progress=False).run()
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evaluated = {r["step"]: r for r in records if "eval/stdlib_next_line/acc" in r}
+    assert sorted(evaluated) == [0, 2, 4]
+    for record in evaluated.values():
+        assert "eval/loss" in record and 0 <= record["eval/stdlib_next_line/acc"] <= 1
+        assert record["eval/stdlib_files/bits_per_byte"] > 0
+    assert (tmp_path / "run" / "downstream.png").read_bytes()[:4] == b"\x89PNG"
+    bpb = "eval/stdlib_files/bits_per_byte"
+    assert summary.last_eval[bpb] == evaluated[4][bpb] < evaluated[0][bpb]  # the summary has them too
+
+
+def test_an_unknown_eval_task_stops_the_run_before_it_starts(small_corpus, tmp_path):
+    from meltemi.trainer.harness.errors import UnknownTaskError
+
+    config = small_run_config(small_corpus, 2, "--eval.tasks", "[stdlib_nxt]")
+    with pytest.raises(UnknownTaskError, match="unknown task 'stdlib_nxt'"):
+        Trainer(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
+    assert not (tmp_path / "run").exists()

@@ -30,6 +30,7 @@ from meltemi.trainer.distributed import agree, global_batch_hash, shared_token, 
 from meltemi.trainer.errors import NonFiniteError, TrainerError
 from meltemi.trainer.evaluate import BatchSums, make_eval_step, summarize
 from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
+from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
 from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.plots import plot_loss
 from meltemi.trainer.program import CompileReport, TrainProgram
@@ -126,6 +127,8 @@ class Trainer:
         self.is_primary = jax.process_index() == 0
         self.program = TrainProgram(config, self.plan)
         self._eval_fn = None
+        # eval.tasks: lm-evaluation-harness tasks, built now (an unknown task stops the run before it starts)
+        self.downstream = downstream_eval(config, self.plan)
         self._eval_compiled: set[int] = set()  # batch sizes
         self._batch_layouts: dict[int, dict[str, tuple]] = {}
         self.compile_report: CompileReport | None = None
@@ -191,7 +194,10 @@ class Trainer:
                         sums.loss + part.loss, sums.tokens + part.tokens, sums.bytes + part.bytes
                     )
                 per_source[name] = sums
-        return summarize(per_source, with_bytes=self.data.token_bytes is not None)
+        metrics = summarize(per_source, with_bytes=self.data.token_bytes is not None)
+        if self.downstream is not None:  # eval.tasks: eval/<task>/<metric> beside the held-out loss
+            metrics.update(self.downstream.run(state.model))
+        return metrics
 
     def _prepare_run_dir(self, start_step: int, note: Callable[[str], None]) -> Trackers:
         """Once the config is accepted (the run's checkpoint restored, or none found): write it, rewind the
@@ -261,6 +267,8 @@ class Trainer:
             trackers.close()
         records = read_metrics(self.run_dir / "metrics.jsonl")
         plot = plot_loss(records, self.run_dir / "loss.png") if self.is_primary else self.run_dir / "loss.png"
+        if self.downstream is not None and self.is_primary:  # eval.tasks: their metrics by step, beside it
+            plot_downstream(records, self.run_dir / "downstream.png")
         steps = int(jax.device_get(loop.state.step))
         evals = _evaluations(records, steps) or loop.evaluations  # another process may not see the record
         return RunSummary(
