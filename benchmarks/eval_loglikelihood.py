@@ -79,12 +79,9 @@ def main() -> None:
         f"{config.model.hidden_dim}, vocab {vocab}, {compute}); {args.requests} requests, batch {args.batch}"
     )
     print(f"largest difference in log-likelihood: {np.max(np.abs(np.subtract(first, reference))):.2e}")
-    print(
-        f"meltemi (JAX):       {fast:,.1f} requests/s (rounds: {', '.join(f'{r:,.1f}' for r in rates['meltemi'])})"
-    )  # noqa: E501
-    print(
-        f"hf (transformers):   {slow:,.1f} requests/s (rounds: {', '.join(f'{r:,.1f}' for r in rates['hf'])})"
-    )  # noqa: E501
+    for name, median in (("meltemi (JAX)", fast), ("hf (transformers)", slow)):
+        rounds = ", ".join(f"{r:,.1f}" for r in rates[name.split()[0]])
+        print(f"{name + ':':<21}{median:,.1f} requests/s (rounds: {rounds})")
     print(f"ratio: {fast / slow:.2f}")
 
 
