@@ -347,6 +347,18 @@ class HardwareConfig(Section):
         return chip
 
 
+class EvalConfig(Section):
+    """Downstream tasks through lm-evaluation-harness, run with every held-out evaluation
+    (``trainer.eval_every``) and logged as ``eval/<task>/<metric>``; needs ``meltemi-trainer[eval]``."""
+
+    tasks: list[str] = Field(
+        default_factory=list,
+        description="harness task, group or tag names or task YAML paths (meltemi_stdlib: the shipped ones)",
+    )
+    limit: int | None = Field(None, gt=0, description="documents per task at each evaluation (None: all)")
+    batch_size: int = Field(8, gt=0, description="rows the model scores per compiled call")
+
+
 class RunConfig(Section):
     """Everything a run needs; its YAML form is saved in the run directory as ``config.yaml``."""
 
@@ -355,6 +367,7 @@ class RunConfig(Section):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the training loop")
     data: DataConfig = Field(default_factory=DataConfig, description="token stores and sequences")
     hardware: HardwareConfig = Field(default_factory=HardwareConfig, description="the target accelerators")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="downstream tasks (lm-eval-harness)")
 
     @model_validator(mode="after")
     def _sequences_fit_the_model(self) -> RunConfig:

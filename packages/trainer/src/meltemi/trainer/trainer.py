@@ -28,6 +28,7 @@ from meltemi.trainer.data_sources import resolve_data
 from meltemi.trainer.distributed import shared_token, wait_for_every_process
 from meltemi.trainer.errors import TrainerError
 from meltemi.trainer.evaluate import BatchSums, make_eval_step, summarize
+from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
 from meltemi.trainer.loop import StepLoop
 from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.plots import plot_loss
@@ -134,6 +135,8 @@ class Trainer:
         self.is_primary = jax.process_index() == 0
         self.program = TrainProgram(config, self.plan)
         self._eval_fn = None
+        # eval.tasks: lm-evaluation-harness tasks, built now (an unknown task stops the run before it starts)
+        self.downstream = downstream_eval(config, self.plan)
         self._eval_compiled: set[int] = set()  # batch sizes
         self._batch_layouts: dict[int, dict[str, tuple]] = {}
         self.compile_report: CompileReport | None = None
@@ -199,7 +202,10 @@ class Trainer:
                         sums.loss + part.loss, sums.tokens + part.tokens, sums.bytes + part.bytes
                     )
                 per_source[name] = sums
-        return summarize(per_source, with_bytes=self.data.token_bytes is not None)
+        metrics = summarize(per_source, with_bytes=self.data.token_bytes is not None)
+        if self.downstream is not None:  # eval.tasks: eval/<task>/<metric> beside the held-out loss
+            metrics.update(self.downstream.run(state.model))
+        return metrics
 
     def _prepare_run_dir(
         self, start_step: int, resumed: bool, note: Callable[[str], None]
@@ -279,6 +285,8 @@ class Trainer:
             trackers.close()
         records = read_metrics(self.run_dir / "metrics.jsonl")
         plot = plot_loss(records, self.run_dir / "loss.png") if self.is_primary else self.run_dir / "loss.png"
+        if self.downstream is not None and self.is_primary:  # eval.tasks: their metrics by step, beside it
+            plot_downstream(records, self.run_dir / "downstream.png")
         steps = int(jax.device_get(loop.state.step))
         evals = _evaluations(records, steps) or loop.evaluations  # another process may not see the record
         return RunSummary(

@@ -1,0 +1,198 @@
+"""``MeltemiLM``: lm-evaluation-harness's model interface over the JAX model, registered as ``meltemi``.
+
+It scores as the harness's Hugging Face model (``hf``) scores the exported checkpoint: the same
+tokenization (no special tokens added), the end-of-text token as the context of an empty prompt, the same
+truncation to ``max_length`` and the same rolling windows; so the two agree to float tolerance. Scoring goes
+through ``TokenScorer`` (a few compiled shapes, rows split over the mesh); ``generate_until`` through
+``meltemi.trainer.generation`` (a KV cache; greedy unless the task samples).
+
+From the command line: ``lm_eval --model meltemi --model_args checkpoint=runs/tiny,batch_size=16`` after
+``import meltemi.trainer.harness.model`` (``apps/evaluate.py`` does both).
+
+>>> import jax, tempfile
+>>> from meltemi.datastore import corpora
+>>> from meltemi.trainer.config import ModelConfig
+>>> from meltemi.trainer.llama import Llama
+>>> tokenizer = corpora.train_tokenizer(corpora.python_stdlib()[:3], 300, tempfile.mkdtemp() + "/t.json")
+>>> config = ModelConfig(vocab_size=300, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2,
+...                      max_seq_len=64, attention="reference")
+>>> lm = MeltemiLM(model=Llama.init(config, key=jax.random.key(0)), tokenizer=tokenizer)
+>>> from lm_eval.api.instance import Instance
+>>> request = Instance("loglikelihood", {}, ("def f(x):\\n", "    return x"), 0)
+>>> logprob, greedy = lm.loglikelihood([request], disable_tqdm=True)[0]
+>>> logprob < 0, greedy
+(True, False)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tokenizers import Tokenizer
+
+from meltemi.trainer.generation import end_of_text_id, generate
+from meltemi.trainer.harness.errors import EvalError, NoTokenizerError
+from meltemi.trainer.harness.scoring import TokenScorer, data_parallel_plan, place_model
+from meltemi.trainer.llama import Llama
+from meltemi.trainer.mesh import MeshPlan
+from meltemi.trainer.sampling import SamplingConfig
+
+DEFAULT_MAX_GEN_TOKS = 256
+
+
+def read_tokenizer(path: str | os.PathLike | None, where: str) -> Tokenizer:
+    """The tokenizer at ``path``; a ``NoTokenizerError`` naming ``where`` when there is none to read."""
+    if path is None:
+        raise NoTokenizerError(f"{where}: its config names no data.tokenizer to turn text into tokens")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as error:  # tokenizers raises a bare Exception for a missing or unreadable file
+        reason = "no such file" if not Path(path).is_file() else f"not a tokenizer.json ({error})"
+        raise NoTokenizerError(f"{where}: its tokenizer {path}: {reason}") from None
+
+
+@register_model("meltemi")
+class MeltemiLM(TemplateLM):
+    """A Meltemi model as a harness ``LM``: from ``checkpoint`` (a run directory's latest good checkpoint, or
+    a ``step-N`` directory), or from ``model`` and ``tokenizer`` in memory (the training loop's, with its
+    ``plan`` and ``compute_dtype``).
+
+    ``batch_size`` rows are scored per compiled call; ``max_length`` (default: the model's ``max_seq_len``)
+    bounds a row. A checkpoint is evaluated on every device, its parameters replicated and each batch's rows
+    split between them.
+    """
+
+    def __init__(
+        self,
+        checkpoint: str | os.PathLike | None = None,
+        *,
+        model: Llama | None = None,
+        tokenizer: Tokenizer | str | os.PathLike | None = None,
+        plan: MeshPlan | None = None,
+        compute_dtype: str | None = None,
+        batch_size: int | str = 8,
+        max_length: int | None = None,
+        max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
+        **ignored,
+    ):
+        super().__init__()
+        if (checkpoint is None) == (model is None):
+            raise EvalError("give the harness model either checkpoint= or model=, not both")
+        if checkpoint is not None:
+            model, tokenizer, compute_dtype, plan = self._from_checkpoint(checkpoint)
+        elif not isinstance(tokenizer, Tokenizer):
+            tokenizer = read_tokenizer(tokenizer, "the model given")
+        self.tokenizer_ = tokenizer
+        eot = end_of_text_id(tokenizer)
+        if eot is None:
+            raise NoTokenizerError("the tokenizer has no end-of-text token to start an empty context with")
+        self._eot = eot
+        self.model, self.plan = model, plan
+        self.max_gen_toks = int(max_gen_toks)
+        if str(batch_size).startswith("auto"):
+            raise EvalError("batch_size auto is not supported: give a number of rows (default 8)")
+        self.scorer = TokenScorer(
+            model,
+            batch_size=int(batch_size),
+            max_length=None if max_length is None else int(max_length),
+            compute_dtype=compute_dtype or "float32",
+            plan=plan,
+        )
+
+    @staticmethod
+    def _from_checkpoint(location):
+        from meltemi.trainer import compile_cache
+        from meltemi.trainer.checkpoints import load_model
+
+        config, model, path = load_model(location)
+        compile_cache.enable_for(config.trainer)
+        tokenizer = read_tokenizer(config.data.tokenizer, str(path))
+        plan = data_parallel_plan()
+        return place_model(model, plan), tokenizer, config.trainer.compute_dtype, plan
+
+    # ---- what TemplateLM asks of a model -------------------------------------------------------------------
+
+    @property
+    def eot_token_id(self) -> int:
+        return self._eot
+
+    @property
+    def max_length(self) -> int:
+        return self.scorer.max_length
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+        return self.tokenizer_.encode(string, add_special_tokens=False).ids
+
+    def tok_decode(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer_.decode(list(tokens))
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm=False, **kwargs) -> list[tuple[float, bool]]:
+        scores = self.scorer.score([(context, continuation) for _, context, continuation in requests])
+        for (key, _, _), score in zip(requests, scores, strict=True):
+            self.cache_hook.add_partial("loglikelihood", key, (score.logprob, score.greedy))
+        return [(s.logprob, s.greedy) for s in scores]
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        """Each text's whole log-likelihood, in windows of ``max_length`` tokens (each token scored once)."""
+        windows, owners = [], []
+        for i, (text,) in enumerate(request.args for request in requests):
+            for context, continuation in map(
+                make_disjoint_window,
+                get_rolling_token_windows(
+                    token_list=self.tok_encode(text),
+                    prefix_token=self.prefix_token_id,
+                    max_seq_len=self.max_length,
+                    context_len=1,
+                ),
+            ):
+                windows.append((context, continuation))
+                owners.append(i)
+        totals = [0.0] * len(requests)
+        for owner, score in zip(owners, self.scorer.score(windows), strict=True):
+            totals[owner] += score.logprob
+        for request, total in zip(requests, totals, strict=True):
+            self.cache_hook.add_partial("loglikelihood_rolling", request.args, total)
+        return totals
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Continue each context until one of its stop strings (or the end-of-text token), batched by
+        settings; greedy unless the task asks for sampling."""
+        eos_text = self.tokenizer_.decode([self._eot], skip_special_tokens=False)
+        groups: dict[str, list[int]] = {}
+        for i, request in enumerate(requests):
+            groups.setdefault(repr(sorted(request.args[1].items())), []).append(i)
+        out: list[str] = [""] * len(requests)
+        for members in groups.values():
+            kwargs = normalize_gen_kwargs(requests[members[0]].args[1], self.max_gen_toks)
+            until = tuple(handle_stop_sequences(kwargs.pop("until", None), eos=eos_text))
+            max_new = kwargs.pop("max_gen_toks")
+            room = self.max_length - max_new
+            if room < 1:
+                raise EvalError(f"max_gen_toks {max_new} leaves no room for a context in {self.max_length}")
+            settings = SamplingConfig(
+                max_new_tokens=max_new,
+                temperature=float(kwargs.get("temperature", 0.0)) if kwargs.get("do_sample") else 0.0,
+                stop_strings=until,
+            )
+            prompts = {i: self.tok_encode(requests[i].args[0])[-room:] or [self._eot] for i in members}
+            ordered = sorted(members, key=lambda i: -len(prompts[i]))
+            for start in range(0, len(ordered), self.scorer.rows):
+                chunk = ordered[start : start + self.scorer.rows]
+                result = generate(
+                    self.model,
+                    [prompts[i] for i in chunk],
+                    settings,
+                    tokenizer=self.tokenizer_,
+                    eos_token_id=self._eot,
+                    plan=self.plan,
+                )
+                for i, completion in zip(chunk, result.completions, strict=True):
+                    out[i] = completion.text or ""
+                    self.cache_hook.add_partial("generate_until", requests[i].args, out[i])
+        return out

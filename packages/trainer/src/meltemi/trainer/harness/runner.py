@@ -1,0 +1,169 @@
+"""Running harness tasks on a model: tasks by name (the shipped ones in ``tasks/`` among them) or by the path
+of a task YAML, each loaded on its own so that an unknown name, or data that is not on this machine, is one
+line naming that task; then the harness's results, its table, and ``eval/<task>/<metric>`` metrics.
+
+The shipped tasks are found without indexing the harness's own thousands of task files, so asking only
+for them (or for YAML paths) starts in a second.
+
+>>> sorted(shipped_tasks())
+['stdlib_files', 'stdlib_next_line', 'stdlib_return', 'stdlib_return_gen']
+>>> flat_metrics({"results": {"t": {"alias": "t", "acc,none": 0.5, "acc_stderr,none": 0.1}}})
+{'eval/t/acc': 0.5}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lm_eval import simple_evaluate
+from lm_eval.api.model import LM
+from lm_eval.tasks import TaskManager
+from lm_eval.utils import handle_non_serializable, make_table
+
+from meltemi.trainer.harness.errors import MissingTaskDataError, UnknownTaskError
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "tasks"
+SHIPPED_TAG = "meltemi_stdlib"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResults:
+    """The harness's results (what ``lm_eval`` writes as JSON), its table, and the metrics to log."""
+
+    results: dict[str, Any]
+    metrics: dict[str, float]
+
+    def table(self) -> str:
+        tables = [make_table(self.results)]
+        if self.results.get("groups"):
+            tables.append(make_table(self.results, "groups"))
+        return "\n".join(tables)
+
+    def to_json(self) -> str:
+        return json.dumps(self.results, indent=2, default=handle_non_serializable, ensure_ascii=False) + "\n"
+
+
+def shipped_tasks() -> list[str]:
+    """The names of the tasks that ship with the trainer (the ``meltemi_stdlib`` tag holds them all)."""
+    return [yaml.load(p.read_text(), Loader=_NoFunctions)["task"] for p in sorted(SHIPPED_DIR.glob("*.yaml"))]
+
+
+class _NoFunctions(yaml.SafeLoader):
+    """A safe loader that reads the harness's ``!function`` tags as plain strings (never imports them)."""
+
+
+_NoFunctions.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+
+
+def task_manager(specs: Sequence[str]) -> TaskManager:
+    """A ``TaskManager`` that knows the shipped tasks, and the harness's own only if ``specs`` need them."""
+    known = {*shipped_tasks(), SHIPPED_TAG}
+    needs_defaults = any(spec not in known and not Path(spec).is_file() for spec in specs)
+    return TaskManager(include_path=str(SHIPPED_DIR), include_defaults=needs_defaults)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def load_tasks(specs: Sequence[str], manager: TaskManager) -> list:
+    """The harness's task and group objects for ``specs``, each built (and its data read) on its own."""
+    if not specs:
+        raise UnknownTaskError("no task given: name at least one task, group, tag or task YAML file")
+    top = []
+    for spec in specs:
+        try:
+            loaded = manager.load([spec])
+        except KeyError:
+            raise UnknownTaskError(
+                f"unknown task {spec!r}: not a task, group or tag the harness knows, nor a task YAML file"
+            ) from None
+        except OSError as error:  # a missing file, or a data set that is not cached and cannot be fetched
+            name = error.filename if isinstance(error, FileNotFoundError) and error.filename else None
+            detail = f"{name} does not exist" if name else _one_line(error)
+            raise MissingTaskDataError(f"task {spec!r}: its data is not on this machine: {detail}") from None
+        groups, tasks = loaded.get("groups", {}), loaded["tasks"]
+        children = {child for names in loaded.get("group_map", {}).values() for child in names}
+        grouped = {task.task_name for group in groups.values() for task in group.get_all_tasks()}
+        top += [group for name, group in groups.items() if name not in children]
+        top += [task for name, task in tasks.items() if name not in grouped]
+    return top
+
+
+def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
+    """Every task's and group's numeric metric as ``eval/<task>/<metric>`` (``<metric>_<filter>`` for a
+    filter other than ``none``), standard errors left out."""
+    metrics = {}
+    for section in ("results", "groups"):
+        for task, values in results.get(section, {}).items():
+            for key, value in values.items():
+                metric, _, filter_name = key.partition(",")
+                if not filter_name or metric.endswith("_stderr") or isinstance(value, bool):
+                    continue
+                if isinstance(value, int | float) and math.isfinite(value):
+                    suffix = "" if filter_name == "none" else f"_{filter_name}"
+                    metrics[f"eval/{task}/{metric}{suffix}"] = float(value)
+    return metrics
+
+
+def run_tasks(
+    lm: LM,
+    specs: Sequence[str],
+    *,
+    limit: int | float | None = None,
+    bootstrap_iters: int = 1000,
+    seed: int = 0,
+    quiet: bool = False,
+) -> EvalResults:
+    """Evaluate ``lm`` on ``specs`` (task, group or tag names, or task YAML paths), at most ``limit``
+    documents per task; ``bootstrap_iters`` resamples give the standard errors that need them."""
+    tasks = PreparedTasks.of(specs)
+    return tasks.run(lm, limit=limit, bootstrap_iters=bootstrap_iters, seed=seed, quiet=quiet)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedTasks:
+    """Tasks built and their data read, ready to run on any model (so bad task names fail first, before a
+    checkpoint is read, and the training loop builds its tasks once)."""
+
+    manager: TaskManager
+    tasks: list
+
+    @staticmethod
+    def of(specs: Sequence[str]) -> PreparedTasks:
+        manager = task_manager(specs)
+        return PreparedTasks(manager, load_tasks(specs, manager))
+
+    def run(
+        self,
+        lm: LM,
+        *,
+        limit: int | float | None = None,
+        bootstrap_iters: int = 1000,
+        seed: int = 0,
+        quiet: bool = False,
+    ) -> EvalResults:
+        """Evaluate ``lm`` on these tasks (see ``run_tasks``)."""
+        if quiet:
+            logging.getLogger("lm_eval").setLevel(logging.WARNING)
+        results = simple_evaluate(
+            model=lm,
+            tasks=list(self.tasks),
+            limit=limit,
+            bootstrap_iters=bootstrap_iters,
+            log_samples=False,
+            task_manager=self.manager,
+            random_seed=seed,
+            numpy_random_seed=seed,
+            torch_random_seed=None,
+            fewshot_random_seed=seed,
+        )
+        results = dict(results)
+        return EvalResults(results, flat_metrics(results))

@@ -1,0 +1,126 @@
+"""The harness's scorer: the trainer's own held-out losses on the same tokens, whatever the request order,
+batch size, padding or mesh; a few compiled shapes per task; its bad inputs; and the shipped task data
+rebuilt byte for byte."""
+
+import json
+import sys
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import haliax_lite as hax
+from meltemi.trainer import adapters
+from meltemi.trainer.config_io import load_config
+from meltemi.trainer.evaluate import make_eval_step
+from meltemi.trainer.harness import build_tasks, scoring
+from meltemi.trainer.harness.errors import EvalError
+from meltemi.trainer.harness.scoring import TokenScorer, data_parallel_plan, place_model
+from meltemi.trainer.llama import Llama
+
+VOCAB, MAX_LEN = 128, 64
+CONFIG = load_config(None, [
+    "--model.vocab_size", str(VOCAB), "--model.hidden_dim", "32", "--model.intermediate_dim", "64",
+    "--model.num_layers", "2", "--model.num_heads", "4", "--model.num_kv_heads", "2",
+    "--model.max_seq_len", str(MAX_LEN), "--model.attention", "xla", "--model.cross_entropy", "xla",
+    "--model.cross_entropy_block_size", "128", "--model.init_std", "0.3",
+    "--data.seq_len", "32", "--trainer.compute_dtype", "float32",
+])  # fmt: skip
+# Spread logits (init_std 0.3), so a wrong position or a missing token changes a score by far more than 1e-4.
+MODEL = Llama.init(CONFIG.model, key=jax.random.key(7))
+_rng = np.random.default_rng(0)
+# Contexts and continuations of every size class: one-token, within each length bucket, and past MAX_LEN
+# (truncated from the left).
+REQUESTS = [
+    (_rng.integers(0, VOCAB, c).tolist(), _rng.integers(0, VOCAB, n).tolist())
+    for c, n in [(1, 1), (3, 2), (10, 5), (14, 1), (20, 9), (30, 3), (40, 20), (58, 5), (70, 4), (1, 30)]
+]
+REFERENCE = [TokenScorer(MODEL, batch_size=1).score([r])[0] for r in REQUESTS]
+
+
+def trainer_loss(context, continuation) -> float:
+    """The trainer's held-out loss (``evaluate.make_eval_step``) summed over the continuation's tokens."""
+    whole = [*context, *continuation][-(MAX_LEN + 1) :]
+    n = len(whole) - 1
+    mask = np.zeros((1, n), bool)
+    mask[0, n - min(len(continuation), n) :] = True
+    batch = adapters.named_batch({
+        "input_ids": np.asarray([whole[:-1]]), "targets": np.asarray([whole[1:]]),
+        "segment_ids": np.zeros((1, n), np.int32), "loss_mask": mask, "source": np.zeros(1, np.int32),
+    })  # fmt: skip
+    sums = jax.jit(make_eval_step(CONFIG))(MODEL, batch, np.zeros(VOCAB, np.int32))
+    return float(sums.loss)
+
+
+def test_log_likelihoods_are_the_trainers_own_losses():
+    for (context, continuation), score in zip(REQUESTS, REFERENCE, strict=True):
+        assert score.logprob == pytest.approx(-trainer_loss(context, continuation), abs=1e-4)
+    assert np.ptp([s.logprob / len(r[1]) for s, r in zip(REFERENCE, REQUESTS, strict=True)]) > 0.5
+
+
+def test_greedy_is_true_exactly_for_the_models_own_argmax_continuation():
+    context = REQUESTS[4][0]
+    ids = hax.named(jax.numpy.asarray([context]), ("batch", "position"))
+    best = int(np.argmax(np.asarray(MODEL.logits(ids, hax.zeros_like(ids)).array)[0, -1]))
+    other = (best + 1) % VOCAB
+    scores = TokenScorer(MODEL).score([(context, [best]), (context, [other])])
+    assert [s.greedy for s in scores] == [True, False]
+    assert scores[0].logprob > scores[1].logprob
+
+
+@settings(max_examples=20)
+@given(order=st.permutations(range(len(REQUESTS))), batch_size=st.sampled_from([1, 2, 3, 5, 8]))
+def test_order_batch_size_and_padding_change_no_score(order, batch_size):
+    scores = TokenScorer(MODEL, batch_size=batch_size).score([REQUESTS[i] for i in order])
+    for i, score in zip(order, scores, strict=True):
+        assert score.logprob == pytest.approx(REFERENCE[i].logprob, abs=1e-4)
+        assert score.greedy == REFERENCE[i].greedy
+
+
+def test_rows_split_over_eight_devices_give_the_same_scores():
+    plan = data_parallel_plan(jax.devices()[:8])
+    assert plan.shape["data"] == 8
+    scorer = TokenScorer(place_model(MODEL, plan), batch_size=5, plan=plan)
+    assert scorer.rows == 8  # rounded up to a multiple of the devices
+    for score, reference in zip(scorer.score(REQUESTS), REFERENCE, strict=True):
+        assert score.logprob == pytest.approx(reference.logprob, abs=1e-4)
+
+
+def test_a_task_compiles_one_program_per_length_bucket():
+    """60 requests of 1 to 64 tokens, 2 of them scored: the five length buckets, 8 scored positions."""
+    requests = [(list(range(1, 1 + c % 70)) or [1], [5, 6]) for c in range(60)]
+    before = dict(scoring.TRACES)
+    TokenScorer(MODEL, batch_size=6).score(requests)
+    new = {shape for shape, count in scoring.TRACES.items() if count > before.get(shape, 0)}
+    assert new <= {(6, length, 8) for length in (16, 24, 32, 48, 64)}
+    assert sum(scoring.TRACES[s] - before.get(s, 0) for s in new) <= 5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "requests", "message"),
+    [
+        ({"batch_size": 0}, [], "batch_size must be a positive integer, got 0"),
+        ({"max_length": 65}, [], "max_length 65 must be between 1 and model.max_seq_len (64)"),
+        ({}, [([1, 2], [])], "a request's continuation is empty: there is nothing to score"),
+        ({}, [([], [3])], "a request needs at least two tokens in context and continuation together"),
+    ],
+)
+def test_bad_requests_and_settings_are_one_line_errors(kwargs, requests, message):
+    with pytest.raises(EvalError) as error:
+        TokenScorer(MODEL, **kwargs).score(requests)
+    assert str(error.value) == message
+
+
+def test_the_shipped_task_data_rebuilds_byte_for_byte(tmp_path):
+    manifest = json.loads((build_tasks.TASKS_DIR / "manifest.json").read_text())
+    if manifest["python"] != sys.version.split()[0]:
+        pytest.skip(f"the shipped data comes from Python {manifest['python']}'s standard library")
+    counts = build_tasks.build(tmp_path)
+    for name, count in counts.items():
+        assert (tmp_path / name).read_bytes() == (build_tasks.TASKS_DIR / name).read_bytes(), name
+        assert count == manifest["files"][name]["documents"] >= 40
+    first = json.loads((tmp_path / "stdlib_next_line.jsonl").read_text().splitlines()[0])
+    assert len(first["choices"]) == 4 and first["context"].endswith("\n")
+    assert first["source"].startswith(("test/", "unittest/test/", "idlelib/idle_test/", "ctypes/test/"))
