@@ -36,7 +36,7 @@ from tokenizers import Tokenizer
 import haliax_lite as hax
 from meltemi.trainer.kv_cache import KVCache, forward_cached
 from meltemi.trainer.llama import Llama
-from meltemi.trainer.mesh import MeshPlan
+from meltemi.trainer.mesh import MeshPlan, placed
 from meltemi.trainer.sampling import GenerationError, SamplingConfig, next_tokens
 
 
@@ -229,7 +229,7 @@ def generate(
     done = np.arange(rows) >= len(ids)  # rows added to fill the data-parallel devices start finished
 
     start = time.perf_counter()
-    with _placement(plan):
+    with placed(plan):
         arrays = (jnp.asarray(tokens), jnp.asarray(pad), jnp.asarray(done))
         loop = _prefill(model, *arrays, prompt_len, use_cache)
         while True:
@@ -254,24 +254,6 @@ def _mark_stops(new: np.ndarray, done: np.ndarray, tokenizer: Tokenizer, stops: 
         text = tokenizer.decode(new[i].tolist())
         done[i] = any(s in text for s in stops)
     return done
-
-
-class _placement:
-    """Inside: the plan's mesh and compute axis mapping (nothing without a plan)."""
-
-    def __init__(self, plan: MeshPlan | None):
-        self.plan = plan
-        self.contexts = []
-        if plan is not None:
-            self.contexts = [jax.set_mesh(plan.mesh), hax.axis_mapping(plan.compute_mapping)]
-
-    def __enter__(self):
-        for c in self.contexts:
-            c.__enter__()
-
-    def __exit__(self, *exc):
-        for c in reversed(self.contexts):
-            c.__exit__(*exc)
 
 
 def sample_checkpoint(

@@ -14,9 +14,10 @@ stored by the *parameter* mapping, activations follow the *compute* mapping;
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import jax
 import numpy as np
@@ -164,3 +165,14 @@ class MeshPlan:
     def compute_shardings(self, tree):
         """Shardings for a tree of (abstract) named arrays, laid out by the compute mapping."""
         return hax.partitioning.infer_resource_partitions(tree, self.compute_mapping, mesh=self.mesh)
+
+
+@contextlib.contextmanager
+def placed(plan: MeshPlan | None) -> Iterator[None]:
+    """Inside: ``plan``'s mesh and compute axis mapping, so named arrays lay out as the run does (nothing
+    without a plan)."""
+    if plan is None:
+        yield
+        return
+    with jax.set_mesh(plan.mesh), hax.axis_mapping(plan.compute_mapping):
+        yield

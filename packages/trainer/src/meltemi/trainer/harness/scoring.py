@@ -40,7 +40,7 @@ from jax.sharding import AxisType, Mesh
 import haliax_lite as hax
 from meltemi.trainer.harness.errors import EvalError
 from meltemi.trainer.llama import Llama, cast_floating
-from meltemi.trainer.mesh import DATA_AXES, MESH_AXES, MeshPlan
+from meltemi.trainer.mesh import DATA_AXES, MESH_AXES, MeshPlan, placed
 
 # How many times the scoring program was traced (compiled), by its shape (rows, positions, scored positions):
 # the proof of "a few shapes".
@@ -157,7 +157,7 @@ class TokenScorer:
             ids[r, :n], segments[r, :n] = whole[:-1], 0
             positions[r, :scored] = np.arange(n - scored, n)
             targets[r, :scored] = whole[n - scored + 1 :]
-        with _placement(self.plan):
+        with placed(self.plan):
             arrays = [self._put(a) for a in (ids, segments, positions, targets)]
             logprob, greedy = _token_scores(self.model, *arrays, self.compute_dtype)
             logprob, greedy = np.asarray(logprob), np.asarray(greedy)
@@ -175,23 +175,6 @@ class TokenScorer:
             self.plan.compute_mapping,
         )
         return jax.device_put(array, sharding)
-
-
-class _placement:
-    """Inside: the plan's mesh and compute axis mapping (nothing without a plan)."""
-
-    def __init__(self, plan: MeshPlan | None):
-        self.contexts = []
-        if plan is not None:
-            self.contexts = [jax.set_mesh(plan.mesh), hax.axis_mapping(plan.compute_mapping)]
-
-    def __enter__(self):
-        for c in self.contexts:
-            c.__enter__()
-
-    def __exit__(self, *exc):
-        for c in reversed(self.contexts):
-            c.__exit__(*exc)
 
 
 def place_model(model: Llama, plan: MeshPlan) -> Llama:
