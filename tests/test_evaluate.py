@@ -26,12 +26,13 @@ pytest.importorskip("lm_eval", reason="lm-eval is not installed: see the `eval` 
 from lm_eval.api.instance import Instance
 
 from meltemi.trainer import adapters
-from meltemi.trainer.checkpoints import Checkpointer, load_model
+from meltemi.trainer.checkpoints import Checkpointer
 from meltemi.trainer.config_io import load_config
 from meltemi.trainer.evaluate import make_eval_step
 from meltemi.trainer.harness.model import MeltemiLM
 from meltemi.trainer.harness.runner import SHIPPED_DIR, run_tasks
 from meltemi.trainer.hf import export_hf
+from meltemi.trainer.trained_model import load_model
 from meltemi.trainer.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +67,7 @@ def run(shared, small_corpus) -> dict[str, Path]:
         zero = Checkpointer(root / "zero", config.trainer, config.model_dump(mode="json"))
         zero.save(trainer.initial_state(), wait=True)
         trainer.run()
-        _, model, _ = load_model(root / "trained")
+        model = load_model(root / "trained").model
         export_hf(model, root / "hf", tokenizer=config.data.tokenizer)
 
     root = shared.get(f"evaluate-run-{STEPS}", build)
@@ -118,7 +119,8 @@ def test_accuracy_rises_from_the_step_0_checkpoint_to_the_trained_one(run, tmp_p
 
 
 def test_loglikelihoods_are_the_trainers_own_losses_on_real_text(run, meltemi_lm):
-    config, model, _ = load_model(run["trained"])
+    trained = load_model(run["trained"])
+    config, model = trained.config, trained.model
     text = held_out_text()[:180]
     tokens = meltemi_lm.tok_encode(text)
     assert 60 < len(tokens) < meltemi_lm.max_length  # one window

@@ -36,11 +36,12 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tokenizers import Tokenizer
 
-from meltemi.trainer.generation import end_of_text_id, generate
+from meltemi.trainer.generation import generate
 from meltemi.trainer.harness.errors import EvalError, NoTokenizerError
 from meltemi.trainer.harness.scoring import TokenScorer, data_parallel_plan, place_model
 from meltemi.trainer.llama import Llama
 from meltemi.trainer.mesh import MeshPlan
+from meltemi.trainer.run_tokenizer import end_of_text
 from meltemi.trainer.sampling import SamplingConfig
 
 DEFAULT_MAX_GEN_TOKS = 256
@@ -85,11 +86,12 @@ class MeltemiLM(TemplateLM):
         if (checkpoint is None) == (model is None):
             raise EvalError("give the harness model either checkpoint= or model=, not both")
         if checkpoint is not None:
-            model, tokenizer, compute_dtype, plan = self._from_checkpoint(checkpoint)
-        elif not isinstance(tokenizer, Tokenizer):
-            tokenizer = read_tokenizer(tokenizer, "the model given")
+            model, tokenizer, compute_dtype, plan, eot = self._from_checkpoint(checkpoint)
+        else:
+            if not isinstance(tokenizer, Tokenizer):
+                tokenizer = read_tokenizer(tokenizer, "the model given")
+            eot = end_of_text(tokenizer).id
         self.tokenizer_ = tokenizer
-        eot = end_of_text_id(tokenizer)
         if eot is None:
             raise NoTokenizerError("the tokenizer has no end-of-text token to start an empty context with")
         self._eot = eot
@@ -108,13 +110,14 @@ class MeltemiLM(TemplateLM):
     @staticmethod
     def _from_checkpoint(location):
         from meltemi.trainer import compile_cache
-        from meltemi.trainer.checkpoints import load_model
+        from meltemi.trainer.trained_model import load_model
 
-        config, model, path = load_model(location)
-        compile_cache.enable_for(config.trainer)
-        tokenizer = read_tokenizer(config.data.tokenizer, str(path))
+        trained = load_model(location)  # the run's copy of its tokenizer, and the run's end-of-text token
+        compile_cache.enable_for(trained.config.trainer)
+        tokenizer = read_tokenizer(trained.tokenizer, str(trained.checkpoint))
         plan = data_parallel_plan()
-        return place_model(model, plan), tokenizer, config.trainer.compute_dtype, plan
+        dtype = trained.config.trainer.compute_dtype
+        return place_model(trained.model, plan), tokenizer, dtype, plan, trained.end_of_text.id
 
     # ---- what TemplateLM asks of a model -------------------------------------------------------------------
 
