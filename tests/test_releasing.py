@@ -285,5 +285,5 @@ def test_check_tag_prints_what_the_release_workflow_reads(capsys):
         "directory": "packages/trainer",
         "version": str(PACKAGES["meltemi-trainer"].version),
         "module": "meltemi.trainer",
-        "extras": "ray,tensorboard,wandb",
+        "extras": "eval,ray,tensorboard,wandb",
     }

@@ -240,8 +240,8 @@ def test_the_command_line_summary_of_a_resumed_run_speaks_of_the_run_and_of_this
     assert result.returncode == 0, result.stderr
     first = read_metrics(finished / "metrics.jsonl")[0]["eval/loss"]
     out = result.stdout
-    assert f"8 steps, {8 * TOKENS_PER_STEP:,} tokens in all; resumed at step 6: " in out, out
-    assert "resumed at step 6: this session trained 2 steps (1,024 tokens, " in out, out
+    whole = f"steps: 8   tokens: {8 * TOKENS_PER_STEP:,} in all\n"  # the run, then this session
+    assert whole + "resumed at step 6: this session trained 2 steps (1,024 tokens, " in out, out
     assert f"held-out loss: {first:.3f} at step 0 -> " in out and " at step 8" in out, out
 
 
