@@ -222,8 +222,9 @@ def with_default_corpus(shared, tmp_path) -> Path:
         (["--trainer.num_train_step", "3"], r"^error: trainer.num_train_step: unknown key \(did you mean trainer.num_train_steps\?\)$"),  # noqa: E501
         (["--trainer.num_train_steps", "many"], r"^error: trainer.num_train_steps: Input should be a valid integer"),  # noqa: E501
         (["--config", "missing.yaml"], r"^error: config file 'missing.yaml' does not exist$"),
+        (["--data.corpus", "nothere.txt"], r"^error: data.corpus: nothere.txt: no such file or directory$"),
         (["--run-dir", "blocker/run"], r"^error: run directory blocker/run: cannot write there"),
-        (["--data.stores", "no/such/store"], r"^error: data.sources.store.store: no/such/store: no such token store"),  # noqa: E501
+        (["--data.stores", "no/such/store"], r"^error: data.stores: no/such/store: no such token store \(the directory does not exist\)$"),  # noqa: E501
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_loses_nothing(with_default_corpus, tmp_path, args, message):

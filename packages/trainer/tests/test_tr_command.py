@@ -103,12 +103,16 @@ def test_sequences_longer_than_the_model_is_built_for_are_refused_with_the_confi
 def test_stores_replace_corpus_and_sources_and_get_distinct_names(tmp_path):
     tokenizer = tmp_path / "t.json"
     tokenizer.write_text("{}")
-    stores = ["--data.stores", "a/web", "b/web", "code/"]
-    config = small("--data.corpus", "x.txt", "--data.sources", "{old: {store: s}}", *stores,
+    stores = [str(tmp_path / s) for s in ("a/web", "b/web", "code")]
+    config = small("--data.corpus", "x.txt", "--data.sources", "{old: {store: s}}", "--data.stores", *stores,
                    "--data.tokenizer", str(tokenizer))  # fmt: skip
+    with pytest.raises(ConfigError, match=rf"^data.stores: {stores[0]}: no such token store"):
+        resolve_data(config)
+    for store in stores:
+        Path(store).mkdir(parents=True)
     data = resolve_data(config).data
     names = {name: source.store for name, source in data.sources.items()}
-    assert names == {"web": "a/web", "web-2": "b/web", "code": "code/"}
+    assert names == {"web": stores[0], "web-2": stores[1], "code": stores[2]}
     assert (data.stores, data.corpus, data.tokenizer) == ([], None, str(tokenizer))
     assert load_config(None, ["--data.stores", "one"]).data.stores == ["one"]
 

@@ -75,6 +75,17 @@ def test_greedy_with_the_cache_equals_recomputing_the_full_forward_each_token(mo
     assert cached.tokens_per_second > 0 and cached.new_tokens == 60
 
 
+def test_padded_prompts_and_rows_reuse_one_program_and_change_no_token(model):
+    settings = SamplingConfig(max_new_tokens=11)  # a length no other test compiles for
+    plain = [generate(model, [p], settings).completions[0].tokens for p in PROMPTS]
+    with traces() as counted:
+        padded = [generate(model, [p], settings, prompt_multiple=16, min_rows=4).completions for p in PROMPTS]
+    assert [c[0].tokens for c in padded] == plain and all(len(c) == 1 for c in padded)
+    assert counted == {"_prefill": 1, "_decode_chunk": 1}  # prompts of 7, 2 and 4 tokens: one shape
+    with pytest.raises(GenerationError, match="^prompt_multiple must be a positive number, got 0$"):
+        generate(model, PROMPTS, settings, prompt_multiple=0)
+
+
 def test_top_k_one_is_greedy_and_a_seed_fixes_the_draws(model):
     greedy = generate(model, PROMPTS, SamplingConfig(max_new_tokens=12)).completions
     top1 = generate(model, PROMPTS, SamplingConfig(max_new_tokens=12, temperature=1.5, top_k=1, seed=4))
@@ -180,7 +191,7 @@ def test_bad_requests_are_named(model, tokenizer):
         ((["text"],), {}, "^prompt 0 is text: pass tokenizer= to encode it$"),
         (([],), {}, "^prompts must be a non-empty list"),
         (([[1] * 62],), {}, r"^the longest prompt \(62 tokens\) plus max_new_tokens \(4\) exceeds model"),
-        (([[1]],), {"chunk": 0}, "^chunk must be a positive number of tokens, got 0$"),
+        (([[1]],), {"chunk": 0}, "^chunk must be a positive number, got 0$"),
     ]
     for args, kwargs, message in cases:
         with pytest.raises(GenerationError, match=message):

@@ -49,8 +49,13 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
     elif tokenizer is not None and "://" not in tokenizer and not Path(tokenizer).is_file():
         raise ConfigError(f"data.tokenizer: {tokenizer}: no such file (a tokenizer.json, or stdlib)")
     if data.stores:
+        for store in data.stores:
+            if "://" not in store and not Path(store).is_dir():
+                raise ConfigError(f"data.stores: {store}: no such token store (the directory does not exist)")
         sources = {name: {"store": store} for name, store in _store_names(data.stores).items()}
     elif data.corpus is not None:
+        if data.corpus != STDLIB and "://" not in data.corpus and not Path(data.corpus).exists():
+            raise ConfigError(f"data.corpus: {data.corpus}: no such file or directory")
         if tokenizer is None:
             raise ConfigError(
                 "--data.corpus needs a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)"

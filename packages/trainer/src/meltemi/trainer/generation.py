@@ -197,22 +197,29 @@ def generate(
     plan: MeshPlan | None = None,
     chunk: int = 32,
     use_cache: bool = True,
+    prompt_multiple: int = 1,
+    min_rows: int = 1,
 ) -> Generation:
     """Continue each prompt (text, with ``tokenizer``; or token ids) by up to ``settings.max_new_tokens``.
 
     A row stops at ``eos_token_id`` (kept as its last token) or, with a tokenizer, once its text holds one
     of ``settings.stop_strings``. ``chunk`` is how many tokens the compiled loop adds between the host's
-    checks.
+    checks. Prompts are left-padded to a multiple of ``prompt_multiple`` tokens (as far as the model's
+    context allows) and the batch to at least ``min_rows`` rows, so that calls with other prompts reuse the
+    same compiled programs; padding changes no token a row draws.
     """
     settings = settings or SamplingConfig()
     tokenizer = _tokenizer(tokenizer)
     config = model.config
     if settings.stop_strings and tokenizer is None:
         raise GenerationError("stop_strings need the tokenizer: pass tokenizer=")
-    if chunk < 1:
-        raise GenerationError(f"chunk must be a positive number of tokens, got {chunk}")
+    for name, value in (("chunk", chunk), ("prompt_multiple", prompt_multiple), ("min_rows", min_rows)):
+        if value < 1:
+            raise GenerationError(f"{name} must be a positive number, got {value}")
     ids = _prompt_ids(prompts, tokenizer, config.vocab_size)
-    prompt_len = max(len(p) for p in ids)
+    longest = max(len(p) for p in ids)
+    room = config.max_seq_len - settings.max_new_tokens
+    prompt_len = max(longest, min(-(-longest // prompt_multiple) * prompt_multiple, room))
     end = prompt_len + settings.max_new_tokens
     if end > config.max_seq_len:
         raise GenerationError(
@@ -220,7 +227,7 @@ def generate(
             f"exceeds model.max_seq_len ({config.max_seq_len})"
         )
     multiple = 1 if plan is None else plan.devices_over(plan.compute_mapping.get("batch"))
-    rows = -(-len(ids) // multiple) * multiple
+    rows = -(-max(len(ids), min_rows) // multiple) * multiple
     tokens = np.zeros((rows, end), np.int32)
     pad = np.full(rows, prompt_len - 1, np.int32)
     for i, prompt in enumerate(ids):

@@ -58,6 +58,11 @@ def read_tokenizer(path: str | os.PathLike | None, where: str) -> Tokenizer:
         raise NoTokenizerError(f"{where}: its tokenizer {path}: {reason}") from None
 
 
+# generate_until pads each batch's prompts to a multiple of this many tokens (and every batch to the scorer's
+# rows), so a task compiles a few programs, not one per batch.
+PROMPT_MULTIPLE = 64
+
+
 @register_model("meltemi")
 class MeltemiLM(TemplateLM):
     """A Meltemi model as a harness ``LM``: from ``checkpoint`` (a run directory's latest good checkpoint, or
@@ -194,6 +199,8 @@ class MeltemiLM(TemplateLM):
                     tokenizer=self.tokenizer_,
                     eos_token_id=self._eot,
                     plan=self.plan,
+                    prompt_multiple=PROMPT_MULTIPLE,
+                    min_rows=self.scorer.rows,
                 )
                 for i, completion in zip(chunk, result.completions, strict=True):
                     out[i] = completion.text or ""
