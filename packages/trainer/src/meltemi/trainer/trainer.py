@@ -245,7 +245,10 @@ class Trainer:
         A config the run's checkpoint refuses (a ``ConfigError``) leaves the run directory as it was.
         """
         config, trainer = self.config, self.config.trainer
-        check_writable(self.run_dir)  # a bad URL, bucket or credentials: one line, before any work
+        if (
+            not self.run_dir.is_local
+        ):  # a missing bucket, refused keys, no endpoint: one line, before any work
+            check_writable(self.run_dir)  # (a local directory is made only once the run is accepted)
         trackers = Trackers([])
         progress = TrainingProgress(
             trainer.num_train_steps, 0, enabled=self.show_progress and self.is_primary
