@@ -30,7 +30,8 @@ def train(config, run_dir, **kwargs):
 
 def checkpointed(make_config, steps: int):
     return make_config("--trainer.num_train_steps", str(steps), "--trainer.checkpoint_every", "2",
-                       "--trainer.log_every", "1", "--trainer.log_batch_hashes", "true")  # fmt: skip
+                       "--trainer.log_every", "1", "--trainer.log_batch_hashes", "true",
+                       "--trainer.keep_every", "2")  # fmt: skip
 
 
 def arrays(step) -> dict[str, bytes]:
@@ -39,12 +40,13 @@ def arrays(step) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def local_reference(tmp_path_factory, corpus):
-    """The same run, 6 steps, in a local directory: what the bucket's run must equal, bit for bit."""
+    """The same two sessions (4 steps, then resumed to 6) in a local directory: what the bucket's run must
+    equal, bit for bit."""
     from meltemi.trainer.config_io import load_config  # the module-scoped twin of make_config
 
-    config = load_config(None, _overrides(corpus, 6))
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    train(config, run_dir)
+    for steps in (4, 6):
+        train(load_config(None, _overrides(corpus, steps)), run_dir)
     return run_dir
 
 
@@ -60,6 +62,7 @@ def _overrides(corpus, steps):
         "--trainer.compute_dtype", "float32", "--trainer.mesh.data", "1", "--optimizer.learning_rate", "1e-2",
         "--optimizer.warmup_steps", "1", "--trainer.num_train_steps", str(steps),
         "--trainer.checkpoint_every", "2", "--trainer.log_every", "1", "--trainer.log_batch_hashes", "true",
+        "--trainer.keep_every", "2",
     ]  # fmt: skip
 
 
