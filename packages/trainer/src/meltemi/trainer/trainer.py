@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import haliax_lite as hax
-from meltemi.datastore.storage import Directory, Location, check_writable
+from meltemi.datastore.errors import StorageError
+from meltemi.datastore.storage import Directory, Location, check_readable, check_writable
 from meltemi.trainer import adapters, compile_cache
 from meltemi.trainer.checkpoints import Checkpointer
 from meltemi.trainer.config import RunConfig
@@ -236,6 +237,20 @@ class Trainer:
             return trackers, record
         except OSError as e:
             raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e.strerror})") from None
+        except StorageError as e:
+            raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e})") from None
+
+    def _check_run_dir(self) -> None:
+        """Fail at once, in one line, where the run directory cannot be used: a bucket is probed with a
+        write (a missing bucket, refused keys, no endpoint); a local directory, made only once the run is
+        accepted, is listed (a file in its way)."""
+        if not self.run_dir.is_local:
+            check_writable(self.run_dir)
+            return
+        try:
+            check_readable(self.run_dir)
+        except StorageError as e:
+            raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e})") from None
 
     def run(self, state: TrainState | None = None) -> RunSummary:
         """Train to ``trainer.num_train_steps`` from ``state``, or else from where this run directory's
@@ -245,10 +260,7 @@ class Trainer:
         A config the run's checkpoint refuses (a ``ConfigError``) leaves the run directory as it was.
         """
         config, trainer = self.config, self.config.trainer
-        if (
-            not self.run_dir.is_local
-        ):  # a missing bucket, refused keys, no endpoint: one line, before any work
-            check_writable(self.run_dir)  # (a local directory is made only once the run is accepted)
+        self._check_run_dir()
         trackers = Trackers([])
         progress = TrainingProgress(
             trainer.num_train_steps, 0, enabled=self.show_progress and self.is_primary
