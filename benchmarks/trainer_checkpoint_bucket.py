@@ -34,7 +34,8 @@ from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.step import init_state, make_train_step
 
 SERVER = """
-import sys, time
+import logging, sys
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
 from meltemi.datastore.testing import start_s3_server
 server = start_s3_server()
 print(server.endpoint, flush=True)
