@@ -28,7 +28,8 @@ from meltemi.datastore.storage import Directory
 from meltemi.datastore.testing import TEST_KEYS
 from meltemi.trainer import adapters
 from meltemi.trainer.checkpoint_format import read_array
-from meltemi.trainer.checkpoints import Checkpointer, inspect_checkpoint, restore
+from meltemi.trainer.checkpoint_restore import restore
+from meltemi.trainer.checkpoints import Checkpointer, inspect_checkpoint
 from meltemi.trainer.config_io import load_config
 from meltemi.trainer.mesh import MeshPlan
 from meltemi.trainer.step import init_state, make_train_step

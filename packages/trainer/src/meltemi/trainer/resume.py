@@ -17,7 +17,8 @@ import jax
 import numpy as np
 
 from meltemi.datastore.storage import Location
-from meltemi.trainer.checkpoints import find_checkpoints, incompatible_field, inspect_checkpoint, restore
+from meltemi.trainer.checkpoint_restore import restore
+from meltemi.trainer.checkpoints import find_checkpoints, incompatible_field, inspect_checkpoint
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.program import TrainProgram

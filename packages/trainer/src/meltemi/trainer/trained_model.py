@@ -17,7 +17,8 @@ import jax
 
 from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.checkpoint_format import MANIFEST, Manifest
-from meltemi.trainer.checkpoints import find_checkpoints, inspect_checkpoint, restore
+from meltemi.trainer.checkpoint_restore import restore
+from meltemi.trainer.checkpoints import find_checkpoints, inspect_checkpoint
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import CheckpointError
 from meltemi.trainer.llama import Llama
