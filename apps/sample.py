@@ -2,8 +2,8 @@
 
     uv run apps/sample.py --checkpoint runs/tiny --prompt "def " [--max-new-tokens 64] [--temperature 0]
 
-``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory; ``--temperature
-0`` is greedy. Progress and the speed go to stderr.
+``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
+bucket (``s3://``, ``gs://``); ``--temperature 0`` is greedy. Progress and the speed go to stderr.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
+    from meltemi.datastore import DatastoreError
     from meltemi.trainer.errors import TrainerError
     from meltemi.trainer.generation import sample_checkpoint
     from meltemi.trainer.sampling import SamplingConfig
@@ -32,7 +33,7 @@ def main(argv: list[str]) -> int:
         result, path = sample_checkpoint(
             args.checkpoint, [args.prompt], settings, warn=lambda m: print(m, file=sys.stderr)
         )
-    except TrainerError as e:
+    except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(result.completions[0].text)

@@ -20,3 +20,6 @@ def small_config(small_corpus):
         "--trainer.eval_every", "0", "--trainer.eval_batches", "1", "--trainer.compute_dtype", "float32",
         "--trainer.checkpoint_every", "2", "--trainer.log_batch_hashes", "true",
     ])  # fmt: skip
+
+
+from meltemi.datastore.testing import gcs, gcs_server, s3, s3_server  # noqa: E402, F401  (server fixtures)

@@ -41,3 +41,6 @@ def make_config(corpus):
 @pytest.fixture
 def run_dir(tmp_path) -> Path:
     return tmp_path / "run"
+
+
+from meltemi.datastore.testing import gcs, gcs_server, s3, s3_server  # noqa: E402, F401  (server fixtures)

@@ -1,7 +1,6 @@
 """Checkpoints in process: damaged ones skipped by name, mesh changes, zarr-python, retention, phases."""
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -13,7 +12,8 @@ import zarr
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meltemi.trainer.checkpoint_format import Manifest, fsync_tree, read_array
+from meltemi.datastore.storage import Location
+from meltemi.trainer.checkpoint_format import Manifest, read_array
 from meltemi.trainer.checkpoints import RetentionPolicy, SaveSchedule, inspect_checkpoint, step_dirs
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.resume import starting_state
@@ -127,7 +127,7 @@ def test_a_checkpoint_restores_bitwise_onto_another_mesh(make_config, shared, tm
                           "--trainer.num_train_steps", "6")  # fmt: skip
     trainer = Trainer(config, tmp_path / "run", devices=jax.devices()[: data * model], progress=False)
     start = starting_state(trainer, warn=pytest.fail)
-    assert start.resumed_from == step_dir
+    assert start.resumed_from == Location.parse(step_dir)
     from meltemi.trainer.checkpoints import _named_leaves, _raw
 
     for name, leaf in _named_leaves(start.state):
@@ -144,7 +144,7 @@ def test_retention_keeps_the_permanent_ones_and_the_newest(make_config, run_dir)
     )
     train(config, run_dir)
     assert [s for s, _ in step_dirs(run_dir / "checkpoints")] == [7, 6, 3]
-    assert not list((run_dir / "checkpoints").glob(".tmp-*"))
+    assert all((path / "COMMITTED").is_file() for path in (run_dir / "checkpoints").iterdir())
 
 
 @given(
@@ -204,32 +204,13 @@ def test_initialize_from_a_directory_without_checkpoints_is_named(make_config, t
         train(config, tmp_path / "run")
 
 
-def test_fsync_tree_skips_a_file_another_writer_removed_after_the_listing(tmp_path, monkeypatch):
-    """Each process flushes the shared directory while others still write into it: TensorStore's lock
-    files vanish between ``os.walk``'s listing and the flush, which must not fail the checkpoint."""
-    (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "0").write_bytes(b"chunk")
-    walk = os.walk
-
-    def walk_listing_a_lock_file_gone_by_the_flush(root):
-        for folder, dirs, files in walk(root):
-            yield folder, dirs, [*files, "0.__lock"]
-
-    monkeypatch.setattr(os, "walk", walk_listing_a_lock_file_gone_by_the_flush)
-    flushed = []
-    fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (flushed.append(fd), fsync(fd)))
-    fsync_tree(tmp_path)
-    assert len(flushed) == 3  # the chunk, then the folders a and tmp_path
-
-
 def test_rerunning_a_finished_run_reports_it_without_compiling_or_training(make_config, good_run, tmp_path):
     shutil.copytree(good_run, tmp_path / "run")
     before = files(tmp_path / "run" / "checkpoints" / "step-4")
     trainer = Trainer(checkpointed(make_config), tmp_path / "run", devices=jax.devices()[:1], progress=False)
     summary = trainer.run()
     assert summary.already_trained and summary.steps == 4 and summary.session_tokens == 0
-    assert summary.last_checkpoint == tmp_path / "run" / "checkpoints" / "step-4"
+    assert summary.last_checkpoint == Location.parse(tmp_path / "run" / "checkpoints" / "step-4")
     assert trainer.compile_report is None  # the train step was never compiled
     evals = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in evals if "eval/loss" in r]

@@ -13,6 +13,7 @@ from pathlib import Path
 import jax
 import pytest
 
+from meltemi.datastore.storage import Location
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.trackers import read_metrics
 from meltemi.trainer.trainer import Trainer
@@ -44,6 +45,11 @@ def step_files(run_dir: Path, step: int) -> dict[str, bytes]:
 
 def committed_steps(run_dir: Path) -> set[int]:
     return {int(p.parent.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("step-*/COMMITTED")}
+
+
+def uncommitted(run_dir: Path) -> bool:
+    """Whether a checkpoint is being written: a ``step-N`` without its ``COMMITTED`` marker."""
+    return any(not (p / "COMMITTED").exists() for p in (run_dir / "checkpoints").glob("step-*"))
 
 
 def wait_for(condition, process: subprocess.Popen, timeout: float = 120) -> bool:
@@ -84,11 +90,9 @@ def test_five_sigkills_during_steps_and_checkpoint_writes_end_bitwise_equal(make
         )
         if (
             attempt % 2 == 0
-        ):  # during a checkpoint write: the moment the next one's temporary directory appears
+        ):  # during a checkpoint write: the moment the next one's step-N appears, not yet committed
             moment = "write"
-            reached = reached and wait_for(
-                lambda: any((run_dir / "checkpoints").glob(".tmp-step-*")), process
-            )
+            reached = reached and wait_for(lambda: uncommitted(run_dir), process)
         else:  # during steps: a random moment after one more step was logged
             moment, lines = "step", metrics_lines()
             reached = reached and wait_for(lambda n=lines: metrics_lines() > n, process)
@@ -169,7 +173,7 @@ def test_a_resume_reading_the_data_one_step_off_ends_elsewhere_and_verify_names_
         trainer = Trainer(config, run_dir, devices=jax.devices()[:1], progress=False)
         batch = trainer.data.train.batch
         trainer.data.train.batch = lambda step, batch=batch, offset=offset: batch(step + offset)
-        assert trainer.run().resumed_from == checkpoint
+        assert trainer.run().resumed_from == Location.parse(checkpoint)
     assert step_files(tmp_path / "faithful", 6) == expected
     assert step_files(tmp_path / "one-step-off", 6) != expected
     assert verify_run(tmp_path / "faithful").ok

@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 import pytest
 
+from meltemi.datastore.storage import Location
 from meltemi.trainer import trainer as trainer_module
 from meltemi.trainer.config_io import describe_fields, dump_config
 from meltemi.trainer.errors import CheckpointError, ConfigError, DataError
@@ -130,9 +131,9 @@ def test_steps_rolled_back_from_a_damaged_checkpoint_leave_the_record_and_the_pl
     flip_a_byte(finished / "checkpoints" / "step-6")
     plotted, plot = [], trainer_module.plot_loss
 
-    def plot_and_keep(records, out):
+    def plot_and_keep(records, *where):
         plotted.append(records)
-        return plot(records, out)
+        return plot(records, *where)
 
     monkeypatch.setattr(trainer_module, "plot_loss", plot_and_keep)
     capsys.readouterr()
@@ -154,7 +155,9 @@ def test_steps_rolled_back_from_a_damaged_checkpoint_leave_the_record_and_the_pl
 
     record = read_metrics(metrics)
     assert summary.steps == 6 and summary.tokens == 6 * TOKENS_PER_STEP
-    assert summary.start_step == 4 and summary.resumed_from == finished / "checkpoints" / "step-4"
+    assert summary.start_step == 4 and summary.resumed_from == Location.parse(
+        finished / "checkpoints" / "step-4"
+    )
     assert summary.session_steps == 2 and summary.session_tokens == 2 * TOKENS_PER_STEP
     assert summary.first_eval == {k: v for k, v in record[0].items() if k.startswith("eval/")}
     assert (summary.first_eval_step, summary.last_eval_step) == (0, 6)

@@ -8,6 +8,7 @@ import time
 import jax
 import pytest
 
+from meltemi.datastore.storage import Location
 from meltemi.trainer.signals import StopSignals
 from meltemi.trainer.trainer import Trainer
 
@@ -54,7 +55,7 @@ def test_a_stop_saves_at_the_next_step_boundary_and_exits_with_the_signals_statu
     summary = trainer.run()
     assert summary.stopped_by == signal.Signals(signum).name
     assert summary.steps == 3, "the stop must save at the boundary it was asked at, not one step later"
-    assert summary.last_checkpoint == run_dir / "checkpoints" / "step-3"
+    assert summary.last_checkpoint == Location.parse(run_dir / "checkpoints" / "step-3")
     assert summary.exit_status == status
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import haliax_lite as hax
+from meltemi.datastore.storage import read_object
 from meltemi.trainer import adapters
 from meltemi.trainer.errors import NonFiniteError
 from meltemi.trainer.step import init_state, make_train_step
@@ -88,7 +89,7 @@ def test_two_runs_of_one_config_are_bitwise_equal_and_learn(make_config, tmp_pat
         states.append(trainer)
         assert summary.last_eval["eval/loss"] < summary.first_eval["eval/loss"] - 0.3
         assert {"eval/py/loss", "eval/py/bpb", "eval/loss", "eval/bpb"} <= set(summary.last_eval)
-        assert summary.plot_path.read_bytes()[:4] == b"\x89PNG"
+        assert read_object(summary.plot_path)[:4] == b"\x89PNG"
     records = [(tmp_path / n / "metrics.jsonl").read_text() for n in ("a", "b")]
     strip = [[line.split('"throughput')[0] for line in r.splitlines()] for r in records]
     assert strip[0] == strip[1]

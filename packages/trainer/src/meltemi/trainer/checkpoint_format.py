@@ -10,8 +10,12 @@
   seed, the run's tokenizer (its copy in the run directory and that file's SHA-256), the end-of-text token,
   where the run was initialised from, and the versions of jax and meltemi. ``meltemi.trainer.verify``
   recomputes the digests.
-- A checkpoint is written under a temporary name, fsynced, renamed to ``step-N`` and then marked complete
-  (``COMMITTED``); a reader only trusts a marked checkpoint whose arrays all read back with good checksums.
+- A checkpoint is written straight into ``step-N/`` (a local directory or a bucket prefix, through the
+  storage seam ``meltemi.datastore.storage``): every process writes its shards, the processes agree that all
+  are written, then process 0 writes ``manifest.json`` and, last, ``COMMITTED`` (one atomic PUT). No rename,
+  no fsync of ours, no polled marker files. A ``step-N`` without ``COMMITTED`` is invisible to a reader and
+  removed by the next run; a reader only trusts a marked checkpoint whose arrays all read back with good
+  checksums.
 - No pickle: opening a checkpoint never runs code.
 """
 
@@ -21,13 +25,13 @@ import dataclasses
 import json
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 import tensorstore as ts
 
+from meltemi.datastore.storage import Directory, Location, storage_context
 from meltemi.trainer.run_tokenizer import EndOfText, TokenizerRecord
 
 FORMAT_VERSION = 1
@@ -139,13 +143,14 @@ class Manifest:
         )
 
 
-def array_spec(directory: Path, record: ArrayRecord, create: bool) -> dict[str, Any]:
+def as_directory(where: str | os.PathLike | Location | Directory) -> Directory:
+    """A user's path or URL (or a `Location`, or a `Directory`) as the storage seam's `Directory`."""
+    return where if isinstance(where, Directory) else Directory(where)
+
+
+def array_spec(step: Directory, record: ArrayRecord, create: bool) -> dict[str, Any]:
     """The TensorStore spec of one checkpoint array (Zarr v3, CRC-32C after every chunk)."""
-    spec: dict[str, Any] = {
-        "driver": "zarr3",
-        # absolute: TensorStore refuses a relative path that climbs ("../run/checkpoints/step-2/...")
-        "kvstore": {"driver": "file", "path": os.path.abspath(directory / record.name)},
-    }
+    spec = step.array_spec(record.name)
     if create:
         spec["metadata"] = {
             "shape": list(record.shape),
@@ -160,71 +165,55 @@ def array_spec(directory: Path, record: ArrayRecord, create: bool) -> dict[str, 
         }
         spec["create"] = True
         spec["open"] = True  # every process of a run creates the same array, then writes its own shards
-        spec["store_data_equal_to_fill_value"] = True  # every chunk on disk: a missing one is damage
+        spec["store_data_equal_to_fill_value"] = True  # every chunk stored: a missing one is damage
     return spec
 
 
-def write_group_marker(directory: Path) -> None:
+def write_group_marker(step: Directory) -> None:
     """A Zarr v3 group at the checkpoint's root, so ``zarr.open_group(step_dir)`` lists its arrays."""
-    (directory / "zarr.json").write_text(
-        json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}})
-    )
+    step.write_text("zarr.json", json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}}))
 
 
 def write_shards(
-    directory: Path, record: ArrayRecord, shards: Iterable[tuple[tuple[slice, ...], np.ndarray]]
+    step: Directory, record: ArrayRecord, shards: Iterable[tuple[tuple[slice, ...], np.ndarray]]
 ):
     """Create the array and write each ``(index, host data)`` shard; returns TensorStore write futures."""
-    store = ts.open(array_spec(directory, record, create=True)).result()
+    store = ts.open(array_spec(step, record, create=True), context=storage_context()).result()
     futures = []
     for index, data in shards:
         futures.append(store[index].write(data.astype(record.stored_dtype, copy=False)))
     return futures
 
 
-def read_array(directory: Path, record: ArrayRecord, index: tuple[slice, ...] | None = None) -> np.ndarray:
-    """Read ``index`` of an array (all of it by default), checksums verified, in its original dtype."""
-    store = ts.open(array_spec(directory, record, create=False), open=True).result()
+def open_array(step: Directory, record: ArrayRecord) -> ts.Future:
+    """Start opening a stored array for reading (a TensorStore future of the open store)."""
+    return ts.open(array_spec(step, record, create=False), open=True, context=storage_context())
+
+
+def checked_store(step: Directory, record: ArrayRecord, store: ts.TensorStore) -> ts.TensorStore:
+    """``store``, once its shape is the one the manifest records (else a ``ValueError`` naming the array)."""
     if tuple(store.shape) != record.shape:
         raise ValueError(
-            f"{directory / record.name}: shape {tuple(store.shape)}, the manifest says {record.shape}"
+            f"{step.where(record.name)}: shape {tuple(store.shape)}, the manifest says {record.shape}"
         )
+    return store
+
+
+def read_array(
+    step: str | os.PathLike | Location | Directory,
+    record: ArrayRecord,
+    index: tuple[slice, ...] | None = None,
+) -> np.ndarray:
+    """Read ``index`` of an array (all of it by default), checksums verified, in its original dtype."""
+    step = as_directory(step)
+    store = checked_store(step, record, open_array(step, record).result())
     data = (store[index] if index is not None else store).read().result()
     return np.asarray(data).astype(jax.numpy.dtype(record.dtype), copy=False)
 
 
-def missing_chunks(directory: Path, record: ArrayRecord) -> int:
-    """How many of the array's chunk files are absent (Zarr would read them as zeros, silently)."""
-    chunk_root = directory / record.name / "c"
-    if not record.shape:
-        return 0 if chunk_root.exists() else 1
-    present = sum(len(files) for _, _, files in os.walk(chunk_root)) if chunk_root.exists() else 0
+def missing_chunks(keys: Iterable[str], record: ArrayRecord) -> int:
+    """How many of the array's chunk objects are absent from ``keys`` (a listing of its checkpoint; Zarr
+    would read a missing chunk as zeros, silently)."""
+    chunk_root = f"{record.name}/c"
+    present = sum(1 for key in keys if key == chunk_root or key.startswith(chunk_root + "/"))
     return max(record.chunk_count - present, 0)
-
-
-def fsync_tree(root: Path) -> None:
-    """Flush every file and directory under ``root`` (and ``root`` itself) to disk.
-
-    Other processes may be writing into the same tree (each writes its own shards), and TensorStore's
-    transient ``*.__lock`` files come and go while they do: a file that vanished between the listing and
-    the flush is skipped, as it no longer needs one.
-    """
-    for folder, _, files in os.walk(root):
-        for name in files:
-            try:
-                fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_directory(Path(folder))
-
-
-def fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

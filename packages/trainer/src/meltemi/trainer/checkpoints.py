@@ -1,27 +1,27 @@
 """Saving and restoring the train state: asynchronous, atomic, checked, kept by policy.
 
 ``save`` copies this process's shards of every array to host memory (the step loop waits only for that
-copy, since the next step reuses the device buffers) and a background thread writes them; at most one
-write is in flight. ``latest_good`` finds the newest checkpoint that is complete and reads back, skipping
-damaged ones with a one-line warning; ``restore`` reads onto any mesh, each process only what its devices
-hold.
+copy, since the next step reuses the device buffers) and a background thread writes them, straight into
+``step-N/`` of a local directory or a bucket (through ``meltemi.datastore.storage``); at most one write is
+in flight, and ``COMMITTED``, written last, makes it visible. ``resume`` finds the newest checkpoint that
+is complete and reads back, skipping damaged ones with a one-line warning; ``checkpoint_restore.restore``
+reads onto any mesh, each process only what its devices hold.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
+import os
 import threading
 import time
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
 import haliax_lite as hax
+from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.checkpoint_format import (
     COMMITTED,
     FORMAT_VERSION,
@@ -29,30 +29,37 @@ from meltemi.trainer.checkpoint_format import (
     ArrayRecord,
     DataPosition,
     Manifest,
-    fsync_directory,
-    fsync_tree,
+    as_directory,
     leaf_name,
     missing_chunks,
-    read_array,
     write_group_marker,
     write_shards,
 )
 from meltemi.trainer.config import TrainerConfig
 from meltemi.trainer.digests import combine, shard_sums, state_digest
-from meltemi.trainer.errors import CheckpointError, ConfigError
+from meltemi.trainer.distributed import gather_rows, wait_for_every_process
+from meltemi.trainer.errors import CheckpointError
 from meltemi.trainer.run_tokenizer import EndOfText, TokenizerRecord
 
 STEP_PREFIX = "step-"
 
 
-def step_dirs(root: Path) -> list[tuple[int, Path]]:
-    """``(step, path)`` of every ``step-N`` directory under ``root``, newest first."""
-    found = []
-    for path in root.glob(f"{STEP_PREFIX}*") if root.is_dir() else ():
-        suffix = path.name.removeprefix(STEP_PREFIX)
-        if suffix.isdigit() and path.is_dir():
-            found.append((int(suffix), path))
-    return sorted(found, reverse=True)
+def step_dirs(root: str | os.PathLike | Location | Directory) -> list[tuple[int, Directory]]:
+    """``(step, directory)`` of every ``step-N`` prefix under ``root`` (committed or not), newest first."""
+    root = as_directory(root)
+    steps = set()
+    for key in root.list(STEP_PREFIX):
+        suffix = key.split("/", 1)[0].removeprefix(STEP_PREFIX)
+        if suffix.isdigit() and "/" in key:
+            steps.add(int(suffix))
+    return [(step, root / f"{STEP_PREFIX}{step}") for step in sorted(steps, reverse=True)]
+
+
+def committed_steps(root: Directory) -> list[int]:
+    """The steps under ``root`` whose checkpoint carries its ``COMMITTED`` marker, newest first."""
+    return sorted(
+        (step for step, _ in step_dirs(root) if root.exists(f"{STEP_PREFIX}{step}/{COMMITTED}")), reverse=True
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,11 +138,18 @@ def _host_copy(state, next_batch: str | None) -> _HostCopy:
 
 
 class Checkpointer:
-    """The checkpoints of one run directory (``<run dir>/checkpoints/step-N``)."""
+    """The checkpoints of one run directory (``<run dir>/checkpoints/step-N``), local or in a bucket.
+
+    The commit, without rename or polled files: every process writes its shards straight into ``step-N/``
+    (in a background thread); once every process's write has finished (``finish_written``, called at a
+    step boundary all processes agree on) they gather their fingerprint sums in one collective, and process
+    0 writes ``manifest.json`` and then ``COMMITTED``, one atomic PUT. Until that marker exists the
+    checkpoint is invisible; with one process the background thread commits by itself.
+    """
 
     def __init__(
         self,
-        run_dir: Path,
+        run_dir: str | os.PathLike | Location,
         trainer: TrainerConfig,
         config_json: dict[str, Any],
         *,
@@ -144,19 +158,18 @@ class Checkpointer:
         end_of_text: EndOfText | None = None,
         process_index: int = 0,
         process_count: int = 1,
-        token: str = "local",
-        commit_timeout_s: float = 1800.0,
     ):
-        self.root = Path(run_dir) / "checkpoints"
-        self.process_index, self.process_count, self.token = process_index, process_count, token
+        self.root = Directory(Location.parse(run_dir) / "checkpoints")
+        self.process_index, self.process_count = process_index, process_count
         self.is_primary = process_index == 0
-        self.commit_timeout_s = commit_timeout_s
         self.schedule = SaveSchedule(trainer.checkpoint_every, trainer.checkpoint_every_minutes)
         self.retention = RetentionPolicy(trainer.keep_every)
         self.seed, self.config_json = trainer.seed, config_json
         self.initialized_from = initialized_from
         self.tokenizer, self.end_of_text = tokenizer, end_of_text
         self._writer: threading.Thread | None = None
+        self._written: _HostCopy | None = None  # the write in flight or awaiting its commit
+        self._sums: dict[str, list[int]] | None = None  # its fingerprint sums, once this process wrote it
         self._error: BaseException | None = None
         self.last_save = time.monotonic()
         self.seconds_blocked = 0.0
@@ -164,60 +177,98 @@ class Checkpointer:
     def due(self, step: int) -> bool:
         return self.schedule.due(step, (time.monotonic() - self.last_save) / 60)
 
-    def save(self, state, *, wait: bool = False, next_batch: str | None = None) -> Path:
-        """Checkpoint ``state``: copy to host now, write in the background (``wait``: before returning).
-        ``next_batch`` is the hash of the global batch of the state's step (the data position), if any."""
+    def writing(self) -> bool:
+        """Whether this process's write is still running (``agree`` on it before ``finish_written``)."""
+        return self._writer is not None and self._writer.is_alive()
+
+    def save(self, state, *, wait: bool = False, next_batch: str | None = None) -> Location:
+        """Checkpoint ``state``: copy to host now, write in the background (``wait``: committed before
+        returning). ``next_batch`` is the hash of the global batch of the state's step (the data position),
+        if any. Every process calls it at the same step."""
         started = time.perf_counter()
-        self.wait()
+        self.finish_written()
         copy = _host_copy(state, next_batch)
+        self._clear(copy.step)
         self.seconds_blocked += time.perf_counter() - started
         self.last_save = time.monotonic()
+        self._written = copy
         self._writer = threading.Thread(
             target=self._write, args=(copy,), name="meltemi-checkpoint", daemon=True
         )
         self._writer.start()
         if wait:
-            self.wait()
-        return self.root / f"{STEP_PREFIX}{copy.step}"
+            self.finish_written()
+        return (self.root / f"{STEP_PREFIX}{copy.step}").location
 
     def wait(self) -> None:
-        """Block until the write in flight (if any) is committed; re-raise its failure."""
+        """Block until the write in flight (if any) is committed; re-raise its failure. Every process calls
+        it at the same step (it runs a collective when there are several)."""
+        self.finish_written()
+
+    def finish_written(self) -> None:
+        """Wait for this process's write, then commit it: with several processes, gather every process's
+        fingerprint sums and success (one collective) and let process 0 write the manifest and the marker."""
         if self._writer is not None:
             started = time.perf_counter()
             self._writer.join()
             self.seconds_blocked += time.perf_counter() - started
             self._writer = None
+            if self.process_count > 1:
+                self._commit_gathered()
         if self._error is not None:
             error, self._error = self._error, None
-            raise CheckpointError(f"writing a checkpoint under {self.root} failed: {error}") from error
+            raise CheckpointError(
+                f"writing a checkpoint under {self.root.where()} failed: {error}"
+            ) from error
+
+    def _commit_gathered(self) -> None:
+        copy, sums, self._written = self._written, self._sums, None
+        self._sums = None
+        names = [r.name for r in copy.records]
+        mine = [1, *(v for name in names for v in sums[name])] if sums else [0] * (1 + 2 * len(names))
+        rows = gather_rows(np.array(mine, np.uint32))
+        failed = [i for i, r in enumerate(rows) if not int(r[0])]
+        if failed:
+            self._error = self._error or RuntimeError(f"processes {failed} did not write their shards")
+            return
+        if self.is_primary:
+            every = [{n: [int(r[1 + 2 * i]), int(r[2 + 2 * i])] for i, n in enumerate(names)} for r in rows]
+            try:
+                self._publish(copy, every)
+            except BaseException as error:
+                self._error = error
+
+    def _clear(self, step: int) -> None:
+        """Remove what a step-N prefix holds before writing it again (a killed attempt's shards, or a
+        damaged checkpoint of the same step): its marker first, so it is never a committed-looking mix."""
+        if self.is_primary:
+            prefix = f"{STEP_PREFIX}{step}/"
+            if self.root.list(prefix):
+                self.root.delete(prefix + COMMITTED)
+                self.root.delete_prefix(prefix)
+        wait_for_every_process(f"checkpoint step {step} cleared")
 
     def _write(self, copy: _HostCopy) -> None:
         try:
-            self._commit(copy)
-        except BaseException as error:  # reported by wait(), on the training thread
+            step = self.root / f"{STEP_PREFIX}{copy.step}"
+            futures = []
+            for record, shards in zip(copy.records, copy.shards, strict=True):
+                futures += write_shards(step, record, shards)
+            for future in futures:
+                future.result()
+            sums = copy.fingerprint_sums()
+            if self.process_count == 1:
+                self._publish(copy, [sums])
+            else:
+                self._sums = sums
+        except BaseException as error:  # reported by finish_written(), on the training thread
             self._error = error
 
-    def _commit(self, copy: _HostCopy) -> None:
-        """Every process writes its shards into one directory aside and marks them written; the first
-        process waits for every mark, then writes the manifest, renames the directory and marks it committed.
-        The directory is named by the attempt's shared token, so a killed attempt's leftovers never mix in."""
-        final = self.root / f"{STEP_PREFIX}{copy.step}"
-        aside = self.root / f".tmp-{STEP_PREFIX}{copy.step}-{self.token}"
-        aside.mkdir(parents=True, exist_ok=True)
-        futures = []
-        for record, shards in zip(copy.records, copy.shards, strict=True):
-            futures += write_shards(aside, record, shards)
-        for future in futures:
-            future.result()
-        fsync_tree(aside)
-        written = aside / f".written-{self.process_index}"
-        written.write_text(json.dumps(copy.fingerprint_sums()))
-        fsync_directory(aside)
-        if not self.is_primary:
-            return
-        self._wait_for_every_process(aside, copy.step)
-        write_group_marker(aside)
-        sums = [json.loads(mark.read_text()) for mark in sorted(aside.glob(".written-*"))]
+    def _publish(self, copy: _HostCopy, sums: list[dict[str, list[int]]]) -> None:
+        """Process 0, once every process's shards are written: the group marker, the manifest, and last the
+        ``COMMITTED`` marker; then the retention policy."""
+        step = self.root / f"{STEP_PREFIX}{copy.step}"
+        write_group_marker(step)
         records = [
             dataclasses.replace(r, fingerprint=combine(part[r.name] for part in sums)) for r in copy.records
         ]
@@ -234,103 +285,52 @@ class Checkpointer:
             tokenizer=self.tokenizer,
             end_of_text=self.end_of_text,
         )
-        (aside / MANIFEST).write_text(manifest.to_json())
-        for mark in aside.glob(".written-*"):
-            mark.unlink()
-        fsync_tree(aside)
-        if final.exists():  # a stale, uncommitted or older copy of the same step
-            shutil.rmtree(final)
-        aside.rename(final)
-        fsync_directory(self.root)
-        (final / COMMITTED).write_text(f"step {copy.step}\n")
-        fsync_tree(final)
+        step.write_text(MANIFEST, manifest.to_json())
+        step.write_text(COMMITTED, f"step {copy.step}\n")
         self._prune()
 
-    def _wait_for_every_process(self, aside: Path, step: int) -> None:
-        deadline = time.monotonic() + self.commit_timeout_s
-        while len(list(aside.glob(".written-*"))) < self.process_count:
-            if time.monotonic() > deadline:
-                done = len(list(aside.glob(".written-*")))
-                raise TimeoutError(
-                    f"step {step}: only {done} of {self.process_count} processes wrote their shards"
-                )
-            time.sleep(0.05)
-
     def _prune(self) -> None:
-        """Delete what the retention policy no longer keeps, and what killed attempts left half-written."""
-        committed = [s for s, path in step_dirs(self.root) if (path / COMMITTED).exists()]
-        keep = set(self.retention.keeps(committed))
-        for step, path in step_dirs(self.root):
+        """Delete what the retention policy no longer keeps, and what killed attempts left uncommitted
+        (no other write is in flight while this runs): each marker first, then the rest."""
+        keep = set(self.retention.keeps(committed_steps(self.root)))
+        for step, _ in step_dirs(self.root):
             if step not in keep:
-                shutil.rmtree(path, ignore_errors=True)
-        for path in self.root.glob(f".tmp-{STEP_PREFIX}*"):
-            if not path.name.endswith(f"-{self.token}"):  # this attempt's other writes may be in flight
-                shutil.rmtree(path, ignore_errors=True)
+                self.root.delete(f"{STEP_PREFIX}{step}/{COMMITTED}")
+                self.root.delete_prefix(f"{STEP_PREFIX}{step}/")
 
 
-def inspect_checkpoint(path: Path) -> Manifest:
+def inspect_checkpoint(step: str | os.PathLike | Location | Directory) -> Manifest:
     """The manifest of a committed checkpoint with every array present; else a ``CheckpointError`` says why.
 
     Reading the values (which checks every chunk's CRC-32C) is left to ``restore``.
     """
-    if not (path / COMMITTED).exists():
-        raise CheckpointError(f"{path}: not marked complete ({COMMITTED} is missing)")
+    step = as_directory(step)
+    keys = step.list()
+    if COMMITTED not in keys:
+        raise CheckpointError(f"{step.where()}: not marked complete ({COMMITTED} is missing)")
+    text = step.read_text(MANIFEST)
+    if text is None:
+        raise CheckpointError(f"{step.where()}: {MANIFEST} is missing")
     try:
-        manifest = Manifest.from_json((path / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: {MANIFEST} is missing") from None
+        manifest = Manifest.from_json(text)
     except (ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{path}: {MANIFEST} is damaged ({e})") from None
+        raise CheckpointError(f"{step.where()}: {MANIFEST} is damaged ({e})") from None
     for record in manifest.arrays:
-        absent = missing_chunks(path, record)
+        absent = missing_chunks(keys, record)
         if absent:
-            raise CheckpointError(f"{path}: array {record.name} is missing {absent} of its chunk files")
+            raise CheckpointError(
+                f"{step.where()}: array {record.name} is missing {absent} of its chunk files"
+            )
     return manifest
 
 
-def find_checkpoints(location: Path) -> list[Path]:
-    """The checkpoints a path names, newest first: a ``step-N`` directory, or a run directory's all."""
-    location = Path(location)
-    if location.name.startswith(STEP_PREFIX) and location.is_dir():
-        return [location]
-    root = location / "checkpoints" if (location / "checkpoints").is_dir() else location
-    return [path for _, path in step_dirs(root)]
-
-
-def restore(path: Path, manifest: Manifest, abstract_state, shardings, *, prefix: str = ""):
-    """Read a checkpoint onto ``shardings`` (any mesh): each device's shard read from its chunks, CRC-checked.
-
-    ``abstract_state`` gives the tree to rebuild (a subtree, such as the model, with ``prefix="model."``).
-    An array it needs that the checkpoint lacks, or has in another shape, is a ``ConfigError`` naming it; a
-    chunk that fails its checksum or is cut short is a ``CheckpointError``.
-    """
-    records = {r.name: r for r in manifest.arrays}
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract_state, is_leaf=hax.is_named_array)
-    sharding_leaves = jax.tree_util.tree_flatten(shardings, is_leaf=hax.is_named_array)[0]
-    restored = []
-    for (key_path, leaf), sharding in zip(leaves, sharding_leaves, strict=True):
-        name, want = prefix + leaf_name(key_path), _raw(leaf)
-        record = records.get(name)
-        if record is None:
-            raise ConfigError(f"{path}: has no array {name}, which the config's train state needs")
-        if record.shape != tuple(want.shape):
-            raise ConfigError(
-                f"{path}: array {name} has shape {record.shape}, the config's train state needs "
-                f"{tuple(want.shape)}"
-            )
-        target = _raw(sharding)
-
-        def read(index, record=record, dtype=want.dtype):
-            return read_array(path, record, index).astype(dtype, copy=False)
-
-        try:
-            array = jax.make_array_from_callback(record.shape, target, read)
-        except Exception as e:  # TensorStore reports a bad checksum or a truncated chunk
-            raise CheckpointError(
-                f"{path}: array {name} does not read back: {' '.join(str(e).split())}"
-            ) from None
-        restored.append(hax.NamedArray(array, leaf.axes) if isinstance(leaf, hax.NamedArray) else array)
-    return jax.tree_util.tree_unflatten(treedef, restored)
+def find_checkpoints(location: str | os.PathLike | Location | Directory) -> list[Directory]:
+    """The checkpoints a path or URL names, newest first: a ``step-N`` prefix, or a run directory's all."""
+    place = as_directory(location)
+    if place.location.name.startswith(STEP_PREFIX) and place.list(""):
+        return [place]
+    root = place / "checkpoints" if place.list("checkpoints/") else place
+    return [step for _, step in step_dirs(root)]
 
 
 # Fields whose change makes a checkpoint's arrays or their meaning unusable; the rest (run length,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 from collections.abc import Sequence
 
 import jax
@@ -74,12 +73,15 @@ def agree(flags: Sequence[bool]) -> list[bool]:
     return [bool(v) for v in np.asarray(gathered).reshape(jax.process_count(), -1).any(axis=0)]
 
 
-def shared_token() -> str:
-    """A random token, the same on every process (process 0's), to name what this attempt writes."""
-    value = np.frombuffer(secrets.token_bytes(8), np.uint32).copy()
-    if jax.process_count() > 1:
-        value = np.asarray(multihost_utils.broadcast_one_to_all(value))
-    return "".join(f"{int(v):08x}" for v in value)
+def gather_rows(row: np.ndarray) -> np.ndarray:
+    """Every process's ``row`` (a 1-D array of one length everywhere), stacked in process order.
+
+    >>> gather_rows(np.array([1, 2], np.uint32)).tolist()
+    [[1, 2]]
+    """
+    if jax.process_count() == 1:
+        return row[None]
+    return np.asarray(multihost_utils.process_allgather(row)).reshape(jax.process_count(), -1)
 
 
 def row_hashes(rows: np.ndarray) -> np.ndarray:

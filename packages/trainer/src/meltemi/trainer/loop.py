@@ -1,7 +1,8 @@
 """One pass of the step loop: decide, dispatch, report one step behind, evaluate, checkpoint.
 
 Before dispatching each step the processes agree on what the boundary they stand at needs: a stop (a
-signal reached one of them: save here and return) or a scheduled checkpoint. Deciding before the dispatch,
+signal reached one of them: save here and return), a scheduled checkpoint, or the commit of a checkpoint
+every process has finished writing. Deciding before the dispatch,
 not after it, is what makes a stop save at the boundary it was asked at: once a step is dispatched its
 input state is gone (the step donates it).
 """
@@ -12,16 +13,17 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import jax
 import numpy as np
 
+from meltemi.datastore.storage import Appender, Location
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.distributed import agree, global_batch_hash
 from meltemi.trainer.errors import NonFiniteError
 from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
 from meltemi.trainer.step import StepMetrics, TrainState
+from meltemi.trainer.trackers import BATCHES, BUCKET_FLUSH_SECONDS
 
 
 def batch_hash(local: dict) -> str:
@@ -36,16 +38,19 @@ class StepLoop:
     ``run`` is the ``Trainer`` (its config, program, data, evaluation and run directory); ``saved`` is the
     checkpoint the state was restored from (a stop before the first step saves nothing new)."""
 
-    def __init__(self, run, state: TrainState, trackers, progress, checkpointer, stop, saved: Path | None):
+    def __init__(
+        self, run, state: TrainState, trackers, progress, checkpointer, stop, saved: Location | None
+    ):
         self.t, self.state, self.trackers, self.progress = run, state, trackers, progress
         self.checkpointer, self.stop = checkpointer, stop
         self.rate = Throughput(run.config, run.plan.mesh.devices.size)
         self.first_eval: dict[str, float] = {}
         self.last_eval: dict[str, float] = {}
         self.evaluations: list[tuple[int, dict[str, float]]] = []  # this session's, with their steps
-        self.last_checkpoint: Path | None = saved
+        self.last_checkpoint: Location | None = saved
         self.stopped_by: str | None = None
         self.pending: tuple[int, StepMetrics] | None = None
+        self.batches: Appender | None = None  # batches.jsonl, once the first hash is logged
 
     def _evaluate(self, step: int) -> dict[str, float]:
         self.rate.pause()
@@ -98,14 +103,25 @@ class StepLoop:
         """Append the global batch's hash to ``batches.jsonl``: the same for any number of processes."""
         digest = batch_hash(local)
         if self.t.is_primary:
-            with open(self.t.run_dir / "batches.jsonl", "a", encoding="utf-8") as f:
-                f.write(json.dumps({"step": step, "hash": digest}) + "\n")
+            if self.batches is None:
+                local_run = self.t.run_dir.is_local
+                self.batches = Appender(
+                    self.t.run_files, BATCHES, flush_seconds=0.0 if local_run else BUCKET_FLUSH_SECONDS
+                )
+            self.batches.append(json.dumps({"step": step, "hash": digest}))
+
+    def _flush_records(self) -> None:
+        """Write the metrics and batch hashes still waiting (a bucket's run directory batches them)."""
+        self.trackers.flush()
+        if self.batches is not None:
+            self.batches.flush()
 
     def _checkpoint(self, local: dict | None, wait: bool = False) -> None:
         """Save the state with its data position (the hash of ``local``, the batch of the state's step; the
         data's end when None); the step's metrics are logged first (the save waits for the step anyway), so
         a checkpoint never exists without the record reaching its step."""
         self._flush()
+        self._flush_records()
         next_batch = None if local is None else batch_hash(local)
         self.last_checkpoint = self.checkpointer.save(self.state, wait=wait, next_batch=next_batch)
 
@@ -121,7 +137,10 @@ class StepLoop:
         """What every process does at the boundary ``step``: stop (for which signal), or checkpoint."""
         received = self.stop.received
         due = step > first and self.checkpointer.due(step)
-        sigint, sigterm, due = agree([received == "SIGINT", received == "SIGTERM", due])
+        writing = self.checkpointer.writing()
+        sigint, sigterm, due, writing = agree([received == "SIGINT", received == "SIGTERM", due, writing])
+        if not writing:  # every process has written its shards: commit them (nothing when none is pending)
+            self.checkpointer.finish_written()
         return ("SIGTERM" if sigterm else "SIGINT" if sigint else None), due
 
     def _stop_at(self, step: int, first: int, signal_name: str, local: dict) -> None:

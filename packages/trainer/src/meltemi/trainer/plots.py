@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import io
 from typing import Any
 
+from meltemi.datastore.storage import Directory
 
-def plot_loss(records: list[dict[str, Any]], out: Path) -> Path:
-    """Draw ``train/loss`` and every ``eval/*/loss`` of ``records`` (``metrics.jsonl`` lines) to ``out``.
+LOSS_PLOT = "loss.png"
 
-    >>> import tempfile, pathlib
-    >>> out = plot_loss([{"step": 1, "train/loss": 3.0}, {"step": 2, "train/loss": 2.0, "eval/loss": 2.2}],
-    ...                 pathlib.Path(tempfile.mkdtemp()) / "loss.png")
-    >>> out.read_bytes()[:4] == b"\\x89PNG"
+
+def plot_loss(records: list[dict[str, Any]], run: Directory, name: str = LOSS_PLOT) -> str:
+    """Draw ``train/loss`` and every ``eval/*/loss`` of ``records`` (``metrics.jsonl`` lines) to the PNG
+    ``name`` in ``run`` (a local directory or a bucket); returns where it went.
+
+    >>> run = Directory("memory://doc/plot")
+    >>> plot_loss([{"step": 1, "train/loss": 3.0}, {"step": 2, "train/loss": 2.0, "eval/loss": 2.2}], run)
+    'memory://doc/plot/loss.png'
+    >>> run.read_bytes("loss.png")[:4] == b"\\x89PNG"
     True
     """
     import matplotlib
@@ -25,18 +30,27 @@ def plot_loss(records: list[dict[str, Any]], out: Path) -> Path:
     if train:
         axes.plot(*zip(*train, strict=True), label="train", linewidth=1.2)
     names = sorted({k for r in records for k in r if k.startswith("eval/") and k.endswith("loss")})
-    for name in names:
-        points = [(r["step"], r[name]) for r in records if isinstance(r.get(name), float | int)]
+    for series in names:
+        points = [(r["step"], r[series]) for r in records if isinstance(r.get(series), float | int)]
         if not points:
             continue
-        axes.plot(*zip(*points, strict=True), marker="o", linestyle="--", label=name.removesuffix("/loss"))
+        axes.plot(*zip(*points, strict=True), marker="o", linestyle="--", label=series.removesuffix("/loss"))
     axes.set_xlabel("step")
     axes.set_ylabel("loss (nats per token)")
     axes.grid(alpha=0.3)
     if axes.get_legend_handles_labels()[0]:
         axes.legend()
+    return save_figure(figure, run, name)
+
+
+def save_figure(figure, run: Directory, name: str) -> str:
+    """Write a matplotlib ``figure`` as the PNG ``name`` in ``run`` (through the storage seam, so a bucket
+    too), close it, and return where it went."""
+    from matplotlib import pyplot as plt
+
     figure.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out)
+    png = io.BytesIO()
+    figure.savefig(png, format="png")
     plt.close(figure)
-    return out
+    run.write_bytes(name, png.getvalue())
+    return run.where(name)

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from pathlib import Path
 from typing import Protocol
 
 import equinox as eqx
 import jax
 import numpy as np
 
-from meltemi.trainer.checkpoints import find_checkpoints, incompatible_field, inspect_checkpoint, restore
+from meltemi.datastore.storage import Location
+from meltemi.trainer.checkpoint_restore import restore
+from meltemi.trainer.checkpoints import find_checkpoints, incompatible_field, inspect_checkpoint
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.program import TrainProgram
@@ -29,7 +30,7 @@ class RunToStart(Protocol):
     program (the train state's shapes, shardings and initial value)."""
 
     config: RunConfig
-    run_dir: Path
+    run_dir: Location
     program: TrainProgram
 
 
@@ -38,11 +39,13 @@ class Start:
     """The state a run starts from, and where it came from (for the log and the manifest)."""
 
     state: TrainState
-    resumed_from: Path | None
+    resumed_from: Location | None
     initialized_from: str | None
 
 
-def _latest_good(location: Path, restore_one: Callable, field: str, config_json: dict, warn) -> tuple | None:
+def _latest_good(
+    location: str | Location, restore_one: Callable, field: str, config_json: dict, warn
+) -> tuple | None:
     for path in find_checkpoints(location):
         try:
             manifest = inspect_checkpoint(path)
@@ -51,9 +54,9 @@ def _latest_good(location: Path, restore_one: Callable, field: str, config_json:
             continue
         problem = incompatible_field(manifest.config, config_json)
         if problem is not None:
-            raise ConfigError(f"{problem}: {field} {path} cannot continue with this config")
+            raise ConfigError(f"{problem}: {field} {path.where()} cannot continue with this config")
         try:
-            return restore_one(path, manifest), path, manifest
+            return restore_one(path, manifest), path.location, manifest
         except CheckpointError as e:
             warn(f"skipping checkpoint {e}")
     return None
@@ -81,7 +84,7 @@ def starting_state(run: RunToStart, warn: Callable[[str], None]) -> Start:
         return restore(path, manifest, abstract.model, shardings.model, prefix="model.")
 
     pick = parameters if source.parameters_only else whole
-    found = _latest_good(Path(source.path), pick, "trainer.initialize_from", config_json, warn)
+    found = _latest_good(source.path, pick, "trainer.initialize_from", config_json, warn)
     if found is None:
         raise CheckpointError(f"trainer.initialize_from: {source.path} holds no usable checkpoint")
     restored, path, _ = found

@@ -2,9 +2,9 @@
 records, and the one rule for the token that ends a text (where export says generation stops, and where
 sampling stops).
 
-A run directory is then self-contained: export and sampling read the run's copy, from any working
-directory, after the original (often under ``.cache``) is gone; a copy that changed since the checkpoint
-was written is one clear error.
+A run directory (local or in a bucket) is then self-contained: export and sampling read the run's copy,
+from any working directory, after the original (often under ``.cache``) is gone; a copy that changed
+since the checkpoint was written is one clear error.
 
 The end-of-text rule: the token the run's token stores put after every document (their manifests'
 ``tokenizer.eos_id``; the first source's when they differ), else the first of the datastore's candidates
@@ -27,12 +27,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from meltemi.datastore.storage import Directory, Location, read_object
 from meltemi.trainer.errors import CheckpointError, ConfigError, TrainerError
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -55,12 +56,9 @@ class TokenizerRecord:
     sha256: str
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def file_sha256(path: str | os.PathLike | Location) -> str:
+    """The SHA-256 of the tokenizer file a path or URL names."""
+    return hashlib.sha256(tokenizer_bytes(path)).hexdigest()
 
 
 def _read(tokenizer: Tokenizer | str | os.PathLike) -> Tokenizer:
@@ -91,43 +89,64 @@ def end_of_text(
     return EndOfText(None, None)
 
 
-def copy_into_run(tokenizer: str | os.PathLike, run_dir: Path, *, resumed: bool) -> TokenizerRecord:
-    """Copy ``tokenizer`` into ``run_dir`` (written aside, then renamed) and return its record.
+def tokenizer_bytes(tokenizer: str | os.PathLike | Location) -> bytes:
+    """The bytes of the tokenizer file a path or URL names; a ``ConfigError`` when there is none."""
+    data = read_object(tokenizer)
+    if data is None:
+        raise ConfigError(f"data.tokenizer: {tokenizer} is not a file")
+    return data
+
+
+def copy_into_run(
+    tokenizer: str | os.PathLike | Location,
+    run_dir: str | os.PathLike | Location | Directory,
+    *,
+    resumed: bool,
+) -> TokenizerRecord:
+    """Copy ``tokenizer`` into ``run_dir`` (a local directory or a bucket; one atomic write) and return its
+    record.
 
     A resumed run whose copy differs from ``tokenizer`` is a ``ConfigError`` (its checkpoints were trained
     with the copy), checked before anything is written."""
-    source, target = Path(tokenizer), Path(run_dir) / TOKENIZER_FILE
-    if not source.is_file():
-        raise ConfigError(f"data.tokenizer: {source} is not a file")
-    digest = file_sha256(source)
-    if target.exists() and resumed:
-        kept = file_sha256(target)
-        if kept != digest:
+    run = run_dir if isinstance(run_dir, Directory) else Directory(run_dir)
+    data = tokenizer_bytes(tokenizer)
+    digest = hashlib.sha256(data).hexdigest()
+    kept = run.read_bytes(TOKENIZER_FILE) if resumed else None
+    if kept is not None:
+        kept_digest = hashlib.sha256(kept).hexdigest()
+        if kept_digest != digest:
             raise ConfigError(
-                f"data.tokenizer: {source} (sha256 {digest[:12]}) is not the tokenizer this run was "
-                f"trained with ({target}, sha256 {kept[:12]}); resume with that one, or start a new run"
+                f"data.tokenizer: {tokenizer} (sha256 {digest[:12]}) is not the tokenizer this run was "
+                f"trained with ({run.where(TOKENIZER_FILE)}, sha256 {kept_digest[:12]}); resume with that "
+                "one, or start a new run"
             )
         return TokenizerRecord(TOKENIZER_FILE, digest)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    aside = target.with_name(f".{TOKENIZER_FILE}.partial")
-    shutil.copyfile(source, aside)
-    aside.replace(target)
+    run.write_bytes(TOKENIZER_FILE, data)
     return TokenizerRecord(TOKENIZER_FILE, digest)
 
 
-def run_tokenizer(run_dir: Path, record: TokenizerRecord) -> Path:
+def run_tokenizer(run_dir: str | os.PathLike | Location | Directory, record: TokenizerRecord) -> Path:
     """The run's copy of its tokenizer, checked against the checkpoint's ``record``; a ``CheckpointError``
-    when it is missing or changed."""
-    path = Path(run_dir) / record.file
-    if not path.is_file():
+    when it is missing or changed. A run in a bucket has its copy fetched into a local cache file (named by
+    its SHA-256), as the tokenizers library reads files."""
+    run = run_dir if isinstance(run_dir, Directory) else Directory(run_dir)
+    where = run.where(record.file)
+    data = run.read_bytes(record.file)
+    if data is None:
         raise CheckpointError(
-            f"{path}: the run's tokenizer is missing (its checkpoints record sha256 {record.sha256[:12]}); "
+            f"{where}: the run's tokenizer is missing (its checkpoints record sha256 {record.sha256[:12]}); "
             "copy the tokenizer the run was trained with there"
         )
-    found = file_sha256(path)
+    found = hashlib.sha256(data).hexdigest()
     if found != record.sha256:
         raise CheckpointError(
-            f"{path}: sha256 {found[:12]}, but the checkpoint was trained with sha256 {record.sha256[:12]}; "
+            f"{where}: sha256 {found[:12]}, but the checkpoint was trained with sha256 {record.sha256[:12]}; "
             "put the run's own tokenizer back"
         )
-    return path
+    local = run.location.local_path
+    if local is not None:
+        return local / record.file
+    cache = Directory(Path(tempfile.gettempdir()) / "meltemi-tokenizers")
+    if cache.read_bytes(f"{found}.json") != data:
+        cache.write_bytes(f"{found}.json", data)
+    return Path(cache.where(f"{found}.json"))

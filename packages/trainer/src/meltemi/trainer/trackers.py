@@ -8,12 +8,11 @@ is told to hide its events from the same step on.
 
 Keys of tracking services come from the environment (``WANDB_API_KEY``) and are never written anywhere.
 
->>> import tempfile, json, pathlib
->>> run_dir = pathlib.Path(tempfile.mkdtemp())
->>> tracker = JsonlTracker(run_dir / "metrics.jsonl")
+>>> run = Directory("memory://doc/trackers")
+>>> tracker = JsonlTracker(run)
 >>> tracker.log({"train/loss": 2.5}, step=3); tracker.close()
->>> json.loads((run_dir / "metrics.jsonl").read_text())
-{'step': 3, 'train/loss': 2.5}
+>>> read_appended(run, "metrics.jsonl")
+b'{"step": 3, "train/loss": 2.5}\\n'
 """
 
 from __future__ import annotations
@@ -26,7 +25,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from meltemi.datastore.storage import Appender, Directory, Location, read_appended
+from meltemi.datastore.storage.appender import segment_key, segments
 from meltemi.trainer.config import TrackersConfig
+from meltemi.trainer.errors import ConfigError
+
+METRICS = "metrics.jsonl"
+BATCHES = "batches.jsonl"
+BUCKET_FLUSH_SECONDS = 10.0
+"""How long metrics wait before they reach a bucket's run directory (each flush rewrites an object)."""
 
 
 class Tracker(Protocol):
@@ -34,23 +41,31 @@ class Tracker(Protocol):
 
     def log(self, metrics: Mapping[str, float], step: int) -> None: ...
 
+    def flush(self) -> None: ...
+
     def close(self) -> None: ...
 
 
 class JsonlTracker:
-    """One JSON object per log call, appended and flushed, so a killed run keeps every line it logged."""
+    """One JSON object per log call, appended to ``metrics.jsonl`` through the storage seam's ``Appender``.
 
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")
+    ``flush_seconds``: lines wait at most this long before they are written (0: at every log call, as
+    for a local run directory; a bucket's run directory batches them, since each flush rewrites an
+    object); ``flush()`` writes them at once (before a checkpoint, so its step's record is never lost).
+    """
+
+    def __init__(self, run: Directory, name: str = METRICS, flush_seconds: float = 0.0):
+        self._log = Appender(run, name, flush_seconds=flush_seconds)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         record = {"step": step, **{k: (v if math.isfinite(v) else str(v)) for k, v in metrics.items()}}
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        self._log.append(json.dumps(record))
+
+    def flush(self) -> None:
+        self._log.flush()
 
     def close(self) -> None:
-        self._file.close()
+        self._log.flush()
 
 
 class TensorBoardTracker:
@@ -66,6 +81,9 @@ class TensorBoardTracker:
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         for name, value in metrics.items():
             self._writer.add_scalar(name, value, global_step=step)
+        self._writer.flush()
+
+    def flush(self) -> None:
         self._writer.flush()
 
     def close(self) -> None:
@@ -85,6 +103,9 @@ class WandbTracker:
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self._run.log(dict(metrics), step=step)
 
+    def flush(self) -> None:
+        """W&B sends its records in the background."""
+
     def close(self) -> None:
         self._run.finish()
 
@@ -97,33 +118,51 @@ class Trackers:
 
     @staticmethod
     def for_run(
-        config: TrackersConfig, run_dir: Path, run_config: dict[str, Any], first_step: int = 0
+        config: TrackersConfig, run: Directory, run_config: dict[str, Any], first_step: int = 0
     ) -> Trackers:
         """The trackers ``config`` names, for a session whose first log is at ``first_step`` (the record
-        already rewound to it with ``rewind_record``)."""
-        trackers: list[Tracker] = [JsonlTracker(run_dir / "metrics.jsonl")]
+        already rewound to it with ``rewind_record``). TensorBoard and W&B write local files, so they need a
+        local run directory (a ``ConfigError`` naming the field otherwise)."""
+        local = run.location.local_path
+        flush_seconds = 0.0 if local is not None else BUCKET_FLUSH_SECONDS
+        trackers: list[Tracker] = [JsonlTracker(run, METRICS, flush_seconds)]
+        for field, wanted in (("tensorboard", config.tensorboard), ("wandb", config.wandb is not None)):
+            if wanted and local is None:
+                raise ConfigError(
+                    f"trainer.trackers.{field}: writes local files, but the run directory {run.where()} is "
+                    "in a bucket; run without it (metrics.jsonl and loss.png are written there)"
+                )
         if config.tensorboard:
-            trackers.append(TensorBoardTracker(run_dir / "tensorboard", first_step))
+            trackers.append(TensorBoardTracker(local / "tensorboard", first_step))
         if config.wandb is not None:
             w = config.wandb
-            trackers.append(WandbTracker(run_dir, w.project, w.entity, w.mode, run_config))
+            trackers.append(WandbTracker(local, w.project, w.entity, w.mode, run_config))
         return Trackers(trackers)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         for tracker in self.trackers:
             tracker.log(metrics, step)
 
+    def flush(self) -> None:
+        for tracker in self.trackers:
+            tracker.flush()
+
     def close(self) -> None:
         for tracker in self.trackers:
             tracker.close()
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` (a torn last line, from a killed run, is skipped)."""
+def read_metrics(record: str | os.PathLike | Location) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` (a path or URL; a torn last line, from a killed run, is skipped).
+
+    >>> read_metrics("memory://doc/trackers/metrics.jsonl")
+    [{'step': 3, 'train/loss': 2.5}]
+    """
+    named = Location.parse(record)
+    parent, _, name = named.path.rpartition("/")
+    run = Directory(Location(named.scheme, named.bucket, parent, str(named).rstrip("/").rpartition("/")[0]))
     records = []
-    if not path.exists():
-        return records
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_appended(run, name).decode("utf-8").splitlines():
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
@@ -137,9 +176,9 @@ class Rewound:
 
     lines: int
     steps: list[int]
-    superseded: Path
+    superseded: str
 
-    def describe(self, record: Path, first_step: int) -> str:
+    def describe(self, record: str, first_step: int) -> str:
         """One line for the log, naming the record and the file that keeps what was set aside."""
         why = (
             "an earlier attempt's, which left no usable checkpoint; this session starts over"
@@ -147,29 +186,31 @@ class Rewound:
             else "logged by an attempt past the checkpoint this session starts from; it redoes those steps"
         )
         rows = f"{self.lines} rows from step {first_step} on"
-        return f"{record.name}: {rows} ({why}) moved to {self.superseded.name}"
+        return f"{record}: {rows} ({why}) moved to {self.superseded}"
 
 
-def rewind_record(path: Path, first_step: int) -> Rewound | None:
-    """Rewind a step record (``metrics.jsonl``, ``batches.jsonl``) for a session that logs from ``first_step``
-    on: its lines at that step or later, and any line cut short by a killed process, are appended to
-    ``<name>.superseded.jsonl`` beside it, then the record is replaced by its other lines (written aside,
-    flushed, renamed over it: a crash leaves the old record or the new one, never a mix; at worst the
-    set-aside lines are set aside twice). Returns what was set aside, or None (the file untouched) when
-    nothing was.
+def superseded_name(name: str) -> str:
+    """``metrics.jsonl`` -> ``metrics.superseded.jsonl``."""
+    return name.removesuffix(".jsonl") + ".superseded.jsonl"
 
-    >>> import tempfile, pathlib
-    >>> record = pathlib.Path(tempfile.mkdtemp()) / "metrics.jsonl"
-    >>> _ = record.write_text('{"step": 0}\\n{"step": 2}\\n{"step": 4}\\n{"step": 6, "tr')
-    >>> rewind_record(record, 3).steps, record.read_text()
+
+def rewind_record(run: Directory, name: str, first_step: int) -> Rewound | None:
+    """Rewind a step record (``metrics.jsonl``, ``batches.jsonl``, in the run's local directory or bucket)
+    for a session that logs from ``first_step`` on: its lines at that step or later, and any line cut short
+    by a killed process, are appended to ``<name>.superseded.jsonl`` beside it, then the record is replaced
+    by its other lines (one atomic write of its first segment, then its later segments deleted: a crash
+    leaves at worst lines set aside twice, never a kept line lost). Returns what was set aside, or None
+    (the record untouched) when nothing was.
+
+    >>> run = Directory("memory://doc/rewind")
+    >>> run.write_text("metrics.jsonl", '{"step": 0}\\n{"step": 2}\\n{"step": 4}\\n{"step": 6, "tr')
+    >>> rewind_record(run, "metrics.jsonl", 3).steps, run.read_text("metrics.jsonl")
     ([4], '{"step": 0}\\n{"step": 2}\\n')
-    >>> (record.parent / "metrics.superseded.jsonl").read_text()
+    >>> run.read_text("metrics.superseded.jsonl")
     '{"step": 4}\\n{"step": 6, "tr\\n'
     """
-    if not path.exists():
-        return None
     kept, dropped, steps = [], [], []
-    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+    for line in read_appended(run, name).decode("utf-8").splitlines(keepends=True):
         step = _step_of(line) if line.endswith("\n") else None
         if step is not None and step < first_step:
             kept.append(line)
@@ -179,22 +220,13 @@ def rewind_record(path: Path, first_step: int) -> Rewound | None:
                 steps.append(step)
     if not dropped:
         return None
-    superseded = path.with_name(path.name.removesuffix(".jsonl") + ".superseded.jsonl")
-    with open(superseded, "a", encoding="utf-8") as f:
-        f.write("".join(dropped))
-        f.flush()
-        os.fsync(f.fileno())
-    aside = path.with_name(f".{path.name}.rewinding")
-    with open(aside, "w", encoding="utf-8") as f:
-        f.write("".join(kept))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(aside, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    superseded = superseded_name(name)
+    with Appender(run, superseded) as aside:
+        aside.append("".join(dropped).encode("utf-8"))
+    later = [segment_key(name, i) for i in segments(run, name) if i > 0]
+    run.write_text(name, "".join(kept))
+    for key in later:
+        run.delete(key)
     return Rewound(len(dropped), steps, superseded)
 
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from pathlib import Path
 
 import jax
 
+from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.checkpoint_format import MANIFEST, Manifest
-from meltemi.trainer.checkpoints import find_checkpoints, inspect_checkpoint, restore
+from meltemi.trainer.checkpoint_restore import restore
+from meltemi.trainer.checkpoints import find_checkpoints, inspect_checkpoint
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import CheckpointError
 from meltemi.trainer.llama import Llama
@@ -31,16 +34,31 @@ class TrainedModel:
 
     config: RunConfig
     model: Llama
-    checkpoint: Path
+    checkpoint: Location
     tokenizer: Path | None
     end_of_text: EndOfText
 
 
-def checkpoint_tokenizer(path: Path, manifest: Manifest) -> tuple[Path | None, EndOfText]:
-    """The tokenizer and end-of-text token of the checkpoint at ``path`` (a ``CheckpointError`` when the
+def run_of(step: Directory) -> Directory:
+    """The run directory a ``step-N`` checkpoint belongs to (``<run>/checkpoints/step-N``).
+
+    >>> run_of(Directory("s3://b/runs/tiny/checkpoints/step-4")).where()
+    's3://b/runs/tiny'
+    """
+    location = step.location
+    for _ in range(2):
+        parent, _, _ = location.path.rpartition("/")
+        location = Location(
+            location.scheme, location.bucket, parent, str(location).rstrip("/").rpartition("/")[0]
+        )
+    return Directory(location)
+
+
+def checkpoint_tokenizer(step: Directory, manifest: Manifest) -> tuple[Path | None, EndOfText]:
+    """The tokenizer and end-of-text token of the checkpoint ``step`` (a ``CheckpointError`` when the
     run's copy is missing or changed)."""
     if manifest.tokenizer is not None:
-        tokenizer: Path | None = run_tokenizer(path.parent.parent, manifest.tokenizer)
+        tokenizer: Path | None = run_tokenizer(run_of(step), manifest.tokenizer)
     else:  # written before runs kept their tokenizer
         named = manifest.config.get("data", {}).get("tokenizer")
         tokenizer = None if named is None else Path(named)
@@ -49,9 +67,9 @@ def checkpoint_tokenizer(path: Path, manifest: Manifest) -> tuple[Path | None, E
     return tokenizer, end_of_text(tokenizer if tokenizer is not None and tokenizer.is_file() else None)
 
 
-def load_model(location: str | Path, warn=logger.warning) -> TrainedModel:
-    """The model of a run directory's latest good checkpoint, or of a ``step-N`` directory, on this
-    process's first device.
+def load_model(location: str | os.PathLike | Location, warn=logger.warning) -> TrainedModel:
+    """The model of a run directory's latest good checkpoint, or of a ``step-N`` directory (a local path or
+    a bucket URL), on this process's first device.
 
     A location without any checkpoint is a ``CheckpointError`` naming it; damaged ones are skipped with a
     warning, as a resumption skips them.
@@ -60,9 +78,6 @@ def load_model(location: str | Path, warn=logger.warning) -> TrainedModel:
 
     from meltemi.trainer.config_io import validate
 
-    location = Path(location)
-    if not location.exists():
-        raise CheckpointError(f"{location}: no such run or checkpoint directory")
     found = find_checkpoints(location)
     if not found:
         raise CheckpointError(f"{location} holds no checkpoint (looked for step-N directories)")
@@ -70,7 +85,7 @@ def load_model(location: str | Path, warn=logger.warning) -> TrainedModel:
     for path in found:
         try:
             manifest = inspect_checkpoint(path)
-            config = validate(manifest.config, where=str(path / MANIFEST))
+            config = validate(manifest.config, where=path.where(MANIFEST))
             abstract = eqx.filter_eval_shape(Llama.init, config.model, key=jax.random.key(0))
             shardings = jax.tree_util.tree_map(lambda _: device, abstract)
             model = restore(path, manifest, abstract, shardings, prefix="model.")
@@ -78,5 +93,5 @@ def load_model(location: str | Path, warn=logger.warning) -> TrainedModel:
             warn(f"skipping checkpoint {e}")
             continue
         tokenizer, end = checkpoint_tokenizer(path, manifest)
-        return TrainedModel(config, model, path, tokenizer, end)
+        return TrainedModel(config, model, path.location, tokenizer, end)
     raise CheckpointError(f"{location}: no checkpoint there reads back whole")

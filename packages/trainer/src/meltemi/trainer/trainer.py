@@ -10,28 +10,30 @@ Typical use, from a YAML preset and command-line overrides::
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import haliax_lite as hax
+from meltemi.datastore.errors import StorageError
+from meltemi.datastore.storage import Directory, Location, check_readable, check_writable
 from meltemi.trainer import adapters, compile_cache
 from meltemi.trainer.checkpoints import Checkpointer
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data import RunData, open_data
 from meltemi.trainer.data_sources import resolve_data
-from meltemi.trainer.distributed import shared_token, wait_for_every_process
+from meltemi.trainer.distributed import wait_for_every_process
 from meltemi.trainer.errors import TrainerError
 from meltemi.trainer.evaluate import BatchSums, make_eval_step, summarize
 from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
 from meltemi.trainer.loop import StepLoop
 from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.plots import plot_loss
+from meltemi.trainer.plots import LOSS_PLOT, plot_loss
 from meltemi.trainer.program import CompileReport, TrainProgram
 from meltemi.trainer.progress import TrainingProgress
 from meltemi.trainer.resume import Start, starting_state
@@ -39,7 +41,7 @@ from meltemi.trainer.run_tokenizer import TOKENIZER_FILE, TokenizerRecord, copy_
 from meltemi.trainer.signals import StopSignals, exit_status
 from meltemi.trainer.startup import StartupClock
 from meltemi.trainer.step import TrainState
-from meltemi.trainer.trackers import Trackers, read_metrics, rewind_record
+from meltemi.trainer.trackers import BATCHES, METRICS, Trackers, read_metrics, rewind_record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,20 +58,20 @@ class RunSummary:
     every process of the run, whichever one it reached); ``exit_status`` the process's status for it.
     ``already_trained``: the run directory held the finished run, so nothing was compiled or trained."""
 
-    run_dir: Path
+    run_dir: Location
     steps: int
     tokens: int
     skipped_steps: int
     first_eval: dict[str, float]
     last_eval: dict[str, float]
     tokens_per_second: float
-    metrics_path: Path
-    plot_path: Path
-    last_checkpoint: Path | None
+    metrics_path: str
+    plot_path: str
+    last_checkpoint: Location | None
     stopped_by: str | None
     checkpoint_seconds_blocked: float
     start_step: int
-    resumed_from: Path | None
+    resumed_from: Location | None
     session_steps: int
     session_tokens: int
     first_eval_step: int | None
@@ -119,14 +121,16 @@ class Trainer:
     def __init__(
         self,
         config: RunConfig,
-        run_dir: str | Path,
+        run_dir: str | os.PathLike | Location,
         *,
         devices: list[jax.Device] | None = None,
         progress: bool = True,
         clock: StartupClock | None = None,
     ):
         config = resolve_data(config)  # data.stores, data.corpus, stdlib: concrete paths (built on first use)
-        self.config, self.run_dir, self.show_progress = config, Path(run_dir), progress
+        self.config, self.show_progress = config, progress
+        self.run_dir = Location.parse(run_dir)  # a local directory or a bucket URL, never a URL made a Path
+        self.run_files = Directory(self.run_dir)  # its small objects: config, metrics, plot
         self.clock = clock or StartupClock(started=time.perf_counter())
         self.compile_cache = compile_cache.enable_for(config.trainer)
         self.plan = MeshPlan.of(config, devices)
@@ -224,18 +228,35 @@ class Trainer:
             return Trackers([]), record
         first_logged = start_step + 1 if start_step else 0
         try:
-            record = None if tokenizer is None else copy_into_run(tokenizer, self.run_dir, resumed=resumed)
-            (self.run_dir / "config.yaml").write_text(dump_config(self.config), encoding="utf-8")
-            for name, first in (("metrics.jsonl", first_logged), ("batches.jsonl", start_step)):
-                rewound = rewind_record(self.run_dir / name, first)
+            record = None if tokenizer is None else copy_into_run(tokenizer, self.run_files, resumed=resumed)
+            self.run_files.write_text("config.yaml", dump_config(self.config))
+            for name, first in ((METRICS, first_logged), (BATCHES, start_step)):
+                rewound = rewind_record(self.run_files, name, first)
                 if rewound is not None:
-                    note(rewound.describe(self.run_dir / name, first))
+                    note(rewound.describe(self.run_files.where(name), first))
             trackers = Trackers.for_run(
-                self.config.trainer.trackers, self.run_dir, self.config.model_dump(mode="json"), first_logged
+                self.config.trainer.trackers,
+                self.run_files,
+                self.config.model_dump(mode="json"),
+                first_logged,
             )
             return trackers, record
         except OSError as e:
             raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e.strerror})") from None
+        except StorageError as e:
+            raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e})") from None
+
+    def _check_run_dir(self) -> None:
+        """Fail at once, in one line, where the run directory cannot be used: a bucket is probed with a
+        write (a missing bucket, refused keys, no endpoint); a local directory, made only once the run is
+        accepted, is listed (a file in its way)."""
+        if not self.run_dir.is_local:
+            check_writable(self.run_dir)
+            return
+        try:
+            check_readable(self.run_dir)
+        except StorageError as e:
+            raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e})") from None
 
     def run(self, state: TrainState | None = None) -> RunSummary:
         """Train to ``trainer.num_train_steps`` from ``state``, or else from where this run directory's
@@ -245,6 +266,7 @@ class Trainer:
         A config the run's checkpoint refuses (a ``ConfigError``) leaves the run directory as it was.
         """
         config, trainer = self.config, self.config.trainer
+        self._check_run_dir()
         trackers = Trackers([])
         progress = TrainingProgress(
             trainer.num_train_steps, 0, enabled=self.show_progress and self.is_primary
@@ -273,7 +295,6 @@ class Trainer:
                     end_of_text=self.data.end_of_text,
                     process_index=jax.process_index(),
                     process_count=jax.process_count(),
-                    token=shared_token(),
                 )
                 if start.resumed_from is not None:
                     progress.note(f"resuming from {start.resumed_from}")
@@ -283,10 +304,14 @@ class Trainer:
                 loop.run(on_ready=lambda: progress.note(self.clock.line(self._cache_note(cached))))
         finally:
             trackers.close()
-        records = read_metrics(self.run_dir / "metrics.jsonl")
-        plot = plot_loss(records, self.run_dir / "loss.png") if self.is_primary else self.run_dir / "loss.png"
+        records = read_metrics(self.run_dir / METRICS)
+        plot = (
+            plot_loss(records, self.run_files, LOSS_PLOT)
+            if self.is_primary
+            else self.run_files.where(LOSS_PLOT)
+        )
         if self.downstream is not None and self.is_primary:  # eval.tasks: their metrics by step, beside it
-            plot_downstream(records, self.run_dir / "downstream.png")
+            plot_downstream(records, self.run_files)
         steps = int(jax.device_get(loop.state.step))
         evals = _evaluations(records, steps) or loop.evaluations  # another process may not see the record
         return RunSummary(
@@ -297,7 +322,7 @@ class Trainer:
             first_eval=evals[0][1] if evals else {},
             last_eval=evals[-1][1] if evals else {},
             tokens_per_second=loop.rate.overall(),
-            metrics_path=self.run_dir / "metrics.jsonl",
+            metrics_path=self.run_files.where(METRICS),
             plot_path=plot,
             last_checkpoint=loop.last_checkpoint,
             stopped_by=loop.stopped_by,
@@ -319,7 +344,7 @@ class Trainer:
         directory is left as it was."""
         step, last = int(jax.device_get(start.state.step)), self.config.trainer.num_train_steps
         progress.note(f"already trained to step {step} (trainer.num_train_steps {last}): nothing to train")
-        evals = _evaluations(read_metrics(self.run_dir / "metrics.jsonl"), step)
+        evals = _evaluations(read_metrics(self.run_dir / METRICS), step)
         return RunSummary(
             run_dir=self.run_dir,
             steps=step,
@@ -328,8 +353,8 @@ class Trainer:
             first_eval=evals[0][1] if evals else {},
             last_eval=evals[-1][1] if evals else {},
             tokens_per_second=0.0,
-            metrics_path=self.run_dir / "metrics.jsonl",
-            plot_path=self.run_dir / "loss.png",
+            metrics_path=self.run_files.where(METRICS),
+            plot_path=self.run_files.where(LOSS_PLOT),
             last_checkpoint=start.resumed_from,
             stopped_by=None,
             checkpoint_seconds_blocked=0.0,

@@ -25,14 +25,16 @@ recorded is reported by name, with what differs.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
+import os
 from typing import Literal
 
-from meltemi.trainer.checkpoint_format import Manifest, read_array
+from meltemi.datastore.storage import Directory, Location
+from meltemi.trainer.checkpoint_format import Manifest, as_directory, read_array
 from meltemi.trainer.checkpoints import find_checkpoints, inspect_checkpoint
 from meltemi.trainer.digests import array_fingerprint, state_digest
 from meltemi.trainer.errors import CheckpointError, TrainerError
 from meltemi.trainer.run_tokenizer import run_tokenizer
+from meltemi.trainer.trained_model import run_of
 
 StateVerdict = Literal["match", "differs", "unreadable", "unrecorded"]
 DataVerdict = Literal["match", "differs", "unavailable", "unrecorded"]
@@ -44,7 +46,7 @@ class CheckpointCheck:
     ``data``: its data position rebuilt from the stores (``unavailable`` when they cannot be opened);
     ``problems``: what differs or does not read back; ``notes``: what could not be checked."""
 
-    path: Path
+    path: Location
     step: int | None
     state: StateVerdict
     data: DataVerdict
@@ -67,7 +69,7 @@ class CheckpointCheck:
 class RunVerification:
     """The audit of every checkpoint a location holds, newest first."""
 
-    location: Path
+    location: Location
     checkpoints: tuple[CheckpointCheck, ...]
 
     @property
@@ -79,7 +81,7 @@ class RunVerification:
         return "\n".join(c.describe() for c in self.checkpoints)
 
 
-def _check_state(path: Path, manifest: Manifest) -> tuple[StateVerdict, list[str], list[str]]:
+def _check_state(path: Directory, manifest: Manifest) -> tuple[StateVerdict, list[str], list[str]]:
     problems, notes, recorded = [], [], True
     unreadable = False
     for record in manifest.arrays:
@@ -130,22 +132,22 @@ def _check_data(manifest: Manifest) -> tuple[DataVerdict, list[str], list[str]]:
     return "match", [], []
 
 
-def verify_checkpoint(path: Path) -> CheckpointCheck:
-    """Audit one ``step-N`` directory."""
-    path = Path(path)
+def verify_checkpoint(step: str | os.PathLike | Location | Directory) -> CheckpointCheck:
+    """Audit one ``step-N`` directory (or bucket prefix)."""
+    path = as_directory(step)
     try:
         manifest = inspect_checkpoint(path)
     except CheckpointError as error:
-        return CheckpointCheck(path, None, "unreadable", "unrecorded", None, (str(error),), ())
+        return CheckpointCheck(path.location, None, "unreadable", "unrecorded", None, (str(error),), ())
     state, problems, notes = _check_state(path, manifest)
     data, data_problems, data_notes = _check_data(manifest)
     if manifest.tokenizer is not None:
         try:
-            run_tokenizer(path.parent.parent, manifest.tokenizer)
+            run_tokenizer(run_of(path), manifest.tokenizer)
         except CheckpointError as error:
             problems.append(str(error))
     return CheckpointCheck(
-        path,
+        path.location,
         manifest.step,
         state,
         data,
@@ -155,11 +157,11 @@ def verify_checkpoint(path: Path) -> CheckpointCheck:
     )
 
 
-def verify_run(location: str | Path) -> RunVerification:
-    """Audit every checkpoint of a run directory, or one ``step-N`` directory; a location without any is a
-    ``CheckpointError`` naming it."""
-    location = Path(location)
-    found = find_checkpoints(location) if location.exists() else []
+def verify_run(location: str | os.PathLike | Location) -> RunVerification:
+    """Audit every checkpoint of a run directory, or one ``step-N`` directory (local or in a bucket); a
+    location without any is a ``CheckpointError`` naming it."""
+    place = as_directory(location)
+    found = find_checkpoints(place)
     if not found:
-        raise CheckpointError(f"{location} holds no checkpoint (looked for step-N directories)")
-    return RunVerification(location, tuple(verify_checkpoint(path) for path in found))
+        raise CheckpointError(f"{place.where()} holds no checkpoint (looked for step-N directories)")
+    return RunVerification(place.location, tuple(verify_checkpoint(path) for path in found))

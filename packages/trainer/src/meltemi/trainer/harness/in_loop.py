@@ -12,12 +12,13 @@ True
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from meltemi.datastore.storage import Directory
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.harness.errors import HarnessMissingError
 from meltemi.trainer.mesh import MeshPlan
+from meltemi.trainer.plots import save_figure
 
 HELD_OUT_METRICS = ("loss", "bpb")
 
@@ -57,13 +58,18 @@ def downstream_eval(config: RunConfig, plan: MeshPlan | None) -> DownstreamEval 
     return DownstreamEval(config, plan) if config.eval.tasks else None
 
 
-def plot_downstream(records: list[dict[str, Any]], out: Path) -> Path | None:
-    """One panel per task, each of its metrics by step, from ``metrics.jsonl`` records; None without any.
+DOWNSTREAM_PLOT = "downstream.png"
 
-    >>> import tempfile, pathlib
+
+def plot_downstream(records: list[dict[str, Any]], run: Directory, name: str = DOWNSTREAM_PLOT) -> str | None:
+    """One panel per task, each of its metrics by step, from ``metrics.jsonl`` records, as the PNG ``name``
+    in ``run`` (a local directory or a bucket); where it went, or None without any task's metric.
+
+    >>> run = Directory("memory://doc/downstream")
     >>> records = [{"step": 0, "eval/loss": 5.0, "eval/t/acc": 0.2}, {"step": 4, "eval/t/acc": 0.4}]
-    >>> out = plot_downstream(records, pathlib.Path(tempfile.mkdtemp()) / "downstream.png")
-    >>> out.read_bytes()[:4] == b"\\x89PNG"
+    >>> plot_downstream(records, run)
+    'memory://doc/downstream/downstream.png'
+    >>> run.read_bytes("downstream.png")[:4] == b"\x89PNG"
     True
     """
     series: dict[str, dict[str, list[tuple[int, float]]]] = {}
@@ -87,8 +93,4 @@ def plot_downstream(records: list[dict[str, Any]], out: Path) -> Path | None:
         axes.set_xlabel("step")
         axes.grid(alpha=0.3)
         axes.legend()
-    figure.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out)
-    plt.close(figure)
-    return out
+    return save_figure(figure, run, name)

@@ -1,0 +1,159 @@
+"""Runs that live in object storage (an S3 server and a GCS emulator on loopback): the run directory and its
+checkpoints in a bucket, resumed from the URL bitwise as from a local directory, exported and sampled from
+the bucket; a checkpoint without its COMMITTED marker is invisible; a bad run URL is one line before any
+file is written."""
+
+import jax
+import pytest
+
+from meltemi.datastore.errors import (
+    AccessDeniedError,
+    NoSuchBucketError,
+    UnknownSchemeError,
+    UnreachableError,
+)
+from meltemi.datastore.storage import Directory, Location, read_object
+from meltemi.trainer.checkpoint_format import read_array
+from meltemi.trainer.checkpoints import inspect_checkpoint
+from meltemi.trainer.generation import sample_checkpoint
+from meltemi.trainer.hf import export_hf
+from meltemi.trainer.sampling import SamplingConfig
+from meltemi.trainer.trackers import read_metrics
+from meltemi.trainer.trained_model import load_model
+from meltemi.trainer.trainer import Trainer
+from meltemi.trainer.verify import verify_run
+
+
+def train(config, run_dir, **kwargs):
+    return Trainer(config, run_dir, devices=jax.devices()[:1], progress=kwargs.pop("progress", False)).run()
+
+
+def checkpointed(make_config, steps: int):
+    return make_config("--trainer.num_train_steps", str(steps), "--trainer.checkpoint_every", "2",
+                       "--trainer.log_every", "1", "--trainer.log_batch_hashes", "true",
+                       "--trainer.keep_every", "2")  # fmt: skip
+
+
+def arrays(step) -> dict[str, bytes]:
+    return {r.name: read_array(step, r).tobytes() for r in inspect_checkpoint(step).arrays}
+
+
+@pytest.fixture(scope="module")
+def local_reference(tmp_path_factory, corpus):
+    """The same two sessions (4 steps, then resumed to 6) in a local directory: what the bucket's run must
+    equal, bit for bit."""
+    from meltemi.trainer.config_io import load_config  # the module-scoped twin of make_config
+
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    for steps in (4, 6):
+        train(load_config(None, _overrides(corpus, steps)), run_dir)
+    return run_dir
+
+
+def _overrides(corpus, steps):
+    return [
+        "--model.vocab_size", "384", "--model.hidden_dim", "32", "--model.intermediate_dim", "64",
+        "--model.num_layers", "2", "--model.num_heads", "4", "--model.num_kv_heads", "2",
+        "--model.max_seq_len", "64", "--model.attention", "xla", "--model.cross_entropy", "xla",
+        "--model.cross_entropy_block_size", "128", "--model.remat", "none",
+        "--data.tokenizer", corpus["tokenizer"], "--data.sources", f"{{py: {{store: {corpus['store']}}}}}",
+        "--data.seq_len", "32", "--data.eval_fraction", "0.05", "--data.mixture_block_size", "16",
+        "--trainer.global_batch_size", "16", "--trainer.eval_every", "0", "--trainer.eval_batches", "2",
+        "--trainer.compute_dtype", "float32", "--trainer.mesh.data", "1", "--optimizer.learning_rate", "1e-2",
+        "--optimizer.warmup_steps", "1", "--trainer.num_train_steps", str(steps),
+        "--trainer.checkpoint_every", "2", "--trainer.log_every", "1", "--trainer.log_batch_hashes", "true",
+        "--trainer.keep_every", "2",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("server", ["s3", "gcs"])
+def test_a_run_in_a_bucket_trains_resumes_exports_and_samples_like_a_local_one(
+    request, server, make_config, local_reference, tmp_path, capsys
+):
+    fake = request.getfixturevalue(server)
+    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/runs/tiny"
+    first = train(checkpointed(make_config, 4), url)
+    assert first.steps == 4 and first.last_checkpoint == Location.parse(f"{url}/checkpoints/step-4")
+    run = Directory(url)
+    names = set(run.list())
+    assert {"config.yaml", "metrics.jsonl", "batches.jsonl", "loss.png", "tokenizer.json"} <= names
+    assert {"checkpoints/step-2/COMMITTED", "checkpoints/step-4/COMMITTED"} <= names
+    assert read_object(first.plot_path)[:4] == b"\x89PNG"
+    assert arrays(f"{url}/checkpoints/step-4") == arrays(local_reference / "checkpoints" / "step-4")
+
+    capsys.readouterr()
+    second = train(checkpointed(make_config, 6), url, progress=True)
+    assert "resuming from" in capsys.readouterr().err
+    assert second.resumed_from == Location.parse(f"{url}/checkpoints/step-4") and second.steps == 6
+    assert arrays(f"{url}/checkpoints/step-6") == arrays(local_reference / "checkpoints" / "step-6")
+    logged = [r["step"] for r in read_metrics(f"{url}/metrics.jsonl") if "train/loss" in r]
+    assert logged == [r["step"] for r in read_metrics(local_reference / "metrics.jsonl") if "train/loss" in r]
+    assert run.read_bytes("batches.jsonl") == (local_reference / "batches.jsonl").read_bytes()
+    assert verify_run(url).ok
+
+    trained = load_model(url)
+    assert trained.checkpoint == Location.parse(f"{url}/checkpoints/step-6")
+    out = export_hf(
+        trained.model, tmp_path / "hf", tokenizer=trained.tokenizer, eos_token=trained.end_of_text.token
+    )
+    assert (out / "config.json").is_file() and (out / "tokenizer.json").read_bytes() == run.read_bytes(
+        "tokenizer.json"
+    )
+    result, used = sample_checkpoint(url, ["def "], SamplingConfig(8, 0.0, None, None, 0))
+    local, _ = sample_checkpoint(local_reference, ["def "], SamplingConfig(8, 0.0, None, None, 0))
+    assert used == trained.checkpoint and result.completions[0].text == local.completions[0].text
+
+
+def test_a_checkpoint_without_its_marker_is_invisible_and_cleaned_up(s3, make_config, capsys):
+    url = f"s3://{s3.make_bucket()}/run"
+    train(checkpointed(make_config, 4), url)
+    run = Directory(url)
+    run.delete("checkpoints/step-4/COMMITTED")  # as if the writer died before its last PUT
+    with pytest.raises(Exception, match="not marked complete"):
+        inspect_checkpoint(f"{url}/checkpoints/step-4")
+    capsys.readouterr()
+    summary = train(checkpointed(make_config, 4), url, progress=True)
+    err = capsys.readouterr().err
+    assert "skipping checkpoint" in err and "step-4" in err and "not marked complete" in err
+    assert summary.resumed_from == Location.parse(f"{url}/checkpoints/step-2")
+    assert run.exists("checkpoints/step-4/COMMITTED")  # written again, whole, and committed
+
+
+def test_an_uncommitted_step_left_by_a_killed_writer_is_removed_by_the_next_commit(s3, make_config):
+    url = f"s3://{s3.make_bucket()}/run"
+    run = Directory(url)
+    run.write_text("checkpoints/step-9/model.norm.weight/c/0", "half a shard")  # a killed attempt's leftovers
+    train(checkpointed(make_config, 2), url)
+    assert not run.list("checkpoints/step-9/")
+    assert run.exists("checkpoints/step-2/COMMITTED")
+
+
+@pytest.mark.parametrize(
+    "case", ["unknown scheme", "missing bucket", "wrong credentials", "unreachable endpoint"]
+)
+def test_a_bad_run_url_is_one_line_naming_it_before_anything_is_written(case, s3, make_config, monkeypatch):
+    bucket = s3.make_bucket()
+    url, expected = f"s3://{bucket}/run", None
+    if case == "unknown scheme":
+        url, expected = "hdfs://namenode/run", UnknownSchemeError
+    elif case == "missing bucket":
+        url, expected = f"s3://{bucket}-absent/run", NoSuchBucketError
+    elif case == "wrong credentials":
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "unknown")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+        expected = AccessDeniedError
+    else:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # the discard port: nothing listens
+        expected = UnreachableError
+    config = checkpointed(make_config, 2)
+    if case == "wrong credentials":
+        with s3.checking_credentials(), pytest.raises(expected) as caught:
+            train(config, url)
+    else:
+        with pytest.raises(expected) as caught:
+            train(config, url)
+    message = str(caught.value)
+    assert message.startswith(url) and "\n" not in message, message
+    for name, value in s3.environ.items():  # the server's own keys and endpoint again, to look
+        monkeypatch.setenv(name, value)
+    assert Directory(f"s3://{bucket}").list() == []  # nothing written: not even the probe stayed
