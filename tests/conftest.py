@@ -1,5 +1,7 @@
 """Fixtures shared by the integration tests: a small token store and a small run config over it."""
 
+from pathlib import Path
+
 import pytest
 
 from meltemi.trainer.config_io import load_config
@@ -23,3 +25,18 @@ def small_config(small_corpus):
 
 
 from meltemi.datastore.testing import gcs, gcs_server, s3, s3_server  # noqa: E402, F401  (server fixtures)
+
+
+@pytest.fixture
+def with_default_corpus(shared, tmp_path) -> Path:
+    """``tmp_path`` holding the default corpus of the SMALL model (vocabulary 512) where the app looks for it
+    (``.cache/meltemi/stdlib-py<version>-v512``), as after a first run; built once per session."""
+    import sysconfig
+
+    from meltemi.datastore import corpora
+
+    name = f"stdlib-py{sysconfig.get_python_version()}-v512"
+    built = shared.get(name, lambda root: corpora.stdlib_corpus(root / name, 512, progress=False)) / name
+    (tmp_path / ".cache" / "meltemi").mkdir(parents=True)
+    (tmp_path / ".cache" / "meltemi" / name).symlink_to(built, target_is_directory=True)
+    return tmp_path

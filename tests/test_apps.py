@@ -201,21 +201,6 @@ def test_a_dry_run_that_does_not_fit_says_by_how_much(tmp_path):
     assert re.search(r"error: the plan needs [\d.]+ GiB more per device than a TPU v4 has", result.stderr)
 
 
-@pytest.fixture
-def with_default_corpus(shared, tmp_path) -> Path:
-    """``tmp_path`` holding the default corpus of the SMALL model (vocabulary 512) where the app looks for it
-    (``.cache/meltemi/stdlib-py<version>-v512``), as after a first run; built once per session."""
-    import sysconfig
-
-    from meltemi.datastore import corpora
-
-    name = f"stdlib-py{sysconfig.get_python_version()}-v512"
-    built = shared.get(name, lambda root: corpora.stdlib_corpus(root / name, 512, progress=False)) / name
-    (tmp_path / ".cache" / "meltemi").mkdir(parents=True)
-    (tmp_path / ".cache" / "meltemi" / name).symlink_to(built, target_is_directory=True)
-    return tmp_path
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [

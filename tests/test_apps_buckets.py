@@ -10,7 +10,7 @@ import pytest
 
 from meltemi.datastore.storage import Directory
 from meltemi.trainer.trainer import Trainer
-from tests.test_apps import app
+from tests.test_apps import SMALL, app
 
 
 def test_export_and_sample_read_a_run_in_a_bucket_and_export_into_one(s3, small_config, tmp_path):
@@ -51,3 +51,24 @@ def test_a_bad_bucket_url_is_one_line_before_any_work(s3, tmp_path, name):
     assert result.returncode == 1
     assert result.stderr.startswith(said) and result.stderr.count("\n") == 1, result.stderr
     assert "absent-bucket" in result.stderr and Directory(f"s3://{bucket}").list() == []
+
+
+def test_pretrain_trains_and_resumes_a_run_directory_in_a_bucket(s3, with_default_corpus):
+    """The issue's command: ``apps/pretrain.py --run-dir s3://...`` trains, resumes from the bucket, and a
+    bucket that is not there is one line before any work."""
+    cwd = with_default_corpus
+    url = f"s3://{s3.make_bucket()}/runs/tiny"
+    first = app("pretrain.py", *SMALL, "--trainer.num_train_steps", "4", "--run-dir", url, cwd=cwd)
+    assert first.returncode == 0, first.stderr
+    assert f"last checkpoint: {url}/checkpoints/step-4" in first.stdout
+    second = app("pretrain.py", *SMALL, "--trainer.num_train_steps", "6", "--run-dir", url, cwd=cwd)
+    assert second.returncode == 0, second.stderr
+    assert f"resuming from {url}/checkpoints/step-4" in second.stderr
+    assert "steps: 6   tokens: 3,072 in all" in second.stdout
+    run = Directory(url)
+    assert run.exists("checkpoints/step-6/COMMITTED") and run.exists("config.yaml") and run.exists("loss.png")
+    assert not (cwd / "s3:").exists() and not (cwd / "runs").exists()  # no URL turned into a local path
+    absent = app("pretrain.py", *SMALL, "--run-dir", "s3://absent-bucket/run", cwd=cwd)
+    assert absent.returncode == 1
+    assert absent.stderr.strip().splitlines()[-1].startswith("error: ") and "absent-bucket" in absent.stderr
+    assert len(absent.stderr.strip().splitlines()) == 1, absent.stderr

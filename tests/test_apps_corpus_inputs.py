@@ -11,7 +11,6 @@ import re
 import struct
 import subprocess
 import sys
-import sysconfig
 import zlib
 from pathlib import Path
 
@@ -45,16 +44,10 @@ def app(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def workdir(shared, tmp_path) -> Path:
-    """``tmp_path`` holding the small model's default corpus where the app looks for it, as after a first
-    run (the same shared artifact tests/test_apps.py uses)."""
-    from meltemi.datastore import corpora
-
-    name = f"stdlib-py{sysconfig.get_python_version()}-v512"
-    built = shared.get(name, lambda root: corpora.stdlib_corpus(root / name, 512, progress=False)) / name
-    (tmp_path / ".cache" / "meltemi").mkdir(parents=True)
-    (tmp_path / ".cache" / "meltemi" / name).symlink_to(built, target_is_directory=True)
-    return tmp_path
+def workdir(with_default_corpus) -> Path:
+    """A directory holding the small model's default corpus where the app looks for it, as after a first
+    run (tests/conftest.py's ``with_default_corpus``)."""
+    return with_default_corpus
 
 
 def _png() -> bytes:

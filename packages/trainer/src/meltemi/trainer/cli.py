@@ -63,7 +63,7 @@ def main(
         config = resolve_data(config)
         clock.lap("config")
         name = Path(config_path).stem if config_path is not None else "default"
-        run_dir = Path(command.run_dir or Path("runs") / name)
+        run_dir = command.run_dir or str(Path("runs") / name)  # a URL stays a URL: never a Path
         if command.launch is not None:
             from meltemi.trainer.launch import launch_on_ray
 
@@ -77,7 +77,7 @@ def main(
         return 130
 
 
-def train(config, run_dir: Path, clock: StartupClock) -> int:
+def train(config, run_dir: str, clock: StartupClock) -> int:
     """Train (or resume, or report the finished run) in ``run_dir`` and print the summary."""
     from meltemi.trainer.distributed import initialize_from_environment
 

@@ -89,7 +89,7 @@ def train_on_this_host(config: RunConfig, run_dir: str, devices_per_host: int, f
 
     from meltemi.trainer.trainer import Trainer
 
-    summary = Trainer(config, Path(run_dir)).run()
+    summary = Trainer(config, run_dir).run()
     return HostResult(jax.process_index(), jax.process_count(), summary.steps, summary.stopped_by)
 
 
@@ -103,7 +103,9 @@ def train_on_slices(
     fake_cpu = kind.name.startswith("cpu-")
 
     def workload() -> HostResult:
-        return train_on_this_host(config, str(Path(run_dir).resolve()), launch.devices_per_host, fake_cpu)
+        return train_on_this_host(config, where, launch.devices_per_host, fake_cpu)
+
+    where = str(run_dir) if "://" in str(run_dir) else str(Path(run_dir).resolve())  # a URL stays one
 
     try:
         return run_on_slices(
@@ -119,7 +121,7 @@ def train_on_slices(
             drain_timeout_s=launch.drain_timeout_s,
             acquire_timeout_s=launch.acquire_timeout_s,
             event_log=event_log,
-            job_name=f"pretrain-{Path(run_dir).name}",
+            job_name=f"pretrain-{str(run_dir).rstrip('/').rpartition('/')[2]}",
         )
     except SliceJobError as gave_up:
         if gave_up.workload_error is not None:
@@ -176,15 +178,20 @@ def check_address(address: str) -> None:
         raise TrainerError(f"--address {address}: no Ray cluster answers there ({e})") from None
 
 
-def launch_on_ray(config: RunConfig, run_dir: Path, launch: SliceLaunch, address: str | None) -> int:
+def launch_on_ray(config: RunConfig, run_dir: str, launch: SliceLaunch, address: str | None) -> int:
     """Train on slices: a local cluster of fake CPU slices, or the Ray cluster at ``address``; a silent
-    address is a one-line ``TrainerError``."""
+    address is a one-line ``TrainerError``. raytpu's event log goes to ``events.jsonl`` in a local run
+    directory, or under ``.cache/meltemi/events`` for a run in a bucket."""
     import contextlib
 
     from meltemi.raytpu import LocalSliceCluster, RaytpuError
     from meltemi.trainer.errors import TrainerError
 
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if "://" in run_dir:
+        events = Path(".cache/meltemi/events") / f"{run_dir.rstrip('/').rpartition('/')[2]}.jsonl"
+    else:
+        events = Path(run_dir) / "events.jsonl"
+    events.parent.mkdir(parents=True, exist_ok=True)
     if address is not None:
         import ray
 
@@ -198,7 +205,7 @@ def launch_on_ray(config: RunConfig, run_dir: Path, launch: SliceLaunch, address
         cluster = LocalSliceCluster([(launch.slice_type, launch.slices)])
     with cluster:
         try:
-            results = train_on_slices(config, run_dir, launch, event_log=str(run_dir / "events.jsonl"))
+            results = train_on_slices(config, run_dir, launch, event_log=str(events))
         except RaytpuError as e:
             raise TrainerError(" ".join(str(e).split())) from None
     first = results[0]
