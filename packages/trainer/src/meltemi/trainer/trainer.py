@@ -85,10 +85,6 @@ class RunSummary:
         so a scheduler can tell a stopped run from a finished one."""
         return exit_status(self.stopped_by)
 
-    def run_line(self) -> str:
-        """The run as a whole: ``60 steps, 245,760 tokens in all``."""
-        return f"{self.steps} steps, {self.tokens:,} tokens in all"
-
     def session_line(self) -> str:
         """What this session did: ``trained 60 steps (245,760 tokens, 1,257 tokens/s)`` from step 0, else
         ``resumed at step 40: this session trained 20 steps (81,920 tokens, 1,257 tokens/s)``."""
