@@ -8,7 +8,7 @@ Built stores and the standard library's tokenizer are cached under ``data.cache_
 out names them by path in ``data.sources`` and ``data.tokenizer``, so it is what the run directory records.
 
 >>> from meltemi.trainer.config import RunConfig
->>> config = RunConfig(data={"stores": ["stores/web", "stores/code"]})
+>>> config = RunConfig(data={"stores": ["gs://bucket/stores/web", "gs://bucket/stores/code"]})
 >>> sorted(resolve_data(config).data.sources)
 ['code', 'web']
 """

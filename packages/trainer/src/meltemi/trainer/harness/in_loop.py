@@ -69,7 +69,7 @@ def plot_downstream(records: list[dict[str, Any]], run: Directory, name: str = D
     >>> records = [{"step": 0, "eval/loss": 5.0, "eval/t/acc": 0.2}, {"step": 4, "eval/t/acc": 0.4}]
     >>> plot_downstream(records, run)
     'memory://doc/downstream/downstream.png'
-    >>> run.read_bytes("downstream.png")[:4] == b"\x89PNG"
+    >>> run.read_bytes("downstream.png")[:4] == b"\\x89PNG"
     True
     """
     series: dict[str, dict[str, list[tuple[int, float]]]] = {}
