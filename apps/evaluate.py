@@ -13,9 +13,7 @@ task whose data set is not cached fails at once instead of after the hub's retri
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 
 def _limit(text: str) -> int | float:
@@ -30,7 +28,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--checkpoint", required=True, help="a run directory or a step-N directory")
     parser.add_argument("--tasks", required=True, help="comma-separated task names or task YAML paths")
     parser.add_argument("--limit", type=_limit, default=None, help="documents per task (below 1: a fraction)")
-    parser.add_argument("--out", type=Path, default=None, help="where to write the harness's JSON results")
+    parser.add_argument(
+        "--out", default=None, help="where to write the harness's JSON results (a path or URL)"
+    )
     parser.add_argument("--batch-size", type=int, default=8, help="rows scored per compiled call")
     parser.add_argument("--max-length", type=int, default=None, help="tokens per row (default: the model's)")
     parser.add_argument("--bootstrap-iters", type=int, default=1000, help="resamples for standard errors")
@@ -46,20 +46,30 @@ def main(argv: list[str]) -> int:
         print(f"error: evaluating needs lm-evaluation-harness ({error.name} is not installed): "
               "uv pip install 'meltemi-trainer[eval]'", file=sys.stderr)  # fmt: skip
         return 1
+    from meltemi.datastore import DatastoreError
+    from meltemi.datastore.storage import Directory, check_writable
+
+    out, name = None, None
     try:
+        if args.out is not None:  # a local path or a bucket URL, probed before any work
+            where, _, name = args.out.rpartition("/")
+            if not name:
+                raise TrainerError(f"--out {args.out}: name a file, e.g. {args.out.rstrip('/')}/results.json")
+            out = Directory(check_writable(where or "."))
         tasks = PreparedTasks.of(specs)
         lm = harness_model.MeltemiLM(args.checkpoint, batch_size=args.batch_size, max_length=args.max_length)
         results = tasks.run(lm, limit=args.limit, bootstrap_iters=args.bootstrap_iters)
-    except TrainerError as e:
+    except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(results.table())
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        aside = args.out.with_name(f".{args.out.name}.{os.getpid()}")
-        aside.write_text(results.to_json())
-        aside.replace(args.out)
-        print(f"results written to {args.out}", file=sys.stderr)
+    if out is not None:
+        try:  # one object written whole (a local file is written aside and renamed)
+            out.write_text(name, results.to_json())
+        except DatastoreError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"results written to {out.where(name)}", file=sys.stderr)
     return 0
 
 

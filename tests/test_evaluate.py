@@ -235,6 +235,27 @@ def test_bad_input_is_one_line_and_writes_nothing(run, no_tokenizer_checkpoint, 
     assert not out.exists()
 
 
+def test_results_go_to_a_bucket_and_a_missing_one_is_named_before_any_work(run, s3, tmp_path):
+    from meltemi.datastore.storage import Directory
+
+    bucket = s3.make_bucket()
+    args = ("--checkpoint", str(run["trained"]), "--tasks", "stdlib_return", "--limit", "8")
+    result = evaluate_app(*args, "--out", f"s3://{bucket}/evals/results.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    written = json.loads(Directory(f"s3://{bucket}/evals").read_text("results.json"))
+    assert 0 <= written["results"]["stdlib_return"]["acc,none"] <= 1
+    missing = evaluate_app(*args, "--out", "s3://absent-bucket/results.json", cwd=tmp_path)
+    assert missing.returncode == 1
+    last = missing.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "absent-bucket" in last, missing.stderr
+    assert "|" not in missing.stdout  # refused before any task ran: no table
+    no_name = evaluate_app(*args, "--out", str(tmp_path) + "/", cwd=tmp_path)
+    assert (
+        no_name.stderr.strip().splitlines()[-1]
+        == f"error: --out {tmp_path}/: name a file, e.g. {tmp_path}/results.json"
+    )
+
+
 def test_eval_tasks_run_in_the_training_loop_beside_the_held_out_loss(small_corpus, tmp_path):
     config = small_run_config(
         small_corpus, 4, "--trainer.eval_every", "2", "--trainer.log_every", "1",
