@@ -46,9 +46,9 @@ def main(argv: list[str]) -> int:
 
     from meltemi.datastore import DatastoreError
     from meltemi.datastore.storage import Location
+    from meltemi.trainer.checkpoint.trained_model import load_model
     from meltemi.trainer.errors import TrainerError
     from meltemi.trainer.hf import HfFormatError, export_hf
-    from meltemi.trainer.trained_model import load_model
 
     try:
         target = Location.parse(args.out)

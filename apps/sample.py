@@ -25,8 +25,8 @@ def main(argv: list[str]) -> int:
 
     from meltemi.datastore import DatastoreError
     from meltemi.trainer.errors import TrainerError
-    from meltemi.trainer.generation import sample_checkpoint
-    from meltemi.trainer.sampling import SamplingConfig
+    from meltemi.trainer.generate.generation import sample_checkpoint
+    from meltemi.trainer.generate.sampling import SamplingConfig
 
     try:
         settings = SamplingConfig(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)

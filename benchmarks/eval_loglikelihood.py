@@ -33,7 +33,7 @@ from meltemi.datastore import corpora
 from meltemi.trainer.config_io import load_config
 from meltemi.trainer.harness.model import MeltemiLM
 from meltemi.trainer.hf import export_hf
-from meltemi.trainer.llama import Llama
+from meltemi.trainer.model.llama import Llama
 
 
 def main() -> None:

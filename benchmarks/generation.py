@@ -1,10 +1,10 @@
 """Tokens/s of KV-cache decoding against recomputing the full forward pass for every token (same model,
 same prompts, same greedy tokens, one process).
 
-Both run `meltemi.trainer.generation.generate`: with the cache (prefill, then one token per step) and with
-`use_cache=False` (the training forward pass over the whole buffer each token). Compilation is excluded
-(a warm-up call each); then the two alternate for `--rounds` rounds and the medians are compared. The last
-line is `ratio: <cached tokens/s / recompute tokens/s>`.
+Both run `meltemi.trainer.generate.generation.generate`: with the cache (prefill, then one token per
+step) and with `use_cache=False` (the training forward pass over the whole buffer each token).
+Compilation is excluded (a warm-up call each); then the two alternate for `--rounds` rounds and the
+medians are compared. The last line is `ratio: <cached tokens/s / recompute tokens/s>`.
 
     uv run python benchmarks/generation.py                 # configs/tiny.yaml's model, on this machine
     uv run python benchmarks/generation.py --new-tokens 256 --batch 8   # the gap grows with length
@@ -19,9 +19,9 @@ import jax
 import numpy as np
 
 from meltemi.trainer.config_io import load_config
-from meltemi.trainer.generation import generate
-from meltemi.trainer.llama import Llama
-from meltemi.trainer.sampling import SamplingConfig
+from meltemi.trainer.generate.generation import generate
+from meltemi.trainer.generate.sampling import SamplingConfig
+from meltemi.trainer.model.llama import Llama
 
 
 def main() -> None:

@@ -20,10 +20,10 @@ import jax
 from trainer_step import batches
 
 from meltemi.trainer import adapters
-from meltemi.trainer.checkpoints import Checkpointer
+from meltemi.trainer.checkpoint.checkpointer import Checkpointer
 from meltemi.trainer.config_io import load_config
-from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.step import init_state, make_train_step
+from meltemi.trainer.step.mesh import MeshPlan
+from meltemi.trainer.step.train_step import init_state, make_train_step
 
 
 def main() -> None:

@@ -27,12 +27,12 @@ from trainer_step import batches
 from meltemi.datastore.storage import Directory
 from meltemi.datastore.testing import TEST_KEYS
 from meltemi.trainer import adapters
-from meltemi.trainer.checkpoint_format import read_array
-from meltemi.trainer.checkpoint_restore import restore
-from meltemi.trainer.checkpoints import Checkpointer, inspect_checkpoint
+from meltemi.trainer.checkpoint.checkpointer import Checkpointer, inspect_checkpoint
+from meltemi.trainer.checkpoint.format import read_array
+from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.config_io import load_config
-from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.step import init_state, make_train_step
+from meltemi.trainer.step.mesh import MeshPlan
+from meltemi.trainer.step.train_step import init_state, make_train_step
 
 SERVER = """
 import logging, sys

@@ -25,12 +25,12 @@ from meltemi import kernels
 from meltemi.trainer import adapters
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import load_config
-from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
-from meltemi.trainer.llama import remat_policy
-from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.rotary import inverse_frequencies
-from meltemi.trainer.schedules import learning_rate_schedule
-from meltemi.trainer.step import init_state, make_train_step
+from meltemi.trainer.model.llama import remat_policy
+from meltemi.trainer.model.rotary import inverse_frequencies
+from meltemi.trainer.step.flops import flops_per_token, peak_flops_per_device
+from meltemi.trainer.step.mesh import MeshPlan
+from meltemi.trainer.step.schedules import learning_rate_schedule
+from meltemi.trainer.step.train_step import init_state, make_train_step
 
 
 def reference_params(state) -> dict:

@@ -26,13 +26,13 @@ pytest.importorskip("lm_eval", reason="lm-eval is not installed: see the `eval` 
 from lm_eval.api.instance import Instance
 
 from meltemi.trainer import adapters
-from meltemi.trainer.checkpoints import Checkpointer
+from meltemi.trainer.checkpoint.checkpointer import Checkpointer
+from meltemi.trainer.checkpoint.trained_model import load_model
 from meltemi.trainer.config_io import load_config
-from meltemi.trainer.evaluate import make_eval_step
 from meltemi.trainer.harness.model import MeltemiLM
 from meltemi.trainer.harness.runner import SHIPPED_DIR, run_tasks
 from meltemi.trainer.hf import export_hf
-from meltemi.trainer.trained_model import load_model
+from meltemi.trainer.step.eval_step import make_eval_step
 from meltemi.trainer.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,10 +17,10 @@ import haliax_lite as hax
 from meltemi.datastore import build_store, corpora
 from meltemi.trainer import adapters
 from meltemi.trainer.config_io import load_config
-from meltemi.trainer.generation import generate
+from meltemi.trainer.generate.generation import generate
+from meltemi.trainer.generate.sampling import SamplingConfig
 from meltemi.trainer.hf import export_hf, import_hf, train_state_from_hf
-from meltemi.trainer.sampling import SamplingConfig
-from meltemi.trainer.step import make_train_step
+from meltemi.trainer.step.train_step import make_train_step
 from meltemi.trainer.trainer import Trainer
 
 torch = pytest.importorskip("torch", reason="torch is not installed: `uv run --group torch pytest`")

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meltemi.trainer.checkpoint_format import read_array
-from meltemi.trainer.checkpoints import inspect_checkpoint
+from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
+from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.config_io import dump_config
 
 STEPS = 6

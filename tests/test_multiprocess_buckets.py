@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from meltemi.datastore.storage import Directory
-from meltemi.trainer.checkpoint_format import read_array
-from meltemi.trainer.checkpoints import inspect_checkpoint
+from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
+from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.config_io import dump_config
 from tests.test_multiprocess import STEPS, free_port
 
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.xdist_group("multiprocess"), pytest.mark.slow]
 # What `python -m meltemi.trainer --run-dir URL` does, in short: join the job, train the config in the run.
 DRIVER = """
 import sys
-from meltemi.trainer.distributed import initialize_from_environment
+from meltemi.trainer.step.distributed import initialize_from_environment
 initialize_from_environment()
 from meltemi.trainer.config_io import load_config
 from meltemi.trainer.trainer import Trainer

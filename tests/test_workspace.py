@@ -74,6 +74,51 @@ def test_the_checker_sees_a_forbidden_import(tmp_path):
     assert violations(tmp_path, "datastore", {"jax"}) == [expected]
 
 
+# The trainer's stages, in the order their imports go (docs/design.md, "The trainer's layout"): a stage
+# imports the foundation and the stages before it; only the composing modules import everything.
+TRAINER_STAGES = ("model", "data", "step", "checkpoint", "run", "plan", "generate", "hf", "harness")
+TRAINER_FOUNDATION = {"config", "config_io", "chips", "errors", "command", "adapters"}
+TRAINER_COMPOSERS = {"__init__", "__main__", "trainer", "cli", "launch"}
+
+
+def stage_violations(root: Path) -> list[str]:
+    """Imports inside the trainer that go against its stage order, and top-level modules in no stage."""
+    package = root / "packages" / "trainer" / "src" / "meltemi" / "trainer"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).with_suffix("").parts
+        if len(parts) == 1 and parts[0] in TRAINER_COMPOSERS:
+            continue
+        if len(parts) == 1 and parts[0] not in TRAINER_FOUNDATION:
+            found.append(f"{parts[0]}.py is in no stage: put it in one of {', '.join(TRAINER_STAGES)}")
+            continue
+        rank = TRAINER_STAGES.index(parts[0]) if len(parts) > 1 else -1
+        for name in sorted(_imported_modules(ast.parse(path.read_text()), module_level_only=False)):
+            target = name.split(".")[2] if name.startswith("meltemi.trainer.") else None
+            if target in TRAINER_COMPOSERS or (
+                target in TRAINER_STAGES and target != parts[0] and TRAINER_STAGES.index(target) > rank
+            ):
+                found.append(f"{'/'.join(parts)}.py imports {name}")
+    return found
+
+
+def test_the_trainer_stages_import_only_earlier_stages():
+    assert stage_violations(ROOT) == []
+
+
+def test_the_stage_checker_sees_a_backward_import_and_a_module_in_no_stage(tmp_path):
+    package = tmp_path / "packages" / "trainer" / "src" / "meltemi" / "trainer"
+    (package / "model").mkdir(parents=True)
+    (package / "model" / "llama.py").write_text("from meltemi.trainer.step.train_step import TrainState\n")
+    (package / "config.py").write_text("def f():\n    from meltemi.trainer.run import loop\n")
+    (package / "stray.py").write_text("")
+    assert stage_violations(tmp_path) == [
+        "config.py imports meltemi.trainer.run",
+        "model/llama.py imports meltemi.trainer.step.train_step",
+        "stray.py is in no stage: put it in one of " + ", ".join(TRAINER_STAGES),
+    ]
+
+
 def test_meltemi_is_a_namespace_package():
     assert list(ROOT.glob("packages/*/src/meltemi/__init__.py")) == []
 

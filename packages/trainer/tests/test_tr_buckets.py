@@ -13,15 +13,15 @@ from meltemi.datastore.errors import (
     UnreachableError,
 )
 from meltemi.datastore.storage import Directory, Location, read_object
-from meltemi.trainer.checkpoint_format import read_array
-from meltemi.trainer.checkpoints import inspect_checkpoint
-from meltemi.trainer.generation import sample_checkpoint
+from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
+from meltemi.trainer.checkpoint.format import read_array
+from meltemi.trainer.checkpoint.trained_model import load_model
+from meltemi.trainer.checkpoint.verify import verify_run
+from meltemi.trainer.generate.generation import sample_checkpoint
+from meltemi.trainer.generate.sampling import SamplingConfig
 from meltemi.trainer.hf import export_hf
-from meltemi.trainer.sampling import SamplingConfig
-from meltemi.trainer.trackers import read_metrics
-from meltemi.trainer.trained_model import load_model
+from meltemi.trainer.run.trackers import read_metrics
 from meltemi.trainer.trainer import Trainer
-from meltemi.trainer.verify import verify_run
 
 
 def train(config, run_dir, **kwargs):

@@ -13,10 +13,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meltemi.datastore.storage import Location
-from meltemi.trainer.checkpoint_format import Manifest, read_array
-from meltemi.trainer.checkpoints import RetentionPolicy, SaveSchedule, inspect_checkpoint, step_dirs
+from meltemi.trainer.checkpoint.checkpointer import (
+    RetentionPolicy,
+    SaveSchedule,
+    inspect_checkpoint,
+    step_dirs,
+)
+from meltemi.trainer.checkpoint.format import Manifest, read_array
+from meltemi.trainer.checkpoint.resume import starting_state
 from meltemi.trainer.errors import CheckpointError, ConfigError
-from meltemi.trainer.resume import starting_state
 from meltemi.trainer.trainer import Trainer
 
 
@@ -128,7 +133,7 @@ def test_a_checkpoint_restores_bitwise_onto_another_mesh(make_config, shared, tm
     trainer = Trainer(config, tmp_path / "run", devices=jax.devices()[: data * model], progress=False)
     start = starting_state(trainer, warn=pytest.fail)
     assert start.resumed_from == Location.parse(step_dir)
-    from meltemi.trainer.checkpoints import _named_leaves, _raw
+    from meltemi.trainer.checkpoint.checkpointer import _named_leaves, _raw
 
     for name, leaf in _named_leaves(start.state):
         array = _raw(leaf)

@@ -11,9 +11,9 @@ from meltemi.trainer.chips import CHIPS, chip_named, chip_of_device_kind
 from meltemi.trainer.command import FLAGS, LaunchFlags, parse_command
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import load_config
-from meltemi.trainer.data_sources import resolve_data, stdlib_directory
-from meltemi.trainer.dry_run import plan_run
+from meltemi.trainer.data.sources import resolve_data, stdlib_directory
 from meltemi.trainer.errors import ConfigError
+from meltemi.trainer.plan.dry_run import plan_run
 
 VOCAB = 384  # the vocabulary of the test store (conftest.py)
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from meltemi.trainer.checkpoint_format import read_array
-from meltemi.trainer.checkpoints import inspect_checkpoint
+from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
+from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.command import parse_command
-from meltemi.trainer.compile_cache import CacheChoice, choose_cache, enable
 from meltemi.trainer.config_io import dump_config
+from meltemi.trainer.step.compile_cache import CacheChoice, choose_cache, enable
 
 
 def test_the_directory_is_the_configs_then_the_environments_then_the_users_cache():

@@ -19,7 +19,7 @@ LATE_PROCESS = textwrap.dedent(
     import sys, time
     import jax, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    from meltemi.trainer.distributed import initialize_from_environment, wait_for_every_process
+    from meltemi.trainer.step.distributed import initialize_from_environment, wait_for_every_process
 
     assert initialize_from_environment()
     mesh = Mesh(np.array(jax.devices()).reshape(2, -1), ("data", "model"))

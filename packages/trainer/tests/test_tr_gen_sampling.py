@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meltemi.trainer.sampling import SamplingConfig, filter_logits, next_tokens
+from meltemi.trainer.generate.sampling import SamplingConfig, filter_logits, next_tokens
 
 # Subnormal floats are flushed to zero on XLA's CPU backend, which would turn distinct logits into ties.
 logits = st.floats(-8, 8, allow_nan=False, allow_subnormal=False, width=32)

@@ -12,10 +12,10 @@ import pytest
 from tokenizers import Tokenizer
 
 import haliax_lite as hax
-from meltemi.trainer.generation import generate
-from meltemi.trainer.kv_cache import KVCache, forward_cached
-from meltemi.trainer.llama import Llama
-from meltemi.trainer.sampling import GenerationError, SamplingConfig
+from meltemi.trainer.generate.generation import generate
+from meltemi.trainer.generate.sampling import GenerationError, SamplingConfig
+from meltemi.trainer.model.kv_cache import KVCache, forward_cached
+from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.trainer import Trainer
 
 PROMPTS = [[5, 17, 200, 33, 91, 7, 64], [250, 3], [12, 13, 14, 15]]

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 import haliax_lite as hax
 from meltemi.trainer import adapters
 from meltemi.trainer.config_io import load_config
-from meltemi.trainer.evaluate import make_eval_step
 from meltemi.trainer.harness import build_tasks, scoring
 from meltemi.trainer.harness.errors import EvalError
 from meltemi.trainer.harness.scoring import TokenScorer, data_parallel_plan, place_model
-from meltemi.trainer.llama import Llama
+from meltemi.trainer.model.llama import Llama
+from meltemi.trainer.step.eval_step import make_eval_step
 
 VOCAB, MAX_LEN = 128, 64
 CONFIG = load_config(None, [

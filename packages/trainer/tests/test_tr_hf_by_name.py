@@ -10,7 +10,7 @@ import haliax_lite as hax
 from meltemi.trainer.config import ModelConfig
 from meltemi.trainer.hf import HfFormatError, export_hf, import_hf, layout
 from meltemi.trainer.hf.safetensors_files import SafetensorsReader
-from meltemi.trainer.llama import Llama
+from meltemi.trainer.model.llama import Llama
 
 SMALL = ModelConfig(vocab_size=96, hidden_dim=32, intermediate_dim=48, num_layers=2, num_heads=4,
                     num_kv_heads=2, max_seq_len=64)  # fmt: skip

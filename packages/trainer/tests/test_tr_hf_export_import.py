@@ -15,7 +15,7 @@ from meltemi.trainer.config import ModelConfig, RopeScaling
 from meltemi.trainer.hf import HfFormatError, export_hf, hf_config, import_hf, model_config_from_hf
 from meltemi.trainer.hf.layout import hf_tensors
 from meltemi.trainer.hf.safetensors_files import SafetensorsReader, TensorPlan, write_safetensors
-from meltemi.trainer.llama import Llama, cast_floating
+from meltemi.trainer.model.llama import Llama, cast_floating
 from meltemi.trainer.trainer import Trainer
 
 SMALL = ModelConfig(

@@ -11,9 +11,9 @@ import pytest
 
 import haliax_lite as hax
 from meltemi.trainer import adapters
-from meltemi.trainer.resume import starting_state
-from meltemi.trainer.schedules import learning_rate_schedule
-from meltemi.trainer.step import init_state, make_train_step
+from meltemi.trainer.checkpoint.resume import starting_state
+from meltemi.trainer.step.schedules import learning_rate_schedule
+from meltemi.trainer.step.train_step import init_state, make_train_step
 from meltemi.trainer.trainer import Trainer
 
 WARMUP = ("--optimizer.warmup_steps", "4")  # the rate differs at every one of the first steps

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from meltemi.trainer.errors import MeshError
-from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.sharding_table import format_report, sharding_report
+from meltemi.trainer.plan.sharding_table import format_report, sharding_report
+from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.trainer import Trainer
 
 

@@ -10,9 +10,9 @@ import pytest
 
 import haliax_lite as hax
 from meltemi.trainer.config import ModelConfig, OptimizerConfig, RopeScaling
-from meltemi.trainer.llama import Llama, parameter_count
-from meltemi.trainer.optimizer import weight_decay_mask
-from meltemi.trainer.rotary import inverse_frequencies
+from meltemi.trainer.model.llama import Llama, parameter_count
+from meltemi.trainer.model.rotary import inverse_frequencies
+from meltemi.trainer.step.optimizer import weight_decay_mask
 
 SMALL = ModelConfig(vocab_size=50, hidden_dim=32, intermediate_dim=48, num_layers=2, num_heads=4,
                     num_kv_heads=2, attention="reference", cross_entropy="reference")  # fmt: skip

@@ -14,10 +14,10 @@ import jax
 import pytest
 
 from meltemi.datastore.storage import Location
+from meltemi.trainer.checkpoint.verify import verify_run
 from meltemi.trainer.config_io import dump_config
-from meltemi.trainer.trackers import read_metrics
+from meltemi.trainer.run.trackers import read_metrics
 from meltemi.trainer.trainer import Trainer
-from meltemi.trainer.verify import verify_run
 
 STEPS = 24
 

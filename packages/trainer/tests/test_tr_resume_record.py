@@ -19,7 +19,7 @@ from meltemi.datastore.storage import Location
 from meltemi.trainer import trainer as trainer_module
 from meltemi.trainer.config_io import describe_fields, dump_config
 from meltemi.trainer.errors import CheckpointError, ConfigError, DataError
-from meltemi.trainer.trackers import read_metrics
+from meltemi.trainer.run.trackers import read_metrics
 from meltemi.trainer.trainer import Trainer
 
 TOKENS_PER_STEP = 16 * 32  # make_config: 16 rows of 32 tokens

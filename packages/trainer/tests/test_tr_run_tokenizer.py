@@ -12,11 +12,11 @@ import jax
 import pytest
 from tokenizers import Tokenizer
 
-from meltemi.trainer.checkpoint_format import Manifest
+from meltemi.trainer.checkpoint.format import Manifest
+from meltemi.trainer.checkpoint.trained_model import load_model
+from meltemi.trainer.data.run_tokenizer import copy_into_run, end_of_text, file_sha256
 from meltemi.trainer.errors import ConfigError
 from meltemi.trainer.hf.tokenizer_files import special_tokens
-from meltemi.trainer.run_tokenizer import copy_into_run, end_of_text, file_sha256
-from meltemi.trainer.trained_model import load_model
 from meltemi.trainer.trainer import Trainer
 
 APPS = Path(__file__).resolve().parents[3] / "apps"

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meltemi.trainer.config import OptimizerConfig
-from meltemi.trainer.schedules import learning_rate_schedule, steps_of
+from meltemi.trainer.step.schedules import learning_rate_schedule, steps_of
 
 shapes = st.sampled_from(["constant", "cosine", "linear", "wsd"])
 

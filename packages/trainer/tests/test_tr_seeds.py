@@ -30,8 +30,8 @@ def test_the_high_32_bits_of_the_seed_change_the_key(low, high):
 
 
 def test_a_seed_2_to_the_32_apart_initialises_other_parameters(make_config):
-    from meltemi.trainer.mesh import MeshPlan
-    from meltemi.trainer.program import TrainProgram
+    from meltemi.trainer.step.mesh import MeshPlan
+    from meltemi.trainer.step.program import TrainProgram
 
     def embedding(seed):
         config = make_config("--trainer.seed", str(seed))

@@ -9,7 +9,7 @@ import jax
 import pytest
 
 from meltemi.datastore.storage import Location
-from meltemi.trainer.signals import StopSignals
+from meltemi.trainer.run.signals import StopSignals
 from meltemi.trainer.trainer import Trainer
 
 

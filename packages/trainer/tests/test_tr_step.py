@@ -9,7 +9,7 @@ import haliax_lite as hax
 from meltemi.datastore.storage import read_object
 from meltemi.trainer import adapters
 from meltemi.trainer.errors import NonFiniteError
-from meltemi.trainer.step import init_state, make_train_step
+from meltemi.trainer.step.train_step import init_state, make_train_step
 from meltemi.trainer.trainer import Trainer
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import zarr
 
+from meltemi.trainer.checkpoint.verify import verify_run
 from meltemi.trainer.errors import CheckpointError
 from meltemi.trainer.trainer import Trainer
-from meltemi.trainer.verify import verify_run
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from meltemi.trainer.config import DataConfig, ModelConfig, OptimizerConfig, RunConfig, TrainerConfig
     from meltemi.trainer.config_io import dump_config, load_config
     from meltemi.trainer.errors import ConfigError, DataError, MeshError, NonFiniteError, TrainerError
-    from meltemi.trainer.llama import Llama
-    from meltemi.trainer.mesh import MeshPlan
-    from meltemi.trainer.sharding_table import format_report, sharding_report
-    from meltemi.trainer.step import StepMetrics, TrainState, init_state, make_train_step
+    from meltemi.trainer.model.llama import Llama
+    from meltemi.trainer.plan.sharding_table import format_report, sharding_report
+    from meltemi.trainer.step.mesh import MeshPlan
+    from meltemi.trainer.step.train_step import StepMetrics, TrainState, init_state, make_train_step
     from meltemi.trainer.trainer import RunSummary, Trainer
 
 # Each public name and the module that defines it. No module is named like a name it defines: importing
@@ -33,10 +33,10 @@ _HOMES = {
     "meltemi.trainer.config": ("DataConfig", "ModelConfig", "OptimizerConfig", "RunConfig", "TrainerConfig"),
     "meltemi.trainer.config_io": ("dump_config", "load_config"),
     "meltemi.trainer.errors": ("ConfigError", "DataError", "MeshError", "NonFiniteError", "TrainerError"),
-    "meltemi.trainer.llama": ("Llama",),
-    "meltemi.trainer.mesh": ("MeshPlan",),
-    "meltemi.trainer.sharding_table": ("format_report", "sharding_report"),
-    "meltemi.trainer.step": ("StepMetrics", "TrainState", "init_state", "make_train_step"),
+    "meltemi.trainer.model.llama": ("Llama",),
+    "meltemi.trainer.step.mesh": ("MeshPlan",),
+    "meltemi.trainer.plan.sharding_table": ("format_report", "sharding_report"),
+    "meltemi.trainer.step.train_step": ("StepMetrics", "TrainState", "init_state", "make_train_step"),
     "meltemi.trainer.trainer": ("RunSummary", "Trainer"),
 }
 _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}

@@ -5,7 +5,7 @@
     python -m meltemi.trainer --config configs/tiny.yaml --print-sharding
 
 The command line is parsed once (:mod:`meltemi.trainer.command`), the config loaded once and its data made
-concrete once (:mod:`meltemi.trainer.data_sources`); that one config flows to the dry run, the launcher or
+concrete once (:mod:`meltemi.trainer.data.sources`); that one config flows to the dry run, the launcher or
 the trainer. A user error ends with one line on stderr and exit status 1; a dry run whose plan does not fit
 exits with 2. Progress and logs go to stderr, the summary to stdout.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from meltemi.trainer.command import Command, help_text, parse_command
 from meltemi.trainer.errors import TrainerError
-from meltemi.trainer.startup import StartupClock
+from meltemi.trainer.run.startup import StartupClock
 
 
 def main(
@@ -58,7 +58,7 @@ def main(
             return plan(config, command)
         if command.print_sharding:
             return print_sharding(config)
-        from meltemi.trainer.data_sources import resolve_data
+        from meltemi.trainer.data.sources import resolve_data
 
         config = resolve_data(config)
         clock.lap("config")
@@ -79,7 +79,7 @@ def main(
 
 def train(config, run_dir: str, clock: StartupClock) -> int:
     """Train (or resume, or report the finished run) in ``run_dir`` and print the summary."""
-    from meltemi.trainer.distributed import initialize_from_environment
+    from meltemi.trainer.step.distributed import initialize_from_environment
 
     initialize_from_environment()
     from meltemi.trainer.trainer import Trainer
@@ -115,8 +115,8 @@ def train(config, run_dir: str, clock: StartupClock) -> int:
 
 def sample(checkpoint: Path, prompt: str, tokens: int = 48) -> str:
     """A short sampled continuation by the trained model (what apps/sample.py prints), seed 0."""
-    from meltemi.trainer.generation import sample_checkpoint
-    from meltemi.trainer.sampling import SamplingConfig
+    from meltemi.trainer.generate.generation import sample_checkpoint
+    from meltemi.trainer.generate.sampling import SamplingConfig
 
     result, _ = sample_checkpoint(
         checkpoint, [prompt], SamplingConfig(max_new_tokens=tokens, temperature=0.7, top_k=40)
@@ -126,11 +126,11 @@ def sample(checkpoint: Path, prompt: str, tokens: int = 48) -> str:
 
 def print_sharding(config) -> int:
     """Each parameter's logical axes, sharding and bytes per device on this machine's devices."""
-    from meltemi.trainer.distributed import initialize_from_environment
+    from meltemi.trainer.step.distributed import initialize_from_environment
 
     initialize_from_environment()
-    from meltemi.trainer.mesh import MeshPlan
-    from meltemi.trainer.sharding_table import format_report, sharding_report
+    from meltemi.trainer.plan.sharding_table import format_report, sharding_report
+    from meltemi.trainer.step.mesh import MeshPlan
 
     layout = MeshPlan.of(config)
     print(format_report(sharding_report(config, layout), layout))
@@ -151,7 +151,7 @@ def plan(config, command: Command) -> int:
     os.environ["XLA_FLAGS"] = " ".join([*kept, f"--xla_force_host_platform_device_count={count}"])
     import jax
 
-    from meltemi.trainer.dry_run import format_plan, plan_run
+    from meltemi.trainer.plan.dry_run import format_plan, plan_run
 
     jax.config.update("jax_platforms", "cpu")
     if len(jax.devices()) < count:  # JAX started before the devices could be faked
@@ -172,7 +172,7 @@ def plan(config, command: Command) -> int:
 
 def verify(location: str) -> int:
     """Recompute the digests the checkpoints of a run (or one ``step-N``) record; 0 when all match."""
-    from meltemi.trainer.verify import verify_run
+    from meltemi.trainer.checkpoint.verify import verify_run
 
     report = verify_run(location)
     print(report.describe())

@@ -273,7 +273,7 @@ class StageConfig(Section):
 class DataConfig(Section):
     """Token stores, their mixture, the sequence length and the held-out split; or a corpus built into a
     store on first use (``corpus``, read as ``text_field``, ``skip_bad_lines`` and ``invalid_utf8`` say).
-    :func:`meltemi.trainer.data_sources.resolve_data` turns ``stores``, ``corpus`` and ``stdlib`` into
+    :func:`meltemi.trainer.data.sources.resolve_data` turns ``stores``, ``corpus`` and ``stdlib`` into
     ``sources`` and a tokenizer path before a run starts."""
 
     tokenizer: str | None = Field(
@@ -332,7 +332,8 @@ class HardwareConfig(Section):
     """The accelerators a run is meant for: what ``--dry-run`` plans against (memory, peak FLOP/s)."""
 
     chip: str | None = Field(
-        None, description="one of meltemi.trainer.chips.CHIPS, e.g. 'TPU v4', 'TPU v5e', 'H100', 'A100-40GB'"
+        None,
+        description="one of meltemi.trainer.chips.CHIPS, e.g. 'TPU v4', 'TPU v5e', 'H100', 'A100-40GB'",
     )
     devices: int | None = Field(None, gt=0, description="how many devices (chips) the run spans")
     memory_gib: float | None = Field(

@@ -82,7 +82,7 @@ def train_on_this_host(config: RunConfig, run_dir: str, devices_per_host: int, f
             [*kept, f"--xla_force_host_platform_device_count={devices_per_host}"]
         )
         os.environ["JAX_PLATFORMS"] = "cpu"
-    from meltemi.trainer.distributed import initialize_from_environment
+    from meltemi.trainer.step.distributed import initialize_from_environment
 
     initialize_from_environment()
     import jax

@@ -21,27 +21,28 @@ import numpy as np
 import haliax_lite as hax
 from meltemi.datastore.errors import StorageError
 from meltemi.datastore.storage import Directory, Location, check_readable, check_writable
-from meltemi.trainer import adapters, compile_cache
-from meltemi.trainer.checkpoints import Checkpointer
+from meltemi.trainer import adapters
+from meltemi.trainer.checkpoint.checkpointer import Checkpointer
+from meltemi.trainer.checkpoint.resume import Start, starting_state
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
-from meltemi.trainer.data import RunData, open_data
-from meltemi.trainer.data_sources import resolve_data
-from meltemi.trainer.distributed import wait_for_every_process
+from meltemi.trainer.data.run_data import RunData, open_data
+from meltemi.trainer.data.run_tokenizer import TOKENIZER_FILE, TokenizerRecord, copy_into_run, file_sha256
+from meltemi.trainer.data.sources import resolve_data
 from meltemi.trainer.errors import TrainerError
-from meltemi.trainer.evaluate import BatchSums, make_eval_step, summarize
 from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
-from meltemi.trainer.loop import StepLoop
-from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.plots import LOSS_PLOT, plot_loss
-from meltemi.trainer.program import CompileReport, TrainProgram
-from meltemi.trainer.progress import TrainingProgress
-from meltemi.trainer.resume import Start, starting_state
-from meltemi.trainer.run_tokenizer import TOKENIZER_FILE, TokenizerRecord, copy_into_run, file_sha256
-from meltemi.trainer.signals import StopSignals, exit_status
-from meltemi.trainer.startup import StartupClock
-from meltemi.trainer.step import TrainState
-from meltemi.trainer.trackers import BATCHES, METRICS, Trackers, read_metrics, rewind_record
+from meltemi.trainer.run.loop import StepLoop
+from meltemi.trainer.run.plots import LOSS_PLOT, plot_loss
+from meltemi.trainer.run.progress import TrainingProgress
+from meltemi.trainer.run.signals import StopSignals, exit_status
+from meltemi.trainer.run.startup import StartupClock
+from meltemi.trainer.run.trackers import BATCHES, METRICS, Trackers, read_metrics, rewind_record
+from meltemi.trainer.step import compile_cache
+from meltemi.trainer.step.distributed import wait_for_every_process
+from meltemi.trainer.step.eval_step import BatchSums, make_eval_step, summarize
+from meltemi.trainer.step.mesh import MeshPlan
+from meltemi.trainer.step.program import CompileReport, TrainProgram
+from meltemi.trainer.step.train_step import TrainState
 
 
 @dataclasses.dataclass(frozen=True)

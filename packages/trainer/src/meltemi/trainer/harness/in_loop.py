@@ -17,8 +17,8 @@ from typing import Any
 from meltemi.datastore.storage import Directory
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.harness.errors import HarnessMissingError
-from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.plots import save_figure
+from meltemi.trainer.run.plots import save_figure
+from meltemi.trainer.step.mesh import MeshPlan
 
 HELD_OUT_METRICS = ("loss", "bpb")
 

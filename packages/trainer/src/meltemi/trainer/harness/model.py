@@ -4,7 +4,7 @@ It scores as the harness's Hugging Face model (``hf``) scores the exported check
 tokenization (no special tokens added), the end-of-text token as the context of an empty prompt, the same
 truncation to ``max_length`` and the same rolling windows; so the two agree to float tolerance. Scoring goes
 through ``TokenScorer`` (a few compiled shapes, rows split over the mesh); ``generate_until`` through
-``meltemi.trainer.generation`` (a KV cache; greedy unless the task samples).
+``meltemi.trainer.generate.generation`` (a KV cache; greedy unless the task samples).
 
 From the command line: ``lm_eval --model meltemi --model_args checkpoint=runs/tiny,batch_size=16`` after
 ``import meltemi.trainer.harness.model`` (``apps/evaluate.py`` does both).
@@ -12,7 +12,7 @@ From the command line: ``lm_eval --model meltemi --model_args checkpoint=runs/ti
 >>> import jax, tempfile
 >>> from meltemi.datastore import corpora
 >>> from meltemi.trainer.config import ModelConfig
->>> from meltemi.trainer.llama import Llama
+>>> from meltemi.trainer.model.llama import Llama
 >>> tokenizer = corpora.train_tokenizer(corpora.python_stdlib()[:3], 300, tempfile.mkdtemp() + "/t.json")
 >>> config = ModelConfig(vocab_size=300, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2,
 ...                      max_seq_len=64, attention="reference")
@@ -36,13 +36,13 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tokenizers import Tokenizer
 
-from meltemi.trainer.generation import generate
+from meltemi.trainer.data.run_tokenizer import end_of_text
+from meltemi.trainer.generate.generation import generate
+from meltemi.trainer.generate.sampling import SamplingConfig
 from meltemi.trainer.harness.errors import EvalError, NoTokenizerError
 from meltemi.trainer.harness.scoring import TokenScorer, data_parallel_plan, place_model
-from meltemi.trainer.llama import Llama
-from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.run_tokenizer import end_of_text
-from meltemi.trainer.sampling import SamplingConfig
+from meltemi.trainer.model.llama import Llama
+from meltemi.trainer.step.mesh import MeshPlan
 
 DEFAULT_MAX_GEN_TOKS = 256
 
@@ -114,8 +114,8 @@ class MeltemiLM(TemplateLM):
 
     @staticmethod
     def _from_checkpoint(location):
-        from meltemi.trainer import compile_cache
-        from meltemi.trainer.trained_model import load_model
+        from meltemi.trainer.checkpoint.trained_model import load_model
+        from meltemi.trainer.step import compile_cache
 
         trained = load_model(location)  # the run's copy of its tokenizer, and the run's end-of-text token
         compile_cache.enable_for(trained.config.trainer)

@@ -14,7 +14,7 @@ position.
 
 >>> import jax
 >>> from meltemi.trainer.config import ModelConfig
->>> from meltemi.trainer.llama import Llama
+>>> from meltemi.trainer.model.llama import Llama
 >>> config = ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2,
 ...                      max_seq_len=64, attention="reference")
 >>> scorer = TokenScorer(Llama.init(config, key=jax.random.key(0)), batch_size=2)
@@ -39,8 +39,8 @@ from jax.sharding import AxisType, Mesh
 
 import haliax_lite as hax
 from meltemi.trainer.harness.errors import EvalError
-from meltemi.trainer.llama import Llama, cast_floating
-from meltemi.trainer.mesh import DATA_AXES, MESH_AXES, MeshPlan, placed
+from meltemi.trainer.model.llama import Llama, cast_floating
+from meltemi.trainer.step.mesh import DATA_AXES, MESH_AXES, MeshPlan, placed
 
 # How many times the scoring program was traced (compiled), by its shape (rows, positions, scored positions):
 # the proof of "a few shapes".

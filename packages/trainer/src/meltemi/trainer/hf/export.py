@@ -7,7 +7,7 @@ renamed into place, so a failed export leaves nothing half-written.
 
 >>> import jax, tempfile
 >>> from meltemi.trainer.config import ModelConfig
->>> from meltemi.trainer.llama import Llama
+>>> from meltemi.trainer.model.llama import Llama
 >>> config = ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2)
 >>> out = export_hf(Llama.init(config, key=jax.random.key(0)), Path(tempfile.mkdtemp()) / "hf")
 >>> sorted(p.name for p in out.iterdir())
@@ -24,7 +24,7 @@ from meltemi.trainer.hf.config_map import HfFormatError, hf_config
 from meltemi.trainer.hf.layout import hf_tensors, our_tensor, parameter_names
 from meltemi.trainer.hf.safetensors_files import TensorPlan, write_safetensors
 from meltemi.trainer.hf.tokenizer_files import SpecialTokens, write_tokenizer_files
-from meltemi.trainer.llama import Llama
+from meltemi.trainer.model.llama import Llama
 
 DTYPES = ("float32", "bfloat16")
 

@@ -4,7 +4,7 @@ The table is keyed by name (Hugging Face's, with ours in ``HfTensor.ours``), and
 parameter by its name, so nothing depends on the order of the table or of the model's fields.
 
 Our parameter paths are Hugging Face's names with the layer index in a ``layers`` axis (see
-``meltemi.trainer.llama``); haliax-lite's state dict restores the per-layer names. What differs is only
+``meltemi.trainer.model.llama``); haliax-lite's state dict restores the per-layer names. What differs is only
 the shape: a projection whose ``Out`` or ``In`` is several axes (query heads: ``kv_heads,
 q_heads_per_group, head_size``) is one ``[out, in]`` matrix in PyTorch, flattened in row-major order,
 which puts query head ``kv * group + g`` where Hugging Face has it. No permutation is needed (rotary uses
@@ -34,7 +34,7 @@ import numpy as np
 
 import haliax_lite as hax
 from meltemi.trainer.config import ModelConfig
-from meltemi.trainer.llama import Llama, LlamaAxes
+from meltemi.trainer.model.llama import Llama, LlamaAxes
 
 LAYERS = "layers"  # the model's Stacked field, and the name of its layer axis
 

@@ -7,7 +7,7 @@ the same bits (in the exported dtype).
 >>> import jax, tempfile
 >>> from meltemi.trainer.config import ModelConfig
 >>> from meltemi.trainer.hf.export import export_hf
->>> from meltemi.trainer.llama import Llama
+>>> from meltemi.trainer.model.llama import Llama
 >>> config = ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2)
 >>> out = export_hf(Llama.init(config, key=jax.random.key(0)), Path(tempfile.mkdtemp()) / "hf")
 >>> loaded_config, model = import_hf(out, config)
@@ -31,10 +31,10 @@ from meltemi.trainer.config import ModelConfig, RunConfig
 from meltemi.trainer.hf.config_map import HfFormatError, model_config_from_hf
 from meltemi.trainer.hf.layout import HfTensor, hf_tensors
 from meltemi.trainer.hf.safetensors_files import SafetensorsReader
-from meltemi.trainer.llama import Llama
-from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.optimizer import make_optimizer
-from meltemi.trainer.step import TrainState
+from meltemi.trainer.model.llama import Llama
+from meltemi.trainer.step.mesh import MeshPlan
+from meltemi.trainer.step.optimizer import make_optimizer
+from meltemi.trainer.step.train_step import TrainState
 
 
 def read_hf_config(directory: str | Path, base: ModelConfig | None = None) -> ModelConfig:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from meltemi.trainer.data.run_tokenizer import end_of_text
 from meltemi.trainer.hf.config_map import HfFormatError
-from meltemi.trainer.run_tokenizer import end_of_text
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ usual choice: decaying a norm's scale pulls it towards 0, not towards a prior).
 
 >>> import jax
 >>> from meltemi.trainer.config import ModelConfig, OptimizerConfig
->>> from meltemi.trainer.llama import Llama
+>>> from meltemi.trainer.model.llama import Llama
 >>> model = Llama.init(ModelConfig(vocab_size=16, hidden_dim=8, intermediate_dim=16, num_layers=1,
 ...                                num_heads=2, num_kv_heads=1), key=jax.random.key(0))
 >>> mask = weight_decay_mask(model, OptimizerConfig())

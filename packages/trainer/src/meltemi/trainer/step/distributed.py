@@ -97,3 +97,9 @@ def global_batch_hash(local_inputs: np.ndarray) -> str:
         np.asarray(multihost_utils.process_allgather(mine)).reshape(-1) if jax.process_count() > 1 else mine
     )
     return hashlib.sha256(every.tobytes()).hexdigest()[:16]
+
+
+def batch_hash(local: dict) -> str:
+    """The hash of the global batch this process holds ``local`` of (``global_batch_hash`` of
+    its inputs and targets): what ``batches.jsonl`` and a checkpoint's data position record."""
+    return global_batch_hash(np.concatenate([local["input_ids"], local["targets"]], axis=1))

@@ -16,13 +16,13 @@ from pathlib import Path
 import jax
 
 from meltemi.datastore.storage import Directory, Location
-from meltemi.trainer.checkpoint_format import MANIFEST, Manifest
-from meltemi.trainer.checkpoint_restore import restore
-from meltemi.trainer.checkpoints import find_checkpoints, inspect_checkpoint
+from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
+from meltemi.trainer.checkpoint.format import MANIFEST, Manifest
+from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.config import RunConfig
+from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text, run_tokenizer
 from meltemi.trainer.errors import CheckpointError
-from meltemi.trainer.llama import Llama
-from meltemi.trainer.run_tokenizer import EndOfText, end_of_text, run_tokenizer
+from meltemi.trainer.model.llama import Llama
 
 logger = logging.getLogger("meltemi.trainer")
 

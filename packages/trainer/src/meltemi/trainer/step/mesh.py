@@ -27,7 +27,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 import haliax_lite as hax
 from meltemi.trainer.config import MeshConfig, RunConfig
 from meltemi.trainer.errors import MeshError
-from meltemi.trainer.llama import LlamaAxes
+from meltemi.trainer.model.llama import LlamaAxes
 
 MESH_AXES = ("replica", "data", "model")
 DATA_AXES = ("replica", "data")

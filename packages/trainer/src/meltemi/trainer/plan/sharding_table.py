@@ -3,7 +3,7 @@ totals for parameters, optimizer state and gradients (seqax's habit).
 
 >>> import jax
 >>> from meltemi.trainer.config import RunConfig
->>> from meltemi.trainer.mesh import MeshPlan
+>>> from meltemi.trainer.step.mesh import MeshPlan
 >>> config = RunConfig(model={"vocab_size": 64, "hidden_dim": 32, "intermediate_dim": 64, "num_layers": 2})
 >>> report = sharding_report(config, MeshPlan.of(config, jax.devices()[:1]))
 >>> report.parameters[0].path, report.parameters[0].axes, report.parameters[0].bytes_per_device
@@ -21,8 +21,8 @@ import numpy as np
 import haliax_lite as hax
 from meltemi.trainer import adapters
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.step import init_state
+from meltemi.trainer.step.mesh import MeshPlan
+from meltemi.trainer.step.train_step import init_state
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ by the compute axis mapping (rows are padded to a multiple of the data-parallel 
 
 >>> import jax
 >>> from meltemi.trainer.config import ModelConfig
->>> from meltemi.trainer.llama import Llama
+>>> from meltemi.trainer.model.llama import Llama
 >>> config = ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2,
 ...                      attention="reference")
 >>> model = Llama.init(config, key=jax.random.key(0))
@@ -34,10 +34,10 @@ import numpy as np
 from tokenizers import Tokenizer
 
 import haliax_lite as hax
-from meltemi.trainer.kv_cache import KVCache, forward_cached
-from meltemi.trainer.llama import Llama
-from meltemi.trainer.mesh import MeshPlan, placed
-from meltemi.trainer.sampling import GenerationError, SamplingConfig, next_tokens
+from meltemi.trainer.generate.sampling import GenerationError, SamplingConfig, next_tokens
+from meltemi.trainer.model.kv_cache import KVCache, forward_cached
+from meltemi.trainer.model.llama import Llama
+from meltemi.trainer.step.mesh import MeshPlan, placed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,8 +268,8 @@ def sample_checkpoint(
 ) -> tuple[Generation, Path]:
     """Continue text prompts with a run directory's latest good checkpoint (or a ``step-N`` directory),
     tokenized with the run's own tokenizer, stopping at the end-of-text token its checkpoint records."""
-    from meltemi.trainer import compile_cache
-    from meltemi.trainer.trained_model import load_model
+    from meltemi.trainer.checkpoint.trained_model import load_model
+    from meltemi.trainer.step import compile_cache
 
     trained = load_model(location, **({"warn": warn} if warn else {}))
     compile_cache.enable_for(trained.config.trainer)

@@ -29,7 +29,7 @@ import haliax_lite as hax
 import haliax_lite.nn as hnn
 from meltemi.trainer import adapters
 from meltemi.trainer.config import ModelConfig
-from meltemi.trainer.rotary import apply_rotary, rotary_tables
+from meltemi.trainer.model.rotary import apply_rotary, rotary_tables
 
 # Values each block may keep for its backward pass under remat "save_dots" (every matmul's output).
 DOT_NAMES = ("q", "k", "v", "attention", "attention_out", "gate", "up", "mlp_out")

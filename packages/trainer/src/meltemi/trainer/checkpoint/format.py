@@ -5,11 +5,11 @@
   CRC-32C (Zarr's ``crc32c`` codec), so a flipped byte is caught on read by TensorStore and zarr-python alike.
   bfloat16 arrays are stored as float32 (lossless; zarr-python has no bfloat16) and cast back on restore.
 - ``manifest.json``: format version, step, the resolved config, every array's name, dtype, shape, chunk shape,
-  chunk count and fingerprint (``meltemi.trainer.digests``: the same on any mesh), the digest of the whole
-  state, the data position (the step, and the hash of the global batch a resumption reads first), the run
-  seed, the run's tokenizer (its copy in the run directory and that file's SHA-256), the end-of-text token,
-  where the run was initialised from, and the versions of jax and meltemi. ``meltemi.trainer.verify``
-  recomputes the digests.
+  chunk count and fingerprint (``meltemi.trainer.checkpoint.digests``: the same on any mesh), the digest of
+  the whole state, the data position (the step, and the hash of the global batch a resumption reads
+  first), the run seed, the run's tokenizer (its copy in the run directory and that file's SHA-256), the
+  end-of-text token, where the run was initialised from, and the versions of jax and meltemi.
+  ``meltemi.trainer.checkpoint.verify`` recomputes the digests.
 - A checkpoint is written straight into ``step-N/`` (a local directory or a bucket prefix, through the
   storage seam ``meltemi.datastore.storage``): every process writes its shards, the processes agree that all
   are written, then process 0 writes ``manifest.json`` and, last, ``COMMITTED`` (one atomic PUT). No rename,
@@ -32,7 +32,7 @@ import numpy as np
 import tensorstore as ts
 
 from meltemi.datastore.storage import Directory, Location, storage_context
-from meltemi.trainer.run_tokenizer import EndOfText, TokenizerRecord
+from meltemi.trainer.data.run_tokenizer import EndOfText, TokenizerRecord
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

@@ -21,14 +21,14 @@ from collections.abc import Sequence
 
 import jax
 
-from meltemi.trainer import compile_cache
 from meltemi.trainer.chips import Chip, chip_named
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import ConfigError
-from meltemi.trainer.flops import flops_per_token
-from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.program import CompileReport, TrainProgram
-from meltemi.trainer.sharding_table import ShardingReport, format_report, sharding_report
+from meltemi.trainer.plan.sharding_table import ShardingReport, format_report, sharding_report
+from meltemi.trainer.step import compile_cache
+from meltemi.trainer.step.flops import flops_per_token
+from meltemi.trainer.step.mesh import MeshPlan
+from meltemi.trainer.step.program import CompileReport, TrainProgram
 
 GIB = 2**30
 

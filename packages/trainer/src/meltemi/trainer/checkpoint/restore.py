@@ -7,7 +7,7 @@ import jax
 import numpy as np
 
 import haliax_lite as hax
-from meltemi.trainer.checkpoint_format import Manifest, as_directory, checked_store, leaf_name, open_array
+from meltemi.trainer.checkpoint.format import Manifest, as_directory, checked_store, leaf_name, open_array
 from meltemi.trainer.errors import CheckpointError, ConfigError
 
 

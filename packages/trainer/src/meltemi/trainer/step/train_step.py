@@ -17,9 +17,9 @@ import haliax_lite as hax
 from meltemi.trainer import adapters
 from meltemi.trainer.adapters import NamedBatch
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.llama import Llama, cast_floating
-from meltemi.trainer.optimizer import make_optimizer
-from meltemi.trainer.schedules import learning_rate_schedule
+from meltemi.trainer.model.llama import Llama, cast_floating
+from meltemi.trainer.step.optimizer import make_optimizer
+from meltemi.trainer.step.schedules import learning_rate_schedule
 
 
 class TrainState(eqx.Module):

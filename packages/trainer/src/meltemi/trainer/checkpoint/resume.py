@@ -17,12 +17,12 @@ import jax
 import numpy as np
 
 from meltemi.datastore.storage import Location
-from meltemi.trainer.checkpoint_restore import restore
-from meltemi.trainer.checkpoints import find_checkpoints, incompatible_field, inspect_checkpoint
+from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, incompatible_field, inspect_checkpoint
+from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import CheckpointError, ConfigError
-from meltemi.trainer.program import TrainProgram
-from meltemi.trainer.step import TrainState
+from meltemi.trainer.step.program import TrainProgram
+from meltemi.trainer.step.train_step import TrainState
 
 
 class RunToStart(Protocol):

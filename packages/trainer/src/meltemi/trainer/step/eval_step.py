@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from meltemi.trainer import adapters
 from meltemi.trainer.adapters import NamedBatch
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.llama import Llama, cast_floating
+from meltemi.trainer.model.llama import Llama, cast_floating
 
 
 @jax.tree_util.register_dataclass

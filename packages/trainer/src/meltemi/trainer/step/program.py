@@ -3,7 +3,7 @@ step compiled ahead of time (from shapes alone: nothing is allocated, which is w
 
 >>> import jax
 >>> from meltemi.trainer.config import RunConfig
->>> from meltemi.trainer.mesh import MeshPlan
+>>> from meltemi.trainer.step.mesh import MeshPlan
 >>> config = RunConfig(model={"vocab_size": 64, "hidden_dim": 32, "intermediate_dim": 64, "num_layers": 2},
 ...                    trainer={"global_batch_size": 2, "compute_dtype": "float32"}, data={"seq_len": 16})
 >>> program = TrainProgram(config, MeshPlan.of(config, jax.devices()[:1]))
@@ -24,9 +24,9 @@ import jax.numpy as jnp
 import haliax_lite as hax
 from meltemi.trainer import adapters
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.distributed import wait_for_every_process
-from meltemi.trainer.mesh import MeshPlan
-from meltemi.trainer.step import TrainState, init_state, make_train_step
+from meltemi.trainer.step.distributed import wait_for_every_process
+from meltemi.trainer.step.mesh import MeshPlan
+from meltemi.trainer.step.train_step import TrainState, init_state, make_train_step
 
 
 @dataclasses.dataclass(frozen=True)

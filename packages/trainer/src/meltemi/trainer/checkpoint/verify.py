@@ -1,17 +1,17 @@
 """Auditing a run's checkpoints: recompute what each one records of itself and say which match.
 
-Every checkpoint records a fingerprint of each array (``meltemi.trainer.digests``), a digest of the whole
-state (parameters and optimizer state), its data position (the hash of the global batch a resumption reads
-first) and its tokenizer's SHA-256. ``verify_run`` reads every array back (checksums included) and
-recomputes the fingerprints, rebuilds the data from the stores the checkpoint's config names and hashes that
-batch again, and hashes the run's tokenizer: a checkpoint whose values, data or tokenizer are not what it
-recorded is reported by name, with what differs.
+Every checkpoint records a fingerprint of each array (``meltemi.trainer.checkpoint.digests``), a digest of
+the whole state (parameters and optimizer state), its data position (the hash of the global batch a
+resumption reads first) and its tokenizer's SHA-256. ``verify_run`` reads every array back (checksums
+included) and recomputes the fingerprints, rebuilds the data from the stores the checkpoint's config names
+and hashes that batch again, and hashes the run's tokenizer: a checkpoint whose values, data or tokenizer
+are not what it recorded is reported by name, with what differs.
 
 >>> import jax, tempfile
 >>> from pathlib import Path
->>> from meltemi.trainer.checkpoints import Checkpointer
+>>> from meltemi.trainer.checkpoint.checkpointer import Checkpointer
 >>> from meltemi.trainer.config import RunConfig
->>> from meltemi.trainer.step import init_state
+>>> from meltemi.trainer.step.train_step import init_state
 >>> config = RunConfig(model={"vocab_size": 64, "hidden_dim": 16, "intermediate_dim": 32, "num_layers": 1,
 ...                           "num_heads": 2, "num_kv_heads": 1})
 >>> run = Path(tempfile.mkdtemp())
@@ -29,12 +29,12 @@ import os
 from typing import Literal
 
 from meltemi.datastore.storage import Directory, Location
-from meltemi.trainer.checkpoint_format import Manifest, as_directory, read_array
-from meltemi.trainer.checkpoints import find_checkpoints, inspect_checkpoint
-from meltemi.trainer.digests import array_fingerprint, state_digest
+from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
+from meltemi.trainer.checkpoint.digests import array_fingerprint, state_digest
+from meltemi.trainer.checkpoint.format import Manifest, as_directory, read_array
+from meltemi.trainer.checkpoint.trained_model import run_of
+from meltemi.trainer.data.run_tokenizer import run_tokenizer
 from meltemi.trainer.errors import CheckpointError, TrainerError
-from meltemi.trainer.run_tokenizer import run_tokenizer
-from meltemi.trainer.trained_model import run_of
 
 StateVerdict = Literal["match", "differs", "unreadable", "unrecorded"]
 DataVerdict = Literal["match", "differs", "unavailable", "unrecorded"]
@@ -118,8 +118,8 @@ def _check_data(manifest: Manifest) -> tuple[DataVerdict, list[str], list[str]]:
     if position is None or position.next_batch is None:
         return "unrecorded", [], []
     from meltemi.trainer.config_io import validate
-    from meltemi.trainer.data import open_data
-    from meltemi.trainer.loop import batch_hash
+    from meltemi.trainer.data.run_data import open_data
+    from meltemi.trainer.step.distributed import batch_hash
 
     try:
         data = open_data(validate(manifest.config, where="the checkpoint's config"))

@@ -24,8 +24,8 @@ from meltemi.datastore import (
 )
 from meltemi.trainer.adapters import data_key
 from meltemi.trainer.config import RunConfig
+from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text
 from meltemi.trainer.errors import DataError
-from meltemi.trainer.run_tokenizer import EndOfText, end_of_text
 
 
 @dataclasses.dataclass

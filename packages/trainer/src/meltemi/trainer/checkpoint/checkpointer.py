@@ -22,7 +22,8 @@ import numpy as np
 
 import haliax_lite as hax
 from meltemi.datastore.storage import Directory, Location
-from meltemi.trainer.checkpoint_format import (
+from meltemi.trainer.checkpoint.digests import combine, shard_sums, state_digest
+from meltemi.trainer.checkpoint.format import (
     COMMITTED,
     FORMAT_VERSION,
     MANIFEST,
@@ -36,10 +37,9 @@ from meltemi.trainer.checkpoint_format import (
     write_shards,
 )
 from meltemi.trainer.config import TrainerConfig
-from meltemi.trainer.digests import combine, shard_sums, state_digest
-from meltemi.trainer.distributed import gather_rows, wait_for_every_process
+from meltemi.trainer.data.run_tokenizer import EndOfText, TokenizerRecord
 from meltemi.trainer.errors import CheckpointError
-from meltemi.trainer.run_tokenizer import EndOfText, TokenizerRecord
+from meltemi.trainer.step.distributed import gather_rows, wait_for_every_process
 
 STEP_PREFIX = "step-"
 

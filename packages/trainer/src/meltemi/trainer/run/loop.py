@@ -15,21 +15,14 @@ import time
 from collections.abc import Callable
 
 import jax
-import numpy as np
 
 from meltemi.datastore.storage import Appender, Location
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.distributed import agree, global_batch_hash
 from meltemi.trainer.errors import NonFiniteError
-from meltemi.trainer.flops import flops_per_token, peak_flops_per_device
-from meltemi.trainer.step import StepMetrics, TrainState
-from meltemi.trainer.trackers import BATCHES, BUCKET_FLUSH_SECONDS
-
-
-def batch_hash(local: dict) -> str:
-    """The hash of the global batch this process holds ``local`` of (``distributed.global_batch_hash`` of
-    its inputs and targets): what ``batches.jsonl`` and a checkpoint's data position record."""
-    return global_batch_hash(np.concatenate([local["input_ids"], local["targets"]], axis=1))
+from meltemi.trainer.run.trackers import BATCHES, BUCKET_FLUSH_SECONDS
+from meltemi.trainer.step.distributed import agree, batch_hash
+from meltemi.trainer.step.flops import flops_per_token, peak_flops_per_device
+from meltemi.trainer.step.train_step import StepMetrics, TrainState
 
 
 class StepLoop:

@@ -9,7 +9,7 @@ meaning by construction; only attention is written here, against the cache.
 
 >>> import jax, jax.numpy as jnp
 >>> from meltemi.trainer.config import ModelConfig
->>> from meltemi.trainer.llama import Llama
+>>> from meltemi.trainer.model.llama import Llama
 >>> config = ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2)
 >>> model = Llama.init(config, key=jax.random.key(0))
 >>> Batch = hax.Axis("batch", 2)
@@ -31,8 +31,8 @@ import jax.numpy as jnp
 
 import haliax_lite as hax
 from meltemi.trainer.config import ModelConfig
-from meltemi.trainer.llama import DecoderLayer, Llama, LlamaAxes
-from meltemi.trainer.rotary import apply_rotary, inverse_frequencies
+from meltemi.trainer.model.llama import DecoderLayer, Llama, LlamaAxes
+from meltemi.trainer.model.rotary import apply_rotary, inverse_frequencies
 
 SLOT = "slot"
 

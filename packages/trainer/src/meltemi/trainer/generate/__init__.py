@@ -1,0 +1,1 @@
+"""Text from a trained model: KV-cache generation and the sampling rules."""

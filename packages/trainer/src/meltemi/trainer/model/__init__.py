@@ -1,0 +1,1 @@
+"""The model: the Llama, its rotary positions and the key/value cache decoding reads."""
