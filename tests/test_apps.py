@@ -198,7 +198,8 @@ def test_a_dry_run_that_does_not_fit_says_by_how_much(tmp_path):
     result = app("pretrain.py", "--config", str(ROOT / "configs" / "marin_8b.yaml"), "--dry-run", "--devices", "8",  # noqa: E501
                  "--trainer.global_batch_size", "64", cwd=tmp_path, devices=8)  # fmt: skip
     assert result.returncode == 2
-    assert re.search(r"error: the plan needs [\d.]+ GiB more per device than a TPU v4 has", result.stderr)
+    limit = r"error: the plan needs [\d.]+ GiB more per device than it has: 32 GiB per TPU v4$"
+    assert re.search(limit, result.stderr, re.M)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import load_config
 from meltemi.trainer.data.sources import resolve_data, stdlib_directory
 from meltemi.trainer.errors import ConfigError
-from meltemi.trainer.plan.dry_run import plan_run
+from meltemi.trainer.plan.dry_run import format_plan, plan_run
 
 VOCAB = 384  # the vocabulary of the test store (conftest.py)
 
@@ -34,9 +34,10 @@ def test_the_commands_flags_are_read_and_checked_and_the_rest_are_overrides():
         (["--run-dir"], "--run-dir needs a value: --run-dir DIR"),
         (["--run-dir", "--trainer.seed", "1"], "--run-dir needs a value: --run-dir DIR"),
         (["--dry-run=yes"], "--dry-run takes no value (got '--dry-run=yes')"),
-        (["--dry-run", "--devices", "0"], "--devices 0: expected an integer (must be positive)"),
-        (["--dry-run", "--mfu", "0"], "--mfu 0: expected a number (a fraction in (0, 1], e.g. 0.5)"),
-        (["--dry-run", "--mfu", "1.5"], "--mfu 1.5: expected a number (a fraction in (0, 1], e.g. 0.5)"),
+        (["--dry-run", "--devices", "0"], "--devices 0: must be positive"),
+        (["--dry-run", "--mfu", "0"], "--mfu 0: must be a fraction in (0, 1], e.g. 0.5"),
+        (["--dry-run", "--mfu", "1.5"], "--mfu 1.5: must be a fraction in (0, 1], e.g. 0.5"),
+        (["--dry-run", "--mfu", "half"], "--mfu half: expected a number"),
         (["--mfu", "0.5"], "--mfu: only with --dry-run"),
         (["--slices", "2", "--address", "h:1"], "--slices, --address: only with --launch ray"),
         (["--launch", "ray", "--slices", "two"], "--slices two: expected an integer"),
@@ -81,9 +82,12 @@ def test_the_dry_run_checks_against_the_chip_or_the_memory_given():
     plan = plan_run(config, jax.devices()[:1])
     assert plan.device_memory == 40 * 2**30 and plan.fits and plan.step_seconds > 0
     tight = plan_run(
-        small("--hardware.chip", "A100-40GB", "--hardware.memory_gib", "1e-6"), jax.devices()[:1]
+        small("--hardware.chip", "A100-40GB", "--hardware.memory_gib", str(2**-20)), jax.devices()[:1]
     )
-    assert tight.device_memory == int(1e-6 * 2**30) and not tight.fits
+    assert tight.device_memory == 1024 and not tight.fits
+    assert tight.memory_limit == "9.54e-07 GiB per device (hardware.memory_gib)"  # not the chip's 40
+    assert "against 9.54e-07 GiB per device (hardware.memory_gib): does NOT fit" in format_plan(tight)
+    assert plan.memory_limit == "40 GiB per A100-40GB"
     unset = plan_run(small("--hardware.memory_gib", "2"), jax.devices()[:1])
     assert unset.chip is None and unset.device_memory == 2 * 2**30 and unset.step_seconds is None
     with pytest.raises(ConfigError, match=r"^--mfu 0: the model FLOPs utilisation is a fraction in \(0, 1\]"):

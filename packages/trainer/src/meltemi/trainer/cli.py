@@ -163,7 +163,7 @@ def plan(config, command: Command) -> int:
     if not run.fits:
         over = (run.compiled.peak_bytes - run.device_memory) / 2**30
         print(
-            f"error: the plan needs {over:.2f} GiB more per device than a {run.device_name} has",
+            f"error: the plan needs {over:.2f} GiB more per device than it has: {run.memory_limit}",
             file=sys.stderr,
         )
         return 2

@@ -47,7 +47,7 @@ def _positive(kind: Callable[[str], object]) -> Callable[[str], object]:
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0 < value <= 1:
-        raise ValueError("a fraction in (0, 1], e.g. 0.5")
+        raise ValueError("must be a fraction in (0, 1], e.g. 0.5")
     return value
 
 
@@ -147,13 +147,12 @@ def _read(flag: Flag, text: str) -> object:
     try:
         return flag.kind(text)
     except ValueError as e:
-        kind = {"int": "an integer", "float": "a number", "_fraction": "a number"}.get(
-            flag.kind.__name__, "a value"
-        )
-        reason = f"expected {kind}" + (
-            "" if "invalid literal" in str(e) or "could not" in str(e) else f" ({e})"
-        )
-        raise ConfigError(f"{flag.name} {text}: {reason}") from None
+        if "invalid literal" in str(e) or "could not" in str(e):  # not a number at all
+            kind = {"int": "an integer", "float": "a number", "_fraction": "a number"}.get(
+                flag.kind.__name__, "a value"
+            )
+            raise ConfigError(f"{flag.name} {text}: expected {kind}") from None
+        raise ConfigError(f"{flag.name} {text}: {e}") from None  # a number out of the flag's range
 
 
 def _command(values: dict[str, object], overrides: tuple[str, ...]) -> Command:

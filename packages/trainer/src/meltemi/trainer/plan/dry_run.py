@@ -53,9 +53,22 @@ class RunPlan:
     def fits(self) -> bool:
         return self.device_memory is None or self.compiled.peak_bytes <= self.device_memory
 
+    memory_from: str = ""  # where device_memory came from: "hardware.memory_gib", or the chip's name
+
     @property
     def device_name(self) -> str:
         return self.chip.name if self.chip else "device"
+
+    @property
+    def memory_limit(self) -> str:
+        """The memory per device the plan is checked against, saying where it came from.
+
+        >>> RunPlan.memory_limit.fget(type("P", (), {"device_memory": 32 * GIB, "memory_from": "TPU v4"}))
+        '32 GiB per TPU v4'
+        """
+        if self.memory_from == "hardware.memory_gib":
+            return f"{self.device_memory / GIB:.3g} GiB per device (hardware.memory_gib)"
+        return f"{self.device_memory / GIB:.3g} GiB per {self.memory_from}"
 
     @property
     def step_seconds(self) -> float | None:
@@ -77,6 +90,7 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
     hardware = config.hardware
     chip = chip_named(hardware.chip) if hardware.chip is not None else None
     memory_gib = hardware.memory_gib or (chip.memory_gib if chip else None)
+    memory_from = "hardware.memory_gib" if hardware.memory_gib else (chip.name if chip else "")
     plan = MeshPlan.of(config, devices)
     program = TrainProgram(config, plan)
     cache = compile_cache.enable_for(config.trainer)
@@ -94,6 +108,7 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
         sharding=report,
         compiled=compiled,
         device_memory=None if memory_gib is None else int(memory_gib * GIB),
+        memory_from=memory_from,
         mfu=mfu,
         compile_cache=cache.describe() + (f": {counted.describe()}" if cache.enabled else ""),
     )
@@ -119,7 +134,7 @@ def format_plan(run: RunPlan) -> str:
     if run.device_memory is not None:
         over = (c.peak_bytes - run.device_memory) / GIB
         verdict = "fits" if run.fits else f"does NOT fit: {over:.2f} GiB over"
-        lines.append(f"  against {run.device_memory / GIB:.0f} GiB per {run.device_name}: {verdict}")
+        lines.append(f"  against {run.memory_limit}: {verdict}")
     else:
         lines.append("  no memory verdict: set hardware.chip or hardware.memory_gib")
     if run.step_seconds is not None:
