@@ -311,15 +311,10 @@ class Trainer:
             plot_downstream(records, self.run_files)
         steps = int(jax.device_get(loop.state.step))
         evals = _evaluations(records, steps) or loop.evaluations  # another process may not see the record
-        return RunSummary(
-            run_dir=self.run_dir,
-            steps=steps,
-            tokens=self._tokens_before(steps),
-            skipped_steps=int(jax.device_get(loop.state.skipped_steps)),
-            first_eval=evals[0][1] if evals else {},
-            last_eval=evals[-1][1] if evals else {},
+        return self._summary(
+            loop.state,
+            evals,
             tokens_per_second=loop.rate.overall(),
-            metrics_path=self.run_files.where(METRICS),
             plot_path=plot,
             last_checkpoint=loop.last_checkpoint,
             stopped_by=loop.stopped_by,
@@ -328,8 +323,23 @@ class Trainer:
             resumed_from=start.resumed_from,
             session_steps=steps - start_step,
             session_tokens=loop.rate.total_tokens,
+        )
+
+    def _summary(self, state: TrainState, evals: list[tuple[int, dict[str, float]]], **session) -> RunSummary:
+        """A ``RunSummary`` of the run at ``state`` with its held-out ``evals``; ``session`` holds what this
+        invocation did."""
+        steps = int(jax.device_get(state.step))
+        return RunSummary(
+            run_dir=self.run_dir,
+            steps=steps,
+            tokens=self._tokens_before(steps),
+            skipped_steps=int(jax.device_get(state.skipped_steps)),
+            first_eval=evals[0][1] if evals else {},
+            last_eval=evals[-1][1] if evals else {},
+            metrics_path=self.run_files.where(METRICS),
             first_eval_step=evals[0][0] if evals else None,
             last_eval_step=evals[-1][0] if evals else None,
+            **session,
         )
 
     def _tokens_before(self, step: int) -> int:
@@ -341,16 +351,10 @@ class Trainer:
         directory is left as it was."""
         step, last = int(jax.device_get(start.state.step)), self.config.trainer.num_train_steps
         progress.note(f"already trained to step {step} (trainer.num_train_steps {last}): nothing to train")
-        evals = _evaluations(read_metrics(self.run_dir / METRICS), step)
-        return RunSummary(
-            run_dir=self.run_dir,
-            steps=step,
-            tokens=self._tokens_before(step),
-            skipped_steps=int(jax.device_get(start.state.skipped_steps)),
-            first_eval=evals[0][1] if evals else {},
-            last_eval=evals[-1][1] if evals else {},
+        return self._summary(
+            start.state,
+            _evaluations(read_metrics(self.run_dir / METRICS), step),
             tokens_per_second=0.0,
-            metrics_path=self.run_files.where(METRICS),
             plot_path=self.run_files.where(LOSS_PLOT),
             last_checkpoint=start.resumed_from,
             stopped_by=None,
@@ -359,8 +363,6 @@ class Trainer:
             resumed_from=start.resumed_from,
             session_steps=0,
             session_tokens=0,
-            first_eval_step=evals[0][0] if evals else None,
-            last_eval_step=evals[-1][0] if evals else None,
             already_trained=True,
         )
 
