@@ -103,7 +103,11 @@ def test_a_directory_reads_writes_lists_and_deletes_alike_on_every_backend(any_l
 
 @settings(max_examples=15)
 @given(
-    lines=st.lists(st.text(st.characters(blacklist_characters="\n\r"), max_size=20), max_size=30),
+    # text a log can hold: any character but line breaks and lone surrogates (which UTF-8 cannot encode)
+    lines=st.lists(
+        st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=20),
+        max_size=30,
+    ),
     flushes=st.sets(st.integers(0, 30)),
     segment_bytes=st.integers(1, 64),
     reopen_at=st.integers(0, 30),
