@@ -88,6 +88,21 @@ def test_rerunning_a_finished_run_reports_it_and_exits_cleanly(trained):
 
 
 @NEWCOMER
+def test_a_launch_the_runs_checkpoint_refuses_is_one_line_before_any_cluster_or_file(trained):
+    """As a resume on one machine, a launch on slices with a config the run cannot continue changes nothing
+    in the run directory (raytpu's event log included) and starts no cluster."""
+    cwd, _, _ = trained
+    run = cwd / "runs" / "tiny"
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    result = app("pretrain.py", *SMALL, "--model.hidden_dim", "64", "--launch", "ray", cwd=cwd, timeout=300)
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: model.hidden_dim: the checkpoint has 32, the config 64: "), result.stderr
+    assert last.endswith("cannot continue with this config") and "Ray" not in result.stderr
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
+
+
+@NEWCOMER
 def test_the_trainers_own_command_is_the_apps_with_the_same_flags_and_summary(trained):
     """``python -m meltemi.trainer`` given the app's default config is the app: one parser, one summary."""
     cwd, _, _ = trained

@@ -180,13 +180,16 @@ def check_address(address: str) -> None:
 
 def launch_on_ray(config: RunConfig, run_dir: str, launch: SliceLaunch, address: str | None) -> int:
     """Train on slices: a local cluster of fake CPU slices, or the Ray cluster at ``address``; a silent
-    address is a one-line ``TrainerError``. raytpu's event log goes to ``events.jsonl`` in a local run
-    directory, or under ``.cache/meltemi/events`` for a run in a bucket."""
+    address is a one-line ``TrainerError``, and a config the run's checkpoint refuses a ``ConfigError``,
+    both before any cluster starts or any file is written. raytpu's event log goes to ``events.jsonl`` in a
+    local run directory, or under ``.cache/meltemi/events`` for a run in a bucket."""
     import contextlib
 
     from meltemi.raytpu import LocalSliceCluster, RaytpuError
+    from meltemi.trainer.checkpoint.resume import check_config_continues
     from meltemi.trainer.errors import TrainerError
 
+    check_config_continues(config, run_dir)  # a refused config: one line, no cluster, no file written
     if "://" in run_dir:
         events = Path(".cache/meltemi/events") / f"{run_dir.rstrip('/').rpartition('/')[2]}.jsonl"
     else:

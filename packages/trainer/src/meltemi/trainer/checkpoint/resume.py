@@ -62,6 +62,15 @@ def _latest_good(
     return None
 
 
+def check_config_continues(config: RunConfig, run_dir: str | Location) -> None:
+    """Refuse, with the ``ConfigError`` ``starting_state`` would raise, a config that the latest readable
+    checkpoint in ``run_dir`` cannot continue, reading manifests only: a launcher asks before it starts a
+    cluster or writes a file, so a refused launch changes nothing. Damaged checkpoints are passed over
+    silently here; the run that starts warns about them."""
+    config_json = config.model_dump(mode="json")
+    _latest_good(run_dir, lambda path, manifest: None, "the run's checkpoint", config_json, lambda _: None)
+
+
 def starting_state(run: RunToStart, warn: Callable[[str], None]) -> Start:
     """Resume, initialise from another run, or start fresh, in that order of preference. Only reads: a
     refusal (a ``ConfigError``, a ``CheckpointError``) leaves every file as it was."""
