@@ -131,6 +131,18 @@ def test_an_appended_log_reads_back_every_flushed_line_in_order(lines, flushes, 
     assert all(sizes) and (len(sizes) <= 1 or sum(sizes) > segment_bytes)
 
 
+def test_an_object_written_after_a_killed_writer_is_only_the_new_bytes(tmp_path):
+    """A process SIGKILLed while TensorStore's `file` driver wrote `<key>.__lock` leaves that file behind,
+    longer than the next object; the next write must not keep its tail (it did: TensorStore does not
+    truncate the file it writes into)."""
+    d = Directory(tmp_path)
+    d.write_text("metrics.jsonl", '{"step": 1}\n')
+    (tmp_path / "metrics.jsonl.__lock").write_text("".join(f'{{"step": {s}}}\n' for s in range(1, 10)))
+    d.write_text("metrics.jsonl", '{"step": 1}\n{"step": 2}\n')
+    assert d.read_text("metrics.jsonl") == '{"step": 1}\n{"step": 2}\n'
+    assert read_appended(d, "metrics.jsonl") == b'{"step": 1}\n{"step": 2}\n'
+
+
 def test_a_log_in_a_bucket_is_plain_segments_rewritten_not_appended(s3):
     d = Directory(f"s3://{s3.make_bucket()}/run")
     with Appender(d, "metrics.jsonl", segment_bytes=32) as log:

@@ -15,11 +15,11 @@ from pathlib import Path
 import jax
 import pytest
 
-from meltemi.datastore.storage import Location
+from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer import trainer as trainer_module
 from meltemi.trainer.config_io import describe_fields, dump_config
 from meltemi.trainer.errors import CheckpointError, ConfigError, DataError
-from meltemi.trainer.run.trackers import read_metrics
+from meltemi.trainer.run.trackers import read_metrics, rewind_record
 from meltemi.trainer.trainer import Trainer
 
 TOKENS_PER_STEP = 16 * 32  # make_config: 16 rows of 32 tokens
@@ -189,6 +189,17 @@ def test_rows_logged_after_the_last_checkpoint_by_a_killed_run_leave_the_record(
     assert steps_of(finished / "batches.jsonl") == [0, 1, 2, 3, 4, 5]
     assert tensorboard_steps(finished / "tensorboard", "train/loss") == [1, 2, 3, 4, 5, 6]
     assert summary.start_step == resumed_at and summary.steps == 6
+
+
+def test_a_rewind_after_a_process_killed_mid_flush_drops_the_rows_it_sets_aside(tmp_path):
+    """The five-SIGKILL test's record once kept rows it had set aside (steps 7-9 twice): the killed
+    process's half-written `metrics.jsonl.__lock` lent its tail to the rewound log."""
+    rows = "".join(json.dumps({"step": s, "train/loss": 1.0}) + "\n" for s in range(1, 10))
+    (tmp_path / "metrics.jsonl").write_text(rows)
+    (tmp_path / "metrics.jsonl.__lock").write_text(rows)  # the flush of step 9, killed before its rename
+    rewound = rewind_record(Directory(tmp_path), "metrics.jsonl", 7)
+    assert rewound.steps == [7, 8, 9]
+    assert [r["step"] for r in read_metrics(Location.parse(tmp_path) / "metrics.jsonl")] == list(range(1, 7))
 
 
 def test_a_checkpoint_is_saved_only_after_the_record_reaches_its_step(make_config, run_dir, monkeypatch):

@@ -14,6 +14,7 @@ bucket, refused credentials or an unreachable endpoint are reported at once, not
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import uuid
@@ -36,6 +37,28 @@ def storage_context() -> ts.Context:
     if _CONTEXT is None:
         _CONTEXT = ts.Context()
     return _CONTEXT
+
+
+def _empty_abandoned_lock_file(path: Path) -> None:
+    """Empty `<path>.__lock` when a killed process left it behind.
+
+    TensorStore's `file` driver writes an object into `<path>.__lock` under a POSIX lock and renames it into
+    place, without truncating it first; so the file a process killed mid-write leaves there makes the next,
+    shorter object end with the tail of the killed one (a rewound `metrics.jsonl` got its dropped rows
+    back). A lock no other process holds is abandoned: empty it. Writes of one key are not concurrent
+    within a process here (closing this descriptor would release such a writer's POSIX lock).
+    """
+    try:
+        fd = os.open(f"{path}.__lock", os.O_RDWR)
+    except OSError:  # none there (the usual case), or not ours to touch: TensorStore reports that
+        return
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.ftruncate(fd, 0)
+    except OSError:  # another process is writing the object now: its write truncates nothing either way
+        pass
+    finally:
+        os.close(fd)  # releases the lock
 
 
 class Directory:
@@ -117,6 +140,9 @@ class Directory:
 
     def write_bytes(self, key: str, data: bytes) -> None:
         """Replace the object with `data`, atomically: a reader sees the old object or all of the new one."""
+        local = self.location.local_path
+        if local is not None:
+            _empty_abandoned_lock_file(local / key)
         try:
             self.kvstore.write(key, data).result()
         except ValueError as e:
