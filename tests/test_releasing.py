@@ -171,16 +171,19 @@ def _bump(root: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("package", PACKAGES.values(), ids=lambda p: p.dist)
 def test_a_bump_changes_only_its_package_and_the_lock(workspace_copy, package):
     before = _digests(workspace_copy)
+    directory = package.directory.relative_to(ROOT)
+    old_changelog = (workspace_copy / directory / "CHANGELOG.md").read_text(encoding="utf-8")
+    notes = old_changelog.split("## [Unreleased]\n", 1)[1].split(f"## [{package.version}]", 1)[0]
     result = _bump(workspace_copy, package.dist, "patch")
     assert result.returncode == 0, result.stderr
     changed = {name for name, digest in _digests(workspace_copy).items() if before.get(name) != digest}
-    directory = package.directory.relative_to(ROOT)
     assert changed == {f"{directory}/pyproject.toml", f"{directory}/CHANGELOG.md", "uv.lock"}
     new = next_version(package.version, "patch")
     assert load_workspace(workspace_copy)[package.dist].version == new
     changelog = (workspace_copy / directory / "CHANGELOG.md").read_text(encoding="utf-8")
     today = datetime.date.today().isoformat()
-    assert f"## [Unreleased]\n\n## [{new}] - {today}\n\n## [{package.version}]" in changelog
+    # the notes gathered under [Unreleased] (none, or some) now open the new version's entry
+    assert f"## [Unreleased]\n\n## [{new}] - {today}\n{notes}## [{package.version}]" in changelog
     assert (
         f'name = "{package.dist}"\nversion = "{new}"\nsource = {{ editable'
         in (workspace_copy / "uv.lock").read_text()
