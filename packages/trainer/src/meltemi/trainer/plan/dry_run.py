@@ -48,27 +48,18 @@ class RunPlan:
     device_memory: int | None  # bytes: hardware.memory_gib, else the chip's
     mfu: float
     compile_cache: str = "compilation cache not used"  # where it was, and what it saved
+    memory_given: bool = False  # device_memory is hardware.memory_gib, not the chip's
 
     @property
     def fits(self) -> bool:
         return self.device_memory is None or self.compiled.peak_bytes <= self.device_memory
 
-    memory_from: str = ""  # where device_memory came from: "hardware.memory_gib", or the chip's name
-
-    @property
-    def device_name(self) -> str:
-        return self.chip.name if self.chip else "device"
-
     @property
     def memory_limit(self) -> str:
-        """The memory per device the plan is checked against, saying where it came from.
-
-        >>> RunPlan.memory_limit.fget(type("P", (), {"device_memory": 32 * GIB, "memory_from": "TPU v4"}))
-        '32 GiB per TPU v4'
-        """
-        if self.memory_from == "hardware.memory_gib":
-            return f"{self.device_memory / GIB:.3g} GiB per device (hardware.memory_gib)"
-        return f"{self.device_memory / GIB:.3g} GiB per {self.memory_from}"
+        """The memory per device the plan is checked against, saying where it came from: ``32 GiB per TPU
+        v4``, or ``40 GiB per device (hardware.memory_gib)``."""
+        where = "device (hardware.memory_gib)" if self.memory_given else self.chip.name
+        return f"{self.device_memory / GIB:.3g} GiB per {where}"
 
     @property
     def step_seconds(self) -> float | None:
@@ -90,7 +81,6 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
     hardware = config.hardware
     chip = chip_named(hardware.chip) if hardware.chip is not None else None
     memory_gib = hardware.memory_gib or (chip.memory_gib if chip else None)
-    memory_from = "hardware.memory_gib" if hardware.memory_gib else (chip.name if chip else "")
     plan = MeshPlan.of(config, devices)
     program = TrainProgram(config, plan)
     cache = compile_cache.enable_for(config.trainer)
@@ -108,7 +98,7 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
         sharding=report,
         compiled=compiled,
         device_memory=None if memory_gib is None else int(memory_gib * GIB),
-        memory_from=memory_from,
+        memory_given=hardware.memory_gib is not None,
         mfu=mfu,
         compile_cache=cache.describe() + (f": {counted.describe()}" if cache.enabled else ""),
     )
