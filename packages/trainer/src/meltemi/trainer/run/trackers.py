@@ -155,7 +155,9 @@ class Trackers:
 def read_metrics(record: str | os.PathLike | Location) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl`` (a path or URL; a torn last line, from a killed run, is skipped).
 
-    >>> read_metrics("memory://doc/trackers/metrics.jsonl")
+    >>> tracker = JsonlTracker(Directory("memory://doc/read_metrics"))
+    >>> tracker.log({"train/loss": 2.5}, step=3); tracker.close()
+    >>> read_metrics("memory://doc/read_metrics/metrics.jsonl")
     [{'step': 3, 'train/loss': 2.5}]
     """
     named = Location.parse(record)
