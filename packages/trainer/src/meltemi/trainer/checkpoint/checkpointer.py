@@ -22,7 +22,7 @@ import numpy as np
 
 import haliax_lite as hax
 from meltemi.datastore.storage import Directory, Location
-from meltemi.trainer.checkpoint.digests import combine, shard_sums, state_digest
+from meltemi.trainer.checkpoint.digests import describe, fingerprint_sums, state_digest
 from meltemi.trainer.checkpoint.format import (
     COMMITTED,
     FORMAT_VERSION,
@@ -112,20 +112,18 @@ class _HostCopy:
     records: list[ArrayRecord]
     shards: list[list[tuple[tuple[slice, ...], np.ndarray]]]
     next_batch: str | None
+    sums: jax.Array  # digests.fingerprint_sums of the whole arrays, computed on the devices
 
-    def fingerprint_sums(self) -> dict[str, list[int]]:
-        """Per array, the fingerprint sums of this process's shards (``digests.shard_sums``, added up)."""
-        sums = {}
-        for record, shards in zip(self.records, self.shards, strict=True):
-            parts = [shard_sums(data, index, record.shape) for index, data in shards]
-            total = combine(parts)
-            sums[record.name] = [int(total[:8], 16), int(total[8:], 16)]
-        return sums
+    def fingerprints(self) -> list[str]:
+        """Each array's fingerprint (the sums are reduced across processes: every process has them all)."""
+        return [describe(row) for row in np.asarray(self.sums.addressable_data(0))]
 
 
 def _host_copy(state, next_batch: str | None) -> _HostCopy:
+    named = _named_leaves(state)
+    sums = fingerprint_sums([_raw(leaf) for _, leaf in named])  # dispatched before the copies wait
     records, shards = [], []
-    for name, leaf in _named_leaves(state):
+    for name, leaf in named:
         array = _raw(leaf)
         axes = tuple(a.name for a in leaf.axes) if isinstance(leaf, hax.NamedArray) else None
         chunk = tuple(array.sharding.shard_shape(array.shape))
@@ -134,7 +132,7 @@ def _host_copy(state, next_batch: str | None) -> _HostCopy:
         shards.append(
             [(s.index, np.array(s.data, copy=True)) for s in array.addressable_shards if s.replica_id == 0]
         )
-    return _HostCopy(int(jax.device_get(state.step)), records, shards, next_batch)
+    return _HostCopy(int(jax.device_get(state.step)), records, shards, next_batch, sums)
 
 
 class Checkpointer:
@@ -142,8 +140,9 @@ class Checkpointer:
 
     The commit, without rename or polled files: every process writes its shards straight into ``step-N/``
     (in a background thread); once every process's write has finished (``finish_written``, called at a
-    step boundary all processes agree on) they gather their fingerprint sums in one collective, and process
-    0 writes ``manifest.json`` and then ``COMMITTED``, one atomic PUT. Until that marker exists the
+    step boundary all processes agree on) they gather whether each succeeded in one collective, and process
+    0 writes ``manifest.json`` (with the fingerprints every process computed together on the devices when
+    the state was saved) and then ``COMMITTED``, one atomic PUT. Until that marker exists the
     checkpoint is invisible; with one process the background thread commits by itself.
     """
 
@@ -169,7 +168,7 @@ class Checkpointer:
         self.tokenizer, self.end_of_text = tokenizer, end_of_text
         self._writer: threading.Thread | None = None
         self._written: _HostCopy | None = None  # the write in flight or awaiting its commit
-        self._sums: dict[str, list[int]] | None = None  # its fingerprint sums, once this process wrote it
+        self._wrote = False  # whether this process's shards of the write in flight are all written
         self._error: BaseException | None = None
         self.last_save = time.monotonic()
         self.seconds_blocked = 0.0
@@ -222,19 +221,15 @@ class Checkpointer:
             ) from error
 
     def _commit_gathered(self) -> None:
-        copy, sums, self._written = self._written, self._sums, None
-        self._sums = None
-        names = [r.name for r in copy.records]
-        mine = [1, *(v for name in names for v in sums[name])] if sums else [0] * (1 + 2 * len(names))
-        rows = gather_rows(np.array(mine, np.uint32))
+        copy, wrote, self._written, self._wrote = self._written, self._wrote, None, False
+        rows = gather_rows(np.array([int(wrote)], np.uint32))
         failed = [i for i, r in enumerate(rows) if not int(r[0])]
         if failed:
             self._error = self._error or RuntimeError(f"processes {failed} did not write their shards")
             return
         if self.is_primary:
-            every = [{n: [int(r[1 + 2 * i]), int(r[2 + 2 * i])] for i, n in enumerate(names)} for r in rows]
             try:
-                self._publish(copy, every)
+                self._publish(copy)
             except BaseException as error:
                 self._error = error
 
@@ -256,22 +251,20 @@ class Checkpointer:
                 futures += write_shards(step, record, shards)
             for future in futures:
                 future.result()
-            sums = copy.fingerprint_sums()
             if self.process_count == 1:
-                self._publish(copy, [sums])
+                self._publish(copy)
             else:
-                self._sums = sums
+                self._wrote = True
         except BaseException as error:  # reported by finish_written(), on the training thread
             self._error = error
 
-    def _publish(self, copy: _HostCopy, sums: list[dict[str, list[int]]]) -> None:
+    def _publish(self, copy: _HostCopy) -> None:
         """Process 0, once every process's shards are written: the group marker, the manifest, and last the
         ``COMMITTED`` marker; then the retention policy."""
         step = self.root / f"{STEP_PREFIX}{copy.step}"
         write_group_marker(step)
-        records = [
-            dataclasses.replace(r, fingerprint=combine(part[r.name] for part in sums)) for r in copy.records
-        ]
+        prints = copy.fingerprints()
+        records = [dataclasses.replace(r, fingerprint=f) for r, f in zip(copy.records, prints, strict=True)]
         manifest = Manifest(
             format_version=FORMAT_VERSION,
             step=copy.step,

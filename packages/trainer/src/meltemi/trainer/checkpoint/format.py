@@ -66,7 +66,7 @@ class ArrayRecord:
     shape: tuple[int, ...]
     chunk_shape: tuple[int, ...]
     axes: tuple[str, ...] | None = None
-    fingerprint: str | None = None  # digests.array_fingerprint of its values; None in older checkpoints
+    fingerprint: str | None = None  # digests.fingerprints of its values; None in older checkpoints
 
     @property
     def stored_dtype(self) -> str:

@@ -69,7 +69,9 @@ def restore(step, manifest: Manifest, abstract_state, shardings, *, prefix: str 
             raise unreadable(record.name, e) from None
         stored = jax.numpy.dtype(record.dtype)
         parts = [
-            jax.device_put(np.asarray(values[_key(index)]).astype(stored, copy=False).astype(dtype), device)
+            jax.device_put(
+                np.asarray(values[_key(index)]).astype(stored, copy=False).astype(dtype, copy=False), device
+            )
             for device, index in devices.items()
         ]
         array = jax.make_array_from_single_device_arrays(record.shape, target, parts)

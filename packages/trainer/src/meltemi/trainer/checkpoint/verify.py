@@ -30,7 +30,7 @@ from typing import Literal
 
 from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
-from meltemi.trainer.checkpoint.digests import array_fingerprint, state_digest
+from meltemi.trainer.checkpoint.digests import fingerprints, state_digest
 from meltemi.trainer.checkpoint.format import Manifest, as_directory, read_array
 from meltemi.trainer.checkpoint.trained_model import run_of
 from meltemi.trainer.data.run_tokenizer import run_tokenizer
@@ -94,7 +94,7 @@ def _check_state(path: Directory, manifest: Manifest) -> tuple[StateVerdict, lis
         if record.fingerprint is None:
             recorded = False
             continue
-        found = array_fingerprint(values)
+        (found,) = fingerprints([values])
         if found != record.fingerprint:
             problems.append(
                 f"array {record.name}: fingerprint {found}, the manifest records {record.fingerprint}"
