@@ -8,6 +8,14 @@ arrays read one after another. Then the step loop: `--steps` steps with a checkp
 `--every` steps (`Checkpointer.save`, the trainer's path) against the same steps with none.
 
     uv run python benchmarks/trainer_checkpoint_bucket.py [--layers 8] [--hidden 384] [--steps 30]
+        [--latency-ms 30]
+
+A loopback server answers at once, and on this 2-core machine it computes on the cores the client uses, so
+requests in flight together are served no faster than one after another. ``--latency-ms`` makes the server
+wait that long before answering each request (without using a core), as a real bucket's time to first
+byte does (tens of milliseconds on GCS and S3): what concurrent restore is for. The server's CPU seconds
+per checkpoint are printed too (on a real bucket that work is not on the training machine), and the step
+loop checkpointing to ``memory://`` through the same code: the client's own share of the overhead.
 
 The last lines are `ratio: ...`: restore throughput / raw GET throughput (target >= 0.7), sequential time /
 restore time (target >= 3), and step time with checkpoints / without (target <= 1.05).
@@ -35,19 +43,29 @@ from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.step.train_step import init_state, make_train_step
 
 SERVER = """
-import logging, sys
+import logging, sys, threading, time
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import make_server
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
-from meltemi.datastore.testing import start_s3_server
-server = start_s3_server()
-print(server.endpoint, flush=True)
+latency, app = float(sys.argv[1]), DomainDispatcherApplication(create_backend_app)
+def delayed(environ, start_response):
+    time.sleep(latency)  # a thread per request: waiting requests overlap, as on a remote bucket
+    return app(environ, start_response)
+server = make_server("127.0.0.1", 0, delayed, True, request_handler=MotoRequestHandler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+print(f"http://127.0.0.1:{server.server_address[1]}", flush=True)
 sys.stdin.read()
 """
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
-    """moto's S3 server in a process of its own (so it does not share this one's interpreter lock)."""
+def start_server(latency_seconds: float) -> tuple[subprocess.Popen, str]:
+    """moto's S3 server in a process of its own (so it does not share this one's interpreter lock),
+    answering each request after ``latency_seconds``."""
     process = subprocess.Popen(
-        [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", SERVER, str(latency_seconds)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     endpoint = process.stdout.readline().strip()
     os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1", **TEST_KEYS})
@@ -68,6 +86,12 @@ def make_bucket(endpoint: str) -> str:
     return name
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process has used so far (Linux's /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(work) -> float:
     started = time.perf_counter()
     work()
@@ -81,6 +105,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3, help="restore measurements (the best is kept)")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="the server's wait before each answer")
     args = parser.parse_args()
     config = load_config("configs/tiny.yaml", [
         "--model.num_layers", str(args.layers), "--model.hidden_dim", str(args.hidden),
@@ -88,7 +113,7 @@ def main() -> None:
         "--trainer.checkpoint_every", str(args.every), "--model.attention", "xla",
         "--model.cross_entropy", "xla",
     ])  # fmt: skip
-    server, endpoint = start_server()
+    server, endpoint = start_server(args.latency_ms / 1e3)
     try:
         run = f"s3://{make_bucket(endpoint)}/run"
         plan = MeshPlan.of(config, jax.devices()[:1])
@@ -120,36 +145,47 @@ def main() -> None:
             works = {"restore": restored, "raw": raw, "sequential": sequential}
             best = {name: min(timed(work) for _ in range(args.repeats)) for name, work in works.items()}
 
-            def loop(save: bool) -> float:
+            server_cpu = {}
+
+            in_memory = Checkpointer("memory://bench/run", config.trainer, config.model_dump(mode="json"))
+
+            def loop(saver: Checkpointer | None) -> float:
                 nonlocal state
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), cpu_seconds(server.pid)
                 for index in range(args.steps):
-                    if save and index and index % args.every == 0:
-                        checkpointer.save(state)
+                    if saver and index and index % args.every == 0:
+                        saver.save(state)
                     state, metrics = step(state, data[index % len(data)])
                     jax.block_until_ready(metrics.loss)
-                checkpointer.wait()
+                if saver:
+                    saver.wait()
+                server_cpu[saver is checkpointer] = cpu_seconds(server.pid) - cpu
                 return (time.perf_counter() - started) / args.steps
 
-            loop(False)  # warm
-            without, with_saves = loop(False), loop(True)
+            loop(None)  # warm
+            without, with_saves, with_memory = loop(None), loop(checkpointer), loop(in_memory)
     finally:
         server.stdin.close()
         server.wait()
     mib = size / 2**20
     print(
         f"device: {jax.devices()[0].device_kind}; {len(manifest.arrays)} arrays, {len(keys)} objects, "
-        f"{mib:.1f} MiB"
+        f"{mib:.1f} MiB; the server answers after {args.latency_ms:g} ms"
     )
     for name, seconds in best.items():
         print(f"{name}: {seconds:.2f} s ({mib / seconds:.0f} MiB/s)")
     print(
         f"step: {without * 1e3:.0f} ms without checkpoints, {with_saves * 1e3:.0f} ms with one every "
-        f"{args.every}"
+        f"{args.every}; the server's CPU: {server_cpu[True] - server_cpu[False]:.2f} s more with them "
+        f"({(server_cpu[True] - server_cpu[False]) / (args.steps // args.every - 1):.2f} s a checkpoint)"
     )
     print(f"ratio: restore / raw GET throughput {best['raw'] / best['restore']:.2f} (target >= 0.7)")
     print(f"ratio: sequential / restore time {best['sequential'] / best['restore']:.2f} (target >= 3)")
+    print(
+        f"step with one every {args.every} to memory:// (the client's work alone): {with_memory * 1e3:.0f} ms"
+    )
     print(f"ratio: step with checkpoints / without {with_saves / without:.3f} (target <= 1.05)")
+    print(f"ratio: step with checkpoints to memory:// / without {with_memory / without:.3f}")
 
 
 if __name__ == "__main__":
