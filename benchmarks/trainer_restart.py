@@ -8,12 +8,18 @@ is timed to the trainer's ``ready in`` line (printed just before the first step 
 The last lines are ``restart ratio: <warm / cold>`` (target: at most 0.5) and ``dry-run ratio: <second /
 first>`` (target: at most 0.4).
 
+Both restarts find Python's bytecode as a user's machine keeps it after its first run. Where
+``PYTHONDONTWRITEBYTECODE`` is set and the environment was installed without ``uv sync --compile-bytecode``
+(as ``.ci/run`` does), every process compiles each module it imports again (over a second with JAX, the
+same for cold and warm); the first line says which case this is.
+
     uv run python benchmarks/trainer_restart.py [--repeats 3] [--no-dry-run]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -65,11 +71,25 @@ def dry_run_seconds(cache: Path) -> float:
     return time.perf_counter() - started
 
 
+def bytecode_state() -> str:
+    """Whether JAX's modules (the bulk of a start's imports) load from cached bytecode, and why not."""
+    origin = importlib.util.find_spec("jax").origin
+    if os.path.exists(importlib.util.cache_from_source(origin)):
+        return "bytecode: cached"
+    if sys.flags.dont_write_bytecode:
+        return (
+            "bytecode: NOT cached (PYTHONDONTWRITEBYTECODE is set and the environment was installed without "
+            "it): every process compiles its imports; `uv sync --compile-bytecode` once removes that cost"
+        )
+    return "bytecode: not cached yet (the first process writes it)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="cold and warm restarts each")
     parser.add_argument("--no-dry-run", action="store_true", help="skip the 8B dry-run pair")
     args = parser.parse_args()
+    print(bytecode_state())
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         run_dir = scratch / "run"
