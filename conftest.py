@@ -59,10 +59,11 @@ def _available_accelerators() -> set[str]:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker per core while the compilation cache is empty (a fresh clone: the tests
-    compile, and a third worker on 2 cores made the whole suite 95 s slower), one more once it holds
-    programs (the longest tests then mostly wait on the processes they start, a Ray cluster or gloo's
-    deadline: a third worker on 2 cores ran it in 622.7 s instead of 714.7 s; benchmarks/RESULTS.md)."""
+    """``-n auto``: one worker more than the cores once the compilation cache holds programs (the longest
+    tests then mostly wait on the processes they start, a Ray cluster or gloo's deadline: a third worker
+    on 2 cores ran the suite in 622.7 s instead of 714.7 s); one per core while it is empty (a fresh
+    clone's tests mostly compile, and there a third worker showed no gain: CI's pytest took 1,051.5 s with
+    three, 956.8 s and 1,065.4 s with two). Figures: benchmarks/RESULTS.md."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     cache = Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
     return cores + 1 if cache.is_dir() and any(cache.iterdir()) else cores
