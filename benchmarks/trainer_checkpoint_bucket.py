@@ -145,11 +145,10 @@ def main() -> None:
             works = {"restore": restored, "raw": raw, "sequential": sequential}
             best = {name: min(timed(work) for _ in range(args.repeats)) for name, work in works.items()}
 
-            server_cpu = {}
-
             in_memory = Checkpointer("memory://bench/run", config.trainer, config.model_dump(mode="json"))
 
-            def loop(saver: Checkpointer | None) -> float:
+            def loop(saver: Checkpointer | None) -> tuple[float, float]:
+                """Seconds per step, and the server's CPU seconds over the loop."""
                 nonlocal state
                 started, cpu = time.perf_counter(), cpu_seconds(server.pid)
                 for index in range(args.steps):
@@ -159,11 +158,12 @@ def main() -> None:
                     jax.block_until_ready(metrics.loss)
                 if saver:
                     saver.wait()
-                server_cpu[saver is checkpointer] = cpu_seconds(server.pid) - cpu
-                return (time.perf_counter() - started) / args.steps
+                return (time.perf_counter() - started) / args.steps, cpu_seconds(server.pid) - cpu
 
             loop(None)  # warm
-            without, with_saves, with_memory = loop(None), loop(checkpointer), loop(in_memory)
+            (without, idle_cpu), (with_saves, saving_cpu) = loop(None), loop(checkpointer)
+            with_memory, _ = loop(in_memory)
+            server_cpu = saving_cpu - idle_cpu
     finally:
         server.stdin.close()
         server.wait()
@@ -176,8 +176,8 @@ def main() -> None:
         print(f"{name}: {seconds:.2f} s ({mib / seconds:.0f} MiB/s)")
     print(
         f"step: {without * 1e3:.0f} ms without checkpoints, {with_saves * 1e3:.0f} ms with one every "
-        f"{args.every}; the server's CPU: {server_cpu[True] - server_cpu[False]:.2f} s more with them "
-        f"({(server_cpu[True] - server_cpu[False]) / (args.steps // args.every - 1):.2f} s a checkpoint)"
+        f"{args.every}; the server's CPU: {server_cpu:.2f} s more with them "
+        f"({server_cpu / (args.steps // args.every - 1):.2f} s a checkpoint)"
     )
     print(f"ratio: restore / raw GET throughput {best['raw'] / best['restore']:.2f} (target >= 0.7)")
     print(f"ratio: sequential / restore time {best['sequential'] / best['restore']:.2f} (target >= 3)")

@@ -168,7 +168,6 @@ class Checkpointer:
         self.tokenizer, self.end_of_text = tokenizer, end_of_text
         self._writer: threading.Thread | None = None
         self._written: _HostCopy | None = None  # the write in flight or awaiting its commit
-        self._wrote = False  # whether this process's shards of the write in flight are all written
         self._error: BaseException | None = None
         self.last_save = time.monotonic()
         self.seconds_blocked = 0.0
@@ -221,8 +220,8 @@ class Checkpointer:
             ) from error
 
     def _commit_gathered(self) -> None:
-        copy, wrote, self._written, self._wrote = self._written, self._wrote, None, False
-        rows = gather_rows(np.array([int(wrote)], np.uint32))
+        copy, self._written = self._written, None
+        rows = gather_rows(np.array([int(self._error is None)], np.uint32))  # this process wrote its shards
         failed = [i for i, r in enumerate(rows) if not int(r[0])]
         if failed:
             self._error = self._error or RuntimeError(f"processes {failed} did not write their shards")
@@ -253,8 +252,6 @@ class Checkpointer:
                 future.result()
             if self.process_count == 1:
                 self._publish(copy)
-            else:
-                self._wrote = True
         except BaseException as error:  # reported by finish_written(), on the training thread
             self._error = error
 
