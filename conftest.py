@@ -18,9 +18,21 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-_FAKE_DEVICES = "--xla_force_host_platform_device_count=8"
-if _FAKE_DEVICES not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAKE_DEVICES}".strip()
+# XLA flags for every process of the run, each unless the environment already sets it: 8 fake CPU devices,
+# and XLA's backend optimization level 0. The suite's programs are tiny and run a few times each, so LLVM's
+# optimizations cost more than they save: a cold run of the tests' small trainer took 19.0 CPU-seconds
+# with them and 11.0 without, to the same losses. Tests compare runs made under the same flags (a child
+# process keeps them: ``meltemi.trainer.step.fake_devices``), and the flags are part of JAX's cache key,
+# so these programs never mix with a user's. ``XLA_FLAGS=--xla_backend_optimization_level=3 uv run
+# pytest`` runs the suite fully optimized.
+_SUITE_XLA_FLAGS = {
+    "--xla_force_host_platform_device_count": "8",
+    "--xla_backend_optimization_level": "0",
+}
+_given = os.environ.get("XLA_FLAGS", "")
+os.environ["XLA_FLAGS"] = " ".join(
+    [_given, *(f"{flag}={value}" for flag, value in _SUITE_XLA_FLAGS.items() if flag not in _given)]
+).strip()
 
 # Every process of the run (xdist workers, the apps and trainers they start, Ray's workers) shares one JAX
 # persistent compilation cache, so a program compiled by one test is loaded from disk by the next. It lives

@@ -6,13 +6,14 @@ directory holding the default corpus already (built once per session), as a user
 """
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from meltemi.trainer.step.fake_devices import fake_devices_environ
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [
@@ -26,7 +27,7 @@ SMALL = [
 def app(
     name: str, *args: str, cwd: Path, devices: int = 1, timeout: int = 600
 ) -> subprocess.CompletedProcess:
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    env = fake_devices_environ(devices)
     command = [sys.executable, str(ROOT / "apps" / name), *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -106,7 +107,7 @@ def test_a_launch_the_runs_checkpoint_refuses_is_one_line_before_any_cluster_or_
 def test_the_trainers_own_command_is_the_apps_with_the_same_flags_and_summary(trained):
     """``python -m meltemi.trainer`` given the app's default config is the app: one parser, one summary."""
     cwd, _, _ = trained
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    env = fake_devices_environ(1)
     args = ["--config", str(ROOT / "configs" / "tiny.yaml"), *SMALL, "--trainer.num_train_steps", "6"]
     module = subprocess.run([sys.executable, "-m", "meltemi.trainer", *args], cwd=cwd, env=env,
                             capture_output=True, text=True, timeout=600)  # fmt: skip

@@ -6,7 +6,6 @@ Each command runs as a subprocess in a directory holding the default corpus of t
 """
 
 import json
-import os
 import re
 import struct
 import subprocess
@@ -17,6 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from meltemi.trainer.step.fake_devices import fake_devices_environ
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [
@@ -38,7 +39,7 @@ DOCS = ("README.md", "docs/design.md", "packages/datastore/README.md")
 
 
 def app(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    env = fake_devices_environ(1)
     command = [sys.executable, str(ROOT / "apps" / "pretrain.py"), *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 

@@ -33,6 +33,7 @@ from meltemi.trainer.harness.model import MeltemiLM
 from meltemi.trainer.harness.runner import SHIPPED_DIR, run_tasks
 from meltemi.trainer.hf import export_hf
 from meltemi.trainer.step.eval_step import make_eval_step
+from meltemi.trainer.step.fake_devices import fake_devices_environ
 from meltemi.trainer.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +76,7 @@ def run(shared, small_corpus) -> dict[str, Path]:
 
 
 def evaluate_app(*args: str, cwd: Path, devices: int = 1) -> subprocess.CompletedProcess:
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    env = fake_devices_environ(devices)
     command = [sys.executable, str(ROOT / "apps" / "evaluate.py"), *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 

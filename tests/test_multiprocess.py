@@ -6,7 +6,6 @@ the first process commits the checkpoint once every process has written.
 """
 
 import json
-import os
 import re
 import socket
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
 from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.config_io import dump_config
+from meltemi.trainer.step.fake_devices import fake_devices_environ
 
 STEPS = 6
 # Both tests compare against one single-process run (a module fixture), so they share a worker; they are
@@ -43,7 +43,7 @@ def free_port() -> int:
 def launch(config_path: Path, run_dir: Path, processes: int, devices_each: int) -> list[subprocess.Popen]:
     port, launched = free_port(), []
     for index in range(processes):
-        env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_each}"}
+        env = fake_devices_environ(devices_each)
         if processes > 1:
             env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(processes),
                        JAX_PROCESS_ID=str(index))  # fmt: skip

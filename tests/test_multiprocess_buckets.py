@@ -4,7 +4,6 @@ launcher does), the job relaunched, and the final checkpoint read back from the 
 uninterrupted two-process run's.
 """
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from meltemi.datastore.storage import Directory
 from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
 from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.config_io import dump_config
+from meltemi.trainer.step.fake_devices import fake_devices_environ
 from tests.test_multiprocess import STEPS, free_port
 
 pytestmark = [pytest.mark.xdist_group("multiprocess"), pytest.mark.slow]
@@ -37,7 +37,7 @@ def launch(config: Path, url: str, scratch: Path) -> list[subprocess.Popen]:
     for index in range(2):
         cwd = scratch / f"host-{index}"  # each process's own disk: nothing shared but the bucket
         cwd.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        env = {**fake_devices_environ(4),
                "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2",
                "JAX_PROCESS_ID": str(index)}  # fmt: skip
         command = [sys.executable, "-c", DRIVER, str(config), url]

@@ -4,7 +4,6 @@ bits as the run that was not interrupted; with ``min_slices`` a lost slice leave
 the same data order, and a slice that comes back grows it again at a checkpoint."""
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import pytest
 from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
 from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.config_io import dump_config
+from meltemi.trainer.step.fake_devices import fake_devices_environ
 
 # One Ray cluster at a time on this machine; these multi-process runs are the longest: they start first.
 pytestmark = [pytest.mark.xdist_group("raytpu-cluster"), pytest.mark.slow]
@@ -36,7 +36,7 @@ def reference(config, tmp_path_factory) -> Path:
     """The same run in one process with the same global mesh (4 devices)."""
     root = tmp_path_factory.mktemp("reference")
     (root / "config.yaml").write_text(dump_config(config))
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    env = fake_devices_environ(4)
     command = [
         sys.executable,
         "-m",

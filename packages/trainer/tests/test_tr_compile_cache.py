@@ -14,6 +14,7 @@ from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.command import parse_command
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.step.compile_cache import CacheChoice, choose_cache, enable
+from meltemi.trainer.step.fake_devices import with_fake_devices
 
 
 def test_the_directory_is_the_configs_then_the_environments_then_the_users_cache():
@@ -51,7 +52,7 @@ def train(config_path: Path, run_dir: Path, cache: Path, *extra: str) -> subproc
     suite's own settings are left out of its environment)."""
     ours = ("JAX_PERSISTENT_CACHE", "JAX_COMPILATION")
     env = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
-    env.update(XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_COMPILATION_CACHE_DIR=str(cache))
+    env.update(XLA_FLAGS=with_fake_devices(1), JAX_COMPILATION_CACHE_DIR=str(cache))
     where = ["--config", str(config_path), "--run-dir", str(run_dir), *extra]
     done = subprocess.run(
         [sys.executable, "-m", "meltemi.trainer", *where],

@@ -2,13 +2,14 @@
 the compilation cache, or started late under load) still meet: gloo's 30 s connection deadline is spent while
 they are together, when they join."""
 
-import os
 import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from meltemi.trainer.step.fake_devices import fake_devices_environ
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def test_a_process_arriving_35_s_late_at_a_new_collective_is_waited_for(tmp_path
         port = s.getsockname()[1]
     processes = []
     for index in range(2):
-        env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        env = {**fake_devices_environ(2),
                "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2",
                "JAX_PROCESS_ID": str(index), "JAX_PLATFORMS": "cpu"}  # fmt: skip
         processes.append(

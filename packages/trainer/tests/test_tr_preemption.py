@@ -17,13 +17,14 @@ from meltemi.datastore.storage import Location
 from meltemi.trainer.checkpoint.verify import verify_run
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.run.trackers import read_metrics
+from meltemi.trainer.step.fake_devices import fake_devices_environ
 from meltemi.trainer.trainer import Trainer
 
 STEPS = 24
 
 
 def launch(config_path: Path, run_dir: Path, **popen) -> subprocess.Popen:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1", "PYTHONUNBUFFERED": "1"}
+    env = {**fake_devices_environ(1), "PYTHONUNBUFFERED": "1"}
     command = [
         sys.executable,
         "-m",

@@ -4,7 +4,6 @@ checkpoint rolled back from the record (and keeps them aside); the summary speak
 import ast
 import hashlib
 import json
-import os
 import re
 import shutil
 import struct
@@ -20,6 +19,7 @@ from meltemi.trainer import trainer as trainer_module
 from meltemi.trainer.config_io import describe_fields, dump_config
 from meltemi.trainer.errors import CheckpointError, ConfigError, DataError
 from meltemi.trainer.run.trackers import read_metrics, rewind_record
+from meltemi.trainer.step.fake_devices import fake_devices_environ
 from meltemi.trainer.trainer import Trainer
 
 TOKENS_PER_STEP = 16 * 32  # make_config: 16 rows of 32 tokens
@@ -240,7 +240,7 @@ def test_the_command_line_summary_of_a_resumed_run_speaks_of_the_run_and_of_this
 ):
     config_path = tmp_path / "config.yaml"
     config_path.write_text(dump_config(recorded(make_config, "--trainer.num_train_steps", "8")))
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    env = fake_devices_environ(1)
     command = [
         sys.executable,
         "-m",

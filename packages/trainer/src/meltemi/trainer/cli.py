@@ -147,8 +147,9 @@ def plan(config, command: Command) -> int:
         raise TrainerError(
             "--dry-run needs a device count: --devices N, hardware.devices, or a mesh without -1"
         )
-    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
-    os.environ["XLA_FLAGS"] = " ".join([*kept, f"--xla_force_host_platform_device_count={count}"])
+    from meltemi.trainer.step.fake_devices import with_fake_devices
+
+    os.environ["XLA_FLAGS"] = with_fake_devices(count)
     import jax
 
     from meltemi.trainer.plan.dry_run import format_plan, plan_run

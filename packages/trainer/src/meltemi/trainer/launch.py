@@ -77,10 +77,9 @@ class SliceLaunch:
 def train_on_this_host(config: RunConfig, run_dir: str, devices_per_host: int, fake_cpu: bool) -> HostResult:
     """The workload of every host: fake CPU devices where there is no accelerator, join the job, train."""
     if fake_cpu:
-        kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
-        os.environ["XLA_FLAGS"] = " ".join(
-            [*kept, f"--xla_force_host_platform_device_count={devices_per_host}"]
-        )
+        from meltemi.trainer.step.fake_devices import with_fake_devices
+
+        os.environ["XLA_FLAGS"] = with_fake_devices(devices_per_host)
         os.environ["JAX_PLATFORMS"] = "cpu"
     from meltemi.trainer.step.distributed import initialize_from_environment
 
