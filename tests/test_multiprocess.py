@@ -1,5 +1,7 @@
 """One run, several processes: two JAX processes of 4 CPU devices each (collectives over Gloo) train like one
-process of 8 — the same batches step by step, and the final checkpoint equal — and resume after a kill.
+process of 8 — the same batches step by step, and the final checkpoint equal — and, killed, resume to the
+bits of the two-process run that was never killed: with the run directory on a shared disk, or on the S3
+server (loopback) with nothing else shared, each process in its own scratch directory.
 
 Each process reads only its own rows of every batch and writes only its own shards of every checkpoint;
 the first process commits the checkpoint once every process has written.
@@ -7,6 +9,7 @@ the first process commits the checkpoint once every process has written.
 
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -16,14 +19,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from meltemi.datastore.storage import Directory
 from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
 from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.step.fake_devices import fake_devices_environ
 
 STEPS = 6
-# Both tests compare against one single-process run (a module fixture), so they share a worker; they are
-# among the suite's longest, so they start first.
+# The tests compare against one single-process run and one two-process run (module fixtures), so they share
+# a worker; they are among the suite's longest, so they start first.
 pytestmark = [pytest.mark.xdist_group("multiprocess"), pytest.mark.slow]
 
 
@@ -72,9 +76,16 @@ def finish(processes: list[subprocess.Popen]) -> list[str]:
     return errors
 
 
-def final_arrays(run_dir: Path) -> dict[str, np.ndarray]:
-    step_dir = run_dir / "checkpoints" / f"step-{STEPS}"
+def final_arrays(run_dir: Path | str) -> dict[str, np.ndarray]:
+    """The last checkpoint's arrays, from a run directory or a run's URL."""
+    step_dir = f"{run_dir}/checkpoints/step-{STEPS}"
     return {r.name: read_array(step_dir, r) for r in inspect_checkpoint(step_dir).arrays}
+
+
+def assert_bitwise_equal(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -> None:
+    assert ours.keys() == theirs.keys()
+    for name, value in ours.items():
+        np.testing.assert_array_equal(value, theirs[name], err_msg=name)
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +95,16 @@ def single(config_path, tmp_path_factory) -> Path:
     return run_dir
 
 
-def test_two_processes_read_the_same_batches_and_end_where_one_process_ends(config_path, single, tmp_path):
-    run_dir = tmp_path / "two"
+@pytest.fixture(scope="module")
+def two(config_path, tmp_path_factory) -> Path:
+    """The run on two processes, never killed."""
+    run_dir = tmp_path_factory.mktemp("two") / "run"
     finish(launch(config_path, run_dir, processes=2, devices_each=4))
+    return run_dir
+
+
+def test_two_processes_read_the_same_batches_and_end_where_one_process_ends(single, two):
+    run_dir = two
     assert (run_dir / "batches.jsonl").read_text() == (single / "batches.jsonl").read_text()
     assert len((run_dir / "batches.jsonl").read_text().splitlines()) == STEPS
     losses = [[json.loads(line)["train/loss"] for line in (d / "metrics.jsonl").read_text().splitlines()
@@ -101,7 +119,7 @@ def test_two_processes_read_the_same_batches_and_end_where_one_process_ends(conf
         np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-4, atol=1e-6, err_msg=name)
 
 
-def test_a_killed_multiprocess_run_resumes_to_the_same_end(config_path, single, tmp_path):
+def test_a_killed_multiprocess_run_resumes_to_the_same_end(config_path, single, two, tmp_path):
     run_dir = tmp_path / "killed"
     first = launch(config_path, run_dir, processes=2, devices_each=4)
     committed = run_dir / "checkpoints" / "step-2" / "COMMITTED"
@@ -119,3 +137,49 @@ def test_a_killed_multiprocess_run_resumes_to_the_same_end(config_path, single, 
     assert re.search(r"reused [1-9]\d* cached program", ready), ready
     for name, value in final_arrays(run_dir).items():
         np.testing.assert_allclose(value, final_arrays(single)[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    assert_bitwise_equal(final_arrays(run_dir), final_arrays(two))  # as if never killed, to the bit
+
+
+# What `python -m meltemi.trainer --run-dir URL` does, in short: join the job, train the config in the run.
+DRIVER = """
+import sys
+from meltemi.trainer.step.distributed import initialize_from_environment
+initialize_from_environment()
+from meltemi.trainer.config_io import load_config
+from meltemi.trainer.trainer import Trainer
+Trainer(load_config(sys.argv[1], []), sys.argv[2], progress=False).run()
+"""
+
+
+def launch_in_scratch(config_path: Path, url: str, scratch: Path) -> list[subprocess.Popen]:
+    """Two processes training the run at ``url``, each in its own directory: nothing shared but the bucket."""
+    port, launched = free_port(), []
+    for index in range(2):
+        cwd = scratch / f"host-{index}"
+        cwd.mkdir(parents=True, exist_ok=True)
+        env = {**fake_devices_environ(4), "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+               "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(index)}  # fmt: skip
+        command = [sys.executable, "-c", DRIVER, str(config_path), url]
+        launched.append(subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True))
+    return launched
+
+
+def test_a_two_process_run_in_a_bucket_killed_and_relaunched_ends_bitwise_as_one_never_killed(
+    s3, config_path, two, tmp_path
+):
+    url = f"s3://{s3.make_bucket()}/killed"
+    first = launch_in_scratch(config_path, url, tmp_path / "killed")
+    run = Directory(url)
+    deadline = time.monotonic() + 300
+    while not run.exists("checkpoints/step-2/COMMITTED") and time.monotonic() < deadline:
+        assert first[0].poll() is None, first[0].stderr.read()
+        time.sleep(0.05)
+    first[1].send_signal(signal.SIGKILL)  # one host lost mid-run
+    first[1].wait()
+    first[0].kill()  # the launcher stops the job's other process, which waits in a collective
+    first[0].wait()
+    assert not run.exists(f"checkpoints/step-{STEPS}/COMMITTED")
+    finish(launch_in_scratch(config_path, url, tmp_path / "relaunched"))
+    # Against the same two-process run on a local disk, never killed: the same bits, the same batches.
+    assert_bitwise_equal(final_arrays(url), final_arrays(two))
+    assert run.read_bytes("batches.jsonl") == (two / "batches.jsonl").read_bytes()
