@@ -42,7 +42,7 @@ class StepLoop:
         self.evaluations: list[tuple[int, dict[str, float]]] = []  # this session's, with their steps
         self.last_checkpoint: Location | None = saved
         self.stopped_by: str | None = None
-        self.pending: tuple[int, StepMetrics] | None = None
+        self.pending: tuple[int, StepMetrics, int] | None = None  # a dispatched step: metrics, rows
         self.batches: Appender | None = None  # batches.jsonl, once the first hash is logged
 
     def _evaluate(self, step: int) -> dict[str, float]:
@@ -58,9 +58,11 @@ class StepLoop:
             self._report(*self.pending, force=force)
             self.pending = None
 
-    def _report(self, step: int, metrics: StepMetrics, force: bool = False) -> None:
-        """Check a finished step's metrics (one step behind the dispatch, so the device never waits)."""
+    def _report(self, step: int, metrics: StepMetrics, rows: int, force: bool = False) -> None:
+        """Check a finished step's metrics (one step behind the dispatch, so the device never waits); its
+        ``rows`` count towards the throughput of the interval it is reported in."""
         config = self.t.config.trainer
+        self.rate.add(rows)
         values = jax.device_get(metrics)
         if not bool(values.applied):
             if config.nan_policy == "stop":
@@ -172,9 +174,8 @@ class StepLoop:
                 if trainer.log_batch_hashes:
                     self._log_batch_hash(step, local)
                 self.state, metrics = self.t.program.step(self.state, self.t.global_batch(local, rows), rows)
-                self.rate.add(rows)
                 self._flush()
-                self.pending = (step, metrics)
+                self.pending = (step, metrics, rows)
                 if profiler is not None and step == profiler.start_step + profiler.num_steps - 1:
                     jax.block_until_ready(self.state)
                     jax.profiler.stop_trace()
