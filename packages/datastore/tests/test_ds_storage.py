@@ -101,6 +101,16 @@ def test_a_directory_reads_writes_lists_and_deletes_alike_on_every_backend(any_l
     assert check_readable(any_location) == d.location
 
 
+def test_a_probe_left_by_a_killed_process_is_removed_by_the_next_check(any_location):
+    """A process killed between writing its probe and deleting it leaves the probe; the next check removes
+    it, and keeps everything else (a store's resume compares the whole tree with a fresh build's)."""
+    d = Directory(any_location)
+    d.write_bytes(".meltemi-probe-0123abcd", b"probe")
+    d.write_bytes("kept", b"data")
+    check_writable(any_location)
+    assert d.list() == ["kept"]
+
+
 @settings(max_examples=15)
 @given(
     # text a log can hold: any character but line breaks and lone surrogates (which UTF-8 cannot encode)

@@ -214,6 +214,8 @@ def read_object(location: str | os.PathLike | Location) -> bytes | None:
 def check_writable(location: str | os.PathLike | Location) -> Location:
     """Write and delete a probe object at `location`, failing fast with a `StorageError` that names the
     mistake (unknown scheme, no such bucket, refused credentials, unreachable endpoint, a file in the way).
+    Probes a killed process left there are deleted too (deleting another process's probe first only makes
+    its own delete find nothing).
 
     >>> check_writable("memory://probe/run").url
     'memory://probe/run'
@@ -223,6 +225,7 @@ def check_writable(location: str | os.PathLike | Location) -> Location:
     try:
         directory.kvstore.write(key, b"probe").result()  # not empty: the GCS emulator refuses those
         directory.kvstore.write(key, None).result()
+        directory.kvstore.delete_range(_prefix_range(PROBE_PREFIX)).result()
     except ValueError as e:
         raise storage_error(directory.where(), "writing a probe object", e, writing=True) from None
     return directory.location
