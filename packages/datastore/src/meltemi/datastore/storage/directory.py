@@ -224,8 +224,7 @@ def check_writable(location: str | os.PathLike | Location) -> Location:
     key = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
     try:
         directory.kvstore.write(key, b"probe").result()  # not empty: the GCS emulator refuses those
-        directory.kvstore.write(key, None).result()
-        directory.kvstore.delete_range(_prefix_range(PROBE_PREFIX)).result()
+        directory.kvstore.delete_range(_prefix_range(PROBE_PREFIX)).result()  # ours and any left behind
     except ValueError as e:
         raise storage_error(directory.where(), "writing a probe object", e, writing=True) from None
     return directory.location
