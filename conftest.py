@@ -1,5 +1,6 @@
 """Session-wide test setup: 8 fake CPU devices, a shared compilation cache, Hypothesis profiles, hardware
-markers, doctests, artifacts built once per session, and the order in which the long tests start.
+markers, doctests, artifacts built once per session, the order in which the long tests start, and which
+tests yield the cores to the others.
 
 This file is loaded before any test module (and before xdist starts its workers, which inherit the
 environment), so XLA_FLAGS and the cache settings are in place before JAX is first imported anywhere.
@@ -97,6 +98,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker in _HARDWARE_MARKERS:
             if item.get_closest_marker(marker) and marker not in available:
                 item.add_marker(pytest.mark.skip(reason=f"needs a {marker.upper()}; none is attached"))
+
+
+# Tests whose processes wait on one another: slices on a Ray cluster, JAX processes exchanging arrays
+# through gloo. Each exchange waits until every process has been scheduled, so under load they stretch many
+# times over (two slice tests: 50 s alone, 433 s beside three CPU-bound processes, 70 s when those ran at
+# nice 19) and become the suite's critical path. An xdist worker running any other test lowers its own
+# priority (and that of the processes it starts) so that these get the cores when they need them.
+_WAITING_GROUPS = frozenset({"multiprocess"})
+_YIELDING_NICENESS = 19
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("xdist_group")
+    return None if marker is None else str(marker.args[0] if marker.args else marker.kwargs.get("name"))
+
+
+def _lower_own_priority(niceness: int) -> None:
+    """Set every thread of this process (XLA's pools included; later threads inherit it) to ``niceness``,
+    once. Raising niceness needs no privilege; lowering it back would, so a worker never does."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir() or os.getpriority(os.PRIO_PROCESS, 0) >= niceness:
+        return
+    for task in tasks.iterdir():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.setpriority(os.PRIO_PROCESS, int(task.name), niceness)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """In an xdist worker, a test outside ``_WAITING_GROUPS`` yields the cores to those groups' processes.
+
+    Those groups are ``slow`` and so handed out first (``pytest_collection_modifyitems``): a worker runs
+    them at normal priority before any other test would lower it."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and _xdist_group(item) not in _WAITING_GROUPS:
+        _lower_own_priority(_YIELDING_NICENESS)
 
 
 def _source_module(path: Path) -> str | None:

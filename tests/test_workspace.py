@@ -145,32 +145,44 @@ def test_root_project_depends_on_every_package():
 GROUPED = """
 import os, pytest
 
+def record(what):
+    with open(os.environ["WORKERS_LOG"], "a") as log:
+        log.write(f"{what} {os.getpriority(os.PRIO_PROCESS, 0)}\\n")
+
 @pytest.fixture(scope="module")
 def built():
     return os.environ["PYTEST_XDIST_WORKER"]
 
-@pytest.mark.xdist_group("shared")
+@pytest.mark.xdist_group("multiprocess")
 @pytest.mark.parametrize("i", range(4))
 def test_in_the_group(built, i):
     assert built == os.environ["PYTEST_XDIST_WORKER"]
-    with open(os.environ["WORKERS_LOG"], "a") as log:
-        log.write(built + "\\n")
+    record(built)
 
 @pytest.mark.parametrize("i", range(4))
 def test_alone(i):
-    pass
+    record("alone")
 """
 
 
-def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
+@pytest.mark.xdist_group("multiprocess")  # runs before that group's worker yields: see below
+def test_xdist_groups_keep_their_tests_on_one_worker_and_the_others_yield_to_them(tmp_path):
     """The suite relies on `xdist_group` to build a shared fixture (a Ray cluster, a trained run) once; some
-    pytest and pytest-xdist pairs silently ignore the mark, which spreads a group over the workers."""
+    pytest and pytest-xdist pairs silently ignore the mark, which spreads a group over the workers. The root
+    conftest (loaded here as a plugin) lowers the priority of every worker running a test outside the
+    waiting groups, never of those running them.
+
+    This test shares the `multiprocess` group, whose worker keeps the priority the suite started with until
+    the group is done, so the pytest it starts begins at that priority too."""
     import os
     import subprocess
     import sys
 
+    started_at = os.getpriority(os.PRIO_PROCESS, 0)
+    if started_at >= 19:
+        pytest.skip("the suite runs at nice 19 already: no lower priority to show")
     (tmp_path / "test_grouped.py").write_text(GROUPED)
-    env = {**os.environ, "WORKERS_LOG": str(tmp_path / "workers.log")}
+    env = {**os.environ, "WORKERS_LOG": str(tmp_path / "workers.log"), "PYTHONPATH": str(ROOT)}
     command = [
         sys.executable,
         "-m",
@@ -178,6 +190,8 @@ def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
         "-q",
         "-p",
         "no:cacheprovider",
+        "-p",
+        "conftest",
         "-n",
         "2",
         "--dist",
@@ -187,5 +201,8 @@ def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
         [*command, "test_grouped.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    workers = (tmp_path / "workers.log").read_text().split()
-    assert len(workers) == 4 and len(set(workers)) == 1, workers
+    lines = [line.split() for line in (tmp_path / "workers.log").read_text().splitlines()]
+    workers = {worker for worker, _ in lines if worker != "alone"}
+    assert len(lines) == 8 and len(workers) == 1, lines
+    assert {int(n) for worker, n in lines if worker != "alone"} == {started_at}, lines
+    assert {int(n) for worker, n in lines if worker == "alone"} == {19}, lines
