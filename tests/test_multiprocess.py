@@ -27,8 +27,7 @@ from meltemi.trainer.step.fake_devices import fake_devices_environ
 
 STEPS = 6
 # The tests compare against one single-process run and one two-process run (module fixtures), so they share
-# a worker: that of every test whose processes wait on one another (the root conftest's `multiprocess`
-# group, which starts first while the other workers yield the cores to it).
+# a worker; they are among the suite's longest, so they start first.
 pytestmark = [pytest.mark.xdist_group("multiprocess"), pytest.mark.slow]
 
 

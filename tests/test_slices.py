@@ -18,9 +18,8 @@ from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.step.fake_devices import fake_devices_environ
 
-# One Ray cluster at a time on this machine, on the worker of the tests whose processes wait on one another
-# (the root conftest's `multiprocess` group: it starts first, and the other workers yield the cores to it).
-pytestmark = [pytest.mark.xdist_group("multiprocess"), pytest.mark.slow]
+# One Ray cluster at a time on this machine; these multi-process runs are the longest: they start first.
+pytestmark = [pytest.mark.xdist_group("raytpu-cluster"), pytest.mark.slow]
 
 STEPS = 16  # long enough that a host killed after the first checkpoint dies mid-run
 

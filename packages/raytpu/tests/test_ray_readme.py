@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # Under `--dist loadgroup` this shares a worker with the cluster tests, so two clusters never overlap.
-pytestmark = pytest.mark.xdist_group("multiprocess")
+pytestmark = pytest.mark.xdist_group("raytpu-cluster")
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -30,7 +30,7 @@ from meltemi.raytpu.claims import claim_slices, release
 from meltemi.raytpu.status import format_rows, slice_rows
 
 # Under `--dist loadgroup` these tests share one xdist worker, and so one cluster.
-pytestmark = pytest.mark.xdist_group("multiprocess")
+pytestmark = pytest.mark.xdist_group("raytpu-cluster")
 
 # Workloads defined here travel to the workers by value: the test module is not importable there.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -13,11 +13,18 @@ from meltemi.trainer.generate.sampling import SamplingConfig, filter_logits, nex
 logits = st.floats(-8, 8, allow_nan=False, allow_subnormal=False, width=32)
 distinct_rows = st.integers(2, 40).flatmap(lambda n: st.lists(logits, min_size=n, max_size=n, unique=True))
 
+# Compiled with the settings static, as generation runs them (inside `_decode_chunk`): one program per
+# example, where running them eagerly compiled one per operation (twice the CPU: 26 s against 13 s).
+compiled_filter = jax.jit(filter_logits, static_argnums=1)
+compiled_next = jax.jit(next_tokens, static_argnums=2)
+
 
 @given(row=distinct_rows, k=st.integers(1, 50), temperature=st.floats(0.1, 3.0))
 def test_top_k_keeps_exactly_the_k_largest(row, k, temperature):
     logits = jnp.asarray([row], jnp.float32)
-    kept = np.isfinite(np.asarray(filter_logits(logits, SamplingConfig(temperature=temperature, top_k=k))[0]))
+    kept = np.isfinite(
+        np.asarray(compiled_filter(logits, SamplingConfig(temperature=temperature, top_k=k))[0])
+    )
     largest = set(np.argsort(-np.asarray(row))[: min(k, len(row))].tolist())
     assert set(np.flatnonzero(kept).tolist()) == largest
 
@@ -25,7 +32,7 @@ def test_top_k_keeps_exactly_the_k_largest(row, k, temperature):
 @given(row=distinct_rows, p=st.floats(0.05, 0.99))
 def test_top_p_keeps_the_fewest_most_likely_tokens_reaching_p(row, p):
     logits = jnp.asarray([row], jnp.float32)
-    kept = np.isfinite(np.asarray(filter_logits(logits, SamplingConfig(temperature=1.0, top_p=p))[0]))
+    kept = np.isfinite(np.asarray(compiled_filter(logits, SamplingConfig(temperature=1.0, top_p=p))[0]))
     probs = np.asarray(jax.nn.softmax(logits[0]), np.float64)
     order = np.argsort(-probs)
     mass = np.cumsum(probs[order])
@@ -38,12 +45,12 @@ def test_top_p_keeps_the_fewest_most_likely_tokens_reaching_p(row, p):
 def test_draws_come_from_the_kept_tokens(row, k, p, seed):
     settings = SamplingConfig(temperature=1.0, top_k=k, top_p=p, seed=seed)
     logits = jnp.asarray([row] * 8, jnp.float32)
-    kept = np.isfinite(np.asarray(filter_logits(logits, settings)[0]))
-    drawn = np.asarray(next_tokens(logits, jax.random.key(seed), settings))
+    kept = np.isfinite(np.asarray(compiled_filter(logits, settings)[0]))
+    drawn = np.asarray(compiled_next(logits, jax.random.key(seed), settings))
     assert kept[drawn].all()
     assert kept.sum() >= 1
 
 
 def test_greedy_takes_the_first_of_equal_maxima():
     logits = jnp.asarray([[1.0, 3.0, 3.0, 0.0]])
-    assert next_tokens(logits, jax.random.key(0), SamplingConfig()).tolist() == [1]
+    assert compiled_next(logits, jax.random.key(0), SamplingConfig()).tolist() == [1]
