@@ -1,6 +1,6 @@
 """Session-wide test setup: 8 fake CPU devices, a shared compilation cache, Hypothesis profiles, hardware
-markers, doctests, artifacts built once per session, the order in which the long tests start, and which
-tests yield the cores to the others.
+markers, doctests, artifacts built once per session, the order in which the long tests start, and the
+priority of the tests whose processes wait on one another.
 
 This file is loaded before any test module (and before xdist starts its workers, which inherit the
 environment), so XLA_FLAGS and the cache settings are in place before JAX is first imported anywhere.
@@ -101,12 +101,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # Tests whose processes wait on one another: slices on a Ray cluster, JAX processes exchanging arrays
-# through gloo. Each exchange waits until every process has been scheduled, so under load they stretch many
-# times over (two slice tests: 50 s alone, 433 s beside three CPU-bound processes, 70 s when those ran at
-# nice 19) and become the suite's critical path. An xdist worker running any other test lowers its own
-# priority (and that of the processes it starts) so that these get the cores when they need them.
-_WAITING_GROUPS = frozenset({"multiprocess"})
-_YIELDING_NICENESS = 19
+# through gloo. Their processes need a core the moment a peer answers, and under load they share the cores
+# with every other process: two slice tests took 50 s alone and 433 s beside three CPU-bound processes
+# (155 s with the tests at nice -10, 70 s with the others at nice 19), so these tests set the suite's
+# length. Where the suite may raise priorities (root, or CAP_SYS_NICE), a worker runs these tests at
+# nice -10 and the processes they start inherit it; it returns to where it started for any other test.
+# Lowering the other tests' priority instead needs no privilege, but they then yield to anything else
+# on the machine too: beside one CPU-bound process the suite took 1,159 s instead of 951 s.
+_WAITING_GROUPS = frozenset({"raytpu-cluster", "multiprocess"})
+_WAITING_NICENESS = -10
+_STARTING_NICENESS = os.getpriority(os.PRIO_PROCESS, 0)
 
 
 def _xdist_group(item: pytest.Item) -> str | None:
@@ -114,25 +118,34 @@ def _xdist_group(item: pytest.Item) -> str | None:
     return None if marker is None else str(marker.args[0] if marker.args else marker.kwargs.get("name"))
 
 
-def _lower_own_priority(niceness: int) -> None:
-    """Set every thread of this process (XLA's pools included; later threads inherit it) to ``niceness``,
-    once. Raising niceness needs no privilege; lowering it back would, so a worker never does."""
+def _set_own_priority(niceness: int) -> bool:
+    """Set every thread of this process (XLA's pools included; later threads and child processes inherit
+    it) to ``niceness``; False where that is not allowed (raising a priority needs privilege)."""
     tasks = Path("/proc/self/task")
-    if not tasks.is_dir() or os.getpriority(os.PRIO_PROCESS, 0) >= niceness:
-        return
+    if not tasks.is_dir():
+        return False
+    if os.getpriority(os.PRIO_PROCESS, 0) == niceness:
+        return True
     for task in tasks.iterdir():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
             os.setpriority(os.PRIO_PROCESS, int(task.name), niceness)
+        except PermissionError:
+            return False
+        except ProcessLookupError:  # a thread that has ended since the listing
+            continue
+    return True
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """In an xdist worker, a test outside ``_WAITING_GROUPS`` yields the cores to those groups' processes.
-
-    Those groups are ``slow`` and so handed out first (``pytest_collection_modifyitems``): a worker runs
-    them at normal priority before any other test would lower it."""
-    if os.environ.get("PYTEST_XDIST_WORKER") and _xdist_group(item) not in _WAITING_GROUPS:
-        _lower_own_priority(_YIELDING_NICENESS)
+    """In an xdist worker, run the tests of ``_WAITING_GROUPS`` at a higher priority where that is allowed,
+    and every other test at the priority the worker started with."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if _xdist_group(item) in _WAITING_GROUPS:
+        _set_own_priority(min(_WAITING_NICENESS, _STARTING_NICENESS))
+    else:
+        _set_own_priority(_STARTING_NICENESS)
 
 
 def _source_module(path: Path) -> str | None:
