@@ -98,7 +98,8 @@ def test_gradients_of_named_programs_equal_positional_gradients(xr, data):
         )
         return jnp.sum(jax.nn.logsumexp(h, axis=kept.index(r)) ** 2)
 
-    gx, gw = jax.grad(named, argnums=(0, 1))(x, w)
-    px, pw = jax.grad(positional, argnums=(0, 1))(jnp.asarray(raw), jnp.asarray(w_raw))
+    # Compiled, as a training step takes gradients: one program per example instead of one per operation.
+    gx, gw = jax.jit(jax.grad(named, argnums=(0, 1)))(x, w)
+    px, pw = jax.jit(jax.grad(positional, argnums=(0, 1)))(jnp.asarray(raw), jnp.asarray(w_raw))
     np.testing.assert_allclose(np.asarray(gx.array), np.asarray(px), rtol=2e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(gw.array), np.asarray(pw), rtol=2e-4, atol=1e-5)
