@@ -19,16 +19,23 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-# XLA flags for every process of the run, each unless the environment already sets it: 8 fake CPU devices,
-# and XLA's backend optimization level 0. The suite's programs are tiny and run a few times each, so LLVM's
-# optimizations cost more than they save: a cold run of the tests' small trainer took 19.0 CPU-seconds
-# with them and 11.0 without, to the same losses. Tests compare runs made under the same flags (a child
-# process keeps them: ``meltemi.trainer.step.fake_devices``), and the flags are part of JAX's cache key,
-# so these programs never mix with a user's. ``XLA_FLAGS=--xla_backend_optimization_level=3 uv run
-# pytest`` runs the suite fully optimized.
+# XLA flags for every process of the run, each unless the environment already sets it: 8 fake CPU devices;
+# XLA's backend optimization level 0, since the suite's programs are tiny and run a few times each, so
+# LLVM's optimizations cost more than they save (a cold run of the tests' small trainer took 19.0
+# CPU-seconds with them and 11.0 without, to the same losses); and XLA:CPU's older elemental emitters
+# instead of its fusion emitters, which compile a small program in half the time (10.7 ms against 22.2 ms
+# for a 3-operation program here) and ran the tests' trainer as fast: haliax-lite's tests took 161-165
+# CPU-seconds with them and 197-256 without. The processes the tests start (trainers, apps, Ray workers)
+# keep these flags too. Running them at XLA's default level instead was tried, for their longer runs: every
+# process of a multi-process job other than the first compiles all it runs (docs/design.md), and the
+# suite took 1,205 CPU-seconds instead of 1,091. Tests compare runs made under the same flags (a child with
+# another device count changes only that one: ``meltemi.trainer.step.fake_devices``), and the flags are
+# part of JAX's cache key, so these programs never mix with a user's.
+# ``XLA_FLAGS=--xla_backend_optimization_level=3 uv run pytest`` runs the suite fully optimized.
 _SUITE_XLA_FLAGS = {
     "--xla_force_host_platform_device_count": "8",
     "--xla_backend_optimization_level": "0",
+    "--xla_cpu_use_fusion_emitters": "false",
 }
 _given = os.environ.get("XLA_FLAGS", "")
 os.environ["XLA_FLAGS"] = " ".join(
