@@ -44,6 +44,8 @@ def test_training_needs_files_and_room_for_the_bytes(tmp_path):
 
 
 def test_the_stdlib_corpus_is_built_once_and_reused(tmp_path):
+    """``stdlib_corpus``'s docstring example, run here (the doctest skips it: a build is about 13
+    CPU-seconds), with the checks that nothing was rebuilt or left behind."""
     from meltemi.datastore import TokenStore
     from meltemi.datastore.corpora import stdlib_corpus
 
