@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, settings
 # LLVM's optimizations cost more than they save (a cold run of the tests' small trainer took 19.0
 # CPU-seconds with them and 11.0 without, to the same losses); and XLA:CPU's older elemental emitters
 # instead of its fusion emitters, which compile a small program in half the time (10.7 ms against 22.2 ms
-# for a 3-operation program here) and ran the tests' trainer as fast: haliax-lite's tests took 161-165
-# CPU-seconds with them and 197-256 without. The processes the tests start (trainers, apps, Ray workers)
+# for a 3-operation program here) and ran the tests' trainer as fast: haliax-lite's tests took 152-166
+# CPU-seconds with them and 198-228 without. The processes the tests start (trainers, apps, Ray workers)
 # keep these flags too. Running them at XLA's default level instead was tried, for their longer runs: every
 # process of a multi-process job other than the first compiles all it runs (docs/design.md), and the
 # suite took 1,205 CPU-seconds instead of 1,091. Tests compare runs made under the same flags (a child with
