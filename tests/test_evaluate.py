@@ -34,6 +34,8 @@ from meltemi.trainer.harness.runner import SHIPPED_DIR, run_tasks
 from meltemi.trainer.hf import export_hf
 from meltemi.trainer.step.eval_step import make_eval_step
 from meltemi.trainer.step.fake_devices import fake_devices_environ
+from meltemi.trainer.step.mesh import MeshPlan
+from meltemi.trainer.step.program import TrainProgram
 from meltemi.trainer.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,9 +66,8 @@ def run(shared, small_corpus) -> dict[str, Path]:
 
     def build(root: Path) -> None:
         config = small_run_config(small_corpus, STEPS)
-        initial = Trainer(config, root / "initial", devices=jax.devices()[:1], progress=False).initial_state()
+        initial = TrainProgram(config, MeshPlan.of(config, jax.devices()[:1])).initial_state()
         Checkpointer(root / "zero", config.trainer, config.model_dump(mode="json")).save(initial, wait=True)
-        shutil.rmtree(root / "initial", ignore_errors=True)
         (root / "config.yaml").write_text(dump_config(config))
         train_optimized(root / "config.yaml", root / "trained")
         model = load_model(root / "trained").model
