@@ -94,15 +94,16 @@ def next_line_docs(
     return docs
 
 
-_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
+# The fields holding statements (and except handlers, match cases), in the order every node type lists them.
+_STATEMENT_LISTS = ("body", "handlers", "orelse", "finalbody", "cases")
 
 
 def _statements(root: ast.AST) -> Iterator[ast.AST]:
     """The nodes of ``ast.walk(root)`` that are statements or hold them, in ``ast.walk``'s order.
 
-    Every ancestor of a statement is one of these, so a breadth-first walk that skips the expressions
-    meets them in the same order as one that visits all nodes (the whole build then takes about 7
-    CPU-seconds here instead of 10).
+    Every ancestor of a statement is one of these, so a breadth-first walk that reads only the fields
+    holding statements meets them in the same order as one that visits every node, in about a third of
+    the time.
 
     >>> tree = ast.parse("def f(x):\\n    if x:\\n        return 1\\n    return [y for y in x]")
     >>> [getattr(node, "lineno", 0) for node in _statements(tree)]  # line 4's return before line 3's
@@ -112,7 +113,8 @@ def _statements(root: ast.AST) -> Iterator[ast.AST]:
     while todo:
         node = todo.popleft()
         yield node
-        todo.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, _HOLDS_STATEMENTS))
+        for field in _STATEMENT_LISTS:
+            todo.extend(getattr(node, field, ()))
 
 
 def _returns(name: str, lines: list[str]) -> list[tuple[str, str, str]]:
