@@ -50,31 +50,42 @@ def per_expert_loop(weight_eio, bias, x_tokens_in, group_sizes):
     return out + (0.0 if bias is None else bias)
 
 
+@eqx.filter_jit  # one program per example: eager calls would compile each primitive for every drawn shape
+def init_layer(Experts, In, Out, key, use_bias, out_first, bias):
+    layer = hnn.MoELinear.init(Experts, In, Out, key=key, use_bias=use_bias, out_first=out_first)
+    if bias is not None:  # the init bias is zero: make it count
+        layer = eqx.tree_at(lambda m: m.bias, layer, hax.named(bias, Out))
+    return layer
+
+
 def setup(case):
     rng = np.random.default_rng(case["seed"])
-    layer = hnn.MoELinear.init(
+    bias = rng.normal(size=case["Out"].size) if case["use_bias"] else None
+    layer = init_layer(
         case["Experts"],
         case["In"],
         case["Out"],
-        key=jax.random.PRNGKey(case["seed"]),
-        use_bias=case["use_bias"],
-        out_first=case["out_first"],
+        jax.random.PRNGKey(case["seed"]),
+        case["use_bias"],
+        case["out_first"],
+        bias,
     )
-    if case["use_bias"]:  # the init bias is zero: make it count
-        layer = eqx.tree_at(
-            lambda m: m.bias, layer, hax.named(rng.normal(size=case["Out"].size), case["Out"])
-        )
     x = hax.named(rng.normal(size=[a.size for a in case["axes"]]).astype(np.float32), case["axes"])
     return layer, x, hax.named(jnp.asarray(case["group_sizes"], jnp.int32), case["Experts"])
 
 
-def reference(layer, x, case):
-    weight = np.asarray(hax.rearrange(layer.weight, (layer.Experts, layer.In, layer.Out)).array, np.float64)
-    flat = np.asarray(hax.rearrange(x, (*case["tokens"], layer.In)).array, np.float64).reshape(
-        -1, layer.In.size
+def loop_layouts(layer, x, tokens):
+    """The weight as ``(Experts, In, Out)`` and the input as ``(tokens, In)``, as the loops take them."""
+    weight = hax.rearrange(layer.weight, (layer.Experts, layer.In, layer.Out)).array
+    flat = hax.rearrange(x, (*tokens, layer.In)).array.reshape(-1, layer.In.size)
+    return weight, flat
+
+
+def reference(weight, flat, bias, case):
+    bias = None if bias is None else np.asarray(bias, np.float64)
+    return per_expert_loop(
+        np.asarray(weight, np.float64), bias, np.asarray(flat, np.float64), case["group_sizes"]
     )
-    bias = None if layer.bias is None else np.asarray(layer.bias.array, np.float64)
-    return per_expert_loop(weight, bias, flat, case["group_sizes"])
 
 
 @settings(max_examples=20)
@@ -85,11 +96,21 @@ def test_moe_linear_equals_a_per_expert_loop(case):
     assert layer.out_first == case["out_first"]
     assert layer.weight.axes == (axes_order or (case["Experts"], case["In"], case["Out"]))
 
-    out = jax.jit(lambda m, x, g: m(x, g))(layer, x, group_sizes)
+    @jax.jit  # one program per example: the layer and the layouts the reference reads
+    def run(layer, x, g):
+        out = layer(x, g)
+        return (
+            out,
+            hax.rearrange(out, (*case["tokens"], case["Out"])).array,
+            *loop_layouts(layer, x, case["tokens"]),
+        )
+
+    out, got, weight, flat = run(layer, x, group_sizes)
 
     assert out.axes == tuple(case["Out"] if a == case["In"] else a for a in case["axes"])
-    got = np.asarray(hax.rearrange(out, (*case["tokens"], case["Out"])).array).reshape(-1, case["Out"].size)
-    np.testing.assert_allclose(got, reference(layer, x, case), rtol=1e-5, atol=1e-5)
+    got = np.asarray(got).reshape(-1, case["Out"].size)
+    bias = None if layer.bias is None else layer.bias.array
+    np.testing.assert_allclose(got, reference(weight, flat, bias, case), rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=8)
@@ -109,18 +130,21 @@ def test_gradients_equal_the_per_expert_loops(case):
         out = jnp.concatenate(out)
         return jnp.sum(jnp.sin(out + (0.0 if bias is None else bias)))
 
-    g_layer, g_x = jax.jit(jax.grad(loss, argnums=(0, 1)))(layer, x)
-    weight = hax.rearrange(layer.weight, (layer.Experts, layer.In, layer.Out)).array
-    flat = hax.rearrange(x, (*case["tokens"], layer.In)).array.reshape(-1, layer.In.size)
-    bias = None if layer.bias is None else layer.bias.array
-    g_w, g_b, g_flat = jax.grad(loop_loss, argnums=(0, 1, 2))(weight, bias if bias is not None else 0.0, flat)
+    @jax.jit  # one program per example: eagerly the loop compiled each operation for every drawn shape
+    def gradients(layer, x):
+        g_layer, g_x = jax.grad(loss, argnums=(0, 1))(layer, x)
+        weight, flat = loop_layouts(layer, x, case["tokens"])
+        bias = 0.0 if layer.bias is None else layer.bias.array
+        g_w, g_b, g_flat = jax.grad(loop_loss, argnums=(0, 1, 2))(weight, bias, flat)
+        got_w, got_x = loop_layouts(g_layer, g_x, case["tokens"])
+        got_b = None if layer.bias is None else g_layer.bias.array
+        return (got_w, g_w), (got_x, g_flat), (got_b, g_b)
 
-    got_w = hax.rearrange(g_layer.weight, (layer.Experts, layer.In, layer.Out)).array
+    (got_w, g_w), (got_x, g_flat), (got_b, g_b) = gradients(layer, x)
     np.testing.assert_allclose(got_w, g_w, rtol=1e-4, atol=1e-5)
-    got_x = hax.rearrange(g_x, (*case["tokens"], layer.In)).array.reshape(flat.shape)
     np.testing.assert_allclose(got_x, g_flat, rtol=1e-4, atol=1e-5)
-    if bias is not None:
-        np.testing.assert_allclose(g_layer.bias.array, g_b, rtol=1e-4, atol=1e-5)
+    if got_b is not None:
+        np.testing.assert_allclose(got_b, g_b, rtol=1e-4, atol=1e-5)
 
 
 def test_experts_own_their_tokens_and_unrouted_tokens_get_the_bias():
