@@ -23,6 +23,11 @@ def sparse_arrays(draw):
     return hax.NamedArray(jnp.asarray(raw, jnp.int32), axes), raw
 
 
+# Jitted (and shared by the examples, which repeat shapes): eagerly the indexing compiled each of its
+# operations for every drawn shape.
+select = jax.jit(lambda x, indices: x[{ax.name: i for ax, i in zip(x.axes, indices, strict=True)}])
+
+
 @settings(max_examples=30)
 @given(sparse_arrays())
 def test_nonzero_without_size_equals_jnp_in_axis_order(xr):
@@ -34,8 +39,7 @@ def test_nonzero_without_size_equals_jnp_in_axis_order(xr):
         assert got.axes == (hax.Axis("nonzero", len(want)),)
         np.testing.assert_array_equal(np.asarray(got.array), want)
     # the indices select the nonzero values, axis by axis
-    by_name = {ax.name: idx for ax, idx in zip(x.axes, indices, strict=True)}
-    np.testing.assert_array_equal(np.asarray(x[by_name].array), raw[expected])
+    np.testing.assert_array_equal(np.asarray(select(x, indices).array), raw[expected])
 
 
 @settings(max_examples=30)
@@ -43,12 +47,15 @@ def test_nonzero_without_size_equals_jnp_in_axis_order(xr):
 def test_nonzero_with_static_size_pads_or_truncates_under_jit(xr, size, fill, as_axis):
     x, raw = xr
     Hit = hax.Axis("hit", size)
-    if as_axis:
-        fn = jax.jit(lambda x: hax.nonzero(x, new_axis=Hit, fill_value=fill))
-    else:
-        fn = jax.jit(lambda x: hax.nonzero(x, size=size, fill_value=fill, new_axis="hit"))
-    indices = fn(x)
-    expected = jnp.nonzero(jnp.asarray(raw), size=size, fill_value=fill)
+
+    @jax.jit  # with the reference in the same program: one per example, not one per eager operation
+    def fn(x):
+        expected = jnp.nonzero(x.array, size=size, fill_value=fill)
+        if as_axis:
+            return hax.nonzero(x, new_axis=Hit, fill_value=fill), expected
+        return hax.nonzero(x, size=size, fill_value=fill, new_axis="hit"), expected
+
+    indices, expected = fn(x)
     for got, want in zip(indices, expected, strict=True):
         assert got.axes == (Hit,)
         np.testing.assert_array_equal(np.asarray(got.array), np.asarray(want))
