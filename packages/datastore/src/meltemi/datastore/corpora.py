@@ -11,6 +11,7 @@ from meltemi.datastore.store import TokenStore
 
 EOS_TOKEN = "<|endoftext|>"
 _TEST_DIRS = frozenset({"test", "tests", "idle_test"})
+_PACKAGE_DIRS = frozenset({"site-packages", "dist-packages"})
 
 
 def python_stdlib(include_tests: bool = False) -> list[str]:
@@ -22,15 +23,12 @@ def python_stdlib(include_tests: bool = False) -> list[str]:
     >>> files == sorted(files) and any(f.endswith("/json/__init__.py") for f in files)
     True
     """
-    root = Path(sysconfig.get_paths()["stdlib"])
+    skipped = _PACKAGE_DIRS if include_tests else _PACKAGE_DIRS | _TEST_DIRS
     files = []
-    for path in root.rglob("*.py"):
-        parts = set(path.relative_to(root).parts[:-1])
-        if "site-packages" in parts or "dist-packages" in parts:
-            continue
-        if not include_tests and parts & _TEST_DIRS:
-            continue
-        files.append(str(path))
+    # Pruned while walking: the test suites and site-packages are most of what lies under the root.
+    for parent, dirnames, filenames in os.walk(Path(sysconfig.get_paths()["stdlib"])):
+        dirnames[:] = [d for d in dirnames if d not in skipped]
+        files += [os.path.join(parent, f) for f in filenames if f.endswith(".py")]
     return sorted(files)
 
 
