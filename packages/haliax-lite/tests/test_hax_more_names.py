@@ -1,5 +1,7 @@
 """The names added from Haliax's __all__ equal their jnp meaning for random shapes and axis orders."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,25 +29,29 @@ def test_repeat_tile_pad_left_nanargmax_equal_jnp(xr, data):
     axis = data.draw(st.sampled_from(x.axes))
     i = x.axes.index(axis)
     n = data.draw(st.integers(1, 3))
-    rep = hax.repeat(x, n, axis.name)
+    with_nan = np.where(raw > 1.5, np.nan, raw)
+
+    @jax.jit  # one program per example: eager calls would compile each primitive for every drawn shape
+    def run(x, with_nan):
+        named_nan = hax.NamedArray(with_nan, x.axes)
+        return (
+            hax.repeat(x, n, axis.name),
+            hax.tile(x, {axis.name: n}),
+            hax.pad_left(x, axis.name, axis.resize(axis.size + n), value=7.0),
+            (hax.nanargmax(named_nan, axis.name), hax.nanargmin(named_nan, axis.name)),
+        )
+
+    rep, tiled, padded, (nanargmax, nanargmin) = run(x, with_nan)
     assert rep.axes[i] == axis.resize(axis.size * n)
     np.testing.assert_array_equal(np.asarray(rep.array), np.repeat(raw, n, axis=i))
-    tiled = hax.tile(x, {axis.name: n})
     np.testing.assert_array_equal(
         np.asarray(tiled.array), np.tile(raw, [n if j == i else 1 for j in range(raw.ndim)])
     )
-    padded = hax.pad_left(x, axis.name, axis.resize(axis.size + n), value=7.0)
     widths = [(n, 0) if j == i else (0, 0) for j in range(raw.ndim)]
     np.testing.assert_array_equal(np.asarray(padded.array), np.pad(raw, widths, constant_values=7.0))
-    with_nan = np.where(raw > 1.5, np.nan, raw)
-    named_nan = hax.NamedArray(jnp.asarray(with_nan), x.axes)
     if not np.isnan(with_nan).all(axis=i).any():
-        np.testing.assert_array_equal(
-            np.asarray(hax.nanargmax(named_nan, axis.name).array), np.nanargmax(with_nan, i)
-        )
-        np.testing.assert_array_equal(
-            np.asarray(hax.nanargmin(named_nan, axis.name).array), np.nanargmin(with_nan, i)
-        )
+        np.testing.assert_array_equal(np.asarray(nanargmax.array), np.nanargmax(with_nan, i))
+        np.testing.assert_array_equal(np.asarray(nanargmin.array), np.nanargmin(with_nan, i))
     assert hax.ndim(x) == raw.ndim and hax.product is hax.prod
 
 
@@ -53,39 +59,52 @@ def test_repeat_tile_pad_left_nanargmax_equal_jnp(xr, data):
 @given(arrays(), st.data())
 def test_whole_array_comparisons_align_by_name(xr, data):
     x, raw = xr
-    permuted = x.rearrange(tuple(data.draw(st.permutations(x.axes))))
-    assert (
-        bool(hax.allclose(x, permuted))
-        and bool(hax.array_equal(x, permuted))
-        and bool(hax.array_equiv(x, permuted))
-    )
-    bumped = permuted + 1e-3
-    assert not bool(hax.array_equal(x, bumped)) and bool(hax.allclose(x, bumped, atol=1e-2))
-    other_name = x.rename({x.axes[0].name: "zz"})
-    assert not bool(hax.array_equal(x, other_name))
-    first = x[x.axes[0].name, 0]
-    if x.ndim > 1:
-        assert bool(hax.array_equiv(hax.broadcast_axis(first, x.axes[0]), first))
+    order = tuple(data.draw(st.permutations(x.axes)))
+
+    @jax.jit  # one program per example: eager calls would compile each primitive for every drawn shape
+    def run(x):
+        permuted = x.rearrange(order)
+        same = (hax.allclose(x, permuted), hax.array_equal(x, permuted), hax.array_equiv(x, permuted))
+        bumped = permuted + 1e-3
+        near = (hax.array_equal(x, bumped), hax.allclose(x, bumped, atol=1e-2))
+        renamed = hax.array_equal(x, x.rename({x.axes[0].name: "zz"}))
+        first = x[x.axes[0].name, 0]
+        broadcast = hax.array_equiv(hax.broadcast_axis(first, x.axes[0]), first) if x.ndim > 1 else True
+        return same, near, renamed, broadcast
+
+    same, (bumped_equal, bumped_close), renamed_equal, broadcast_equiv = run(x)
+    assert all(bool(s) for s in same)
+    assert not bool(bumped_equal) and bool(bumped_close)
+    assert not bool(renamed_equal)
+    assert bool(broadcast_equiv)
+
+
+# One program per example (shared by examples drawing the same sizes): eager calls would compile each
+# primitive for every drawn shape.
+@functools.partial(jax.jit, static_argnums=2)
+def bincount_searchsorted_unique(values, sorted_values, n_bins):
+    x = hax.named(values, "t")
+    counts = hax.bincount(x, hax.Axis("v", n_bins))
+    weighted = hax.bincount(x, hax.Axis("v", n_bins), weights=hax.named(jnp.ones(len(values)) * 2, "t"))
+    queries = hax.named(jnp.asarray([0, 3, 7]), "q")
+    found = hax.searchsorted(hax.named(sorted_values, "s"), queries, side="right")
+    return counts, weighted, found, hax.unique_values(x, hax.Axis("u", 7), fill_value=-1)
 
 
 @settings(max_examples=25)
 @given(st.lists(st.integers(0, 6), min_size=1, max_size=12), st.integers(1, 8))
 def test_bincount_searchsorted_unique_equal_numpy(values, n_bins):
-    x = hax.named(jnp.asarray(values), "t")
-    counts = hax.bincount(x, hax.Axis("v", n_bins))
+    counts, weighted, found, unique = bincount_searchsorted_unique(
+        np.asarray(values), np.asarray(sorted(values)), n_bins
+    )
     expected = np.bincount(np.asarray(values), minlength=n_bins)[:n_bins]
     np.testing.assert_array_equal(np.asarray(counts.array), expected)
-    weighted = hax.bincount(x, hax.Axis("v", n_bins), weights=hax.named(jnp.ones(len(values)) * 2, "t"))
     np.testing.assert_array_equal(np.asarray(weighted.array), 2 * expected)
-    sorted_values = hax.named(jnp.asarray(sorted(values)), "s")
-    queries = hax.named(jnp.asarray([0, 3, 7]), "q")
-    found = hax.searchsorted(sorted_values, queries, side="right")
-    assert found.axes == queries.axes
+    assert found.axes == (hax.Axis("q", 3),)
     np.testing.assert_array_equal(
         np.asarray(found.array), np.searchsorted(sorted(values), [0, 3, 7], side="right")
     )
     distinct = sorted(set(values))
-    unique = hax.unique_values(x, hax.Axis("u", 7), fill_value=-1)
     np.testing.assert_array_equal(np.asarray(unique.array), distinct + [-1] * (7 - len(distinct)))
 
 
@@ -100,8 +119,10 @@ def test_fft_family_equals_jnp_fft_along_the_named_axis(xr, name, data):
     i = x.axes.index(axis)
     n = data.draw(st.sampled_from([None, 2, 6]))
     spec = axis.name if n is None else {axis.name: n}
-    out = getattr(hax, name)(x, spec)
-    expected = getattr(jnp.fft, name)(raw, n=n, axis=i)
+    # one program per example, with its reference: eagerly each primitive compiled for every drawn shape
+    out, expected = jax.jit(
+        lambda x: (getattr(hax, name)(x, spec), getattr(jnp.fft, name)(x.array, n=n, axis=i))
+    )(x)
     assert [a.name for a in out.axes] == [a.name for a in x.axes]
     assert out.axes[i].size == expected.shape[i]
     np.testing.assert_allclose(np.asarray(out.array), np.asarray(expected), rtol=1e-4, atol=1e-4)
