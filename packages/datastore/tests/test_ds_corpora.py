@@ -44,15 +44,17 @@ def test_training_needs_files_and_room_for_the_bytes(tmp_path):
 
 
 def test_the_stdlib_corpus_is_built_once_and_reused(tmp_path):
-    """``stdlib_corpus``'s docstring example, run here (the doctest skips it: a build is about 13
-    CPU-seconds), with the checks that nothing was rebuilt or left behind."""
+    """The docstring examples of ``stdlib_corpus`` and ``stdlib_tokenizer``, run here (the doctests skip
+    them: a build is about 13 CPU-seconds, and the tokenizer alone 3), with the checks that nothing was
+    rebuilt or left behind."""
     from meltemi.datastore import TokenStore
-    from meltemi.datastore.corpora import stdlib_corpus
+    from meltemi.datastore.corpora import stdlib_corpus, stdlib_tokenizer
 
     tokenizer, store = stdlib_corpus(tmp_path / "stdlib", 300)
     manifest = Path(store) / "manifest.json"
     built = (Path(tokenizer).read_bytes(), manifest.stat().st_mtime_ns)
     assert stdlib_corpus(tmp_path / "stdlib", 300) == (tokenizer, store)
+    assert stdlib_tokenizer(tmp_path / "stdlib", 300) == tokenizer == f"{tmp_path}/stdlib/tokenizer.json"
     assert (Path(tokenizer).read_bytes(), manifest.stat().st_mtime_ns) == built
     assert TokenStore.open(store, tokenizer=tokenizer).num_docs > 500
     assert not list((tmp_path / "stdlib").glob(".tokenizer-*"))
