@@ -62,8 +62,8 @@ def transpose_out_size(size, k, s, d, lo, hi, o):
 
 
 def random_input(case):
-    rng = np.random.default_rng(case["seed"])
-    return hax.named(rng.normal(size=[a.size for a in case["axes"]]).astype(np.float32), case["axes"])
+    """The input's values, named inside the programs below."""
+    return np.random.default_rng(case["seed"]).normal(size=[a.size for a in case["axes"]]).astype(np.float32)
 
 
 def as_nc_spatial(x: hax.NamedArray, case, channel):
@@ -155,16 +155,20 @@ def test_conv_equals_conv_general_dilated_for_any_axis_order(transpose, data):
     case = data.draw(conv_cases(transpose))
     axes = expected_axes(case, transpose)
     assume(axes is not None)
-    layer = make_layer(case, transpose)
-    if case["use_bias"]:  # a zero-mean uniform bias is a weak check: shift it
-        layer = eqx.tree_at(lambda m: m.bias, layer, layer.bias + 1.0)
-    x = random_input(case)
 
-    out = layer(x)
+    @jax.jit  # one program per example: eager calls would compile each primitive for every drawn shape
+    def run(raw):
+        layer = make_layer(case, transpose)
+        if case["use_bias"]:  # a zero-mean uniform bias is a weak check: shift it
+            layer = eqx.tree_at(lambda m: m.bias, layer, layer.bias + 1.0)
+        x = hax.named(raw, case["axes"])
+        out = layer(x)
+        return out, as_nc_spatial(out, case, case["Out"]), reference(layer, x, case, transpose)
+
+    out, got, expected = run(random_input(case))
 
     assert out.axes == axes
-    got = as_nc_spatial(out, case, case["Out"])
-    np.testing.assert_allclose(got, reference(layer, x, case, transpose), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=8)
@@ -176,30 +180,36 @@ def test_conv_transpose_is_the_transpose_of_a_strided_conv(data):
     case["axes"] = tuple(case["In"] if a.name == "chan" else a for a in case["axes"])
     axes = expected_axes(case, transpose=True)
     assume(axes is not None)
-    up = make_layer(case, transpose=True)
-    x = random_input(case)
-    # a Conv from ConvTranspose's outputs back to its inputs, with the kernel flipped in space
-    down = hnn.Conv.init(
-        case["spatial"],
-        case["Out"],
-        case["In"],
-        case["kernel"],
-        stride=case["stride"],
-        padding=case["padding"],
-        dilation=case["dilation"],
-        use_bias=False,
-        key=jax.random.PRNGKey(0),
-    )
-    flipped = jnp.flip(up.weight.array, axis=tuple(range(2, up.weight.ndim)))
-    down = eqx.tree_at(
-        lambda m: m.weight, down, hax.NamedArray(jnp.swapaxes(flipped, 0, 1), down.weight.axes)
-    )
 
-    z = hax.zeros(axes)
-    y, pullback = jax.vjp(down, z)
-    assert y.axes == x.axes
-    (transposed,) = pullback(x)
-    np.testing.assert_allclose(up(x).array, transposed.array, rtol=1e-5, atol=1e-5)
+    @jax.jit  # one program per example: eager calls would compile each primitive for every drawn shape
+    def run(raw):
+        up = make_layer(case, transpose=True)
+        x = hax.named(raw, case["axes"])
+        # a Conv from ConvTranspose's outputs back to its inputs, with the kernel flipped in space
+        down = hnn.Conv.init(
+            case["spatial"],
+            case["Out"],
+            case["In"],
+            case["kernel"],
+            stride=case["stride"],
+            padding=case["padding"],
+            dilation=case["dilation"],
+            use_bias=False,
+            key=jax.random.PRNGKey(0),
+        )
+        flipped = jnp.flip(up.weight.array, axis=tuple(range(2, up.weight.ndim)))
+        down = eqx.tree_at(
+            lambda m: m.weight, down, hax.NamedArray(jnp.swapaxes(flipped, 0, 1), down.weight.axes)
+        )
+
+        z = hax.zeros(axes)
+        y, pullback = jax.vjp(down, z)
+        (transposed,) = pullback(x)
+        return y, up(x), transposed
+
+    y, out, transposed = run(random_input(case))
+    assert y.axes == case["axes"]
+    np.testing.assert_allclose(out.array, transposed.array, rtol=1e-5, atol=1e-5)
 
 
 def test_conv_transpose_equals_lax_conv_transpose():
