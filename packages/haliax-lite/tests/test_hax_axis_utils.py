@@ -95,8 +95,13 @@ def test_multilevel_scan_equals_a_plain_scan_in_value_and_gradient(sizes, revers
         c, ys = jax_utils.multilevel_scan(step, c0, xs, outer, length, reverse=reverse)
         return c + ys.sum()
 
-    np.testing.assert_allclose(nested(0.3), plain(0.3), rtol=1e-6)
-    np.testing.assert_allclose(jax.grad(nested)(0.3), jax.grad(plain)(0.3), rtol=1e-5)
+    @jax.jit  # one program per example: eagerly the scans and their gradients compiled op by op
+    def both(c0):
+        return (nested(c0), plain(c0)), (jax.grad(nested)(c0), jax.grad(plain)(c0))
+
+    (nested_value, plain_value), (nested_grad, plain_grad) = both(0.3)
+    np.testing.assert_allclose(nested_value, plain_value, rtol=1e-6)
+    np.testing.assert_allclose(nested_grad, plain_grad, rtol=1e-5)
 
 
 def test_multilevel_scan_refuses_an_uneven_split():
