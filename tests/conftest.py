@@ -1,5 +1,8 @@
 """Fixtures shared by the integration tests: a small token store and a small run config over it."""
 
+import dataclasses
+import json
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -27,16 +30,51 @@ def small_config(small_corpus):
 from meltemi.datastore.testing import gcs, gcs_server, s3, s3_server  # noqa: E402, F401  (server fixtures)
 
 
+@dataclasses.dataclass(frozen=True)
+class FirstRun:
+    """The newcomer's first command in an empty directory, ``cwd``: how it ended and what it printed."""
+
+    cwd: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def corpus(self) -> Path:
+        """The default corpus it built, where the app looks for it (``.cache/meltemi/stdlib-py<v>-v512``)."""
+        return self.cwd / ".cache" / "meltemi" / f"stdlib-py{sysconfig.get_python_version()}-v512"
+
+    def link_corpus(self, directory: Path) -> None:
+        """Make ``directory`` hold that corpus where the app looks for it (a link: it is only read)."""
+        assert (self.corpus / "store" / "manifest.json").exists(), (
+            f"the first run built no corpus:\n{self.stderr}"
+        )
+        (directory / ".cache" / "meltemi").mkdir(parents=True)
+        (directory / ".cache" / "meltemi" / self.corpus.name).symlink_to(
+            self.corpus, target_is_directory=True
+        )
+
+
+@pytest.fixture(scope="session")
+def first_run(shared) -> FirstRun:
+    """``apps/pretrain.py`` with the SMALL model for 4 steps in an empty directory, once per session: it
+    builds the default corpus (vocabulary 512) and trains ``runs/tiny``. Tests only read it; one that runs
+    in it again works in a copy."""
+    from tests.app_runs import SMALL, app
+
+    def build(root: Path) -> None:
+        (root / "cwd").mkdir()
+        done = app("pretrain.py", *SMALL, "--trainer.num_train_steps", "4", cwd=root / "cwd")
+        result = {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+        (root / "result.json").write_text(json.dumps(result))
+
+    root = shared.get("first-run", build)
+    return FirstRun(root / "cwd", **json.loads((root / "result.json").read_text()))
+
+
 @pytest.fixture
-def with_default_corpus(shared, tmp_path) -> Path:
-    """``tmp_path`` holding the default corpus of the SMALL model (vocabulary 512) where the app looks for it
-    (``.cache/meltemi/stdlib-py<version>-v512``), as after a first run; built once per session."""
-    import sysconfig
-
-    from meltemi.datastore import corpora
-
-    name = f"stdlib-py{sysconfig.get_python_version()}-v512"
-    built = shared.get(name, lambda root: corpora.stdlib_corpus(root / name, 512, progress=False)) / name
-    (tmp_path / ".cache" / "meltemi").mkdir(parents=True)
-    (tmp_path / ".cache" / "meltemi" / name).symlink_to(built, target_is_directory=True)
+def with_default_corpus(first_run, tmp_path) -> Path:
+    """``tmp_path`` holding the default corpus of the SMALL model where the app looks for it, as after a
+    first run: the one the session's ``first_run`` built."""
+    first_run.link_corpus(tmp_path)
     return tmp_path

@@ -1,12 +1,14 @@
 """apps/: the newcomer's command end to end from an empty directory, the 8B dry run, and bad inputs.
 
-Each app runs as a subprocess, as a user runs it, in a fresh working directory on one CPU device. The tests
-that read the newcomer's run share one xdist worker, so it is trained once; the bad-input tests start from a
-directory holding the default corpus already (built once per session), as a user's second command does.
+Each app runs as a subprocess, as a user runs it, in a fresh working directory on one CPU device. The
+newcomer's first command runs once per session (tests/conftest.py's ``first_run``), and the tests that read
+its run share one xdist worker; the bad-input tests start from a directory holding the corpus it built, as a
+user's second command does.
 """
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,39 +16,25 @@ from pathlib import Path
 import pytest
 
 from meltemi.trainer.step.fake_devices import fake_devices_environ
-
-ROOT = Path(__file__).resolve().parents[1]
-SMALL = [
-    "--model.vocab_size", "512", "--model.hidden_dim", "32", "--model.intermediate_dim", "64",
-    "--model.num_layers", "2", "--model.num_heads", "4", "--model.num_kv_heads", "2",
-    "--data.seq_len", "64", "--trainer.global_batch_size", "8", "--trainer.eval_batches", "2",
-    "--trainer.log_every", "2", "--trainer.eval_every", "0",
-]  # fmt: skip
-
-
-def app(
-    name: str, *args: str, cwd: Path, devices: int = 1, timeout: int = 600
-) -> subprocess.CompletedProcess:
-    env = fake_devices_environ(devices)
-    command = [sys.executable, str(ROOT / "apps" / name), *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
+from tests.app_runs import ROOT, SMALL, app
 
 NEWCOMER = pytest.mark.xdist_group("apps-newcomer")  # the tests that read `trained`, on one worker
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A 4-step run of the default command (smaller model) from an empty directory, then resumed to 6."""
+def trained(first_run, tmp_path_factory):
+    """The session's first run of the default command (``first_run``: 4 steps from an empty directory), then
+    resumed to 6 in a copy of its directory (the corpus linked, not copied)."""
     cwd = tmp_path_factory.mktemp("newcomer")
-    first = app("pretrain.py", *SMALL, "--trainer.num_train_steps", "4", cwd=cwd)
+    shutil.copytree(first_run.cwd / "runs", cwd / "runs")
+    first_run.link_corpus(cwd)
     second = app("pretrain.py", *SMALL, "--trainer.num_train_steps", "6", cwd=cwd)
-    return cwd, first, second
+    return cwd, first_run, second
 
 
 @NEWCOMER
 def test_the_default_command_builds_the_corpus_trains_and_summarizes(trained):
-    cwd, first, _ = trained
+    _, first, _ = trained
     assert first.returncode == 0, first.stderr
     assert "building the standard-library corpus" in first.stderr
     assert re.search(r"^steps: 4   tokens: 2,048", first.stdout, flags=re.MULTILINE), first.stdout
@@ -54,7 +42,7 @@ def test_the_default_command_builds_the_corpus_trains_and_summarizes(trained):
         float, re.search(r"held-out loss: ([\d.]+) at step 0 -> ([\d.]+) at step 4", first.stdout).groups()
     )
     assert end < start
-    run = cwd / "runs" / "tiny"
+    run = first.cwd / "runs" / "tiny"
     for name in ("metrics.jsonl", "loss.png", "config.yaml"):
         assert (run / name).exists(), name
     assert f"last checkpoint: {Path('runs/tiny/checkpoints/step-4')}" in first.stdout

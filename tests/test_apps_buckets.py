@@ -10,7 +10,7 @@ import pytest
 
 from meltemi.datastore.storage import Directory
 from meltemi.trainer.trainer import Trainer
-from tests.test_apps import SMALL, app
+from tests.app_runs import SMALL, app
 
 
 def test_export_and_sample_read_a_run_in_a_bucket_and_export_into_one(s3, small_config, tmp_path):
