@@ -1,5 +1,7 @@
 """Fused cross-entropy equals the full-logits oracle, never builds the logits, and rejects bad input."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +16,8 @@ from meltemi.kernels.cross_entropy_pallas import pallas_cross_entropy
 TOLERANCE = {jnp.dtype(jnp.float32): 1e-5, jnp.dtype(jnp.bfloat16): 2e-2}
 
 
+# Compiled for speed: eagerly, each new shape compiled one program per random operation (nine).
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def make_inputs(tokens, embed, vocab, dtype, seed, masked_fraction=0.3):
     keys = jax.random.split(jax.random.PRNGKey(seed), 5)
     hidden = jax.random.normal(keys[0], (tokens, embed), dtype)
@@ -27,30 +31,35 @@ def make_inputs(tokens, embed, vocab, dtype, seed, masked_fraction=0.3):
 def values_and_gradients(implementation, inputs, z_loss_weight, block_size):
     hidden, unembedding, labels, mask, d_lse = inputs
 
-    @jax.jit
-    def run(hidden, unembedding, labels, mask, d_lse):
-        def f(h, w):
-            return cross_entropy(
-                h,
-                w,
-                labels,
-                mask=mask,
-                z_loss_weight=z_loss_weight,
-                block_size=block_size,
-                implementation=implementation,
-                check_finite=False,
-            )
+    def f(h, w):
+        return cross_entropy(
+            h,
+            w,
+            labels,
+            mask=mask,
+            z_loss_weight=z_loss_weight,
+            block_size=block_size,
+            implementation=implementation,
+            check_finite=False,
+        )
 
-        (loss, lse), vjp = jax.vjp(f, hidden, unembedding)
-        return (loss, lse, *vjp((jnp.float32(1.7), d_lse)))
-
-    return run(hidden, unembedding, labels, mask, d_lse)
+    (loss, lse), vjp = jax.vjp(f, hidden, unembedding)
+    return (loss, lse, *vjp((jnp.float32(1.7), d_lse)))
 
 
-def assert_matches_reference(implementation, inputs, z_loss_weight, block_size):
-    expected = values_and_gradients("reference", inputs, z_loss_weight, block_size)
-    actual = values_and_gradients(implementation, inputs, z_loss_weight, block_size)
-    tolerance = TOLERANCE[jnp.dtype(inputs[0].dtype)]
+def assert_matches_reference(implementation, problem):
+    tokens, embed, vocab, dtype, z_loss_weight, block_size, seed = problem
+
+    @jax.jit  # for speed: one compilation per problem, where the inputs and each side took their own
+    def expected_and_actual(seed):
+        inputs = make_inputs(tokens, embed, vocab, dtype, seed)
+        return [
+            values_and_gradients(name, inputs, z_loss_weight, block_size)
+            for name in ("reference", implementation)
+        ]
+
+    expected, actual = expected_and_actual(seed)
+    tolerance = TOLERANCE[jnp.dtype(dtype)]
     for name, want, got in zip(("loss", "lse", "d_hidden", "d_unembedding"), expected, actual, strict=True):
         assert got.shape == want.shape and got.dtype == want.dtype, name
         want, got = np.asarray(want, np.float32), np.asarray(got, np.float32)
@@ -73,17 +82,13 @@ problems = st.tuples(
 @settings(max_examples=4)
 @given(problems)
 def test_blockwise_xla_matches_reference(problem):
-    tokens, embed, vocab, dtype, z_loss_weight, block_size, seed = problem
-    assert_matches_reference("xla", make_inputs(tokens, embed, vocab, dtype, seed), z_loss_weight, block_size)
+    assert_matches_reference("xla", problem)
 
 
 @settings(max_examples=2)
 @given(problems)
 def test_pallas_interpreted_matches_reference(problem):
-    tokens, embed, vocab, dtype, z_loss_weight, block_size, seed = problem
-    assert_matches_reference(
-        "pallas", make_inputs(tokens, embed, vocab, dtype, seed), z_loss_weight, block_size
-    )
+    assert_matches_reference("pallas", problem)
 
 
 def test_pallas_chunks_that_overlap_at_the_vocabulary_end():
@@ -99,8 +104,15 @@ def test_pallas_chunks_that_overlap_at_the_vocabulary_end():
 
     from meltemi.kernels.cross_entropy_reference import reference_cross_entropy
 
-    want = run(lambda h, w: reference_cross_entropy(h, w, labels, weights, 1e-3))
-    got = run(lambda h, w: pallas_cross_entropy(h, w, labels, weights, 1e-3, block_size=48, config=config))
+    @jax.jit  # for speed: eagerly, every operation compiled a program of its own
+    def both():
+        want = run(lambda h, w: reference_cross_entropy(h, w, labels, weights, 1e-3))
+        got = run(
+            lambda h, w: pallas_cross_entropy(h, w, labels, weights, 1e-3, block_size=48, config=config)
+        )
+        return want, got
+
+    want, got = both()
     for a, b in zip(want, got, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5 * float(np.max(np.abs(a))))
 
@@ -113,7 +125,8 @@ def test_fully_masked_batch_gives_zero_loss_and_zero_gradient(implementation):
     def loss(h, w):
         return cross_entropy(h, w, labels, mask=mask, block_size=16, implementation=implementation)[0]
 
-    value, grads = jax.value_and_grad(loss, argnums=(0, 1))(hidden, unembedding)
+    # Jitted for speed: eagerly, every operation compiled a program of its own.
+    value, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(hidden, unembedding)
     assert float(value) == 0.0
     for g in grads:
         np.testing.assert_array_equal(g, 0.0)
@@ -121,11 +134,17 @@ def test_fully_masked_batch_gives_zero_loss_and_zero_gradient(implementation):
 
 def test_mask_weights_the_mean():
     hidden, unembedding, labels, _, _ = make_inputs(4, 8, 30, jnp.float32, seed=2)
-    _, lse = cross_entropy(hidden, unembedding, labels, implementation="reference")
-    logits = hidden @ unembedding
-    per_token = lse - logits[jnp.arange(4), labels]
-    loss, _ = cross_entropy(hidden, unembedding, labels, mask=jnp.array([1, 0, 1, 0]), block_size=7)
-    np.testing.assert_allclose(loss, (per_token[0] + per_token[2]) / 2, rtol=1e-6)
+
+    @jax.jit  # for speed: eagerly, every operation compiled a program of its own
+    def loss_and_expected():
+        _, lse = cross_entropy(hidden, unembedding, labels, implementation="reference")
+        logits = hidden @ unembedding
+        per_token = lse - logits[jnp.arange(4), labels]
+        loss, _ = cross_entropy(hidden, unembedding, labels, mask=jnp.array([1, 0, 1, 0]), block_size=7)
+        return loss, (per_token[0] + per_token[2]) / 2
+
+    loss, expected = loss_and_expected()
+    np.testing.assert_allclose(loss, expected, rtol=1e-6)
 
 
 def test_non_finite_hidden_is_reported():
@@ -280,8 +299,7 @@ def test_pallas_kernels_lower_to_triton_for_cuda():
 @pytest.mark.gpu
 @pytest.mark.parametrize("implementation", ["xla", "pallas"])
 def test_gpu_cross_entropy_matches_reference(implementation):
-    inputs = make_inputs(512, 256, 10000, jnp.bfloat16, seed=6)
-    assert_matches_reference(implementation, inputs, 1e-4, 2048)
+    assert_matches_reference(implementation, (512, 256, 10000, jnp.bfloat16, 1e-4, 2048, 6))
 
 
 def test_with_both_checks_off_a_jitted_loss_holds_no_host_callback():
