@@ -1,5 +1,7 @@
 """Ops with Haliax's keyword arguments and errors, value-checked against jax.numpy."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,22 +15,18 @@ T, U = hax.Axis("t", 7), hax.Axis("u", 5)
 VALUES = jnp.array([3, 1, 3, 2, 5, 1, 3])
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))  # one program per drawn length, size and fill, for speed
+def unique_and_reference(raw, size, fill):
+    x = hax.named(raw, "t")
+    flags = dict(return_index=True, return_inverse=True, return_counts=True, fill_value=fill)
+    return x, hax.unique(x, hax.Axis("u", size), **flags), jnp.unique(raw, size=size, **flags)
+
+
 @given(st.lists(st.integers(-3, 3), min_size=1, max_size=9), st.integers(1, 8), st.booleans())
 def test_unique_with_every_return_flag_matches_jnp_unique(data, size, filled):
-    x = hax.named(jnp.array(data), "t")
     Unique = hax.Axis("u", size)
     fill = -9 if filled else None
-    values, index, inverse, counts = hax.unique(
-        x, Unique, return_index=True, return_inverse=True, return_counts=True, fill_value=fill
-    )
-    ref = jnp.unique(
-        jnp.array(data),
-        return_index=True,
-        return_inverse=True,
-        return_counts=True,
-        size=size,
-        fill_value=fill,
-    )
+    x, (values, index, inverse, counts), ref = unique_and_reference(np.array(data), size, fill)
     for got, want in zip((values, index, inverse, counts), ref, strict=True):
         np.testing.assert_array_equal(got.array, want.reshape(got.array.shape))
     assert values.axes == index.axes == counts.axes == (Unique,) and inverse.axes == x.axes
