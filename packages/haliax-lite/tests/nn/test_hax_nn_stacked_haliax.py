@@ -1,6 +1,8 @@
 """Stacked as Haliax defines it: a fold or scan equals the blocks applied one by one, unstacked() gives
 those blocks, state dicts name each block, and a wrong per-block size names the argument or field."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -42,9 +44,8 @@ def _stack(cls, layers: int, seed: int = 0):
     return L, hax.nn.Stacked.init(L, cls)(key=jax.random.split(jax.random.PRNGKey(seed), layers))
 
 
-@settings(max_examples=10, deadline=None)
-@given(st.integers(1, 5), st.integers(0, 50))
-def test_fold_and_scan_equal_the_unstacked_blocks_applied_in_sequence(layers, seed):
+@functools.partial(jax.jit, static_argnums=0)  # one program per drawn depth, for speed
+def unstacked_scanned_and_folded(layers, seed):
     L, stack = _stack(ScanBlock, layers, seed)
     x = hax.random.normal(jax.random.PRNGKey(seed + 1), E)
     bias = hax.random.normal(jax.random.PRNGKey(seed + 2), (L, E)) * 0.1
@@ -54,13 +55,18 @@ def test_fold_and_scan_equal_the_unstacked_blocks_applied_in_sequence(layers, se
     for i, block in enumerate(blocks):
         carry, out = block(carry, bias["layers", i])
         outputs.append(out)
-    folded_carry, scanned = stack.scan(x, bias)
+    folded = stack.fold_via(lambda b, c, a: b(c, a)[0])(x, bias)
+    return carry, jnp.stack([o.array for o in outputs]), stack.scan(x, bias), folded
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(1, 5), st.integers(0, 50))
+def test_fold_and_scan_equal_the_unstacked_blocks_applied_in_sequence(layers, seed):
+    carry, outputs, (folded_carry, scanned), folded = unstacked_scanned_and_folded(layers, seed)
     np.testing.assert_allclose(folded_carry.array, carry.array, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(scanned.array, jnp.stack([o.array for o in outputs]), rtol=1e-6, atol=1e-6)
-    assert scanned.axes == (L,)
-    np.testing.assert_allclose(
-        stack.fold_via(lambda b, c, a: b(c, a)[0])(x, bias).array, carry.array, rtol=1e-6, atol=1e-6
-    )
+    np.testing.assert_allclose(scanned.array, outputs, rtol=1e-6, atol=1e-6)
+    assert scanned.axes == (hax.Axis("layers", layers),)
+    np.testing.assert_allclose(folded.array, carry.array, rtol=1e-6, atol=1e-6)
 
 
 def test_blockseq_of_the_unstacked_blocks_folds_to_the_same_result():
