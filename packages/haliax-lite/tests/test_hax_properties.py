@@ -18,7 +18,8 @@ def named_arrays(draw, min_axes=1, max_axes=4, dtypes=(np.float32, np.int32)):
     axes = tuple(hax.Axis(n, draw(st.integers(1, 4))) for n in names)
     dtype = draw(st.sampled_from(dtypes))
     raw = np.random.default_rng(draw(st.integers(0, 1000))).normal(size=[a.size for a in axes]) * 4
-    return hax.NamedArray(jnp.asarray(raw.astype(dtype)), axes), raw.astype(dtype)
+    # device_put, not jnp.asarray: the latter compiles a program (jit(stage)) for every drawn shape
+    return hax.NamedArray(jax.device_put(raw.astype(dtype)), axes), raw.astype(dtype)
 
 
 @settings(max_examples=30)
@@ -50,10 +51,16 @@ def test_split_then_concatenate_is_the_identity(xr, data):
     x, raw = xr
     axis = data.draw(st.sampled_from(x.axes))
     cut = data.draw(st.integers(0, axis.size))
-    parts = hax.split(x, axis, [axis.resize(cut), axis.resize(axis.size - cut)])
+
+    @jax.jit  # one program per example: eagerly split and concatenate compiled for every drawn shape
+    def split_and_rejoin(x):
+        parts = hax.split(x, axis, [axis.resize(cut), axis.resize(axis.size - cut)])
+        return parts, hax.concatenate(axis.name, parts)
+
+    parts, rejoined = split_and_rejoin(x)
     i = x.axes.index(axis)
     np.testing.assert_array_equal(np.asarray(parts[0].array), np.take(raw, range(cut), axis=i))
-    np.testing.assert_array_equal(np.asarray(hax.concatenate(axis.name, parts).array), raw)
+    np.testing.assert_array_equal(np.asarray(rejoined.array), raw)
 
 
 @settings(max_examples=40)
@@ -86,7 +93,7 @@ def test_gradients_of_named_programs_equal_positional_gradients(xr, data):
     reduced = data.draw(st.sampled_from([a for a in x.axes if a != contracted]))
     Out = hax.Axis("out", 3)
     w_raw = np.random.default_rng(1).normal(size=(contracted.size, 3)).astype(np.float32)
-    w = hax.NamedArray(jnp.asarray(w_raw), (contracted, Out))
+    w = hax.NamedArray(jax.device_put(w_raw), (contracted, Out))
 
     def named(x, w):
         h = hax.tanh(hax.dot(x, w, axis=contracted)) * hax.mean(hax.sin(x), axis=contracted)
