@@ -45,26 +45,27 @@ def attention_problems(draw, max_seq=24, head_dims=(4, 8, 16)):
 
 
 def make_inputs(problem):
-    """Unit-normal q, k, v and output cotangent, drawn with numpy: jax.random, run eagerly, compiled one
-    program per random operation and shape (half of each example's CPU time)."""
+    """Unit-normal q, k, v and output cotangent, drawn with numpy and put on the device as they are:
+    eagerly, jax.random (or a conversion by jnp.asarray) compiles one program per operation and shape,
+    which took half of each example's CPU time."""
     batch, seq, kv_heads, group, head_dim = problem["shape"]
     rng = np.random.default_rng(problem["seed"])
     segment_ids = None
     if problem["layout"] == "scattered":
-        segment_ids = jnp.asarray(rng.integers(-1, 3, size=(batch, seq)), jnp.int32)
+        segment_ids = rng.integers(-1, 3, size=(batch, seq)).astype(np.int32)
     elif problem["layout"].startswith("documents"):
         starts = rng.integers(0, 2, size=(batch, seq))
         segment_ids = np.cumsum(starts, axis=1)
         if problem["layout"].endswith("padding"):
             tail = rng.integers(0, seq + 1, size=batch)
             segment_ids[np.arange(seq)[None, :] >= (seq - tail)[:, None]] = -1
-        segment_ids = jnp.asarray(segment_ids, jnp.int32)
+        segment_ids = segment_ids.astype(np.int32)
     q_shape, kv_shape = (batch, seq, kv_heads * group, head_dim), (batch, seq, kv_heads, head_dim)
     q, k, v, d_out = (
-        jnp.asarray(rng.standard_normal(shape, np.float32), problem["dtype"])
+        rng.standard_normal(shape, np.float32).astype(problem["dtype"])
         for shape in (q_shape, kv_shape, kv_shape, q_shape)
     )
-    return q, k, v, segment_ids, d_out
+    return jax.device_put((q, k, v, segment_ids, d_out))
 
 
 def outputs_and_gradients(implementation, problem, q, k, v, segment_ids, d_out):
