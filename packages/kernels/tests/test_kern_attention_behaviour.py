@@ -14,11 +14,10 @@ COMPUTED = ("reference", "xla", "pallas")
 
 
 def qkv(batch=1, seq=8, heads=2, kv_heads=1, head_dim=16, dtype=jnp.float32, seed=0):
-    keys = jax.random.split(jax.random.PRNGKey(seed), 3)
-    q = jax.random.normal(keys[0], (batch, seq, heads, head_dim), dtype)
-    k = jax.random.normal(keys[1], (batch, seq, kv_heads, head_dim), dtype)
-    v = jax.random.normal(keys[2], (batch, seq, kv_heads, head_dim), dtype)
-    return q, k, v
+    """Drawn with numpy: eagerly, jax.random compiles one program per random operation and shape."""
+    rng = np.random.default_rng(seed)
+    shapes = (batch, seq, heads, head_dim), (batch, seq, kv_heads, head_dim), (batch, seq, kv_heads, head_dim)
+    return jax.device_put(tuple(rng.standard_normal(shape, np.float32).astype(dtype) for shape in shapes))
 
 
 @pytest.mark.parametrize("implementation", COMPUTED)
@@ -30,7 +29,8 @@ def test_fully_masked_rows_give_zero_output_and_gradient(implementation):
         out = attention(q, k, v, segment_ids=segment_ids, implementation=implementation)
         return jnp.sum(out**2), out
 
-    (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+    # Jitted for speed: eagerly, every operation compiled a program of its own.
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
     assert np.all(np.isfinite(out)) and all(np.all(np.isfinite(g)) for g in grads)
     np.testing.assert_array_equal(out[0, 3:5], 0.0)
     np.testing.assert_array_equal(grads[0][0, 3:5], 0.0)
@@ -43,9 +43,12 @@ def test_segments_keep_documents_apart(implementation):
     """Changing one document's keys must not change another document's outputs."""
     q, k, v = qkv(seq=8)
     segment_ids = jnp.array([[0, 0, 0, 1, 1, 1, 1, 1]])
-    before = attention(q, k, v, segment_ids=segment_ids, causal=False, implementation=implementation)
-    k2 = k.at[:, 3:].add(5.0)
-    after = attention(q, k2, v, segment_ids=segment_ids, causal=False, implementation=implementation)
+    # Jitted for speed: eagerly, every operation compiled a program of its own.
+    run = jax.jit(
+        lambda k: attention(q, k, v, segment_ids=segment_ids, causal=False, implementation=implementation)
+    )
+    before = run(k)
+    after = run(k.at[:, 3:].add(5.0))
     np.testing.assert_array_equal(before[:, :3], after[:, :3])
     assert not np.allclose(before[:, 3:], after[:, 3:])
 
@@ -171,10 +174,15 @@ def test_cudnn_wrapper_translates_masks_exactly(causal, window):
 
     q, k, v = qkv(seq=10, heads=4, kv_heads=2)
     spec = MaskSpec(causal, window, 0.3)
-    expected = attention(
-        q, k, v, causal=causal, sliding_window=window, softmax_scale=0.3, implementation="xla"
-    )
-    np.testing.assert_allclose(cudnn_attention(q, k, v, spec, implementation="xla"), expected, atol=2e-6)
+
+    @jax.jit  # for speed: eagerly, every operation compiled a program of its own
+    def both():
+        expected = attention(
+            q, k, v, causal=causal, sliding_window=window, softmax_scale=0.3, implementation="xla"
+        )
+        return cudnn_attention(q, k, v, spec, implementation="xla"), expected
+
+    np.testing.assert_allclose(*both(), atol=2e-6)
 
 
 def test_blockwise_memory_stays_linear_in_sequence():
