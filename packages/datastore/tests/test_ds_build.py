@@ -145,17 +145,23 @@ if __name__ == "__main__":
 """
 
 
+@pytest.fixture(scope="module")
+def killable_build(tmp_path_factory, stdlib_files, tokenizer_path):
+    """The command of a build the tests below kill, and that build run once to the end (and its duration):
+    every seed compares with the same store, so it is built once, not once per seed."""
+    root = tmp_path_factory.mktemp("killable")
+    (root / "build.py").write_text(KILLER)
+    command = [sys.executable, str(root / "build.py"), *stdlib_files[:25], tokenizer_path]
+    started = time.perf_counter()
+    subprocess.run([*command, str(root / "reference")], check=True)
+    return command, root / "reference", time.perf_counter() - started
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_build_killed_at_random_points_resumes_to_the_same_bytes(
-    tmp_path, stdlib_files, tokenizer_path, tree_bytes, seed
+    tmp_path, killable_build, tree_bytes, seed
 ):
-    files = stdlib_files[:25]
-    script = tmp_path / "build.py"
-    script.write_text(KILLER)
-    command = [sys.executable, str(script), *files, tokenizer_path]
-    started = time.perf_counter()
-    subprocess.run([*command, str(tmp_path / "reference")], check=True)
-    duration = time.perf_counter() - started
+    command, reference, duration = killable_build
     rng = random.Random(seed)
     out = tmp_path / "killed"
     process = subprocess.Popen([*command, str(out)])
@@ -178,7 +184,7 @@ def test_a_build_killed_at_random_points_resumes_to_the_same_bytes(
             with pytest.raises(IncompleteStoreError):
                 TokenStore.open(out)
     subprocess.run([*command, str(out)], check=True)
-    assert tree_bytes(out) == tree_bytes(tmp_path / "reference")
+    assert tree_bytes(out) == tree_bytes(reference)
 
 
 def test_the_chunk_size_changes_the_layout_but_never_the_tokens(tmp_path, stdlib_files, tokenizer_path):
