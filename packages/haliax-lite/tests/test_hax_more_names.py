@@ -214,16 +214,21 @@ def test_unique_family_equals_jnp(order, seed, n_unique):
     assert hax.unique(x, U, fill_value=-1).axes == (U,)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))  # one program per drawn order and bit order, for speed
+def packed_and_unpacked(order, bitorder, raw):
+    x = hax.named(raw, tuple(POOL)).rearrange(order)
+    packed = hax.packbits(x, "c", bitorder=bitorder)
+    return x, packed, hax.unpackbits(packed, "c", count=4, bitorder=bitorder)
+
+
 @settings(max_examples=25)
 @given(st.permutations(POOL), st.integers(0, 2**16), st.sampled_from(["big", "little"]))
 def test_packbits_round_trip_equals_jnp(order, seed, bitorder):
     raw = np.random.default_rng(seed).integers(0, 2, size=(2, 3, 4)).astype(np.uint8)
-    x = hax.named(jnp.asarray(raw), tuple(POOL)).rearrange(tuple(order))
+    x, packed, back = packed_and_unpacked(tuple(order), bitorder, raw)
     i = x.axes.index(POOL[2])
-    packed = hax.packbits(x, "c", bitorder=bitorder)
     np.testing.assert_array_equal(
         np.asarray(packed.array), np.packbits(np.asarray(x.array), axis=i, bitorder=bitorder)
     )
-    back = hax.unpackbits(packed, "c", count=4, bitorder=bitorder)
     assert back.axes == x.axes
     np.testing.assert_array_equal(np.asarray(back.array), np.asarray(x.array))
