@@ -26,8 +26,12 @@ def positional_attention(q, k, v, mask=None, bias=None, xp=jnp):
     return xp.einsum("bkgst,btkd->bskgd", weights, v)
 
 
+def raw_normal(rng, *axes):
+    return rng.normal(size=[a.size for a in axes]).astype(np.float32)
+
+
 def normal(rng, *axes):
-    return hax.named(rng.normal(size=[a.size for a in axes]).astype(np.float32), axes)
+    return hax.named(raw_normal(rng, *axes), axes)
 
 
 @settings(max_examples=6)
@@ -35,18 +39,19 @@ def normal(rng, *axes):
 def test_grouped_query_attention_equals_positional(q_len, k_len, causal, seed):
     Pos, KPos = hax.Axis("position", q_len), hax.Axis("key_position", k_len)
     rng = np.random.default_rng(seed)
-    q = normal(rng, Batch, Pos, KVHeads, QPerKV, HeadSize)
-    k, v = normal(rng, Batch, KPos, KVHeads, HeadSize), normal(rng, Batch, KPos, KVHeads, HeadSize)
-    bias = normal(rng, Pos, KPos)
+    all_axes = ((Batch, Pos, KVHeads, QPerKV, HeadSize), *[(Batch, KPos, KVHeads, HeadSize)] * 2, (Pos, KPos))
+    # numpy values, named inside the program (hax.named compiles per drawn shape); the reference stays numpy
+    q, k, v, bias = (raw_normal(rng, *axes) for axes in all_axes)
 
     @jax.jit
-    def named(q, k, v, bias):
+    def named(*raws):
+        q, k, v, bias = (hax.named(x, axes) for x, axes in zip(raws, all_axes, strict=True))
         mask = attention.causal_mask(Pos, KPos) if causal else None
         out = attention.dot_product_attention(KPos, HeadSize, q, k, v, mask=mask, bias=bias)
         return out.rearrange((Batch, Pos, KVHeads, QPerKV, HeadSize))
 
     raw_mask = np.tril(np.ones((q_len, k_len), bool)) if causal else None
-    expected = positional_attention(q.array, k.array, v.array, raw_mask, bias.array, xp=np)
+    expected = positional_attention(q, k, v, raw_mask, bias, xp=np)
     np.testing.assert_allclose(named(q, k, v, bias).array, expected, rtol=1e-5, atol=1e-5)
 
 
