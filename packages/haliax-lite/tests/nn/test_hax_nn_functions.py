@@ -21,7 +21,8 @@ def named_arrays(draw, min_axes=1, dtype=np.float32):
     sizes = draw(st.lists(st.integers(1, 5), min_size=len(names), max_size=len(names)))
     seed = draw(st.integers(0, 2**31 - 1))
     values = np.random.default_rng(seed).normal(size=sizes).astype(dtype) * 3
-    return hax.named(jnp.asarray(values), tuple(hax.Axis(n, s) for n, s in zip(names, sizes, strict=True)))
+    axes = tuple(hax.Axis(n, s) for n, s in zip(names, sizes, strict=True))
+    return hax.named(jax.device_put(values), axes)  # jnp.asarray would compile a program per drawn shape
 
 
 def normal(seed, *axes):
