@@ -23,6 +23,9 @@ def _relative_error(a, b):
     return float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))
 
 
+_forward = eqx.filter_jit(lambda m, x: m(x))  # jitted, for speed: eagerly each op compiled on its own
+
+
 def _x(seed=1):
     return hax.random.normal(jax.random.PRNGKey(seed), (Batch, Embed))
 
@@ -32,7 +35,7 @@ def _x(seed=1):
 def test_int8_forward_is_within_a_percent_of_float(seed):
     layer, x = _layer(seed), _x(seed + 1)
     quantized = q.quantize_linear_layers(layer, q.QuantizationConfig(int8=True))
-    error = _relative_error(quantized(x).array, layer(x).array)
+    error = _relative_error(_forward(quantized, x).array, _forward(layer, x).array)
     assert 1e-5 < error < 0.01  # quantized (not exact), and close
 
 
@@ -50,9 +53,7 @@ def test_int8_backward_is_the_float_gradient_of_the_same_weights():
 def test_fp8_forward_is_close_to_float_and_its_state_follows_the_data():
     layer, x = _layer(), _x()
     quantized = q.quantize_linear_layers(layer, q.QuantizationConfig(fp8=True, amax_history_length=4))
-    # jitted, for speed: eagerly each fp8 cast, scale and dot compiled on its own
-    forward = eqx.filter_jit(lambda m, x: m(x))
-    error = _relative_error(forward(quantized, x).array, forward(layer, x).array)
+    error = _relative_error(_forward(quantized, x).array, _forward(layer, x).array)
     assert 1e-4 < error < 0.08  # e4m3 keeps 3 mantissa bits
 
     def loss(m):
@@ -68,7 +69,7 @@ def test_fp8_forward_is_close_to_float_and_its_state_follows_the_data():
     np.testing.assert_array_equal(updated.dot_general.input_amax_history, op.input_amax_history)
     np.testing.assert_array_equal(updated.weight.array, quantized.weight.array)
     # the next step scales by what the history saw: the rounding error stays small
-    assert _relative_error(forward(updated, x).array, forward(layer, x).array) < 0.08
+    assert _relative_error(_forward(updated, x).array, _forward(layer, x).array) < 0.08
 
 
 def test_a_stacked_model_gets_one_fp8_state_per_block_and_matches_float():
