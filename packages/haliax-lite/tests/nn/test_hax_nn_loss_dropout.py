@@ -64,10 +64,14 @@ def test_z_loss_gradient_equals_positional_gradient():
         picked = jnp.take_along_axis(raw, labels.array[..., None], -1)[..., 0]
         return jnp.mean(log_z - picked) + 1e-2 * jnp.mean(log_z**2)
 
-    raw = logits.rearrange((Batch, Pos, Vocab)).array
-    np.testing.assert_allclose(named(logits), positional(raw), rtol=1e-6)
-    grad = jax.grad(named)(logits).rearrange((Batch, Pos, Vocab)).array
-    np.testing.assert_allclose(grad, jax.grad(positional)(raw), rtol=1e-5, atol=1e-7)
+    @jax.jit  # one program, for speed: eagerly each op of both gradients compiled on its own
+    def values_and_gradients(logits):
+        raw = logits.rearrange((Batch, Pos, Vocab)).array
+        return jax.value_and_grad(named)(logits), jax.value_and_grad(positional)(raw)
+
+    (value, grad), (expected, expected_grad) = values_and_gradients(logits)
+    np.testing.assert_allclose(value, expected, rtol=1e-6)
+    np.testing.assert_allclose(grad.rearrange((Batch, Pos, Vocab)).array, expected_grad, rtol=1e-5, atol=1e-7)
 
 
 def test_integer_targets_warn():
