@@ -90,16 +90,22 @@ def test_linear_on_an_input_without_its_in_axes_names_them():
 def test_embedding_lookup_and_unembedding_equal_indexing_and_matmul(n_embed_axes, seed):
     Vocab, Batch, Pos = hax.Axis("vocab", 7), hax.Axis("batch", 2), hax.Axis("position", 3)
     Embed = tuple(hax.Axis(f"embed{i}", i + 2) for i in range(n_embed_axes))
-    table = hnn.Embedding.init(Vocab, Embed, key=jax.random.PRNGKey(seed))
-    ids = hax.named(np.random.default_rng(seed).integers(0, Vocab.size, size=(2, 3)), (Batch, Pos))
-    w = table.weight.rearrange((Vocab, *Embed)).array
+    ids = np.random.default_rng(seed).integers(0, Vocab.size, size=(2, 3))
 
-    vectors = table(ids)
-    np.testing.assert_array_equal(vectors.rearrange((Batch, Pos, *Embed)).array, w[ids.array])
-    logits = table.unembed(vectors)
-    flat = vectors.rearrange((Batch, Pos, *Embed)).array.reshape(2, 3, -1)
+    @jax.jit  # one program per example, for speed: eagerly each op compiled for every drawn shape
+    def lookup_and_unembed(seed, ids):
+        table = hnn.Embedding.init(Vocab, Embed, key=jax.random.PRNGKey(seed))
+        vectors = table(hax.named(ids, (Batch, Pos)))
+        logits = table.unembed(vectors)
+        w = table.weight.rearrange((Vocab, *Embed)).array
+        return w, vectors.rearrange((Batch, Pos, *Embed)).array, logits.rearrange((Batch, Pos, Vocab))
+
+    w, vectors, logits = lookup_and_unembed(seed, ids)
+    w, vectors = np.asarray(w), np.asarray(vectors)
+    np.testing.assert_array_equal(vectors, w[ids])
+    flat = vectors.reshape(2, 3, -1)
     expected = flat @ w.reshape(Vocab.size, -1).T
-    np.testing.assert_allclose(logits.rearrange((Batch, Pos, Vocab)).array, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logits.array, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_embedding_init_scale_is_init_scale_over_embed_size():
