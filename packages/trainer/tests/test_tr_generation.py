@@ -5,6 +5,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Iterator
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,10 +36,18 @@ def named(ids):
     return hax.named(jnp.asarray(ids, jnp.int32), ("batch", "position"))
 
 
+@eqx.filter_jit  # for speed: eagerly each op of the forward pass compiled on its own
+def _logits(model, ids):
+    return model.logits(ids, hax.zeros_like(ids))
+
+
 def full_logits(model, row):
     """The training forward pass over one unpadded row: (position, vocab)."""
-    ids = named([row])
-    return np.asarray(model.logits(ids, hax.zeros_like(ids)).array[0])
+    return np.asarray(_logits(model, named([row])).array[0])
+
+
+# Generation runs it jitted (in `_prefill` and `_decode_chunk`); eagerly each op compiled on its own.
+jitted_forward_cached = eqx.filter_jit(forward_cached)
 
 
 def test_cached_prefill_and_steps_equal_the_full_forward_pass(model):
@@ -47,10 +56,10 @@ def test_cached_prefill_and_steps_equal_the_full_forward_pass(model):
     Batch = hax.Axis("batch", 1)
     cache = KVCache.init(model.config, Batch, slots=len(row), dtype=jnp.float32)
     pad = hax.named(jnp.zeros(1, int), "batch")
-    logits, cache = forward_cached(model, named([row[:3]]), jnp.int32(0), pad, cache)
+    logits, cache = jitted_forward_cached(model, named([row[:3]]), jnp.int32(0), pad, cache)
     np.testing.assert_allclose(logits.array[0], reference[2], rtol=1e-5, atol=1e-5)
     for t in range(3, len(row)):
-        logits, cache = forward_cached(model, named([[row[t]]]), jnp.int32(t), pad, cache)
+        logits, cache = jitted_forward_cached(model, named([[row[t]]]), jnp.int32(t), pad, cache)
         np.testing.assert_allclose(logits.array[0], reference[t], rtol=1e-5, atol=1e-5)
 
 
@@ -60,7 +69,7 @@ def test_a_left_padded_row_computes_what_it_computes_alone(model):
     cache = KVCache.init(model.config, Batch, slots=5, dtype=jnp.float32)
     ids = named([[9, 9, 9, *short], [1, 2, 3, 4, 5]])
     pad = hax.named(jnp.array([3, 0]), "batch")
-    logits, _ = forward_cached(model, ids, jnp.int32(0), pad, cache)
+    logits, _ = jitted_forward_cached(model, ids, jnp.int32(0), pad, cache)
     np.testing.assert_allclose(logits.array[0], full_logits(model, short)[-1], rtol=1e-5, atol=1e-5)
 
 
