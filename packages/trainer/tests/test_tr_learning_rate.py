@@ -48,7 +48,8 @@ def test_after_a_skipped_step_the_applied_rate_is_the_logged_one(make_config, ru
     trainer = Trainer(config, run_dir, devices=jax.devices()[:1], progress=False)
     batch = batch_of(trainer)
     bad = int(np.asarray(batch.input_ids.array)[0, 0])
-    state = init_state(config, adapters.jax_key(0, "init"))
+    # Jitted as the trainer runs it; eagerly each op of the init compiled on its own.
+    state = jax.jit(lambda key: init_state(config, key))(adapters.jax_key(0, "init"))
     weight = state.model.embed_tokens.weight
     poisoned = jax.tree_util.tree_map(lambda x: weight.array.at[bad].set(jnp.nan) if x is weight.array else x,
                                       state, is_leaf=lambda x: x is weight.array)  # fmt: skip
