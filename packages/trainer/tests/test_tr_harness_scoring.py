@@ -40,6 +40,14 @@ REQUESTS = [
 REFERENCE = [TokenScorer(MODEL, batch_size=1).score([r])[0] for r in REQUESTS]
 
 
+EVAL_STEP = jax.jit(make_eval_step(CONFIG))  # one jit for all requests: a repeated length reuses its program
+
+
+@jax.jit  # for speed (the scorer computes its logits jitted): eagerly each op compiled on its own
+def full_logits(ids):
+    return MODEL.logits(ids, hax.zeros_like(ids))
+
+
 def trainer_loss(context, continuation) -> float:
     """The trainer's held-out loss (``evaluate.make_eval_step``) summed over the continuation's tokens."""
     whole = [*context, *continuation][-(MAX_LEN + 1) :]
@@ -50,7 +58,7 @@ def trainer_loss(context, continuation) -> float:
         "input_ids": np.asarray([whole[:-1]]), "targets": np.asarray([whole[1:]]),
         "segment_ids": np.zeros((1, n), np.int32), "loss_mask": mask, "source": np.zeros(1, np.int32),
     })  # fmt: skip
-    sums = jax.jit(make_eval_step(CONFIG))(MODEL, batch, np.zeros(VOCAB, np.int32))
+    sums = EVAL_STEP(MODEL, batch, np.zeros(VOCAB, np.int32))
     return float(sums.loss)
 
 
@@ -63,7 +71,7 @@ def test_log_likelihoods_are_the_trainers_own_losses():
 def test_greedy_is_true_exactly_for_the_models_own_argmax_continuation():
     context = REQUESTS[4][0]
     ids = hax.named(jax.numpy.asarray([context]), ("batch", "position"))
-    best = int(np.argmax(np.asarray(MODEL.logits(ids, hax.zeros_like(ids)).array)[0, -1]))
+    best = int(np.argmax(np.asarray(full_logits(ids).array)[0, -1]))
     other = (best + 1) % VOCAB
     scores = TokenScorer(MODEL).score([(context, [best]), (context, [other])])
     assert [s.greedy for s in scores] == [True, False]
