@@ -23,9 +23,6 @@ from meltemi.trainer.hf import export_hf, import_hf, train_state_from_hf
 from meltemi.trainer.step.train_step import make_train_step
 from meltemi.trainer.trainer import Trainer
 
-torch = pytest.importorskip("torch", reason="torch is not installed: `uv run --group torch pytest`")
-transformers = pytest.importorskip("transformers", reason="transformers is not installed (group interop)")
-
 VOCAB = 384
 STEPS = 30
 pytestmark = pytest.mark.xdist_group("hf-interop")  # one worker trains, exports and loads the model once
@@ -58,14 +55,26 @@ def run(tmp_path_factory):
     return {"config": config, "model": state.model, "hf_dir": out, "trainer": trainer, "root": root}
 
 
+# torch and transformers are imported by the tests that use them, not at collection: every xdist worker
+# collects this module, and importing both costs each about 2.5 CPU-seconds.
 @pytest.fixture(scope="module")
-def hf_model(run):
+def torch():
+    return pytest.importorskip("torch", reason="torch is not installed: `uv run --group torch pytest`")
+
+
+@pytest.fixture(scope="module")
+def transformers(torch):
+    return pytest.importorskip("transformers", reason="transformers is not installed (group interop)")
+
+
+@pytest.fixture(scope="module")
+def hf_model(run, torch, transformers):
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM.from_pretrained(run["hf_dir"], dtype=torch.float32).eval()
 
 
 @pytest.fixture(scope="module")
-def hf_tokenizer(run):
+def hf_tokenizer(run, transformers):
     return transformers.AutoTokenizer.from_pretrained(run["hf_dir"])
 
 
@@ -99,7 +108,7 @@ def test_transformers_reads_the_same_config_and_tokens(run, hf_model, hf_tokeniz
     assert hf_tokenizer.decode(hf_tokenizer(text)["input_ids"]) == text
 
 
-def test_logits_on_real_text_equal_ours_within_1e_4(run, hf_model, hf_tokenizer):
+def test_logits_on_real_text_equal_ours_within_1e_4(run, hf_model, hf_tokenizer, torch):
     ids = np.asarray([hf_tokenizer(real_text())["input_ids"][:128]])
     assert ids.shape == (1, 128)
     named = hax.named(jax.numpy.asarray(ids), ("batch", "position"))
@@ -110,7 +119,7 @@ def test_logits_on_real_text_equal_ours_within_1e_4(run, hf_model, hf_tokenizer)
     assert np.abs(ours).max() > 1.0  # a trained model, not near-zero logits that match trivially
 
 
-def test_greedy_continuations_equal_transformers_token_for_token(run, hf_model, hf_tokenizer):
+def test_greedy_continuations_equal_transformers_token_for_token(run, hf_model, hf_tokenizer, torch):
     text = real_text()
     prompts = [hf_tokenizer(text[start : start + 150])["input_ids"][:24] for start in (0, 300, 600)]
     assert all(len(p) == 24 for p in prompts)
@@ -139,7 +148,7 @@ def test_import_is_bitwise_equal_and_continues_training(run):
     assert summary.steps == 2 and summary.skipped_steps == 0
 
 
-def test_a_bfloat16_export_loads_in_bfloat16(run, tmp_path):
+def test_a_bfloat16_export_loads_in_bfloat16(run, tmp_path, torch, transformers):
     out = export_hf(run["model"], tmp_path / "bf16", dtype="bfloat16")
     model = transformers.LlamaForCausalLM.from_pretrained(out)
     assert model.dtype == torch.bfloat16
