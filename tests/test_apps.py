@@ -225,6 +225,14 @@ def test_bad_input_is_one_line_and_loses_nothing(with_default_corpus, tmp_path, 
     assert (tmp_path / "blocker").read_text() == "keep me"
 
 
+def test_a_run_directory_in_the_way_is_refused_before_the_default_corpus_is_built(tmp_path):
+    (tmp_path / "blocker").write_text("keep me")
+    result = app("pretrain.py", *SMALL, "--run-dir", "blocker/run", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("error: run directory blocker/run: cannot write")
+    assert not (tmp_path / ".cache").exists() and (tmp_path / "blocker").read_text() == "keep me"
+
+
 def test_bad_launch_flags_and_a_silent_address_are_one_line_errors(tmp_path):
     for args, message in (
         (["--slice-type", "v9-999"], "error: --launch ray: "),

@@ -58,12 +58,15 @@ def main(
             return plan(config, command)
         if command.print_sharding:
             return print_sharding(config)
-        from meltemi.trainer.data.sources import resolve_data
-
-        config = resolve_data(config)
-        clock.lap("config")
         name = Path(config_path).stem if config_path is not None else "default"
         run_dir = command.run_dir or str(Path("runs") / name)  # a URL stays a URL: never a Path
+        from meltemi.datastore.storage import Location
+        from meltemi.trainer.data.sources import resolve_data
+        from meltemi.trainer.run.directory import check_run_dir
+
+        check_run_dir(Location.parse(run_dir))  # before the data is built: that may take a while
+        config = resolve_data(config)
+        clock.lap("config")
         if command.launch is not None:
             from meltemi.trainer.launch import launch_on_ray
 

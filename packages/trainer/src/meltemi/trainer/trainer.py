@@ -20,7 +20,7 @@ import numpy as np
 
 import haliax_lite as hax
 from meltemi.datastore.errors import StorageError
-from meltemi.datastore.storage import Directory, Location, check_readable, check_writable
+from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer import adapters
 from meltemi.trainer.checkpoint.checkpointer import Checkpointer
 from meltemi.trainer.checkpoint.resume import Start, starting_state
@@ -31,6 +31,7 @@ from meltemi.trainer.data.run_tokenizer import TOKENIZER_FILE, TokenizerRecord, 
 from meltemi.trainer.data.sources import resolve_data
 from meltemi.trainer.errors import TrainerError
 from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
+from meltemi.trainer.run.directory import check_run_dir
 from meltemi.trainer.run.loop import StepLoop
 from meltemi.trainer.run.plots import LOSS_PLOT, plot_loss
 from meltemi.trainer.run.progress import TrainingProgress
@@ -243,18 +244,6 @@ class Trainer:
         except StorageError as e:
             raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e})") from None
 
-    def _check_run_dir(self) -> None:
-        """Fail at once, in one line, where the run directory cannot be used: a bucket is probed with a
-        write (a missing bucket, refused keys, no endpoint); a local directory, made only once the run is
-        accepted, is listed (a file in its way)."""
-        if not self.run_dir.is_local:
-            check_writable(self.run_dir)
-            return
-        try:
-            check_readable(self.run_dir)
-        except StorageError as e:
-            raise TrainerError(f"run directory {self.run_dir}: cannot write there ({e})") from None
-
     def run(self, state: TrainState | None = None) -> RunSummary:
         """Train to ``trainer.num_train_steps`` from ``state``, or else from where this run directory's
         checkpoints left off (``trainer.initialize_from``, or a fresh state, when it has none).
@@ -263,7 +252,7 @@ class Trainer:
         A config the run's checkpoint refuses (a ``ConfigError``) leaves the run directory as it was.
         """
         config, trainer = self.config, self.config.trainer
-        self._check_run_dir()
+        check_run_dir(self.run_dir)
         trackers = Trackers([])
         progress = TrainingProgress(
             trainer.num_train_steps, 0, enabled=self.show_progress and self.is_primary
