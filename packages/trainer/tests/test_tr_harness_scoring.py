@@ -28,8 +28,6 @@ CONFIG = load_config(None, [
     "--model.cross_entropy_block_size", "128", "--model.init_std", "0.3",
     "--data.seq_len", "32", "--trainer.compute_dtype", "float32",
 ])  # fmt: skip
-# Spread logits (init_std 0.3), so a wrong position or a missing token changes a score by far more than 1e-4.
-MODEL = Llama.init(CONFIG.model, key=jax.random.key(7))
 _rng = np.random.default_rng(0)
 # Contexts and continuations of every size class: one-token, within each length bucket, and past MAX_LEN
 # (truncated from the left).
@@ -37,18 +35,30 @@ REQUESTS = [
     (_rng.integers(0, VOCAB, c).tolist(), _rng.integers(0, VOCAB, n).tolist())
     for c, n in [(1, 1), (3, 2), (10, 5), (14, 1), (20, 9), (30, 3), (40, 20), (58, 5), (70, 4), (1, 30)]
 ]
-REFERENCE = [TokenScorer(MODEL, batch_size=1).score([r])[0] for r in REQUESTS]
-
-
 EVAL_STEP = jax.jit(make_eval_step(CONFIG))  # one jit for all requests: a repeated length reuses its program
 
 
+# The model and its reference scores are fixtures, not module constants: every xdist worker imports this
+# module to collect it, and building them at import cost each worker about 3 CPU-seconds.
+@pytest.fixture(scope="module")
+def model() -> Llama:
+    """Spread logits (init_std 0.3), so a wrong position or a missing token changes a score by far more
+    than 1e-4."""
+    return Llama.init(CONFIG.model, key=jax.random.key(7))
+
+
+@pytest.fixture(scope="module")
+def reference(model) -> list:
+    """Each request scored alone."""
+    return [TokenScorer(model, batch_size=1).score([r])[0] for r in REQUESTS]
+
+
 @jax.jit  # for speed (the scorer computes its logits jitted): eagerly each op compiled on its own
-def full_logits(ids):
-    return MODEL.logits(ids, hax.zeros_like(ids))
+def full_logits(model, ids):
+    return model.logits(ids, hax.zeros_like(ids))
 
 
-def trainer_loss(context, continuation) -> float:
+def trainer_loss(model, context, continuation) -> float:
     """The trainer's held-out loss (``evaluate.make_eval_step``) summed over the continuation's tokens."""
     whole = [*context, *continuation][-(MAX_LEN + 1) :]
     n = len(whole) - 1
@@ -58,49 +68,49 @@ def trainer_loss(context, continuation) -> float:
         "input_ids": np.asarray([whole[:-1]]), "targets": np.asarray([whole[1:]]),
         "segment_ids": np.zeros((1, n), np.int32), "loss_mask": mask, "source": np.zeros(1, np.int32),
     })  # fmt: skip
-    sums = EVAL_STEP(MODEL, batch, np.zeros(VOCAB, np.int32))
+    sums = EVAL_STEP(model, batch, np.zeros(VOCAB, np.int32))
     return float(sums.loss)
 
 
-def test_log_likelihoods_are_the_trainers_own_losses():
-    for (context, continuation), score in zip(REQUESTS, REFERENCE, strict=True):
-        assert score.logprob == pytest.approx(-trainer_loss(context, continuation), abs=1e-4)
-    assert np.ptp([s.logprob / len(r[1]) for s, r in zip(REFERENCE, REQUESTS, strict=True)]) > 0.5
+def test_log_likelihoods_are_the_trainers_own_losses(model, reference):
+    for (context, continuation), score in zip(REQUESTS, reference, strict=True):
+        assert score.logprob == pytest.approx(-trainer_loss(model, context, continuation), abs=1e-4)
+    assert np.ptp([s.logprob / len(r[1]) for s, r in zip(reference, REQUESTS, strict=True)]) > 0.5
 
 
-def test_greedy_is_true_exactly_for_the_models_own_argmax_continuation():
+def test_greedy_is_true_exactly_for_the_models_own_argmax_continuation(model):
     context = REQUESTS[4][0]
     ids = hax.named(jax.numpy.asarray([context]), ("batch", "position"))
-    best = int(np.argmax(np.asarray(full_logits(ids).array)[0, -1]))
+    best = int(np.argmax(np.asarray(full_logits(model, ids).array)[0, -1]))
     other = (best + 1) % VOCAB
-    scores = TokenScorer(MODEL).score([(context, [best]), (context, [other])])
+    scores = TokenScorer(model).score([(context, [best]), (context, [other])])
     assert [s.greedy for s in scores] == [True, False]
     assert scores[0].logprob > scores[1].logprob
 
 
 @settings(max_examples=20)
 @given(order=st.permutations(range(len(REQUESTS))), batch_size=st.sampled_from([1, 2, 3, 5, 8]))
-def test_order_batch_size_and_padding_change_no_score(order, batch_size):
-    scores = TokenScorer(MODEL, batch_size=batch_size).score([REQUESTS[i] for i in order])
+def test_order_batch_size_and_padding_change_no_score(model, reference, order, batch_size):
+    scores = TokenScorer(model, batch_size=batch_size).score([REQUESTS[i] for i in order])
     for i, score in zip(order, scores, strict=True):
-        assert score.logprob == pytest.approx(REFERENCE[i].logprob, abs=1e-4)
-        assert score.greedy == REFERENCE[i].greedy
+        assert score.logprob == pytest.approx(reference[i].logprob, abs=1e-4)
+        assert score.greedy == reference[i].greedy
 
 
-def test_rows_split_over_eight_devices_give_the_same_scores():
+def test_rows_split_over_eight_devices_give_the_same_scores(model, reference):
     plan = data_parallel_plan(jax.devices()[:8])
     assert plan.shape["data"] == 8
-    scorer = TokenScorer(place_model(MODEL, plan), batch_size=5, plan=plan)
+    scorer = TokenScorer(place_model(model, plan), batch_size=5, plan=plan)
     assert scorer.rows == 8  # rounded up to a multiple of the devices
-    for score, reference in zip(scorer.score(REQUESTS), REFERENCE, strict=True):
-        assert score.logprob == pytest.approx(reference.logprob, abs=1e-4)
+    for score, alone in zip(scorer.score(REQUESTS), reference, strict=True):
+        assert score.logprob == pytest.approx(alone.logprob, abs=1e-4)
 
 
-def test_a_task_compiles_one_program_per_length_bucket():
+def test_a_task_compiles_one_program_per_length_bucket(model):
     """60 requests of 1 to 64 tokens, 2 of them scored: the five length buckets, 8 scored positions."""
     requests = [(list(range(1, 1 + c % 70)) or [1], [5, 6]) for c in range(60)]
     before = dict(scoring.TRACES)
-    TokenScorer(MODEL, batch_size=6).score(requests)
+    TokenScorer(model, batch_size=6).score(requests)
     new = {shape for shape, count in scoring.TRACES.items() if count > before.get(shape, 0)}
     assert new <= {(6, length, 8) for length in (16, 24, 32, 48, 64)}
     assert sum(scoring.TRACES[s] - before.get(s, 0) for s in new) <= 5
@@ -115,9 +125,9 @@ def test_a_task_compiles_one_program_per_length_bucket():
         ({}, [([], [3])], "a request needs at least two tokens in context and continuation together"),
     ],
 )
-def test_bad_requests_and_settings_are_one_line_errors(kwargs, requests, message):
+def test_bad_requests_and_settings_are_one_line_errors(model, kwargs, requests, message):
     with pytest.raises(EvalError) as error:
-        TokenScorer(MODEL, **kwargs).score(requests)
+        TokenScorer(model, **kwargs).score(requests)
     assert str(error.value) == message
 
 
