@@ -294,6 +294,40 @@ def test_eval_tasks_run_in_the_training_loop_beside_the_held_out_loss(small_corp
     assert summary.last_eval[bpb] == evaluated[4][bpb] < evaluated[0][bpb]  # the summary has them too
 
 
+def test_a_name_no_task_file_mentions_is_refused_before_the_harness_indexes_its_tasks(monkeypatch):
+    from meltemi.trainer.harness import runner
+    from meltemi.trainer.harness.errors import UnknownTaskError
+
+    built = []
+    fail = pytest.fail
+    monkeypatch.setattr(runner, "TaskManager", lambda **kwargs: built.append(kwargs) or fail("indexed"))
+    with pytest.raises(UnknownTaskError, match="^unknown task 'arc_eassy': not a task, group or tag"):
+        runner.PreparedTasks.of(["stdlib_return", "arc_easy", "arc_eassy"])
+    assert built == []
+    with pytest.raises(pytest.fail.Exception, match="indexed"):  # a name the files hold goes to the index
+        runner.PreparedTasks.of(["arc_easy"])
+    assert built == [{"include_path": str(SHIPPED_DIR), "include_defaults": True}]
+
+
+def test_every_name_the_harness_indexes_is_mentioned_in_its_files(tmp_path):
+    """Tasks, groups and tags, a task whose name comes from a template it includes among them (a template
+    named as the harness names them, not ending in ``.yaml``, so that it is not indexed itself)."""
+    from lm_eval.tasks import TaskManager
+
+    from meltemi.trainer.harness.runner import unmentioned
+
+    family = tmp_path / "family"
+    family.mkdir()
+    (family / "_default_template_yaml").write_text("task: from_template\noutput_type: loglikelihood\n")
+    (family / "child.yaml").write_text("include: _default_template_yaml\ntag: [tag_one, tag_two]\n")
+    (tmp_path / "own.yaml").write_text("task: 'quoted_name'\ntag: tag_two\noutput_type: loglikelihood\n")
+    (tmp_path / "group.yaml").write_text("group: the_group\ntask: [quoted_name]\n")
+    names = TaskManager(include_path=str(tmp_path), include_defaults=False).all_tasks
+    assert {"from_template", "quoted_name", "tag_one", "tag_two", "the_group"} <= set(names)
+    assert unmentioned(names, tmp_path) == []
+    assert unmentioned(["the_grop", "tag_one", "from_templat"], tmp_path) == ["the_grop"]
+
+
 def test_an_unknown_eval_task_stops_the_run_before_it_starts(small_corpus, tmp_path):
     from meltemi.trainer.harness.errors import UnknownTaskError
 
