@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meltemi.datastore.storage import Location
+from meltemi.trainer.checkpoint import checkpointer, digests
 from meltemi.trainer.checkpoint.checkpointer import (
     RetentionPolicy,
     SaveSchedule,
@@ -143,13 +144,25 @@ def test_a_checkpoint_restores_bitwise_onto_another_mesh(make_config, shared, tm
     assert summary.steps == 6 and np.isfinite(summary.last_eval["eval/loss"])
 
 
-def test_retention_keeps_the_permanent_ones_and_the_newest(make_config, run_dir):
+def test_retention_keeps_the_permanent_ones_and_the_newest_and_every_save_shares_one_trace(
+    make_config, run_dir, monkeypatch
+):
+    """Seven saves, the last one after the loop: all of them run one traced program of fingerprints (the
+    mesh is part of a trace's context, so a save outside the loop's mesh traced and compiled it again)."""
+    traces = []
+
+    def counted(arrays):
+        traces.append(len(arrays))
+        return digests.fingerprint_sums.__wrapped__(arrays)
+
+    monkeypatch.setattr(checkpointer, "fingerprint_sums", jax.jit(counted))
     config = make_config(
         "--trainer.num_train_steps", "7", "--trainer.checkpoint_every", "1", "--trainer.keep_every", "3"
     )
     train(config, run_dir)
     assert [s for s, _ in step_dirs(run_dir / "checkpoints")] == [7, 6, 3]
     assert all((path / "COMMITTED").is_file() for path in (run_dir / "checkpoints").iterdir())
+    assert len(traces) == 1 and traces[0] > 10
 
 
 @given(
