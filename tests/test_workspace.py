@@ -193,7 +193,10 @@ def test_xdist_groups_keep_their_tests_on_one_worker_and_waiting_tests_run_first
 
     started_at = os.getpriority(os.PRIO_PROCESS, 0)
     (tmp_path / "test_grouped.py").write_text(GROUPED)
+    # Only the plugins under test: xdist and the root conftest (the installed plugins' imports and assertion
+    # rewriting cost each of the three processes about a CPU-second).
     env = {**os.environ, "WORKERS_LOG": str(tmp_path / "workers.log"), "PYTHONPATH": str(ROOT)}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     command = [
         sys.executable,
         "-m",
@@ -201,6 +204,8 @@ def test_xdist_groups_keep_their_tests_on_one_worker_and_waiting_tests_run_first
         "-q",
         "-p",
         "no:cacheprovider",
+        "-p",
+        "xdist.plugin",
         "-p",
         "conftest",
         "-n",
