@@ -294,6 +294,33 @@ def test_eval_tasks_run_in_the_training_loop_beside_the_held_out_loss(small_corp
     assert summary.last_eval[bpb] == evaluated[4][bpb] < evaluated[0][bpb]  # the summary has them too
 
 
+NO_TORCH = """
+import sys
+from lm_eval.api.model import LM
+from meltemi.trainer.harness.runner import run_tasks
+
+class Constant(LM):
+    def loglikelihood(self, requests):
+        return [(-float(len(r.args[1])), False) for r in requests]
+    def loglikelihood_rolling(self, requests):
+        return [-1.0 for _ in requests]
+    def generate_until(self, requests):
+        return ["" for _ in requests]
+
+results = run_tasks(Constant(), ["stdlib_next_line", "stdlib_files"], limit=4, bootstrap_iters=0).results
+config = results["config"]
+print(sorted(results["results"]), config["limit"], config["model"], "torch" in sys.modules)
+"""
+
+
+def test_evaluating_records_the_settings_and_leaves_torch_unimported():
+    """A JAX process that evaluates (the app, the training loop) does not import torch to describe the
+    machine, as the harness's ``simple_evaluate`` does."""
+    done = subprocess.run([sys.executable, "-c", NO_TORCH], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['stdlib_files',", "'stdlib_next_line']", "4", "Constant", "False"]
+
+
 def test_a_name_no_task_file_mentions_is_refused_before_the_harness_indexes_its_tasks(monkeypatch):
     from meltemi.trainer.harness import runner
     from meltemi.trainer.harness.errors import UnknownTaskError
