@@ -20,7 +20,7 @@ from meltemi.trainer.checkpoint.checkpointer import (
     inspect_checkpoint,
     step_dirs,
 )
-from meltemi.trainer.checkpoint.format import Manifest, read_array
+from meltemi.trainer.checkpoint.format import ArrayRecord, Manifest, array_spec, read_array, write_shards
 from meltemi.trainer.checkpoint.resume import starting_state
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.trainer import Trainer
@@ -142,6 +142,23 @@ def test_a_checkpoint_restores_bitwise_onto_another_mesh(make_config, shared, tm
         assert np.asarray(array).tobytes() == saved[name].tobytes(), name
     summary = trainer.run()
     assert summary.steps == 6 and np.isfinite(summary.last_eval["eval/loss"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32"])
+def test_an_arrays_metadata_is_the_one_tensorstore_writes_and_its_shards_read_back(tmp_path, dtype):
+    import tensorstore as ts
+
+    from meltemi.datastore.storage import Directory, storage_context
+
+    record = ArrayRecord("opt/mu.w", dtype, (4, 6), (2, 6), ("layers", "embed"))
+    ours, theirs = Directory(tmp_path / "ours"), Directory(tmp_path / "theirs")
+    values = np.arange(24, dtype=np.float32).reshape(4, 6)
+    shards = [((slice(0, 2), slice(0, 6)), values[:2]), ((slice(2, 4), slice(0, 6)), values[2:])]
+    for future in write_shards(ours, record, shards):
+        future.result()
+    ts.open(array_spec(theirs, record, create=True), context=storage_context()).result()
+    assert ours.read_bytes("opt/mu.w/zarr.json") == theirs.read_bytes("opt/mu.w/zarr.json")
+    assert read_array(ours, record).tolist() == values.astype(jax.numpy.dtype(dtype)).tolist()
 
 
 def test_retention_keeps_the_permanent_ones_and_the_newest_and_every_save_shares_one_trace(
