@@ -1,8 +1,9 @@
 """A real multi-node Ray cluster on this machine, with fake slices, for tests and trying things out.
 
-Every node is a separate raylet listening on loopback only (127.0.0.1), with no dashboard and a small
-object store. Hosts of a fake slice carry the same labels and head resource a real TPU slice has, so
-``run_on_slices`` cannot tell the difference; removing a node without grace is what a preemption looks like.
+Every node is a separate raylet listening on loopback only (127.0.0.1), with no dashboard, no autoscaler
+and a small object store. Hosts of a fake slice carry the same labels and head resource a real TPU slice
+has, so ``run_on_slices`` cannot tell the difference; removing a node without grace is what a preemption
+looks like.
 """
 
 from __future__ import annotations
@@ -70,9 +71,9 @@ class LocalSliceCluster:
         first = self._new_slice(wanted[0]) if wanted else None
         head_args = fake_host_args(wanted[0], first, 0) if first else {"num_cpus": 0}
         with loopback_only():
-            self._cluster = Cluster(
-                initialize_head=True, head_node_args=self._node_args(include_dashboard=False, **head_args)
-            )
+            # No autoscaler monitor either: a local cluster's nodes are the ones started here.
+            head = self._node_args(include_dashboard=False, no_monitor=True, **head_args)
+            self._cluster = Cluster(initialize_head=True, head_node_args=head)
             try:
                 if first:
                     self._nodes[first].append(self._cluster.head_node)
