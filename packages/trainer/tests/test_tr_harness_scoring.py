@@ -39,7 +39,11 @@ EVAL_STEP = jax.jit(make_eval_step(CONFIG))  # one jit for all requests: a repea
 
 
 # The model and its reference scores are fixtures, not module constants: every xdist worker imports this
-# module to collect it, and building them at import cost each worker about 3 CPU-seconds.
+# module to collect it, and building them at import cost each worker about 3 CPU-seconds. The tests share a
+# worker, so that they are built once.
+pytestmark = pytest.mark.xdist_group("harness-scoring")
+
+
 @pytest.fixture(scope="module")
 def model() -> Llama:
     """Spread logits (init_std 0.3), so a wrong position or a missing token changes a score by far more
