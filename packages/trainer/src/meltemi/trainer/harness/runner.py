@@ -94,9 +94,10 @@ def unmentioned(names: Sequence[str], root: Path | None = None) -> list[str]:
     for directory, subdirectories, files in os.walk(root or Path(lm_eval.tasks.__file__).parent):
         subdirectories[:] = [d for d in subdirectories if d != "__pycache__"]
         for file in files:
-            if missing:
-                text = (Path(directory) / file).read_bytes()
-                missing = {name: raw for name, raw in missing.items() if raw not in text}
+            if not missing:
+                return []
+            text = (Path(directory) / file).read_bytes()
+            missing = {name: raw for name, raw in missing.items() if raw not in text}
     return [name for name in names if name in missing]
 
 
