@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Iterable
@@ -181,8 +182,13 @@ def zarr_metadata(spec: dict[str, Any]) -> bytes:
     >>> json.loads(zarr_metadata(array_spec(Directory("memory://doc/step"), record, create=True)))["shape"]
     [2, 3]
     """
+    return _created_metadata(json.dumps({k: v for k, v in spec.items() if k != "kvstore"}, sort_keys=True))
+
+
+@functools.cache  # every save writes the same arrays: each one's metadata is made once per process
+def _created_metadata(spec_json: str) -> bytes:
     context = ts.Context()
-    ts.open({**spec, "kvstore": {"driver": "memory"}}, context=context).result()
+    ts.open({**json.loads(spec_json), "kvstore": {"driver": "memory"}}, context=context).result()
     stored = ts.KvStore.open({"driver": "memory"}, context=context).result().read("zarr.json").result()
     return bytes(stored.value)
 

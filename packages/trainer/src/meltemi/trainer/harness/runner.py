@@ -69,14 +69,15 @@ class _NoFunctions(yaml.SafeLoader):
 _NoFunctions.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
 
 
-def _needs_defaults(spec: str) -> bool:
-    return spec not in {*shipped_tasks(), SHIPPED_TAG} and not Path(spec).is_file()
+def _needs_defaults(specs: Sequence[str]) -> list[str]:
+    """The ``specs`` that are neither shipped tasks (or their tag) nor task YAML files."""
+    shipped = {*shipped_tasks(), SHIPPED_TAG}
+    return [spec for spec in specs if spec not in shipped and not Path(spec).is_file()]
 
 
 def task_manager(specs: Sequence[str]) -> TaskManager:
     """A ``TaskManager`` that knows the shipped tasks, and the harness's own only if ``specs`` need them."""
-    needs_defaults = any(_needs_defaults(spec) for spec in specs)
-    return TaskManager(include_path=str(SHIPPED_DIR), include_defaults=needs_defaults)
+    return TaskManager(include_path=str(SHIPPED_DIR), include_defaults=bool(_needs_defaults(specs)))
 
 
 def unmentioned(names: Sequence[str], root: Path | None = None) -> list[str]:
@@ -174,7 +175,7 @@ class PreparedTasks:
 
     @staticmethod
     def of(specs: Sequence[str]) -> PreparedTasks:
-        if typos := unmentioned([spec for spec in specs if spec and _needs_defaults(spec)]):
+        if typos := unmentioned([spec for spec in _needs_defaults(specs) if spec]):
             raise _unknown(typos[0])  # before the harness indexes its thousands of files for nothing
         manager = task_manager(specs)
         return PreparedTasks(manager, load_tasks(specs, manager))
