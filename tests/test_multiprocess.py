@@ -1,5 +1,5 @@
-"""One run, several processes: two JAX processes of 4 CPU devices each (collectives over Gloo) train like one
-process of 8 — the same batches step by step, and the final checkpoint equal — and, killed, resume to the
+"""One run, several processes: two JAX processes of 2 CPU devices each (collectives over Gloo) train like one
+process of 4 — the same batches step by step, and the final checkpoint equal — and, killed, resume to the
 bits of the two-process run that was never killed: with the run directory on a shared disk, or on the S3
 server (loopback) with nothing else shared, each process in its own scratch directory.
 
@@ -91,7 +91,7 @@ def assert_bitwise_equal(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarr
 @pytest.fixture(scope="module")
 def single(config_path, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("single") / "run"
-    finish(launch(config_path, run_dir, processes=1, devices_each=8))
+    finish(launch(config_path, run_dir, processes=1, devices_each=4))
     return run_dir
 
 
@@ -99,7 +99,7 @@ def single(config_path, tmp_path_factory) -> Path:
 def two(config_path, tmp_path_factory) -> Path:
     """The run on two processes, never killed."""
     run_dir = tmp_path_factory.mktemp("two") / "run"
-    finish(launch(config_path, run_dir, processes=2, devices_each=4))
+    finish(launch(config_path, run_dir, processes=2, devices_each=2))
     return run_dir
 
 
@@ -111,7 +111,7 @@ def test_two_processes_read_the_same_batches_and_end_where_one_process_ends(sing
                if "train/loss" in line] for d in (single, run_dir)]  # fmt: skip
     ours, theirs = final_arrays(run_dir), final_arrays(single)
     assert ours.keys() == theirs.keys()
-    # The same SPMD program on the same 8-device mesh; only the all-reduces differ (Gloo between processes
+    # The same SPMD program on the same 4-device mesh; only the all-reduces differ (Gloo between processes
     # against XLA's in-process collectives), which may sum in another order: float32 rounding, about 1e-7
     # relative per reduction, which Adam's bounded steps keep from growing over 6 steps.
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
@@ -121,7 +121,7 @@ def test_two_processes_read_the_same_batches_and_end_where_one_process_ends(sing
 
 def test_a_killed_multiprocess_run_resumes_to_the_same_end(config_path, single, two, tmp_path):
     run_dir = tmp_path / "killed"
-    first = launch(config_path, run_dir, processes=2, devices_each=4)
+    first = launch(config_path, run_dir, processes=2, devices_each=2)
     committed = run_dir / "checkpoints" / "step-2" / "COMMITTED"
 
     deadline = time.monotonic() + 300
@@ -130,7 +130,7 @@ def test_a_killed_multiprocess_run_resumes_to_the_same_end(config_path, single, 
     for process in first:
         process.kill()
         process.wait()
-    resumed = finish(launch(config_path, run_dir, processes=2, devices_each=4))
+    resumed = finish(launch(config_path, run_dir, processes=2, devices_each=2))
     # The relaunch loads the programs the first launch compiled (the suite's compilation cache); the first
     # process speaks for the run.
     ready = next(line for line in resumed[0].splitlines() if line.startswith("ready in"))
@@ -157,7 +157,7 @@ def launch_in_scratch(config_path: Path, url: str, scratch: Path) -> list[subpro
     for index in range(2):
         cwd = scratch / f"host-{index}"
         cwd.mkdir(parents=True, exist_ok=True)
-        env = {**fake_devices_environ(4), "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+        env = {**fake_devices_environ(2), "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
                "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(index)}  # fmt: skip
         command = [sys.executable, "-c", DRIVER, str(config_path), url]
         launched.append(subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True))
