@@ -182,6 +182,20 @@ release.set()
 """
 
 
+def run_inner_suite(tmp_path: Path, source: str, env: dict[str, str]):
+    """``source`` as ``test_inner.py``, run by pytest on two xdist workers with only the plugins under test:
+    xdist and the root conftest (the installed plugins' imports and assertion rewriting would cost each of
+    the three processes about a CPU-second)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_inner.py").write_text(source)
+    env = {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist.plugin",
+               "-p", "conftest", "-n", "2", "--dist", "loadgroup", "test_inner.py"]  # fmt: skip
+    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
 def test_xdist_groups_keep_their_tests_on_one_worker_and_waiting_tests_run_first_in_line(tmp_path):
     """The suite relies on `xdist_group` to build a shared fixture (a Ray cluster, a trained run) once; some
     pytest and pytest-xdist pairs silently ignore the mark, which spreads a group over the workers. The root
@@ -192,30 +206,8 @@ def test_xdist_groups_keep_their_tests_on_one_worker_and_waiting_tests_run_first
     import sys
 
     started_at = os.getpriority(os.PRIO_PROCESS, 0)
-    (tmp_path / "test_grouped.py").write_text(GROUPED)
-    # Only the plugins under test: xdist and the root conftest (the installed plugins' imports and assertion
-    # rewriting cost each of the three processes about a CPU-second).
     env = {**os.environ, "WORKERS_LOG": str(tmp_path / "workers.log"), "PYTHONPATH": str(ROOT)}
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "xdist.plugin",
-        "-p",
-        "conftest",
-        "-n",
-        "2",
-        "--dist",
-        "loadgroup",
-    ]
-    done = subprocess.run(
-        [*command, "test_grouped.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    done = run_inner_suite(tmp_path, GROUPED, env)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line.split() for line in (tmp_path / "workers.log").read_text().splitlines()]
     assert len(lines) == 8 and len({worker for worker, _ in lines if worker != "alone"}) == 1, lines
@@ -229,3 +221,36 @@ def test_xdist_groups_keep_their_tests_on_one_worker_and_waiting_tests_run_first
         [sys.executable, "-c", RAISED_AND_BACK], env=env, capture_output=True, text=True, timeout=60
     )
     assert back_again.stdout.split() == [str(min(-10, started_at))] * 2 + [str(started_at)] * 2, back_again
+
+
+ENDING = """
+import atexit, os, pytest
+
+@pytest.fixture(scope="session")
+def session_resource():
+    yield
+    with open(os.environ["ENDING_LOG"], "a") as log:
+        log.write("torn down\\n")
+
+@pytest.mark.parametrize("i", range(4))
+def test_passes(session_resource, i):
+    atexit.register(lambda: open(os.environ["ENDING_LOG"], "a").write("exit handler\\n"))
+
+def test_fails(session_resource):
+    assert 1 == 2
+"""
+
+
+def test_a_worker_ends_once_its_session_is_over_with_every_result_and_teardown_delivered(tmp_path):
+    """The root conftest ends each xdist worker when its session is over, without the interpreter's teardown:
+    the failure still reaches the summary and the exit status, every worker's session fixtures are torn
+    down, and no exit handler runs (``MELTEMI_WORKER_FULL_EXIT=1`` restores the usual exit)."""
+    import os
+
+    env = {**os.environ, "ENDING_LOG": str(tmp_path / "ending.log")}
+    env.pop("MELTEMI_WORKER_FULL_EXIT", None)
+    done = run_inner_suite(tmp_path, ENDING, env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAILED test_inner.py::test_fails" in done.stdout, done.stdout
+    assert "1 failed, 4 passed" in done.stdout, done.stdout
+    assert (tmp_path / "ending.log").read_text().splitlines() == ["torn down"] * 2
