@@ -16,9 +16,9 @@ and field.
 import sys
 from pathlib import Path
 
-from meltemi.trainer.cli import main
+from meltemi.trainer.cli import exit_process, main
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:], prog="uv run apps/pretrain.py", default_config=DEFAULT_CONFIG))
+    exit_process(main(sys.argv[1:], prog="uv run apps/pretrain.py", default_config=DEFAULT_CONFIG))

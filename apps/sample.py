@@ -42,4 +42,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from meltemi.trainer.cli import exit_process
+
+    exit_process(main(sys.argv[1:]))

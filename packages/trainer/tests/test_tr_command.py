@@ -157,3 +157,29 @@ def test_a_corpus_is_built_once_under_the_cache_dir_and_named_by_its_file(tmp_pa
 def test_the_standard_librarys_cache_names_the_python_and_the_vocabulary():
     directory = stdlib_directory(small("--data.cache_dir", "c", "--model.vocab_size", "300"))
     assert directory == Path("c") / f"stdlib-py{sysconfig.get_python_version()}-v300"
+
+
+EXITING = """
+import atexit, sys
+from meltemi.trainer.cli import exit_process
+
+class Garbage:  # kept alive only by its own cycle, so only a garbage collection can finalize it
+    def __del__(self):
+        print("collected")
+
+cycle = Garbage()
+cycle.me = cycle
+del cycle
+atexit.register(lambda: print("exit handler"))
+print("buffered", end="")  # not yet flushed when the exit starts
+exit_process(int(sys.argv[1]))
+"""
+
+
+def test_a_command_exits_with_its_status_after_its_exit_handlers_but_skips_the_last_collection():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", EXITING, "3"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "bufferedexit handler\n"  # no "collected": the shutdown's collection was skipped

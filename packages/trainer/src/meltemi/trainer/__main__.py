@@ -1,7 +1,5 @@
 """``python -m meltemi.trainer``: see :mod:`meltemi.trainer.cli`."""
 
-import sys
+from meltemi.trainer.cli import exit_process, main
 
-from meltemi.trainer.cli import main
-
-sys.exit(main())
+exit_process(main())

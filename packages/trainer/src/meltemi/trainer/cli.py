@@ -12,10 +12,12 @@ exits with 2. Progress and logs go to stderr, the summary to stdout.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from meltemi.trainer.command import Command, help_text, parse_command
 from meltemi.trainer.errors import TrainerError
@@ -78,6 +80,19 @@ def main(
     except KeyboardInterrupt:  # a second Ctrl-C, over 2 s after the first: stop now, without a checkpoint
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def exit_process(status: int) -> NoReturn:
+    """End this process with ``status`` (a command's last call: ``exit_process(main())``).
+
+    As Python shuts down it collects garbage once more, over every object still alive: after a run, a heap
+    of traced and compiled JAX programs, 0.3-0.4 CPU-seconds at every exit (a 6-step run of a small model:
+    4.95 CPU-seconds in all, 4.57 without that collection). ``gc.freeze`` first puts what is alive out of
+    the collector's reach; the exit handlers still run (``jax.distributed``'s shutdown, a tracker's
+    finish) and the modules are still torn down, closing and flushing what they hold.
+    """
+    gc.freeze()
+    sys.exit(status)
 
 
 def train(config, run_dir: str, clock: StartupClock) -> int:
