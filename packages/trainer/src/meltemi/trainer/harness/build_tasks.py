@@ -77,11 +77,13 @@ def next_line_docs(
     """``count`` documents: ``context_lines`` lines of a file, its next (non-blank) line the answer."""
     candidates = []
     for name, lines in sources:
+        blank = [not line.strip() for line in lines]
+        blanks_before = sum(blank[:context_lines])  # blank lines among the context_lines before line i
         for i in range(context_lines, len(lines)):
             line = lines[i]
-            window = lines[i - context_lines : i]
-            if 8 <= len(line.strip()) and len(line) <= 80 and all(w.strip() for w in window):
+            if not blanks_before and 8 <= len(line.strip()) and len(line) <= 80:
                 candidates.append((name, i))
+            blanks_before += blank[i] - blank[i - context_lines]
     pool = sorted({line for _, lines in sources for line in lines if len(line.strip()) >= 8})
     by_name = dict(sources)
     docs = []
