@@ -145,9 +145,11 @@ DRIVER = """
 import sys
 from meltemi.trainer.step.distributed import initialize_from_environment
 initialize_from_environment()
+from meltemi.trainer.cli import exit_process
 from meltemi.trainer.config_io import load_config
 from meltemi.trainer.trainer import Trainer
 Trainer(load_config(sys.argv[1], []), sys.argv[2], progress=False).run()
+exit_process(0)
 """
 
 
