@@ -6,10 +6,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from meltemi.datastore.build import build_store
+from meltemi.datastore.chat_template import CHAT_SPECIAL_TOKENS
 from meltemi.datastore.errors import DatastoreError, InputError
 from meltemi.datastore.store import TokenStore
 
 EOS_TOKEN = "<|endoftext|>"
+SPECIAL_TOKENS: tuple[str, ...] = (EOS_TOKEN, *CHAT_SPECIAL_TOKENS)
+"""`train_tokenizer`'s special tokens, ids 0 to 4: the end of a document, then the chat template's."""
 _TEST_DIRS = frozenset({"test", "tests", "idle_test"})
 _PACKAGE_DIRS = frozenset({"site-packages", "dist-packages"})
 
@@ -32,16 +35,24 @@ def python_stdlib(include_tests: bool = False) -> list[str]:
     return sorted(files)
 
 
-def train_tokenizer(files: Sequence[str | os.PathLike], vocab_size: int, out: str | os.PathLike) -> str:
+def train_tokenizer(
+    files: Sequence[str | os.PathLike],
+    vocab_size: int,
+    out: str | os.PathLike,
+    special_tokens: Sequence[str] = SPECIAL_TOKENS,
+) -> str:
     """Train a byte-level BPE on `files` and write it to `out` (a `tokenizer.json`); returns `out`.
 
-    The same files give the same tokenizer. Its one special token, `<|endoftext|>`, ends each document.
+    The same files give the same tokenizer. Its special tokens come first, in order, at ids 0, 1, ...: by
+    default `<|endoftext|>`, which ends each document, then the chat template's (`CHAT_SPECIAL_TOKENS`), so
+    every build has them at the same ids.
 
     >>> import tempfile
     >>> path = train_tokenizer(python_stdlib()[:5], 300, tempfile.mkdtemp() + "/tokenizer.json")
     >>> from tokenizers import Tokenizer
-    >>> Tokenizer.from_file(path).get_vocab_size()
-    300
+    >>> tokenizer = Tokenizer.from_file(path)
+    >>> tokenizer.get_vocab_size(), [tokenizer.token_to_id(t) for t in ("<|endoftext|>", "<|eot_id|>")]
+    (300, [0, 4])
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -52,13 +63,18 @@ def train_tokenizer(files: Sequence[str | os.PathLike], vocab_size: int, out: st
         if not os.path.isfile(path):
             raise InputError(f"train_tokenizer: {path!r}: no such file")
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    if vocab_size < len(alphabet) + 1:
-        raise ValueError(f"vocab_size must be at least {len(alphabet) + 1} (bytes + EOS), got {vocab_size}")
+    special_tokens = list(dict.fromkeys(special_tokens))
+    least = len(alphabet) + len(special_tokens)
+    if vocab_size < least:
+        raise ValueError(
+            f"vocab_size must be at least {least} ({len(alphabet)} bytes + {len(special_tokens)} special "
+            f"tokens), got {vocab_size}"
+        )
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[EOS_TOKEN], initial_alphabet=alphabet, show_progress=False
+        vocab_size=vocab_size, special_tokens=special_tokens, initial_alphabet=alphabet, show_progress=False
     )
     tokenizer.train(sorted(files), trainer)
     Path(out).parent.mkdir(parents=True, exist_ok=True)

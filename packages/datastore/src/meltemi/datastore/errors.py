@@ -52,6 +52,11 @@ class InvalidUtf8Error(InputError):
         return functools.partial(type(self), **where), self.args
 
 
+class ChatTemplateError(DatastoreError):
+    """A chat template cannot be used: bad Jinja syntax, no `{% generation %}` blocks where they are
+    needed, or a render that fails (the message names the template's source and the line)."""
+
+
 class EmptyCorpusError(DatastoreError):
     """The inputs hold no non-empty document, so there is nothing to build."""
 

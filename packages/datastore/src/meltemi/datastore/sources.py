@@ -13,9 +13,9 @@ import json
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 import fsspec
 
@@ -26,6 +26,7 @@ InvalidUtf8 = Literal["error", "skip", "replace"]
 undecodable bytes (and escaped lone surrogates) with U+FFFD."""
 INVALID_UTF8: tuple[str, ...] = get_args(InvalidUtf8)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_T = TypeVar("_T")
 
 _GLOB_CHARS = "*?["
 _HASH_BLOCK = 1 << 22
@@ -321,44 +322,64 @@ def _lines(f, piece: Piece) -> Iterator[bytes]:
 
 
 def _jsonl_documents(piece: Piece, policy: ReadPolicy, notes: ReadNotes) -> Iterator[str]:
+    yielded = False
+    for text in read_jsonl(piece, policy, notes, lambda line, place: _jsonl_text(line, place, policy, notes)):
+        if text:
+            yielded = True
+            yield text
+        else:
+            notes.counts["empty_documents"] += 1
+    if not yielded and piece.whole:
+        notes.counts["empty_files"] += 1
+
+
+def read_jsonl(
+    piece: Piece,
+    policy: ReadPolicy,
+    notes: ReadNotes,
+    parse: Callable[[str, _Place], _T | None],
+    refused: str = "skipped_lines",
+) -> Iterator[_T]:
+    """What `parse(line, place)` makes of each non-blank line of a JSONL piece, in order; None is nothing.
+
+    A line that is not UTF-8 is an error, skipped or repaired as `policy.invalid_utf8` says before it is
+    parsed. A `BadLineError` from `parse` (saying what is wrong, without the place) stops the read naming
+    the file and line, or with `policy.skip_bad_lines` skips the line, counted under `refused` in
+    `notes.counts` and named in `notes.skipped_lines`.
+    """
     source = piece.source
     with fsspec.open(source.url, "rb") as raw:
         f = gzip.open(raw, "rb") if source.kind == "jsonl.gz" else raw
         lines = f if piece.whole else _lines(f, piece)
-        yielded, start = False, piece.start
+        start = piece.start
         try:
             for number, line in enumerate(lines, start=piece.first_line):
                 place, start = _Place(source, line=number, start=start), start + len(line)
                 if not line.strip():
                     continue
+                decoded = _decode(line, place, policy, notes)
+                if decoded is None:
+                    continue
                 try:
-                    text = _jsonl_text(line, place, policy, notes)
+                    item = parse(decoded, place)
                 except BadLineError as error:
                     problem = f"{place}: {error}"
                     if not policy.skip_bad_lines:
                         raise BadLineError(problem) from None
-                    notes.counts["skipped_lines"] += 1
+                    notes.counts[refused] += 1
                     notes.skipped_lines.append(problem)
                     continue
-                if text:
-                    yielded = True
-                    yield text
-                elif text is not None:
-                    notes.counts["empty_documents"] += 1
+                if item is not None:
+                    yield item
         except (gzip.BadGzipFile, EOFError, zlib.error) as e:
             raise InputError(f"{source.name}: not a gzip file, or a damaged one ({e})") from None
-        if not yielded and piece.whole:
-            notes.counts["empty_files"] += 1
 
 
-def _jsonl_text(line: bytes, place: _Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
+def _jsonl_text(line: str, place: _Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
     """The text of one JSONL line (None: skipped as not UTF-8), or a `BadLineError` saying what is wrong
     with it (no place yet)."""
-    decoded = _decode(line, place, policy, notes)
-    if decoded is None:
-        return None
     try:
-        record = json.loads(decoded)
+        record = json.loads(line)
     except json.JSONDecodeError as e:
         raise BadLineError(f"not valid JSON ({e.msg} at column {e.colno})") from None
     field_name = policy.text_field

@@ -1,0 +1,261 @@
+"""Chat sources: conversations read from JSON Lines or Parquet, checked, each with where it came from.
+
+A conversation is a list of messages, each an object with a string `role` (one of `ROLES`) and a string
+`content`, and any other keys (`name`, `tool_calls`, ...), which a chat template may read. In JSON Lines
+(`.jsonl`, `.jsonl.gz`) each line is an object holding the list in a field (`messages` by default); in
+Parquet (Hugging Face datasets' exports) a column holds it as a list of structs. A conversation that is not
+such a list stops the read naming its file and line (or row), or is skipped and noted when the policy skips
+bad lines; one that is not UTF-8 text is handled as a document is (`ReadPolicy.invalid_utf8`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from meltemi.datastore.errors import BadLineError, InputError
+from meltemi.datastore.sources import (
+    _LONE_SURROGATE,
+    Piece,
+    ReadNotes,
+    ReadPolicy,
+    _decode,
+    _Place,
+    _without_surrogates,
+    read_jsonl,
+)
+
+ROLES = ("system", "user", "assistant", "tool")
+REFUSED = "refused_conversations"  # the count of bad conversations skipped, in `ReadNotes.counts`
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A conversation's messages, and where it is (`/data/a.jsonl, line 3`), for messages."""
+
+    messages: tuple[dict[str, Any], ...]
+    place: str
+
+
+def read_conversations(
+    piece: Piece, policy: ReadPolicy, notes: ReadNotes, field: str = "messages"
+) -> Iterator[Conversation]:
+    """The conversations of a piece of a chat source, in file order, each from the JSONL field or Parquet
+    column `field`; bad ones refused, and those not UTF-8 handled, as `policy` says (and noted).
+
+    >>> import pathlib, tempfile
+    >>> from meltemi.datastore.sources import describe_source
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "chat.jsonl"
+    >>> good = '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}]}'
+    >>> _ = path.write_text(good + '\\n{"messages": [{"role": "bot", "content": "?"}]}\\n')
+    >>> notes, piece = ReadNotes(), describe_source(str(path)).pieces()[0]
+    >>> [c.place.split(", ")[-1] for c in read_conversations(piece, ReadPolicy(skip_bad_lines=True), notes)]
+    ['line 1']
+    >>> notes.counts["refused_conversations"], notes.skipped_lines[0].partition("chat.jsonl, ")[2]
+    (1, "line 2: message 1 has role 'bot', not one of system, user, assistant, tool")
+    >>> list(read_conversations(piece, ReadPolicy(), ReadNotes()))
+    Traceback (most recent call last):
+    ...
+    meltemi.datastore.errors.BadLineError: ...chat.jsonl, line 2: message 1 has role 'bot', not one of ...
+    """
+    kind = piece.source.kind
+    if kind == "parquet":
+        yield from _parquet_conversations(piece, policy, notes, field)
+    elif kind == "text":
+        raise InputError(
+            f"{piece.source.name}: a chat source must be JSON Lines (.jsonl, .jsonl.gz) or Parquet with a "
+            f"{field!r} column of conversations, not plain text"
+        )
+    else:
+        yielded = False
+        parse = _jsonl_parser(policy, notes, field)
+        for conversation in read_jsonl(piece, policy, notes, parse, refused=REFUSED):
+            yielded = True
+            yield conversation
+        if not yielded and piece.whole:
+            notes.counts["empty_files"] += 1
+
+
+def checked_messages(value: Any, field: str = "messages") -> tuple[dict[str, Any], ...]:
+    """`value` as a conversation's messages, or a `BadLineError` saying what is wrong with it.
+
+    >>> checked_messages([{"role": "user", "content": "Hi"}])
+    ({'role': 'user', 'content': 'Hi'},)
+    >>> checked_messages([{"role": "user", "content": "Hi"}, {"role": "assistant"}])
+    Traceback (most recent call last):
+    ...
+    meltemi.datastore.errors.BadLineError: message 2 has no string 'content'
+    """
+    if not isinstance(value, list) or not value:
+        what = "an empty list" if isinstance(value, list) else _kind(value)
+        raise BadLineError(f"field {field!r} is {what}, not a non-empty list of messages (objects)")
+    for number, message in enumerate(value, start=1):
+        if not isinstance(message, dict):
+            raise BadLineError(f"message {number} is {_kind(message)}, not an object")
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                held = f" (it is {_kind(message[key])})" if message.get(key) is not None else ""
+                raise BadLineError(f"message {number} has no string {key!r}{held}")
+        if message["role"] not in ROLES:
+            roles = ", ".join(ROLES)
+            raise BadLineError(f"message {number} has role {message['role']!r}, not one of {roles}")
+    return tuple(value)
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, in words: `a list`, `a string`, `null`, ..."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number"}
+    return (
+        "null"
+        if value is None
+        else names.get(type(value), "a number" if isinstance(value, float) else type(value).__name__)
+    )
+
+
+def _jsonl_parser(
+    policy: ReadPolicy, notes: ReadNotes, field: str
+) -> Callable[[str, _Place], Conversation | None]:
+    def parse(line: str, place: _Place) -> Conversation | None:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BadLineError(f"not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(record, dict):
+            raise BadLineError(f"not a JSON object with a {field!r} field (it is {_kind(record)})")
+        if field not in record:
+            raise BadLineError(f"no {field!r} field{policy.another_field(' (pass {} to name another)')}")
+        messages = _without_lone_surrogates(checked_messages(record[field], field), place, policy, notes)
+        return None if messages is None else Conversation(messages, str(place))
+
+    return parse
+
+
+def _without_lone_surrogates(
+    messages: tuple[dict[str, Any], ...], place: _Place, policy: ReadPolicy, notes: ReadNotes
+) -> tuple[dict[str, Any], ...] | None:
+    """JSON may escape lone surrogates, which are not text: a conversation holding one anywhere is an
+    error, skipped or repaired (counted once), as a document's text is."""
+    found = next((s for s in _strings(messages) if _LONE_SURROGATE.search(s)), None)
+    if found is None:
+        return messages
+    if _without_surrogates(found, place, policy, notes) is None:
+        return None
+    return _mapped(messages, lambda s: _LONE_SURROGATE.sub("\ufffd", s))
+
+
+def _strings(value: Any) -> Iterator[Any]:
+    """Every string (or bytes) inside nested lists, tuples and dicts (keys included)."""
+    if isinstance(value, str | bytes):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+def _mapped(value: Any, change: Callable[[Any], Any]) -> Any:
+    """`value` with `change` applied to every string (or bytes) inside it; lists, tuples and dicts kept."""
+    if isinstance(value, str | bytes):
+        return change(value)
+    if isinstance(value, dict):
+        return {_mapped(key, change): _mapped(item, change) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_mapped(item, change) for item in value)
+    return value
+
+
+def _parquet_conversations(
+    piece: Piece, policy: ReadPolicy, notes: ReadNotes, field: str
+) -> Iterator[Conversation]:
+    """Each row's conversation. Arrow does not check that strings hold UTF-8, so every string in the column
+    is read as bytes and decoded here, under the policy, as a JSONL line is."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = piece.source
+    with fsspec.open(source.url, "rb") as f:
+        try:
+            table = pq.ParquetFile(f)
+        except Exception as e:
+            raise InputError(f"{source.name}: not a readable Parquet file ({e})") from None
+        schema = table.schema_arrow
+        if field not in schema.names:
+            names = ", ".join(schema.names)
+            raise InputError(
+                f"{source.name}: no column {field!r} (columns: {names}){policy.another_field('; pass {}')}"
+            )
+        kind = schema.field(field).type
+        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_struct(
+            kind.value_type
+        ):
+            raise InputError(
+                f"{source.name}: column {field!r} holds {kind}, not conversations (a list of structs with a "
+                "role and a content)"
+            )
+        yielded, row = False, 0
+        for batch in table.iter_batches(columns=[field]):
+            column = batch.column(0)
+            for value in column.cast(_as_bytes(column.type)).to_pylist():
+                row += 1
+                place = _Place(source, row=row)
+                if value is not None:
+                    value = _decoded(value, place, policy, notes)
+                    if value is None:  # not UTF-8, and skipped
+                        continue
+                try:
+                    conversation = Conversation(checked_messages(value, field), str(place))
+                except BadLineError as error:
+                    _refuse(f"{place}: {error}", policy, notes)
+                    continue
+                yielded = True
+                yield conversation
+        if not yielded:
+            notes.counts["empty_files"] += 1
+
+
+def _refuse(problem: str, policy: ReadPolicy, notes: ReadNotes) -> None:
+    """Stop at a bad conversation, or with `policy.skip_bad_lines` count and name it (the caller skips it)."""
+    if not policy.skip_bad_lines:
+        raise BadLineError(problem)
+    notes.counts[REFUSED] += 1
+    notes.skipped_lines.append(problem)
+
+
+def _as_bytes(kind):
+    """An Arrow type with every string inside it (struct fields, list items) read as bytes instead."""
+    import pyarrow as pa
+
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return pa.large_binary()
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        make = pa.list_ if pa.types.is_list(kind) else pa.large_list
+        item = kind.value_field
+        return make(pa.field(item.name, _as_bytes(item.type), item.nullable))
+    if pa.types.is_struct(kind):
+        return pa.struct([pa.field(f.name, _as_bytes(f.type), f.nullable) for f in kind])
+    return kind
+
+
+def _decoded(value: Any, place: _Place, policy: ReadPolicy, notes: ReadNotes) -> Any:
+    """A row's value with its bytes decoded as UTF-8; one that is not: an error, None (skipped) or repaired
+    as `policy` says, counted once for the row."""
+    bad = next((b for b in _strings(value) if isinstance(b, bytes) and not _is_utf8(b)), None)
+    if bad is not None and _decode(bad, place, policy, notes) is None:
+        return None
+    errors = "strict" if bad is None else "replace"
+    return _mapped(value, lambda b: b.decode("utf-8", errors) if isinstance(b, bytes) else b)
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -1,0 +1,236 @@
+"""Conversations from JSON Lines and Parquet: read in order with their places, every bad one named in one
+line (or skipped and counted when asked), and text that is not UTF-8 handled as the policy says."""
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from meltemi.datastore.conversations import ROLES, Conversation, checked_messages, read_conversations
+from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
+from meltemi.datastore.sources import ReadNotes, ReadPolicy, describe_source
+
+HELLO = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+
+
+def _read(path, policy=None, notes=None, field="messages", split_bytes=None):
+    policy = ReadPolicy() if policy is None else policy
+    notes = ReadNotes() if notes is None else notes
+    pieces = describe_source(str(path), split_bytes=split_bytes).pieces()
+    return [c for piece in pieces for c in read_conversations(piece, policy, notes, field=field)]
+
+
+def _jsonl(path, *records) -> str:
+    lines = [r if isinstance(r, str) else json.dumps(r, ensure_ascii=False) for r in records]
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+def test_conversations_come_in_file_order_with_their_lines_and_every_key_kept(tmp_path):
+    tool = {"role": "tool", "content": "42", "name": "calc"}
+    path = _jsonl(
+        tmp_path / "a.jsonl",
+        {"messages": HELLO, "id": 7},
+        "",
+        {"messages": [{"role": "system", "content": "Be brief."}, tool]},
+    )
+    conversations = _read(path)
+    assert conversations == [
+        Conversation(tuple(HELLO), f"{path}, line 1"),
+        Conversation(({"role": "system", "content": "Be brief."}, tool), f"{path}, line 3"),
+    ]
+
+
+def test_gzipped_lines_and_a_file_cut_in_pieces_read_the_same(tmp_path):
+    records = [{"messages": [{"role": "user", "content": f"question {i}"}]} for i in range(200)]
+    plain = _jsonl(tmp_path / "a.jsonl", *records)
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records))
+    whole = _read(plain)
+    cut = _read(plain, split_bytes=1000)
+    assert len(describe_source(plain, split_bytes=1000).pieces()) > 3
+    assert cut == whole and len(whole) == 200 and whole[-1].place == f"{plain}, line 200"
+    assert [c.messages for c in _read(tmp_path / "b.jsonl.gz")] == [c.messages for c in whole]
+
+
+def test_another_field_can_hold_the_messages(tmp_path):
+    path = _jsonl(tmp_path / "a.jsonl", {"conversation": HELLO})
+    assert _read(path, field="conversation")[0].messages == tuple(HELLO)
+
+
+BAD = [
+    ("not json", "not valid JSON (Expecting value at column 1)"),
+    ("[1, 2]", "not a JSON object with a 'messages' field (it is a list)"),
+    ({"text": "hello"}, "no 'messages' field (pass --text-field FIELD to name another)"),
+    ({"messages": []}, "field 'messages' is an empty list, not a non-empty list of messages (objects)"),
+    ({"messages": "Hi"}, "field 'messages' is a string, not a non-empty list of messages (objects)"),
+    ({"messages": [HELLO[0], 3]}, "message 2 is a number, not an object"),
+    ({"messages": [{"content": "Hi"}]}, "message 1 has no string 'role'"),
+    ({"messages": [{"role": 1, "content": "Hi"}]}, "message 1 has no string 'role' (it is a number)"),
+    ({"messages": [HELLO[0], {"role": "assistant", "content": None}]}, "message 2 has no string 'content'"),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+        "has no string 'content' (it is a list)",
+    ),
+    (
+        {"messages": [{"role": "bot", "content": "Hi"}]},
+        "message 1 has role 'bot', not one of " + ", ".join(ROLES),
+    ),
+]
+
+
+@pytest.mark.parametrize(("record", "why"), BAD)
+def test_a_bad_conversation_is_one_line_naming_the_file_the_line_and_what_is_wrong(tmp_path, record, why):
+    path = _jsonl(tmp_path / "a.jsonl", {"messages": HELLO}, record)
+    with pytest.raises(BadLineError) as caught:
+        _read(path)
+    assert str(caught.value).startswith(f"{path}, line 2: ") and why in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_remedy_for_another_field_is_said_only_when_the_caller_offers_one(tmp_path):
+    path = _jsonl(tmp_path / "a.jsonl", {"text": "hello"})
+    with pytest.raises(BadLineError, match=r"line 1: no 'messages' field$"):
+        _read(path, ReadPolicy(text_field_flag=None))
+    with pytest.raises(BadLineError, match=r"no 'chat' field \(pass --data\.field X to name another\)$"):
+        _read(path, ReadPolicy(text_field_flag="--data.field X"), field="chat")
+
+
+def test_skipping_bad_conversations_counts_and_names_each(tmp_path):
+    records = [record for record, _ in BAD]
+    path = _jsonl(tmp_path / "a.jsonl", {"messages": HELLO}, *records, {"messages": HELLO[:1]})
+    notes = ReadNotes()
+    conversations = _read(path, ReadPolicy(skip_bad_lines=True), notes)
+    assert [c.place for c in conversations] == [f"{path}, line 1", f"{path}, line {len(BAD) + 2}"]
+    assert notes.counts["refused_conversations"] == len(BAD) and "skipped_lines" not in notes.counts
+    assert [line.split(": ", 1)[0] for line in notes.skipped_lines] == [
+        f"{path}, line {n}" for n in range(2, len(BAD) + 2)
+    ]
+    assert all(why in line for line, (_, why) in zip(notes.skipped_lines, BAD, strict=True))
+
+
+def test_invalid_utf8_is_an_error_or_skipped_or_repaired_as_for_text(tmp_path):
+    good = json.dumps({"messages": HELLO}).encode()
+    bad = b'{"messages": [{"role": "user", "content": "caf\xe9 \xff"}]}'
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(good + b"\n" + bad + b"\n" + good + b"\n")
+    byte = len(good) + 1 + bad.index(b"\xe9")
+    with pytest.raises(InvalidUtf8Error, match=rf"a\.jsonl, line 2: not UTF-8 text at byte {byte} \(0xe9"):
+        _read(path)
+    notes = ReadNotes()
+    assert [c.place[-6:] for c in _read(path, ReadPolicy(invalid_utf8="skip"), notes)] == ["line 1", "line 3"]
+    assert notes.counts["invalid_utf8_documents"] == 1 and notes.invalid_utf8_files == {str(path)}
+    notes = ReadNotes()
+    repaired = _read(path, ReadPolicy(invalid_utf8="replace"), notes)
+    assert (
+        repaired[1].messages[0]["content"] == "caf\ufffd \ufffd"
+        and notes.counts["invalid_utf8_documents"] == 1
+    )
+
+
+def test_an_escaped_lone_surrogate_anywhere_in_the_messages_is_not_text_either(tmp_path):
+    record = (
+        '{"messages": [{"role": "user", "content": "a \\ud800"}, {"role": "tool", "content": "\\udfff"}]}'
+    )
+    path = _jsonl(tmp_path / "a.jsonl", {"messages": HELLO}, record)
+    with pytest.raises(
+        InvalidUtf8Error, match=r"a\.jsonl, line 2 \(byte \d+\): .*lone surrogate \(\\ud800\)"
+    ):
+        _read(path)
+    notes = ReadNotes()
+    assert len(_read(path, ReadPolicy(invalid_utf8="skip"), notes)) == 1
+    assert notes.counts["invalid_utf8_documents"] == 1
+    notes = ReadNotes()
+    repaired = _read(path, ReadPolicy(invalid_utf8="replace"), notes)[1].messages
+    assert [m["content"] for m in repaired] == ["a \ufffd", "\ufffd"] and notes.counts[
+        "invalid_utf8_documents"
+    ] == 1
+
+
+def test_plain_text_is_not_a_chat_source(tmp_path):
+    (tmp_path / "a.txt").write_text("Hi there")
+    with pytest.raises(
+        InputError, match=r"a\.txt: a chat source must be JSON Lines .* or Parquet with a 'messages'"
+    ):
+        _read(tmp_path / "a.txt")
+
+
+def test_an_empty_file_is_counted(tmp_path):
+    (tmp_path / "a.jsonl").write_text("\n\n")
+    notes = ReadNotes()
+    assert _read(tmp_path / "a.jsonl", notes=notes) == [] and notes.counts["empty_files"] == 1
+
+
+MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string()), ("name", pa.string())]))
+
+
+def _parquet(path, rows, kind=MESSAGES) -> str:
+    pq.write_table(pa.table({"id": list(range(len(rows))), "messages": pa.array(rows, kind)}), path)
+    return str(path)
+
+
+def test_parquet_rows_are_conversations_named_by_row(tmp_path):
+    first = [
+        {"role": "user", "content": "Hi", "name": None},
+        {"role": "assistant", "content": "Yo", "name": "b"},
+    ]
+    path = _parquet(tmp_path / "a.parquet", [first, HELLO])
+    conversations = _read(path)
+    assert [c.place for c in conversations] == [f"{path}, row 1", f"{path}, row 2"]
+    assert conversations[0].messages == tuple(first)
+    assert conversations[1].messages[0] == {"role": "user", "content": "Hi", "name": None}
+    large = pa.large_list(pa.struct([("role", pa.large_string()), ("content", pa.large_string())]))
+    assert [c.messages for c in _read(_parquet(tmp_path / "b.parquet", [HELLO], large))] == [tuple(HELLO)]
+
+
+def test_bad_parquet_rows_are_named_or_skipped_and_counted(tmp_path):
+    path = _parquet(tmp_path / "a.parquet", [HELLO, None, [{"role": "bot", "content": "?"}], HELLO])
+    with pytest.raises(
+        BadLineError, match=r"a\.parquet, row 2: field 'messages' is null, not a non-empty list"
+    ):
+        _read(path)
+    notes = ReadNotes()
+    assert [c.place[-5:] for c in _read(path, ReadPolicy(skip_bad_lines=True), notes)] == ["row 1", "row 4"]
+    assert notes.counts["refused_conversations"] == 2 and notes.skipped_lines[1].endswith(
+        "not one of " + ", ".join(ROLES)
+    )
+
+
+def test_a_parquet_file_without_a_column_of_conversations_is_an_error_naming_it(tmp_path):
+    pq.write_table(pa.table({"text": ["hello"]}), tmp_path / "a.parquet")
+    with pytest.raises(
+        InputError, match=r"a\.parquet: no column 'messages' \(columns: text\); pass --text-field"
+    ):
+        _read(tmp_path / "a.parquet")
+    pq.write_table(pa.table({"messages": ["hello"]}), tmp_path / "b.parquet")
+    with pytest.raises(InputError, match=r"b\.parquet: column 'messages' holds string, not conversations"):
+        _read(tmp_path / "b.parquet")
+
+
+def test_a_parquet_string_that_is_not_utf8_is_handled_as_the_policy_says(tmp_path):
+    raw = pa.list_(pa.struct([("role", pa.binary()), ("content", pa.binary())]))
+    rows = [[{"role": b"user", "content": b"caf\xe9"}, {"role": b"assistant", "content": b"\xff"}], HELLO]
+    strings = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+    table = pa.table({"messages": pa.array(rows, raw).cast(strings, safe=False)})
+    pq.write_table(table, tmp_path / "a.parquet")
+    with pytest.raises(InvalidUtf8Error, match=r"a\.parquet, row 1: not UTF-8 text at byte 3 of the row"):
+        _read(tmp_path / "a.parquet")
+    notes = ReadNotes()
+    assert [c.place[-5:] for c in _read(tmp_path / "a.parquet", ReadPolicy(invalid_utf8="skip"), notes)] == [
+        "row 2"
+    ]
+    assert notes.counts["invalid_utf8_documents"] == 1
+    notes = ReadNotes()
+    repaired = _read(tmp_path / "a.parquet", ReadPolicy(invalid_utf8="replace"), notes)[0].messages
+    assert [m["content"] for m in repaired] == ["caf\ufffd", "\ufffd"] and notes.counts[
+        "invalid_utf8_documents"
+    ] == 1
+
+
+def test_checked_messages_keeps_the_messages_as_given():
+    messages = [{"content": "Hi", "role": "user", "extra": {"k": [1]}}]
+    assert checked_messages(messages) == tuple(messages)
+    with pytest.raises(BadLineError, match="field 'chat' is null"):
+        checked_messages(None, "chat")
