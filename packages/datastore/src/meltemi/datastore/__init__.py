@@ -25,6 +25,7 @@ from meltemi.datastore.feistel import FeistelPermutation
 from meltemi.datastore.keys import derive_key
 from meltemi.datastore.loader import BatchLoader, BatchSchedule
 from meltemi.datastore.mixture import MixtureDataset, block_counts
+from meltemi.datastore.packing import PackedDataset, Packing, hold_out_conversations, pack_lengths
 from meltemi.datastore.sequences import Rows, SequenceDataset
 from meltemi.datastore.shuffle import ShuffledDataset
 from meltemi.datastore.splits import SequenceRange, hold_out
@@ -47,6 +48,8 @@ __all__ = [
     "IntegrityError",
     "InvalidUtf8Error",
     "MixtureDataset",
+    "PackedDataset",
+    "Packing",
     "Rows",
     "SequenceRange",
     "SequenceDataset",
@@ -60,6 +63,8 @@ __all__ = [
     "corpora",
     "derive_key",
     "hold_out",
+    "hold_out_conversations",
+    "pack_lengths",
     "python_stdlib",
     "token_byte_lengths",
     "train_tokenizer",

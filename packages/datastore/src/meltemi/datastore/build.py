@@ -5,12 +5,15 @@ tokenizes each unit into a part file (in N processes), then assembles the parts,
 Zarr arrays and writes `manifest.json` last. A killed build, run again, skips the parts it has.
 """
 
+from __future__ import annotations
+
 import multiprocessing
 import os
 import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -23,13 +26,22 @@ from meltemi.datastore.build_records import (
     Plan,
     SourceRecord,
 )
-from meltemi.datastore.build_request import UNIT_BYTES, BuildRequest, Hints
+from meltemi.datastore.build_request import (
+    SHIPPED_TEMPLATE,
+    UNIT_BYTES,
+    BuildRequest,
+    Hints,
+    LossOn,
+    Overlong,
+)
 from meltemi.datastore.errors import BadLineError, EmptyCorpusError, InvalidUtf8Error
 from meltemi.datastore.layout import (
     BUILD_DIR,
+    CHAT,
     DEFAULT_CHUNK_TOKENS,
     FORMAT_VERSION,
     GROUP,
+    LOSS_WEIGHTS,
     MANIFEST,
     OFFSETS,
     OFFSETS_CHUNK,
@@ -51,8 +63,13 @@ from meltemi.datastore.tokenizing import (
     quiet_worker,
     tokenize_unit,
     tokenize_units,
+    tokenizer_of,
+    weights_key,
 )
 from meltemi.datastore.writing import ArrayWriter, check_shards, content_hash
+
+if TYPE_CHECKING:
+    from meltemi.datastore.chat_build import ChatBuild
 
 MIN_UNIT_BYTES = 64 << 10
 UNITS_PER_CORPUS = 16
@@ -73,6 +90,11 @@ def build_store(
     unit_bytes: int = UNIT_BYTES,
     skip_bad_lines: bool = False,
     invalid_utf8: InvalidUtf8 = "error",
+    format: Literal["text", "chat"] = "text",
+    chat_template: str | os.PathLike = SHIPPED_TEMPLATE,
+    loss_on: LossOn = "assistant",
+    max_tokens: int | None = None,
+    overlong: Overlong = "truncate",
     progress: bool = True,
     hints: Hints | None = None,
 ) -> BuildReport:
@@ -100,6 +122,16 @@ def build_store(
     counted in the summary and the manifest, which records the policy. The store is always what a fresh
     build under the last policy makes: a resumed build redoes the parts read under another one, and a
     finished store made under another one is an error unless `overwrite`.
+
+    `format="chat"` builds a chat store from conversations (JSONL lines or Parquet rows whose
+    `messages` field, or `text_field`, is a list of `{"role", "content"}`): each is rendered by
+    `chat_template` (`llama3`, the shipped Llama 3 layout; a Jinja file; or a tokenizer directory's
+    `tokenizer_config.json`), tokenized as one string, and its tokens weighed for the loss in a fourth
+    array, `loss_weights`: 1 on the assistant's tokens (the template's `{% generation %}` blocks, found as
+    transformers finds them, end-of-turn included) or on every token (`loss_on="all"`). A conversation
+    over `max_tokens` is cut to it or left out (`overlong`); one the build cannot train on (malformed, an
+    unknown role, no assistant token) stops it naming its file and line, or with `skip_bad_lines` is
+    skipped; all are counted in the manifest. No end-of-document token is added: the template ends turns.
 
     The remedies errors suggest name the datastore's command-line flags; a program that calls this for
     its own users passes `hints` saying how they set each option (see `Hints`).
@@ -130,12 +162,20 @@ def build_store(
         unit_bytes=unit_bytes,
         skip_bad_lines=skip_bad_lines,
         invalid_utf8=invalid_utf8,
+        format=format,
+        chat_template=os.fspath(chat_template),
+        loss_on=loss_on,
+        max_tokens=max_tokens,
+        overlong=overlong,
     )
     hints = hints or Hints()
-    out, options = Directory(out), request.options()
+    chat = request.chat_build()
+    out, options = Directory(out), request.options(chat)
     if out.location.scheme == "memory" and workers > 1:
         raise ValueError(f"{out.location}: memory:// lives in one process; build it with workers=1")
-    info = TokenizerInfo.load(tokenizer, eos=eos, eos_token=eos_token, hints=hints)
+    info = TokenizerInfo.load(tokenizer, eos=options.eos, eos_token=eos_token, hints=hints)
+    if chat is not None:
+        chat.check_tokenizer(tokenizer_of(info), info.name)
     sources = [describe_source(url, split_bytes=unit_bytes) for url in resolve_inputs(list(request.inputs))]
     plan = _plan(info, sources, options, hints.command(request))
     with only_build(out):
@@ -143,7 +183,9 @@ def build_store(
         if out.exists(MANIFEST):
             return _already_built(out)
         try:
-            summaries = _tokenize(out.location / BUILD_DIR, plan, sources, info, request, hints, progress)
+            summaries = _tokenize(
+                out.location / BUILD_DIR, plan, sources, info, request, hints, progress, chat
+            )
         except (BadLineError, InvalidUtf8Error) as error:
             raise _stopped(out, error, request, hints) from None
         counts = sum((Counter(s.counts) for s in summaries), Counter())
@@ -156,12 +198,13 @@ def build_store(
             invalid_utf8_files=sorted({f for s in summaries for f in s.invalid_utf8_files}),
             skipped_lines=[line for s in summaries for line in s.skipped_lines],
             invalid_utf8=request.invalid_utf8,
+            format=request.format,
         )
         if documents == 0:
             out.delete_prefix(f"{BUILD_DIR}/")
             files = f"{len(sources)} file{'s' * (len(sources) != 1)}"
             raise EmptyCorpusError(f"the inputs hold no non-empty document ({files}: {report.notes()})")
-        _assemble(out, plan, info, summaries, report, hints, progress)
+        _assemble(out, plan, info, summaries, report, hints, progress, chat)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -178,6 +221,7 @@ def _already_built(out: Directory) -> BuildReport:
         invalid_utf8_files=manifest.get("invalid_utf8_files", []),
         skipped_lines=manifest.get("skipped_lines", []),
         invalid_utf8=manifest.get("invalid_utf8", EARLIER_INVALID_UTF8),
+        format=manifest.get("format", "text"),
     )
 
 
@@ -254,6 +298,7 @@ def _tokenize(
     request: BuildRequest,
     hints: Hints,
     progress: bool,
+    chat: ChatBuild | None,
 ) -> list[PartSummary]:
     """Tokenize every unit without a part, and every part read under another `invalid_utf8` policy that
     it would change; the summaries of all the parts, in unit order."""
@@ -282,7 +327,7 @@ def _tokenize(
         if request.workers == 1 or len(todo) <= 1:
             for group in _groups(todo, units, sources, plan.options.unit_bytes):
                 jobs = [(unit, _pieces(units[unit], sources)) for unit in group]
-                for summary in tokenize_units(build_dir, jobs, info, policy):
+                for summary in tokenize_units(build_dir, jobs, info, policy, chat):
                     summaries[summary.unit] = summary
                     bar.advance(1, summary.documents, summary.tokens, invalid(summary))
         else:
@@ -291,7 +336,7 @@ def _tokenize(
                 min(request.workers, len(todo)), mp_context=context, initializer=quiet_worker
             ) as pool:
                 pending = {
-                    pool.submit(tokenize_unit, build_dir, u, _pieces(units[u], sources), info, policy)
+                    pool.submit(tokenize_unit, build_dir, u, _pieces(units[u], sources), info, policy, chat)
                     for u in todo
                 }
                 while pending:
@@ -315,8 +360,10 @@ def _assemble(
     report: BuildReport,
     hints: Hints,
     progress: bool,
+    chat: ChatBuild | None,
 ) -> None:
-    """Stream the parts, in unit order, into `tokens`, `offsets` and `offsets_index`, then commit."""
+    """Stream the parts, in unit order, into `tokens`, `offsets` and `offsets_index` (and a chat store's
+    `loss_weights`), then commit."""
     build_dir = out / BUILD_DIR
     options = plan.options
     total_tokens, total_docs = report.tokens, report.documents
@@ -329,6 +376,10 @@ def _assemble(
             -(-(total_docs + 1) // OFFSETS_CHUNK), np.dtype(np.uint64), OFFSETS_CHUNK, OFFSETS_SHARD
         ),
     }
+    if chat is not None:
+        layouts[LOSS_WEIGHTS] = ShardLayout(
+            total_tokens, np.dtype(np.uint8), options.chunk_tokens, options.shard_tokens
+        )
     writers = {name: ArrayWriter(out, name, layout) for name, layout in layouts.items()}
     writers[OFFSETS].append(np.zeros(1, np.uint64))
     writers[OFFSETS_INDEX].append(np.zeros(1, np.uint64))
@@ -337,6 +388,8 @@ def _assemble(
         for unit, summary in enumerate(summaries):
             tokens_key, lengths_key, _ = part_keys(unit)
             writers[TOKENS].append(load_array(build_dir, tokens_key))
+            if chat is not None:
+                writers[LOSS_WEIGHTS].append(load_array(build_dir, weights_key(unit)))
             offsets = position + np.cumsum(load_array(build_dir, lengths_key), dtype=np.uint64)
             writers[OFFSETS].append(offsets)
             writers[OFFSETS_INDEX].append(offsets[-documents % OFFSETS_CHUNK :: OFFSETS_CHUNK])
@@ -349,13 +402,20 @@ def _assemble(
         check_shards(out, name, layout)
     recorded = plan.to_json()
     manifest = {key: recorded[key] for key in ("format_version", "tokenizer", "options", "sources")}
+    if chat is not None:
+        manifest["format"] = CHAT
+        manifest["chat"] = chat.record() | {
+            "end_of_turn_id": chat.check_tokenizer(tokenizer_of(info), info.name)
+        }
     manifest["counts"] = {"documents": total_docs, "tokens": total_tokens} | report.counts
     manifest["invalid_utf8"] = report.invalid_utf8
     manifest["invalid_utf8_files"] = report.invalid_utf8_files
     manifest["skipped_lines"] = report.skipped_lines
     for name, layout in layouts.items():
         manifest[name] = layout.describe() | {"sha256": digests[name]}
-    manifest["content_sha256"] = content_hash(layouts[TOKENS].dtype, digests[TOKENS], digests[OFFSETS])
+    manifest["content_sha256"] = content_hash(
+        layouts[TOKENS].dtype, digests[TOKENS], digests[OFFSETS], digests.get(LOSS_WEIGHTS)
+    )
     manifest["checksums"] = {
         "per_chunk": "crc32c",
         "stored": "after each chunk's values, in its shard (Zarr v3 crc32c codec)",

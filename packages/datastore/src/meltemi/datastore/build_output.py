@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from meltemi.datastore.build_records import EARLIER_INVALID_UTF8, Plan, count_phrase
 from meltemi.datastore.build_request import BuildRequest, Hints
 from meltemi.datastore.errors import DatastoreError, SourceChangedError
-from meltemi.datastore.layout import BUILD_DIR, GROUP, MANIFEST, OFFSETS, OFFSETS_INDEX, STOPPED, TOKENS
+from meltemi.datastore.layout import BUILD_DIR, CHAT_ARRAYS, GROUP, MANIFEST, STOPPED
 from meltemi.datastore.storage import Directory, check_writable
 
 PLAN = "plan.json"
@@ -78,7 +78,7 @@ def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: 
             return
     for name in (MANIFEST, GROUP):  # the manifest first: the store is no longer complete
         out.delete(name)
-    for name in (TOKENS, OFFSETS, OFFSETS_INDEX, BUILD_DIR):
+    for name in (*CHAT_ARRAYS, BUILD_DIR):
         out.delete_prefix(f"{name}/")
     out.write_json(PLAN_KEY, plan.to_json())
 

@@ -34,9 +34,13 @@ class BuildOptions:
     chunk_tokens: int
     shard_tokens: int
     unit_bytes: int
+    chat: dict[str, Any] | None = None  # a chat store's template hash and choices (ChatBuild.identity)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        record = dataclasses.asdict(self)
+        if self.chat is None:  # a text store's options read as they did before chat stores
+            del record["chat"]
+        return record
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> BuildOptions:
@@ -157,6 +161,11 @@ class BuildReport:
     invalid_utf8_files: list[str] = field(default_factory=list)
     skipped_lines: list[str] = field(default_factory=list)
     invalid_utf8: str = "error"
+    format: str = "text"
+
+    def items(self, count: float) -> str:
+        """What the store's documents are called: ``docs``, or a chat store's ``conversations``."""
+        return ("conversation" if self.format == "chat" else "doc") + "s" * (count != 1)
 
     def notes(self) -> str:
         """The counts of what the build skipped or repaired, in words (empty when none)."""
@@ -166,11 +175,12 @@ class BuildReport:
     def summary(self) -> str:
         notes = f", {self.notes()}" if self.notes() else ""
         if self.already_built:
-            size = f"{human(self.documents)} docs, {human(self.tokens)} tokens{notes}"
+            size = f"{human(self.documents)} {self.items(self.documents)}, {human(self.tokens)} tokens{notes}"
             return f"{self.out}: already built ({size}); nothing to do"
         rate = self.tokens / max(self.seconds, 1e-9)
         line = (
-            f"{self.out}: built {self.documents:,} docs, {self.tokens:,} tokens in {self.seconds:.1f}s "
+            f"{self.out}: built {self.documents:,} {self.items(self.documents)}, {self.tokens:,} tokens in "
+            f"{self.seconds:.1f}s "
             f"({human(rate)} tokens/s){notes}"
         )
         for what, where in (("invalid UTF-8 in", self.invalid_utf8_files), ("skipped", self.skipped_lines)):

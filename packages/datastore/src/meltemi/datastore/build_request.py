@@ -12,13 +12,23 @@ import dataclasses
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from meltemi.datastore.build_records import BuildOptions
 from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS, DEFAULT_SHARD_TOKENS, default_shard_tokens
 from meltemi.datastore.sources import INVALID_UTF8, InvalidUtf8, ReadPolicy, redact
 
+if TYPE_CHECKING:
+    from meltemi.datastore.chat_build import ChatBuild
+
 UNIT_BYTES = 4 << 20
+FORMATS = ("text", "chat")
+CHAT_FIELD = "messages"
+SHIPPED_TEMPLATE = "llama3"
+LossOn = Literal["assistant", "all"]
+Overlong = Literal["truncate", "drop"]
+LOSS_ON: tuple[str, ...] = get_args(LossOn)
+OVERLONG: tuple[str, ...] = get_args(Overlong)
 
 
 @dataclass(frozen=True)
@@ -38,8 +48,15 @@ class BuildRequest:
     unit_bytes: int = UNIT_BYTES
     skip_bad_lines: bool = False
     invalid_utf8: InvalidUtf8 = "error"
+    format: Literal["text", "chat"] = "text"
+    chat_template: str = SHIPPED_TEMPLATE
+    loss_on: LossOn = "assistant"
+    max_tokens: int | None = None
+    overlong: Overlong = "truncate"
 
     def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
         if self.invalid_utf8 not in INVALID_UTF8:
             choices = ", ".join(repr(c) for c in INVALID_UTF8)
             raise ValueError(f"invalid_utf8 must be one of {choices}, got {self.invalid_utf8!r}")
@@ -55,9 +72,26 @@ class BuildRequest:
                 f"shard_tokens must be a positive multiple of chunk_tokens ({self.chunk_tokens}), got {shard}"
             )
 
-    def options(self) -> BuildOptions:
+    def options(self, chat: ChatBuild | None = None) -> BuildOptions:
+        """The options that decide the store's bytes (a chat store's: with `chat`, `chat_build()`'s)."""
         shard = default_shard_tokens(self.chunk_tokens) if self.shard_tokens is None else self.shard_tokens
-        return BuildOptions(self.text_field, self.eos, self.chunk_tokens, shard, self.unit_bytes)
+        identity = None if chat is None else chat.identity()
+        eos = self.eos and chat is None  # a chat template ends each turn itself
+        return BuildOptions(self.field, eos, self.chunk_tokens, shard, self.unit_bytes, identity)
+
+    @property
+    def field(self) -> str:
+        """The JSONL field or Parquet column read: `text_field`, whose default for chat is `messages`."""
+        return CHAT_FIELD if self.format == "chat" and self.text_field == "text" else self.text_field
+
+    def chat_build(self) -> ChatBuild | None:
+        """How a chat store is made (its template loaded), or None for a text store."""
+        if self.format != "chat":
+            return None
+        from meltemi.datastore.chat_build import ChatBuild, load_template  # Jinja, only for a chat store
+
+        template = load_template(self.chat_template)
+        return ChatBuild(template, self.loss_on, self.max_tokens, self.overlong)
 
     def reading(self, hints: Hints | None = None) -> ReadPolicy:
         """How this build reads documents; its messages name another text field as `hints` spell it.
@@ -66,7 +100,7 @@ class BuildRequest:
         'skip'
         """
         flag = (hints or Hints()).flag("text_field", "FIELD")
-        return ReadPolicy(self.text_field, self.skip_bad_lines, self.invalid_utf8, text_field_flag=flag)
+        return ReadPolicy(self.field, self.skip_bad_lines, self.invalid_utf8, text_field_flag=flag)
 
     def command(self, **changes: Any) -> str:
         """The command line that runs this build (with `changes`), credentials in URLs masked.
@@ -158,6 +192,32 @@ BUILD_FLAGS = (
         "default), leave it out (skip) or replace its bad bytes with U+FFFD (replace); counted",
         "choice",
         choices=INVALID_UTF8,
+    ),
+    Flag(
+        "format",
+        "text (documents) or chat (conversations: JSONL lines or Parquet rows with a messages list)",
+        "choice",
+        choices=FORMATS,
+    ),
+    Flag(
+        "chat_template",
+        f"chat: {SHIPPED_TEMPLATE} (shipped, Llama 3's layout), a .jinja file, or a tokenizer "
+        "directory or its "
+        "tokenizer_config.json",
+        metavar="TEMPLATE",
+    ),
+    Flag(
+        "loss_on",
+        "chat: train on the assistant's tokens (assistant) or on every token (all)",
+        "choice",
+        choices=LOSS_ON,
+    ),
+    Flag("max_tokens", "chat: the longest conversation kept, in tokens (default: any)", "int"),
+    Flag(
+        "overlong",
+        "chat: a conversation over --max-tokens is cut to it (truncate) or left out (drop); counted",
+        "choice",
+        choices=OVERLONG,
     ),
 )
 _BY_FIELD = {flag.field: flag for flag in BUILD_FLAGS}

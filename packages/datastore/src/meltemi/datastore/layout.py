@@ -3,7 +3,9 @@
 A store is a Zarr v3 group (a directory with `zarr.json`) holding three 1-D arrays and `manifest.json`:
 `tokens` (uint16 or uint32), `offsets` (uint64 document boundaries, `num_docs + 1` entries from 0) and
 `offsets_index` (every `chunk`-th entry of `offsets`, small enough to hold in memory, so that a reader
-finds the document boundaries near any token by reading one chunk of `offsets`).
+finds the document boundaries near any token by reading one chunk of `offsets`). A chat store (manifest
+`format: chat`) holds a fourth, `loss_weights` (uint8, one per token, laid out as `tokens`: 1 on the
+tokens a model learns to say, the assistant's, 0 elsewhere); its documents are conversations.
 
 Each array is stored in shards (one file per `shard` elements, under `c/<n>`) of uncompressed inner chunks
 of `chunk` elements, each followed by its CRC-32C (Zarr's `crc32c` codec), then the shard index (also
@@ -35,7 +37,21 @@ STOPPED = "stopped.json"  # in BUILD_DIR: why a build stopped at a bad input, an
 TOKENS = "tokens"
 OFFSETS = "offsets"
 OFFSETS_INDEX = "offsets_index"
+LOSS_WEIGHTS = "loss_weights"
 ARRAYS = (TOKENS, OFFSETS, OFFSETS_INDEX)
+CHAT_ARRAYS = (*ARRAYS, LOSS_WEIGHTS)
+TEXT, CHAT = "text", "chat"  # a manifest's `format`; stores written before chat ones have none (text)
+
+
+def store_arrays(manifest: dict[str, Any]) -> tuple[str, ...]:
+    """The arrays a store with this manifest holds.
+
+    >>> store_arrays({"format": "chat"})[-1], store_arrays({})
+    ('loss_weights', ('tokens', 'offsets', 'offsets_index'))
+    """
+    return CHAT_ARRAYS if manifest.get("format", TEXT) == CHAT else ARRAYS
+
+
 DEFAULT_CHUNK_TOKENS = 1 << 10
 DEFAULT_SHARD_TOKENS = 1 << 20
 OFFSETS_CHUNK = 1 << 10
@@ -152,7 +168,7 @@ class ShardLayout:
             "codec": "sharding_indexed",
             "chunk": [self.chunk],
             "chunk codecs": ["bytes", "crc32c"],
-            "endian": "little",
+            "endian": "little" if self.dtype.itemsize > 1 else found["endian"],  # one byte has no endianness
             "index": "end",
         }
         for key, value in expected.items():

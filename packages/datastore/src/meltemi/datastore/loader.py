@@ -62,11 +62,14 @@ class BatchSchedule:
 
 
 class BatchLoader:
-    """Batches of `input_ids`, `targets`, `segment_ids`, `loss_mask` (each `(rows, seq_len)`) and `source`.
+    """Batches of `input_ids`, `targets`, `segment_ids`, `positions`, `loss_mask` (each `(rows, seq_len)`)
+    and `source`.
 
-    `loss_mask` is True where the target is in the same document as its input: the one pair per document
-    boundary (a document's last token, then the next one's first) teaches nothing and is masked out.
-    `source` (`(rows,)`) says which mixture source each row came from.
+    `loss_mask` is True where the target is in the same document as its input and weighs more than 0: the
+    one pair per document boundary (a document's last token, then the next one's first) teaches nothing
+    and is masked out, and so is every target of a chat row that is not the assistant's. `positions` are
+    the inputs' positions for the positional encoding. `source` (`(rows,)`) says which mixture source
+    each row came from.
 
     >>> class Toy:
     ...     num_sequences = None
@@ -112,12 +115,14 @@ class BatchLoader:
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """This process's rows of the global batch at `step`."""
-        rows = self.dataset.read(self.rows(step))
+        rows = self.dataset.read(self.rows(step)).filled()
+        same_document = rows.segment_ids[:, 1:] == rows.segment_ids[:, :-1]
         return {
             "input_ids": rows.tokens[:, :-1],
             "targets": rows.tokens[:, 1:],
             "segment_ids": rows.segment_ids[:, :-1],
-            "loss_mask": rows.segment_ids[:, 1:] == rows.segment_ids[:, :-1],
+            "positions": rows.positions[:, :-1],
+            "loss_mask": same_document & (rows.weights[:, 1:] > 0),
             "source": rows.source,
         }
 

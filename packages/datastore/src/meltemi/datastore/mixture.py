@@ -141,9 +141,20 @@ class MixtureDataset:
         if not parts:
             empty = np.zeros((0, (self.seq_len or 0) + 1), np.uint32)
             return Rows(empty, empty.astype(np.int32), np.zeros(0, np.int32))
-        width = next(iter(parts.values())).tokens.shape[1]
-        tokens = np.empty((len(source), width), np.result_type(*(p.tokens.dtype for p in parts.values())))
-        segments = np.empty((len(source), width), np.int32)
-        for s, rows in parts.items():
-            tokens[source == s], segments[source == s] = rows.tokens, rows.segment_ids
-        return Rows(tokens, segments, source.astype(np.int32))
+        if all(p.positions is None and p.weights is None for p in parts.values()):
+            return self._joined(source, parts, ("tokens", "segment_ids"))
+        parts = {s: rows.filled() for s, rows in parts.items()}  # a chat source among them: say every value
+        return self._joined(source, parts, ("tokens", "segment_ids", "positions", "weights"))
+
+    @staticmethod
+    def _joined(source: np.ndarray, parts: dict[int, Rows], fields: tuple[str, ...]) -> Rows:
+        """Each source's rows put back in the order of the mixture positions they were read for."""
+        joined = {}
+        for field in fields:
+            values = [getattr(rows, field) for rows in parts.values()]
+            out = np.empty((len(source), values[0].shape[1]), np.result_type(*(v.dtype for v in values)))
+            for s, value in zip(parts, values, strict=True):
+                out[source == s] = value
+            joined[field] = out
+        joined["segment_ids"] = joined["segment_ids"].astype(np.int32, copy=False)
+        return Rows(source=source.astype(np.int32), **joined)

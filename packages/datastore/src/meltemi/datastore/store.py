@@ -21,16 +21,19 @@ from meltemi.datastore.errors import (
 )
 from meltemi.datastore.files import StoreFiles, open_files
 from meltemi.datastore.layout import (
-    ARRAYS,
     BUILD_DIR,
+    CHAT,
     FORMAT_VERSION,
+    LOSS_WEIGHTS,
     MANIFEST,
     OFFSETS,
     OFFSETS_INDEX,
     STOPPED,
+    TEXT,
     TOKENS,
     ShardLayout,
     canonical_tokenizer_hash,
+    store_arrays,
 )
 from meltemi.datastore.shards import ShardedArray
 from meltemi.datastore.storage import Directory, Location, check_readable
@@ -78,6 +81,14 @@ def checked_index(key: object, size: int, where: str, what: str) -> int:
 
 
 @dataclass(frozen=True)
+class Spans:
+    """Token spans read whole, one after another: `tokens` and (from a chat store) `weights`, joined."""
+
+    tokens: np.ndarray
+    weights: np.ndarray | None
+
+
+@dataclass(frozen=True)
 class Windows:
     """Token windows and the documents that start inside them.
 
@@ -118,8 +129,9 @@ class TokenStore:
         self.path, self.manifest, self.verify = path, manifest, verify
         counts = manifest["counts"]
         self.num_tokens, self.num_docs = int(counts["tokens"]), int(counts["documents"])
-        self.arrays = {name: _open_array(files, name, manifest, verify) for name in ARRAYS}
+        self.arrays = {name: _open_array(files, name, manifest, verify) for name in store_arrays(manifest)}
         self._tokens, self._offsets = self.arrays[TOKENS], self.arrays[OFFSETS]
+        self._weights = self.arrays.get(LOSS_WEIGHTS)
         index = self.arrays[OFFSETS_INDEX]
         self._index = index.read(0, index.size).astype(np.int64)
         self.tokens, self.offsets = Slicer(self._tokens), Slicer(self._offsets)
@@ -154,6 +166,16 @@ class TokenStore:
         if tokenizer is not None:
             store.check_tokenizer(tokenizer)
         return store
+
+    @property
+    def format(self) -> str:
+        """``text`` (documents, each followed by the tokenizer's end-of-document token) or ``chat``
+        (conversations rendered by a chat template, each token with a loss weight)."""
+        return self.manifest.get("format", TEXT)
+
+    @property
+    def is_chat(self) -> bool:
+        return self.format == CHAT
 
     @property
     def tokenizer_hash(self) -> str:
@@ -194,6 +216,46 @@ class TokenStore:
         i = checked_index(i, self.num_docs, "doc", "documents")
         start, stop = self._offsets.read(i, i + 2).tolist()
         return self._tokens.read(start, stop)
+
+    def doc_weights(self, i: int) -> np.ndarray:
+        """The loss weights of conversation `i`'s tokens (a chat store's; an error for a text store)."""
+        if self._weights is None:
+            raise ValueError(f"{self.path} is a {self.format} store: its tokens have no loss weights")
+        i = checked_index(i, self.num_docs, "doc_weights", "documents")
+        start, stop = self._offsets.read(i, i + 2).tolist()
+        return self._weights.read(start, stop)
+
+    def read_spans(self, starts: np.ndarray, lengths: np.ndarray) -> Spans:
+        """Tokens `[s, s + n)` for each `s, n` of `starts, lengths`, joined in that order (with a chat
+        store's loss weights), every chunk needed read once and both arrays' reads issued together.
+
+        >>> import tempfile
+        >>> from meltemi.datastore import build_store, corpora
+        >>> tmp = tempfile.mkdtemp()
+        >>> files = corpora.python_stdlib()[:4]
+        >>> tok = corpora.train_tokenizer(files, 300, f"{tmp}/tokenizer.json")
+        >>> store = TokenStore.open(build_store(files, tok, f"{tmp}/store", progress=False).out)
+        >>> spans = store.read_spans(np.array([5, 0]), np.array([2, 3]))
+        >>> spans.tokens.tolist() == store.tokens[5:7].tolist() + store.tokens[0:3].tolist()
+        True
+        """
+        starts = np.asarray(starts, np.int64).reshape(-1)
+        lengths = np.asarray(lengths, np.int64).reshape(-1)
+        if starts.shape != lengths.shape:
+            raise ValueError(f"{len(starts)} span starts but {len(lengths)} lengths")
+        if lengths.size and (
+            lengths.min() < 0 or starts.min() < 0 or (starts + lengths).max() > self.num_tokens
+        ):
+            raise IndexError(f"token spans run outside the store's {self.num_tokens} tokens")
+        chunk = self._tokens.layout.chunk
+        used = lengths > 0
+        first, last = starts[used] // chunk, (starts[used] + lengths[used] - 1) // chunk
+        needed = np.unique(np.repeat(first, last - first + 1) + ragged_arange(last - first + 1))
+        pending = [array.start_chunks(needed) for array in (self._tokens, self._weights) if array is not None]
+        positions = np.repeat(starts, lengths) + ragged_arange(lengths)
+        at = np.searchsorted(needed, positions // chunk) * chunk + positions % chunk
+        values = [read()[at] for read in pending]
+        return Spans(values[0], values[1] if len(values) > 1 else None)
 
     def read_ranges(self, starts: np.ndarray, length: int) -> np.ndarray:
         """Tokens `[s, s + length)` for each `s` in `starts`, as a `(len(starts), length)` array."""
@@ -267,16 +329,13 @@ _MANIFEST_FIELDS = {
     ("tokenizer", "sha256"): str,
     ("tokenizer", "name"): str,
     ("tokenizer", "vocab_size"): int,
-    **{
-        (name, key): kind
-        for name in ARRAYS
-        for key, kind in [("dtype", str), ("size", int), ("chunk", int), ("shard", int)]
-    },
 }
+_ARRAY_FIELDS = [("dtype", str), ("size", int), ("chunk", int), ("shard", int)]
 
 
 def _check_manifest(files: StoreFiles, manifest: dict) -> None:
-    for (section, key), kind in _MANIFEST_FIELDS.items():
+    arrays = {(name, key): kind for name in store_arrays(manifest) for key, kind in _ARRAY_FIELDS}
+    for (section, key), kind in (_MANIFEST_FIELDS | arrays).items():
         value = manifest.get(section, {}).get(key) if isinstance(manifest.get(section), dict) else None
         if not isinstance(value, kind):
             raise DatastoreError(
@@ -284,6 +343,13 @@ def _check_manifest(files: StoreFiles, manifest: dict) -> None:
                 "the manifest is damaged"
             )
     expected_sizes = {TOKENS: manifest["counts"]["tokens"], OFFSETS: manifest["counts"]["documents"] + 1}
+    if manifest.get("format", TEXT) not in (TEXT, CHAT):
+        raise DatastoreError(
+            f"{files.where(MANIFEST)}: format {manifest['format']!r} is neither {TEXT!r} nor {CHAT!r}; "
+            "the manifest is damaged, or written by a newer version of this library"
+        )
+    if manifest.get("format") == CHAT:
+        expected_sizes[LOSS_WEIGHTS] = manifest["counts"]["tokens"]
     for name, size in expected_sizes.items():
         if manifest[name]["size"] != size:
             raise DatastoreError(

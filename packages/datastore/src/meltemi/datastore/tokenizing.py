@@ -5,13 +5,15 @@ on a local disk), its JSON summary last, so a part either exists whole or not at
 killed build resume where it stopped, on a local disk or in a bucket.
 """
 
+from __future__ import annotations
+
 import io
 import json
 import os
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 import numpy as np
@@ -23,6 +25,10 @@ from meltemi.datastore.errors import InputError
 from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
 from meltemi.datastore.sources import Piece, ReadNotes, ReadPolicy, read_documents, redact
 from meltemi.datastore.storage import SCHEMES, Directory, Location, read_object
+
+if TYPE_CHECKING:
+    from meltemi.datastore.chat_build import ChatBuild
+    from meltemi.datastore.conversations import Conversation
 
 ENCODE_BATCH = 512
 _TOKENIZERS: dict[str, Tokenizer] = {}  # parsed tokenizers by hash, so each process parses one once
@@ -46,7 +52,7 @@ class TokenizerInfo:
         eos: bool = True,
         eos_token: str | None = None,
         hints: Hints | None = None,
-    ) -> "TokenizerInfo":
+    ) -> TokenizerInfo:
         """Read a `tokenizer.json` (local or fsspec URL) and find its end-of-document token; a missing one
         is an error saying how to name one or go without, in the words of `hints`."""
         shown = redact(os.fspath(path))
@@ -102,7 +108,7 @@ def _find_eos(tokenizer: Tokenizer, path: str, eos_token: str | None, hints: Hin
     raise InputError(f"tokenizer {path!r} has no end-of-document token ({wanted}){remedy}")
 
 
-def _tokenizer(info: TokenizerInfo) -> Tokenizer:
+def tokenizer_of(info: TokenizerInfo) -> Tokenizer:
     if info.sha256 not in _TOKENIZERS:
         _TOKENIZERS[info.sha256] = Tokenizer.from_str(info.json)
     return _TOKENIZERS[info.sha256]
@@ -131,6 +137,15 @@ def part_keys(unit: int) -> tuple[str, str, str]:
     return f"{stem}.tokens.npy", f"{stem}.lengths.npy", f"{stem}.json"
 
 
+def weights_key(unit: int) -> str:
+    """The key of a chat part's loss weights, written before its summary.
+
+    >>> weights_key(3)
+    'parts/0000003.weights.npy'
+    """
+    return f"{PARTS}/{unit:07d}.weights.npy"
+
+
 def load_array(directory: Directory, key: str) -> np.ndarray:
     """A part's array (`.npy`, never pickled)."""
     data = directory.read_bytes(key)
@@ -140,55 +155,91 @@ def load_array(directory: Directory, key: str) -> np.ndarray:
 
 
 def tokenize_unit(
-    build_dir: Location, unit: int, pieces: list[Piece], info: TokenizerInfo, policy: ReadPolicy
+    build_dir: Location,
+    unit: int,
+    pieces: list[Piece],
+    info: TokenizerInfo,
+    policy: ReadPolicy,
+    chat: ChatBuild | None = None,
 ) -> PartSummary:
     """Tokenize `pieces` of sources into part `unit` under `build_dir`; returns its summary (also saved)."""
-    return tokenize_units(build_dir, [(unit, pieces)], info, policy)[0]
+    return tokenize_units(build_dir, [(unit, pieces)], info, policy, chat)[0]
 
 
 def tokenize_units(
-    build_dir: Location, jobs: list[tuple[int, list[Piece]]], info: TokenizerInfo, policy: ReadPolicy
+    build_dir: Location,
+    jobs: list[tuple[int, list[Piece]]],
+    info: TokenizerInfo,
+    policy: ReadPolicy,
+    chat: ChatBuild | None = None,
 ) -> list[PartSummary]:
-    """Tokenize several units in one stream of `encode_batch` calls, then save each unit's part.
+    """Tokenize several units in one stream of `encode_batch` calls, then save each unit's part: documents,
+    or with `chat` conversations (rendered by its template, each token with its loss weight).
 
     Batches span units, so many small units cost no more than one large one; parts are the same either way.
     """
-    tokenizer, dtype = _tokenizer(info), token_dtype(info.vocab_size)
+    if chat is not None:  # Jinja and the conversation reader, only for a chat store
+        from meltemi.datastore.chat_build import encode_conversations
+        from meltemi.datastore.conversations import read_conversations
+    tokenizer, dtype = tokenizer_of(info), token_dtype(info.vocab_size)
     notes = [ReadNotes() for _ in jobs]
     docs_per_unit = [0] * len(jobs)
-    token_blocks, length_blocks, pending = [], [], []
+    token_blocks, length_blocks, weight_blocks = [], [], []
+    pending: list[str] | list[Conversation] = []
+    owners: list[int] = []  # each pending item's job: a chat build may leave some out, counted per job
 
     def flush():
-        tokens, lengths = encode_documents(tokenizer, pending, info.eos_id, dtype)
-        token_blocks.append(tokens)
-        length_blocks.append(lengths)
+        if chat is None:
+            tokens, lengths = encode_documents(tokenizer, pending, info.eos_id, dtype)
+            token_blocks.append(tokens)
+            length_blocks.append(lengths)
+            for job in owners:
+                docs_per_unit[job] += 1
+        for job in dict.fromkeys(owners) if chat is not None else ():  # jobs in order, each its own notes
+            mine = [item for item, owner in zip(pending, owners, strict=True) if owner == job]
+            encoded = encode_conversations(tokenizer, mine, chat, dtype, policy, notes[job])
+            token_blocks.append(encoded.tokens)
+            length_blocks.append(encoded.lengths)
+            weight_blocks.append(encoded.weights)
+            docs_per_unit[job] += len(encoded.lengths)
         pending.clear()
+        owners.clear()
 
     for job, (_, pieces) in enumerate(jobs):
         for piece in pieces:
-            for text in read_documents(piece, policy, notes[job]):
-                pending.append(text)
-                docs_per_unit[job] += 1
+            items = (
+                read_documents(piece, policy, notes[job])
+                if chat is None
+                else read_conversations(piece, policy, notes[job], field=policy.text_field)
+            )
+            for item in items:
+                pending.append(item)
+                owners.append(job)
                 if len(pending) == ENCODE_BATCH:
                     flush()
     if pending:
         flush()
     tokens = np.concatenate(token_blocks) if token_blocks else np.zeros(0, dtype)
     lengths = np.concatenate(length_blocks) if length_blocks else np.zeros(0, np.int64)
+    weights = np.concatenate(weight_blocks) if weight_blocks else np.zeros(0, np.uint8)
     doc_edges = np.cumsum([0, *docs_per_unit])
     token_edges = np.concatenate([[0], np.cumsum(lengths)])[doc_edges]
     directory = Directory(build_dir)
-    return [
-        _save_part(
-            directory,
-            unit,
-            tokens[token_edges[job] : token_edges[job + 1]],
-            lengths[doc_edges[job] : doc_edges[job + 1]],
-            notes[job],
-            policy,
+    parts = []
+    for job, (unit, _) in enumerate(jobs):
+        cut = slice(token_edges[job], token_edges[job + 1])
+        parts.append(
+            _save_part(
+                directory,
+                unit,
+                tokens[cut],
+                lengths[doc_edges[job] : doc_edges[job + 1]],
+                notes[job],
+                policy,
+                None if chat is None else weights[cut],
+            )
         )
-        for job, (unit, _) in enumerate(jobs)
-    ]
+    return parts
 
 
 def _save_part(
@@ -198,8 +249,10 @@ def _save_part(
     lengths: np.ndarray,
     notes: ReadNotes,
     policy: ReadPolicy,
+    weights: np.ndarray | None = None,
 ) -> PartSummary:
-    """Write a unit's tokens and document lengths, then its summary: the summary marks the part done."""
+    """Write a unit's tokens, document lengths (and a chat part's loss weights), then its summary: the
+    summary marks the part done."""
     summary = PartSummary(
         unit=unit,
         documents=len(lengths),
@@ -210,7 +263,10 @@ def _save_part(
         invalid_utf8=policy.invalid_utf8,
     )
     tokens_key, lengths_key, summary_key = part_keys(unit)
-    for key, array in ((tokens_key, tokens), (lengths_key, lengths.astype(np.uint64))):
+    arrays = [(tokens_key, tokens), (lengths_key, lengths.astype(np.uint64))]
+    if weights is not None:
+        arrays.append((weights_key(unit), weights.astype(np.uint8)))
+    for key, array in arrays:
         buffer = io.BytesIO()
         np.save(buffer, array, allow_pickle=False)
         build_dir.write_bytes(key, buffer.getvalue())

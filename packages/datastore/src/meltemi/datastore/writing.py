@@ -17,9 +17,14 @@ from meltemi.datastore.storage import Directory
 MAX_PENDING_WRITES = 4  # shards in flight, so memory stays bounded
 
 
-def content_hash(dtype: np.dtype, tokens_sha256: str, offsets_sha256: str) -> str:
-    """SHA-256 naming a store's contents: its token dtype and the SHA-256s of its tokens and offsets."""
-    return hashlib.sha256(f"{np.dtype(dtype).name}:{tokens_sha256}:{offsets_sha256}".encode()).hexdigest()
+def content_hash(
+    dtype: np.dtype, tokens_sha256: str, offsets_sha256: str, weights_sha256: str | None = None
+) -> str:
+    """SHA-256 naming a store's contents: its token dtype and the SHA-256s of its tokens and offsets (and of
+    a chat store's loss weights)."""
+    named = f"{np.dtype(dtype).name}:{tokens_sha256}:{offsets_sha256}"
+    named += "" if weights_sha256 is None else f":{weights_sha256}"
+    return hashlib.sha256(named.encode()).hexdigest()
 
 
 class ArrayWriter:

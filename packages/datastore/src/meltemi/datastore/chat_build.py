@@ -1,0 +1,196 @@
+"""Conversations to tokens and loss weights: rendered once by the chat template, tokenized once, the
+assistant's tokens found from the template's generation blocks, as transformers finds them.
+
+A chat store's build reads conversations (`conversations.read_conversations`), renders each with the
+template (`chat_template.ChatTemplate`), tokenizes the rendered text as one string (special tokens as
+written, none added), and weighs each token 1 where transformers' `return_assistant_tokens_mask` marks
+it (`loss_on="assistant"`) or everywhere (`loss_on="all"`). Every assistant turn must end with the
+end-of-turn token inside its generation block, so that a model learns to stop; a template whose blocks
+leave it out is refused before anything is written. A conversation longer than `max_tokens` is cut to
+it (`overlong="truncate"`) or left out (`"drop"`), counted either way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from meltemi.datastore.build_request import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
+from meltemi.datastore.chat_template import END_OF_TURN, ChatTemplate, assistant_mask
+from meltemi.datastore.conversations import Conversation
+from meltemi.datastore.errors import BadLineError, ChatTemplateError, InputError
+from meltemi.datastore.sources import ReadNotes, ReadPolicy
+
+
+def load_template(spec: str | os.PathLike) -> ChatTemplate:
+    """The chat template `spec` names: `llama3` (the shipped one), a tokenizer directory or its
+    `tokenizer_config.json` (its `chat_template` and special tokens), or a Jinja file.
+
+    >>> load_template("llama3").has_generation_blocks
+    True
+    """
+    text = os.fspath(spec)
+    if text == SHIPPED_TEMPLATE:
+        return ChatTemplate.llama3()
+    path = Path(text)
+    if path.is_dir() or path.name == "tokenizer_config.json":
+        return ChatTemplate.from_tokenizer_config(path)
+    if not path.is_file():
+        raise ChatTemplateError(
+            f"chat template {text!r}: no such file (give {SHIPPED_TEMPLATE}, a .jinja file, or a tokenizer "
+            "directory or its tokenizer_config.json)"
+        )
+    return ChatTemplate.from_file(path)
+
+
+@dataclass(frozen=True)
+class ChatBuild:
+    """How a chat store is made: the template, which tokens are trained, and the longest conversation kept
+    (`max_tokens`, None: any) with what becomes of a longer one. `end_of_turn` is the token every
+    assistant turn ends with (default: the template's `eos_token`, else `<|eot_id|>`)."""
+
+    template: ChatTemplate
+    loss_on: LossOn = "assistant"
+    max_tokens: int | None = None
+    overlong: Overlong = "truncate"
+    end_of_turn: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.loss_on not in LOSS_ON:
+            raise ValueError(f"loss_on must be one of {', '.join(LOSS_ON)}, got {self.loss_on!r}")
+        if self.overlong not in OVERLONG:
+            raise ValueError(f"overlong must be one of {', '.join(OVERLONG)}, got {self.overlong!r}")
+        if self.max_tokens is not None and self.max_tokens < 2:
+            raise ValueError(f"max_tokens must be at least 2 (one input, one target), got {self.max_tokens}")
+        if self.loss_on == "assistant" and not self.template.has_generation_blocks:
+            raise ChatTemplateError(
+                f"chat template {self.template.source}: it has no {{% generation %}} blocks, so no token "
+                "would be marked as the assistant's and training on the assistant's tokens would train on "
+                "nothing; use a template with them, or train on every token (loss_on all)"
+            )
+
+    @property
+    def turn_end(self) -> str:
+        """The end-of-turn token's text."""
+        return self.end_of_turn or self.template.special_tokens.get("eos_token") or END_OF_TURN
+
+    def record(self) -> dict[str, Any]:
+        """What a plan and a manifest record of it (the template whole: a store says how it was made)."""
+        return {
+            "template": self.template.text,
+            "template_sha256": self.template.sha256,
+            "template_source": self.template.source,
+            "special_tokens": dict(self.template.special_tokens),
+            "end_of_turn": self.turn_end,
+            "loss_on": self.loss_on,
+            "max_tokens": self.max_tokens,
+            "overlong": self.overlong,
+        }
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the store's bytes (a different value, a different store): the record with the
+        template named by its hash, and without its source, which only says where the same text came from."""
+        record = self.record()
+        del record["template"], record["template_source"]
+        return record
+
+    def check_tokenizer(self, tokenizer: Tokenizer, shown: str) -> int:
+        """The end-of-turn token's id; an `InputError` when the tokenizer lacks a token the template writes
+        as one (it would be spelled out in pieces, and never learned as a stop)."""
+        wanted = [self.turn_end, *self.template.special_tokens.values()]
+        missing = [token for token in dict.fromkeys(wanted) if tokenizer.token_to_id(token) is None]
+        if missing:
+            raise InputError(
+                f"tokenizer {shown!r} has no token {', '.join(missing)}, which the chat template "
+                f"{self.template.source} writes as one; add them to the tokenizer (the trainer does "
+                "so itself)"
+            )
+        return int(tokenizer.token_to_id(self.turn_end))
+
+
+@dataclass
+class EncodedChats:
+    """Conversations as one token stream: `tokens` and `weights` joined, and each one's `lengths`."""
+
+    tokens: np.ndarray
+    weights: np.ndarray
+    lengths: np.ndarray
+
+
+def encode_conversations(
+    tokenizer: Tokenizer,
+    conversations: Sequence[Conversation],
+    chat: ChatBuild,
+    dtype: np.dtype,
+    policy: ReadPolicy,
+    notes: ReadNotes,
+) -> EncodedChats:
+    """Render, tokenize and weigh `conversations` (one `encode_batch` call); refusals, cuts and drops are
+    counted in `notes` (a conversation without an assistant token is a `BadLineError` naming it, unless the
+    policy skips bad lines)."""
+    end_of_turn = int(tokenizer.token_to_id(chat.turn_end))
+    rendered = []
+    for conversation in conversations:
+        try:
+            rendered.append(chat.template.render(conversation.messages, **chat.template.special_tokens))
+        except ChatTemplateError as e:
+            raise ChatTemplateError(f"{conversation.place}: {e}") from None
+    encodings = tokenizer.encode_batch([r.text for r in rendered], add_special_tokens=False)
+    tokens, weights, lengths = [], [], []
+    for conversation, chat_text, encoding in zip(conversations, rendered, encodings, strict=True):
+        ids = np.asarray(encoding.ids, dtype)
+        if chat.loss_on == "all":
+            mask = np.ones(len(ids), np.uint8)
+        else:
+            mask = assistant_mask(encoding, chat_text.generation_spans)
+            _check_turn_ends(ids, mask, end_of_turn, chat, conversation)
+        if not mask.any():
+            why = "no assistant token to train on (no assistant message, or only empty ones)"
+            if _refuse(conversation, why, policy, notes):
+                continue
+        if chat.max_tokens is not None and len(ids) > chat.max_tokens:
+            ids, mask = ids[: chat.max_tokens], mask[: chat.max_tokens]
+            if chat.overlong == "drop" or not mask.any():  # cut, nothing would be left to train on
+                notes.counts["dropped_conversations"] += 1
+                continue
+            notes.counts["truncated_conversations"] += 1
+        tokens.append(ids)
+        weights.append(mask)
+        lengths.append(len(ids))
+    return EncodedChats(
+        np.concatenate(tokens) if tokens else np.zeros(0, dtype),
+        np.concatenate(weights) if weights else np.zeros(0, np.uint8),
+        np.array(lengths, np.int64),
+    )
+
+
+def _refuse(conversation: Conversation, why: str, policy: ReadPolicy, notes: ReadNotes) -> bool:
+    """Skip a conversation the build cannot train on (noted; True), or stop at it (a `BadLineError`)."""
+    problem = f"{conversation.place}: {why}"
+    if not policy.skip_bad_lines:
+        raise BadLineError(problem)
+    notes.counts["refused_conversations"] += 1
+    notes.skipped_lines.append(problem)
+    return True
+
+
+def _check_turn_ends(
+    ids: np.ndarray, mask: np.ndarray, end_of_turn: int, chat: ChatBuild, conversation: Conversation
+) -> None:
+    """Every run of the assistant's tokens must end with the end-of-turn token, or the model would never
+    learn to stop: a template whose generation blocks leave it out is refused."""
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    last = np.flatnonzero(edges == -1) - 1
+    if (ids[last] != end_of_turn).any():
+        raise ChatTemplateError(
+            f"chat template {chat.template.source}: an assistant turn's {{% generation %}} block "
+            "does not end "
+            f"with {chat.turn_end} (first at {conversation.place}), so a model trained on it would never "
+            f"learn to stop; put {chat.turn_end} inside the block"
+        )

@@ -1,0 +1,238 @@
+"""Chat stores: conversations built into tokens and loss weights that zarr-python reads, the same bytes for
+any worker count and after a resumed build, every refusal, cut and drop counted, and packed whole into rows
+whose segments, positions and weights are the store's."""
+
+import json
+
+import numpy as np
+import pytest
+import zarr
+from tokenizers import Tokenizer
+
+from meltemi.datastore import (
+    BadLineError,
+    BatchLoader,
+    PackedDataset,
+    TokenStore,
+    build_store,
+    corpora,
+    hold_out_conversations,
+)
+from meltemi.datastore.errors import ChatTemplateError, InputError
+from meltemi.datastore.layout import LOSS_WEIGHTS
+from meltemi.datastore.stdlib_chat import stdlib_chat
+
+
+@pytest.fixture(scope="module")
+def chat_jsonl(tmp_path_factory, stdlib_files) -> str:
+    """About 200 conversations about the first stdlib files' functions."""
+    return stdlib_chat(tmp_path_factory.mktemp("chat") / "chat.jsonl", files=stdlib_files)
+
+
+OPTIONS = {"format": "chat", "chunk_tokens": 512, "shard_tokens": 4096, "progress": False}
+
+
+@pytest.fixture(scope="module")
+def chat_store(tmp_path_factory, chat_jsonl, tokenizer_path):
+    out = tmp_path_factory.mktemp("chat-store") / "store"
+    build_store(chat_jsonl, tokenizer_path, out, **OPTIONS)
+    return out
+
+
+def write_lines(path, records) -> str:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return str(path)
+
+
+def talk(*turns):
+    roles = ["user", "assistant"] * len(turns)
+    return {"messages": [{"role": role, "content": text} for role, text in zip(roles, turns, strict=False)]}
+
+
+@pytest.mark.filterwarnings("ignore:Object at manifest.json is not recognized")
+def test_zarr_python_reads_the_tokens_and_the_loss_weights(chat_store):
+    store = TokenStore.open(chat_store)
+    group = zarr.open(chat_store, mode="r")
+    assert sorted(group.array_keys()) == ["loss_weights", "offsets", "offsets_index", "tokens"]
+    assert group[LOSS_WEIGHTS].dtype == np.uint8 and group[LOSS_WEIGHTS].shape == group["tokens"].shape
+    assert np.array_equal(group[LOSS_WEIGHTS][:], store.arrays[LOSS_WEIGHTS].read(0, store.num_tokens))
+    assert store.is_chat and store.manifest["format"] == "chat"
+    assert set(np.unique(group[LOSS_WEIGHTS][:]).tolist()) == {0, 1}
+
+
+def test_each_conversation_is_its_rendered_text_and_weighs_the_assistants_answer_and_end_of_turn(
+    chat_store, chat_jsonl, tokenizer_path
+):
+    store, tokenizer = TokenStore.open(chat_store), Tokenizer.from_file(tokenizer_path)
+    eot = tokenizer.token_to_id("<|eot_id|>")
+    assert store.manifest["chat"]["end_of_turn_id"] == eot
+    conversations = [json.loads(line) for line in open(chat_jsonl, encoding="utf-8")]
+    assert store.num_docs == len(conversations)
+    for i in (0, 7, len(conversations) - 1):
+        ids, weights = store.doc(i), store.doc_weights(i)
+        text = tokenizer.decode(ids.tolist(), skip_special_tokens=False)
+        answer = conversations[i]["messages"][-1]["content"]
+        assert text.startswith("<|begin_of_text|>") and text.count("<|begin_of_text|>") == 1
+        assert (
+            tokenizer.decode(ids[weights == 1].tolist(), skip_special_tokens=False) == answer + "<|eot_id|>"
+        )
+        assert ids[-1] == eot and weights[-1] == 1 and weights[0] == 0
+
+
+def test_the_same_bytes_for_any_worker_count_and_after_a_resumed_build(
+    chat_jsonl, tokenizer_path, tmp_path, tree_bytes, chat_store
+):
+    build_store(chat_jsonl, tokenizer_path, tmp_path / "two", workers=2, **OPTIONS)
+    assert tree_bytes(tmp_path / "two") == tree_bytes(chat_store)
+    lines = open(chat_jsonl, encoding="utf-8").read().splitlines()
+    data = write_lines(tmp_path / "chat.jsonl", [*lines[:150], "{not json", *lines[150:]])
+    once, resumed = tmp_path / "once", tmp_path / "resumed"
+    build_store(data, tokenizer_path, once, skip_bad_lines=True, unit_bytes=10_000, **OPTIONS)
+    with pytest.raises(BadLineError, match="line 151"):  # stops midway, keeping the units done
+        build_store(data, tokenizer_path, resumed, unit_bytes=10_000, **OPTIONS)
+    assert list((resumed / ".build" / "parts").glob("*.json"))
+    build_store(data, tokenizer_path, resumed, skip_bad_lines=True, unit_bytes=10_000, **OPTIONS)
+    assert tree_bytes(resumed) == tree_bytes(once)
+
+
+def test_long_conversations_are_cut_or_dropped_and_counted(tmp_path, tokenizer_path):
+    data = write_lines(tmp_path / "c.jsonl", [talk("hi", "short"), talk("a long question " * 40, "x"),
+                                               talk("q", "a long answer " * 40)])  # fmt: skip
+    cut = build_store(data, tokenizer_path, tmp_path / "cut", format="chat", max_tokens=40, progress=False)
+    store = TokenStore.open(tmp_path / "cut")
+    # the long question leaves no assistant token within 40: dropped; the long answer is cut to 40 tokens
+    assert cut.counts == {"dropped_conversations": 1, "truncated_conversations": 1}
+    assert store.num_docs == 2 and int(np.diff(store.offsets[0:3]).max()) == 40
+    assert store.manifest["counts"]["truncated_conversations"] == 1
+    dropped = build_store(
+        data, tokenizer_path, tmp_path / "drop", format="chat", max_tokens=40, overlong="drop", progress=False
+    )
+    assert dropped.counts == {"dropped_conversations": 2} and dropped.documents == 1
+    assert "built 1 conversation, " in dropped.summary() and "2 dropped conversations" in dropped.summary()
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("{not json", r"chat.jsonl, line 2: not valid JSON"),
+        ('{"text": "no conversation"}', r"chat.jsonl, line 2: no 'messages' field"),
+        ('{"messages": [{"role": "bot", "content": "hi"}]}', r"chat.jsonl, line 2: .*role 'bot'"),
+        (
+            '{"messages": [{"role": "user", "content": "only a question"}]}',
+            r"chat.jsonl, line 2: no assistant",
+        ),
+    ],
+)
+def test_a_conversation_that_cannot_be_trained_on_stops_the_build_naming_it_or_is_skipped_and_counted(
+    tmp_path, tokenizer_path, line, why
+):
+    data = write_lines(tmp_path / "chat.jsonl", [talk("q", "a"), line, talk("q2", "a2")])
+    with pytest.raises(BadLineError, match=why):
+        build_store(data, tokenizer_path, tmp_path / "store", format="chat", progress=False)
+    assert not (tmp_path / "store" / "manifest.json").exists()
+    report = build_store(
+        data, tokenizer_path, tmp_path / "store", format="chat", skip_bad_lines=True, progress=False
+    )
+    assert report.documents == 2 and report.counts == {"refused_conversations": 1}
+    assert (
+        TokenStore.open(tmp_path / "store")
+        .manifest["skipped_lines"][0]
+        .endswith(report.skipped_lines[0].split(", ")[-1])
+    )
+
+
+def test_a_template_without_generation_blocks_or_without_the_end_of_turn_inside_them_is_refused(
+    tmp_path, tokenizer_path, chat_jsonl
+):
+    plain = tmp_path / "plain.jinja"
+    plain.write_text("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}<|eot_id|>{% endfor %}")
+    with pytest.raises(ChatTemplateError, match=r"plain.jinja: it has no \{% generation %\} blocks"):
+        build_store(
+            chat_jsonl, tokenizer_path, tmp_path / "a", format="chat", chat_template=plain, progress=False
+        )
+    assert not (tmp_path / "a").exists() or not any((tmp_path / "a").iterdir())
+    report = build_store(  # training on every token needs no blocks
+        chat_jsonl,
+        tokenizer_path,
+        tmp_path / "b",
+        format="chat",
+        chat_template=plain,
+        loss_on="all",
+        progress=False,
+    )
+    assert int(TokenStore.open(tmp_path / "b").doc_weights(0).min()) == 1 and report.documents > 0
+    outside = tmp_path / "outside.jinja"
+    outside.write_text(
+        "{% for m in messages %}{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}"
+        "{% endgeneration %}<|eot_id|>{% else %}{{ m['content'] }}<|eot_id|>{% endif %}{% endfor %}"
+    )
+    with pytest.raises(
+        ChatTemplateError, match=r"does not end with <\|eot_id\|> \(first at .*chat.jsonl, line 1\)"
+    ):
+        build_store(
+            chat_jsonl, tokenizer_path, tmp_path / "c", format="chat", chat_template=outside, progress=False
+        )
+
+
+def test_a_tokenizer_without_the_templates_tokens_is_refused_before_any_work(
+    tmp_path, stdlib_files, chat_jsonl
+):
+    plain = corpora.train_tokenizer(
+        stdlib_files[:5], 300, tmp_path / "t.json", special_tokens=("<|endoftext|>",)
+    )
+    with pytest.raises(InputError, match=r"has no token <\|eot_id\|>.*which the chat template"):
+        build_store(chat_jsonl, plain, tmp_path / "store", format="chat", progress=False)
+    assert not (tmp_path / "store" / ".build").exists()
+
+
+@pytest.fixture(scope="module")
+def row_store(tmp_path_factory, chat_jsonl, tokenizer_path):
+    """The conversations of ``chat_store`` that fit rows of 256 tokens (longer ones cut)."""
+    out = tmp_path_factory.mktemp("row-store") / "store"
+    build_store(chat_jsonl, tokenizer_path, out, max_tokens=256, **OPTIONS)
+    return out
+
+
+def test_a_store_of_longer_conversations_than_a_row_says_how_to_read_or_rebuild_it(chat_store, row_store):
+    with pytest.raises(
+        ValueError, match=r"more than a row of 256 holds .* any length, or rebuild it with max_tokens 256"
+    ):
+        PackedDataset(TokenStore.open(chat_store), seq_len=255)
+    with pytest.raises(ValueError, match=r"read it in rows of at least 256 tokens"):
+        PackedDataset(TokenStore.open(row_store), seq_len=127)
+
+
+def test_packed_rows_hold_whole_conversations_with_their_positions_and_weights(row_store):
+    store = TokenStore.open(row_store)
+    packed = PackedDataset(store, seq_len=255)
+    assert packed.fill > 0.75 and "rows of 256 tokens" in packed.report()
+    rows = packed.read(np.arange(packed.num_sequences))
+    seen = []
+    for r in range(len(rows.tokens)):
+        members = packed.packing.row(r)
+        at = 0
+        for j, i in enumerate(members.tolist()):
+            ids, weights = store.doc(i), store.doc_weights(i)
+            span = slice(at, at + len(ids))
+            assert rows.tokens[r, span].tolist() == ids.tolist()
+            assert rows.weights[r, span].tolist() == weights.tolist()
+            assert rows.positions[r, span].tolist() == list(range(len(ids)))
+            assert set(rows.segment_ids[r, span].tolist()) == {j}
+            at += len(ids)
+        assert not rows.weights[r, at:].any() and (rows.segment_ids[r, at:] == len(members)).all()
+        seen += members.tolist()
+    assert sorted(seen) == list(range(store.num_docs))
+
+
+def test_the_held_out_conversations_are_the_stores_last_and_no_batch_trains_across_two(row_store):
+    store = TokenStore.open(row_store)
+    train, held = hold_out_conversations(store, 255, 0.1)
+    assert held.first == train.stop and held.stop == store.num_docs
+    assert held.stop - held.first == round(store.num_docs * 0.1)
+    batch = BatchLoader(train, 4).batch(0)
+    rows = train.read(np.arange(4))
+    first_tokens = (
+        rows.positions[:, 1:] == 0
+    )  # a conversation's first token is never a target of the one before
+    assert not (batch["loss_mask"] & first_tokens).any()
+    assert (batch["loss_mask"] <= (rows.weights[:, 1:] > 0)).all()
