@@ -1,5 +1,6 @@
 """The train step: gradient accumulation, NaN policies, determinism, and the loss falling."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,8 +59,7 @@ def test_a_nan_batch_is_skipped_and_counted_and_the_next_one_trains(make_config,
     for x, y in zip(leaves(after.model), leaves(state.model), strict=True):
         np.testing.assert_array_equal(x, y)
     clean_ids = jnp.where(batch.input_ids.array == bad_token, (bad_token + 1) % 384, batch.input_ids.array)
-    clean = adapters.NamedBatch(hax.named(clean_ids, batch.input_ids.axes), *(
-        getattr(batch, f) for f in ("targets", "segment_ids", "loss_mask", "source")))  # fmt: skip
+    clean = eqx.tree_at(lambda b: b.input_ids, batch, hax.named(clean_ids, batch.input_ids.axes))
     trained, metrics = step(after, clean)
     assert bool(metrics.applied) and int(trained.skipped_steps) == 1
 

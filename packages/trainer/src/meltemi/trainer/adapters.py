@@ -23,27 +23,33 @@ BATCH, POSITION = "batch", "position"
 
 
 class NamedBatch(eqx.Module):
-    """One batch as named arrays: ids, targets, segment ids and loss mask over ``(batch, position)``, and each
-    row's mixture ``source`` over ``(batch,)``."""
+    """One batch as named arrays: ids, targets, segment ids, positions and loss mask over ``(batch,
+    position)``, and each row's mixture ``source`` over ``(batch,)``. ``positions`` are what the rotary
+    encoding rotates by (they restart at each packed conversation); ``loss_mask`` is True where a target
+    is trained (within its input's document and, in a chat row, the assistant's)."""
 
     input_ids: hax.NamedArray
     targets: hax.NamedArray
     segment_ids: hax.NamedArray
+    positions: hax.NamedArray
     loss_mask: hax.NamedArray
     source: hax.NamedArray
 
 
 def named_batch(arrays: dict[str, jax.Array | np.ndarray]) -> NamedBatch:
-    """Name the token store's batch (``BatchLoader.batch``'s arrays, or global ``jax.Array``s made of them).
+    """Name the token store's batch (``BatchLoader.batch``'s arrays, or global ``jax.Array``s made of them);
+    without ``positions`` each row counts its positions from 0.
 
     >>> b = named_batch({"input_ids": np.zeros((2, 4), np.uint16), "targets": np.zeros((2, 4), np.uint16),
-    ...                  "segment_ids": np.zeros((2, 4), np.int32), "loss_mask": np.ones((2, 4), bool),
-    ...                  "source": np.zeros(2, np.int32)})
+    ...                  "segment_ids": np.zeros((2, 4), np.int32), "positions": np.zeros((2, 4), np.int32),
+    ...                  "loss_mask": np.ones((2, 4), bool), "source": np.zeros(2, np.int32)})
     >>> b.input_ids.axes, b.input_ids.dtype
     ((Axis(name='batch', size=2), Axis(name='position', size=4)), dtype('int32'))
     """
     rows, length = arrays["input_ids"].shape
     Batch, Pos = hax.Axis(BATCH, rows), hax.Axis(POSITION, length)
+    if "positions" not in arrays:  # a batch made by hand: each row one document, counted from its start
+        arrays = {**arrays, "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length))}
 
     def name(key, axes, dtype):
         return hax.named(jnp.asarray(arrays[key], dtype), axes)
@@ -52,6 +58,7 @@ def named_batch(arrays: dict[str, jax.Array | np.ndarray]) -> NamedBatch:
         input_ids=name("input_ids", (Batch, Pos), jnp.int32),
         targets=name("targets", (Batch, Pos), jnp.int32),
         segment_ids=name("segment_ids", (Batch, Pos), jnp.int32),
+        positions=name("positions", (Batch, Pos), jnp.int32),
         loss_mask=name("loss_mask", (Batch, Pos), jnp.bool_),
         source=name("source", (Batch,), jnp.int32),
     )
@@ -63,6 +70,7 @@ def batch_host_arrays(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "input_ids": batch["input_ids"].astype(np.int32),
         "targets": batch["targets"].astype(np.int32),
         "segment_ids": batch["segment_ids"].astype(np.int32),
+        "positions": batch["positions"].astype(np.int32),
         "loss_mask": batch["loss_mask"].astype(bool),
         "source": batch["source"].astype(np.int32),
     }

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import haliax_lite as hax
 from meltemi.trainer.config import ModelConfig
 from meltemi.trainer.model.llama import DecoderLayer, Llama, LlamaAxes
-from meltemi.trainer.model.rotary import apply_rotary, inverse_frequencies
+from meltemi.trainer.model.rotary import apply_rotary, rotary_at
 
 SLOT = "slot"
 
@@ -49,16 +49,6 @@ class KVCache(eqx.Module):
         a = LlamaAxes.of(config)
         axes = (a.Layers, Batch, hax.Axis(SLOT, slots), a.KVHeads, a.HeadSize)
         return KVCache(hax.zeros(axes, dtype=dtype), hax.zeros(axes, dtype=dtype))
-
-
-def _rotary_at(positions: hax.NamedArray, config: ModelConfig) -> tuple[hax.NamedArray, hax.NamedArray]:
-    """``(cos, sin)`` over ``positions``' axes and ``head_size``, as ``rotary_tables`` computes them."""
-    HeadSize = LlamaAxes.of(config).HeadSize
-    inv = inverse_frequencies(HeadSize.size, config.rope_theta, config.rope_scaling)
-    angles = positions.array.astype(jnp.float32)[..., None] * inv
-    angles = jnp.concatenate([angles, angles], axis=-1)
-    axes = (*positions.axes, HeadSize)
-    return hax.named(jnp.cos(angles), axes), hax.named(jnp.sin(angles), axes)
 
 
 def _attend(q: hax.NamedArray, k: hax.NamedArray, v: hax.NamedArray, visible: hax.NamedArray):
@@ -97,7 +87,13 @@ def forward_cached(
     Batch = input_ids.resolve_axis("batch")
     slots = hax.arange(Pos) + start
     positions = hax.maximum(slots.broadcast_axis(Batch) - pad, 0)
-    cos, sin = _rotary_at(positions.rearrange(("batch", "position")), model.config)
+    config = model.config
+    cos, sin = rotary_at(
+        positions.rearrange(("batch", "position")),
+        LlamaAxes.of(config).HeadSize,
+        theta=config.rope_theta,
+        scaling=config.rope_scaling,
+    )
     key_slots = hax.arange(Slot)
     causal = key_slots.broadcast_axis(Pos) <= slots
     visible = causal.broadcast_axis(Batch) & (key_slots.broadcast_axis(Batch) >= pad)

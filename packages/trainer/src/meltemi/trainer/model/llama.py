@@ -29,7 +29,7 @@ import haliax_lite as hax
 import haliax_lite.nn as hnn
 from meltemi.trainer import adapters
 from meltemi.trainer.config import ModelConfig
-from meltemi.trainer.model.rotary import apply_rotary, rotary_tables
+from meltemi.trainer.model.rotary import apply_rotary, rotary_at, rotary_tables
 
 # Values each block may keep for its backward pass under remat "save_dots" (every matmul's output).
 DOT_NAMES = ("q", "k", "v", "attention", "attention_out", "gate", "up", "mlp_out")
@@ -194,17 +194,29 @@ class Llama(eqx.Module):
         lm_head = None if config.tie_embeddings else _linear(a.Embed, a.Vocab, config.init_std, k_head)
         return Llama(embed_tokens, layers, _norm(config, a.Embed), lm_head, config)
 
-    def hidden_states(self, input_ids: hax.NamedArray, segment_ids: hax.NamedArray) -> hax.NamedArray:
-        """The final-norm hidden states ``(batch, position, embed)`` for token ids ``(batch, position)``."""
+    def hidden_states(
+        self,
+        input_ids: hax.NamedArray,
+        segment_ids: hax.NamedArray,
+        positions: hax.NamedArray | None = None,
+    ) -> hax.NamedArray:
+        """The final-norm hidden states ``(batch, position, embed)`` for token ids ``(batch, position)``.
+
+        Attention stays within each segment; ``positions`` (same axes as the ids) are what the rotary
+        encoding rotates by: packed documents restart theirs at 0. None: each row counts from its first
+        token, as one document does.
+        """
         Pos = input_ids.resolve_axis(adapters.POSITION)
         if Pos.size > self.config.max_seq_len:
             raise ValueError(
                 f"sequences of {Pos.size} tokens exceed model.max_seq_len ({self.config.max_seq_len})"
             )
         HeadSize = LlamaAxes.of(self.config).HeadSize
-        cos, sin = rotary_tables(
-            Pos, HeadSize, theta=self.config.rope_theta, scaling=self.config.rope_scaling
-        )
+        theta, scaling = self.config.rope_theta, self.config.rope_scaling
+        if positions is None:
+            cos, sin = rotary_tables(Pos, HeadSize, theta=theta, scaling=scaling)
+        else:
+            cos, sin = rotary_at(positions, HeadSize, theta=theta, scaling=scaling)
         x = hax.auto_sharded(self.embed_tokens.embed(input_ids))
         x = self.layers.fold(x, cos, sin, segment_ids)
         return self.norm(x)
@@ -213,10 +225,15 @@ class Llama(eqx.Module):
         """The ``(vocab, embed)`` output matrix: ``lm_head``'s, or the embedding's when tied."""
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
-    def logits(self, input_ids: hax.NamedArray, segment_ids: hax.NamedArray) -> hax.NamedArray:
+    def logits(
+        self,
+        input_ids: hax.NamedArray,
+        segment_ids: hax.NamedArray,
+        positions: hax.NamedArray | None = None,
+    ) -> hax.NamedArray:
         """Full ``(batch, position, vocab)`` logits in float32 (for evaluation and tests; training never
         materialises them)."""
-        hidden = self.hidden_states(input_ids, segment_ids)
+        hidden = self.hidden_states(input_ids, segment_ids, positions)
         return hax.dot(
             hidden, self.unembedding().astype(hidden.dtype), axis="embed", preferred_element_type=jnp.float32
         )

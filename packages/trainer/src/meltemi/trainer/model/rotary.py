@@ -49,12 +49,28 @@ def inverse_frequencies(head_size: int, theta: float, scaling: RopeScaling | Non
 def rotary_tables(
     Pos: hax.Axis, HeadSize: hax.Axis, *, theta: float, scaling: RopeScaling | None = None
 ) -> tuple[hax.NamedArray, hax.NamedArray]:
-    """``(cos, sin)`` over ``(Pos, HeadSize)`` in float32, each half of ``HeadSize`` repeating the angles."""
-    angles = jnp.arange(Pos.size, dtype=jnp.float32)[:, None] * inverse_frequencies(
+    """``(cos, sin)`` over ``(Pos, HeadSize)`` in float32 for positions ``0 .. Pos.size - 1``."""
+    return rotary_at(hax.arange(Pos), HeadSize, theta=theta, scaling=scaling)
+
+
+def rotary_at(
+    positions: hax.NamedArray, HeadSize: hax.Axis, *, theta: float, scaling: RopeScaling | None = None
+) -> tuple[hax.NamedArray, hax.NamedArray]:
+    """``(cos, sin)`` over ``positions``' axes and ``HeadSize`` in float32, each half of ``HeadSize``
+    repeating the angles: a packed row's positions restart at each document.
+
+    >>> Batch, Pos, HeadSize = hax.Axis("batch", 1), hax.Axis("position", 4), hax.Axis("head_size", 8)
+    >>> restarted = hax.named(jnp.array([[0, 1, 0, 1]]), (Batch, Pos))
+    >>> cos, _ = rotary_at(restarted, HeadSize, theta=10000.0)
+    >>> bool((cos.array[0, 0] == cos.array[0, 2]).all()), cos.axes[-1].name
+    (True, 'head_size')
+    """
+    angles = positions.array.astype(jnp.float32)[..., None] * inverse_frequencies(
         HeadSize.size, theta, scaling
     )
     angles = jnp.concatenate([angles, angles], axis=-1)
-    return hax.named(jnp.cos(angles), (Pos, HeadSize)), hax.named(jnp.sin(angles), (Pos, HeadSize))
+    axes = (*positions.axes, HeadSize)
+    return hax.named(jnp.cos(angles), axes), hax.named(jnp.sin(angles), axes)
 
 
 def apply_rotary(x: hax.NamedArray, cos: hax.NamedArray, sin: hax.NamedArray) -> hax.NamedArray:

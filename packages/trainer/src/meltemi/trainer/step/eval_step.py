@@ -34,7 +34,7 @@ def make_eval_step(config: RunConfig):
 
     def eval_step(model: Llama, batch: NamedBatch, byte_lengths: jax.Array) -> BatchSums:
         compute = cast_floating(model, jnp.dtype(config.trainer.compute_dtype))
-        hidden = compute.hidden_states(batch.input_ids, batch.segment_ids)
+        hidden = compute.hidden_states(batch.input_ids, batch.segment_ids, batch.positions)
         unembedding = compute.unembedding()
         _, lse = adapters.token_losses(
             hidden,

@@ -75,6 +75,7 @@ class TrainProgram:
             "input_ids": jax.ShapeDtypeStruct(shape, jnp.int32),
             "targets": jax.ShapeDtypeStruct(shape, jnp.int32),
             "segment_ids": jax.ShapeDtypeStruct(shape, jnp.int32),
+            "positions": jax.ShapeDtypeStruct(shape, jnp.int32),
             "loss_mask": jax.ShapeDtypeStruct(shape, jnp.bool_),
             "source": jax.ShapeDtypeStruct(shape[:1], jnp.int32),
         }

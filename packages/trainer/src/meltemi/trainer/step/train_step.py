@@ -55,7 +55,7 @@ def _loss_terms(model: Llama, batch: NamedBatch, config: RunConfig, total: jax.A
     """This batch's share of the global mean loss (its token sum over ``total``), and of the z-loss."""
     m = config.model
     compute = cast_floating(model, jnp.dtype(config.trainer.compute_dtype))
-    hidden = compute.hidden_states(batch.input_ids, batch.segment_ids)
+    hidden = compute.hidden_states(batch.input_ids, batch.segment_ids, batch.positions)
     mean, lse = adapters.token_losses(
         hidden,
         compute.unembedding(),
@@ -89,12 +89,10 @@ def _microbatches(batch: NamedBatch, count: int) -> NamedBatch:
     return jax.tree_util.tree_map(split, batch, is_leaf=hax.is_named_array)
 
 
-def make_train_step(config: RunConfig, structure: Llama | None = None):
-    """``train_step(state, batch) -> (state, StepMetrics)``, to be jitted under the compute axis mapping;
-    ``structure`` (the model's abstract arrays, traced when not given) is what weight decay is masked by."""
-    structure = _structure_model(config) if structure is None else structure
-    optimizer = make_optimizer(config.optimizer, structure)
-    schedule = learning_rate_schedule(config.optimizer, config.trainer.num_train_steps)
+def make_gradients(config: RunConfig):
+    """``gradients(model, batch) -> (loss, z_loss, grads)``: the batch's mean loss over its trained targets
+    (their summed loss over their count in the whole global batch) and its gradient, accumulated over
+    ``trainer.microbatch_size`` rows at a time when set; the same whatever the microbatching or packing."""
     micro_size = config.trainer.microbatch_size
     grad_fn = eqx.filter_value_and_grad(_loss_terms, has_aux=True)
 
@@ -116,6 +114,17 @@ def make_train_step(config: RunConfig, structure: Llama | None = None):
         start = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32), zeros)
         (loss, z_loss, grads), _ = hax.scan(accumulate, "microbatch")(start, micro)
         return loss, z_loss, grads
+
+    return gradients
+
+
+def make_train_step(config: RunConfig, structure: Llama | None = None):
+    """``train_step(state, batch) -> (state, StepMetrics)``, to be jitted under the compute axis mapping;
+    ``structure`` (the model's abstract arrays, traced when not given) is what weight decay is masked by."""
+    structure = _structure_model(config) if structure is None else structure
+    optimizer = make_optimizer(config.optimizer, structure)
+    schedule = learning_rate_schedule(config.optimizer, config.trainer.num_train_steps)
+    gradients = make_gradients(config)
 
     def train_step(state: TrainState, batch: NamedBatch) -> tuple[TrainState, StepMetrics]:
         loss, z_loss, grads = gradients(state.model, batch)
