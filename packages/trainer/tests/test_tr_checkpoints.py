@@ -23,6 +23,7 @@ from meltemi.trainer.checkpoint.checkpointer import (
 from meltemi.trainer.checkpoint.format import ArrayRecord, Manifest, array_spec, read_array, write_shards
 from meltemi.trainer.checkpoint.resume import starting_state
 from meltemi.trainer.errors import CheckpointError, ConfigError
+from meltemi.trainer.phase.initialize import initialize_from_base
 from meltemi.trainer.trainer import Trainer
 
 
@@ -218,7 +219,7 @@ def test_a_new_phase_begins_from_another_runs_parameters(make_config, good_run, 
                          f"{{path: {good_run}, parameters_only: true, reset_step: true}}",
                          "--optimizer.weight_decay", "0.0")  # fmt: skip
     trainer = Trainer(config, tmp_path / "phase2", devices=jax.devices()[:1], progress=False)
-    start = starting_state(trainer, warn=pytest.fail)
+    start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
     assert start.initialized_from == str(source) and int(start.state.step) == 0
     embed = read_array(
         source, next(r for r in inspect_checkpoint(source).arrays if r.name == "model.embed_tokens.weight")
@@ -234,7 +235,9 @@ def test_a_new_phase_begins_from_another_runs_parameters(make_config, good_run, 
 def test_initialize_from_a_directory_without_checkpoints_is_named(make_config, tmp_path):
     config = make_config("--trainer.initialize_from", f"{{path: {tmp_path / 'empty'}}}")
     with pytest.raises(
-        CheckpointError, match=r"^trainer.initialize_from: .*empty holds no usable checkpoint$"
+        CheckpointError,
+        match=r"^trainer.initialize_from: .*empty is neither a run .*, a step-N checkpoint nor a "
+        r"Hugging Face directory \(no config.json\)",
     ):
         train(config, tmp_path / "run")
 

@@ -147,7 +147,7 @@ def test_a_corpus_is_built_once_under_the_cache_dir_and_named_by_its_file(tmp_pa
     assert name == "mine" and source.store.startswith(str(tmp_path / "cache" / "corpora" / "mine-"))
     assert (
         said[0].startswith(f"building a token store of {tmp_path / 'mine.txt'}")
-        and "built 1 docs" in said[-1]
+        and "built 1 doc, " in said[-1]
     )
     said.clear()
     assert resolve_data(config, say=said.append) == first
@@ -156,7 +156,7 @@ def test_a_corpus_is_built_once_under_the_cache_dir_and_named_by_its_file(tmp_pa
 
 def test_the_standard_librarys_cache_names_the_python_and_the_vocabulary():
     directory = stdlib_directory(small("--data.cache_dir", "c", "--model.vocab_size", "300"))
-    assert directory == Path("c") / f"stdlib-py{sysconfig.get_python_version()}-v300"
+    assert directory == Path("c") / f"stdlib-py{sysconfig.get_python_version()}-v300-chat"
 
 
 EXITING = """

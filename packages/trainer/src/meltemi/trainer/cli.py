@@ -29,18 +29,20 @@ def main(
     *,
     prog: str = "python -m meltemi.trainer",
     default_config: str | os.PathLike | None = None,
+    fine_tuning: bool = False,
 ) -> int:
     """Run the command ``argv`` (default: ``sys.argv[1:]``); its exit status. ``default_config`` is the
-    preset used without ``--config`` (None: every field at its default)."""
+    preset used without ``--config`` (None: every field at its default); ``fine_tuning`` takes the
+    fine-tuning command's flags (``--base``, ``--data``: ``apps/sft.py``)."""
     from meltemi.datastore import DatastoreError
 
     clock = StartupClock()
     try:
-        command = parse_command(sys.argv[1:] if argv is None else argv)
+        command = parse_command(sys.argv[1:] if argv is None else argv, fine_tuning=fine_tuning)
         if command.help:
             shown = None if default_config is None else os.path.relpath(default_config)
             try:
-                print(help_text(prog, shown))
+                print(help_text(prog, shown, fine_tuning=fine_tuning))
             except BrokenPipeError:  # `--help | head`: the reader has what it wanted
                 sys.stdout = open(os.devnull, "w")
             return 0
@@ -63,11 +65,11 @@ def main(
         name = Path(config_path).stem if config_path is not None else "default"
         run_dir = command.run_dir or str(Path("runs") / name)  # a URL stays a URL: never a Path
         from meltemi.datastore.storage import Location
-        from meltemi.trainer.data.sources import resolve_data
+        from meltemi.trainer.phase.initialize import resolve_run
         from meltemi.trainer.run.directory import check_run_dir
 
         check_run_dir(Location.parse(run_dir))  # before the data is built: that may take a while
-        config = resolve_data(config)
+        config = resolve_run(config, Location.parse(run_dir))
         clock.lap("config")
         if command.launch is not None:
             from meltemi.trainer.launch import launch_on_ray
@@ -123,12 +125,21 @@ def train(config, run_dir: str, clock: StartupClock) -> int:
     print(f"metrics: {summary.metrics_path}\nloss curve: {summary.plot_path}")
     print(f"last checkpoint: {summary.last_checkpoint}")
     prompt = config.trainer.sample_prompt
-    if prompt is not None and summary.last_checkpoint is not None:
+    if summary.replies:
+        print("\n".join(summary.reply_lines(prompt)))
+    elif prompt is not None and summary.last_checkpoint is not None and not _is_chat(summary):
         print(
             f"sample (temperature 0.7, top-k 40, from {prompt!r}):\n"
             + sample(summary.last_checkpoint, prompt)
         )
     return 0
+
+
+def _is_chat(summary) -> bool:
+    """Whether the run trained on conversations (its replies are the sample; none when it was stopped)."""
+    from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
+
+    return inspect_checkpoint(summary.last_checkpoint).chat is not None
 
 
 def sample(checkpoint: Path, prompt: str, tokens: int = 48) -> str:

@@ -16,6 +16,7 @@ meltemi.trainer.errors.ConfigError: --devices eight: expected an integer
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 
 from meltemi.trainer.errors import ConfigError
@@ -70,6 +71,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--acquire-timeout", "S", "how long to wait for the slices, seconds (default 600)", float, "launch"),
     Flag("--scale-up-every", "S", "with fewer than --slices, look for more every S seconds (default 300)", float, "launch"),  # noqa: E501
     Flag("--max-failures", "N", "restart the job after an exception in the training up to N times (default 0)", int, "launch"),  # noqa: E501
+    Flag("--base", "RUN_OR_HF_DIR", "the model to fine-tune: a run, a step-N checkpoint or a Hugging Face directory, local or in a bucket (trainer.initialize_from)", group="fine-tuning"),  # noqa: E501
+    Flag("--data", "PATHS", "chat data, comma-separated JSONL or Parquet files, directories or URLs with a messages field; each one a source of equal weight (data.sources)", group="fine-tuning"),  # noqa: E501
 )  # fmt: skip
 _BY_NAME = {flag.name: flag for flag in FLAGS}
 _ALIASES = {"-h": "--help"}
@@ -106,12 +109,13 @@ class Command:
     launch: LaunchFlags | None = None
 
 
-def parse_command(argv: Sequence[str]) -> Command:
+def parse_command(argv: Sequence[str], *, fine_tuning: bool = False) -> Command:
     """Split ``argv`` into the command's flags (each read and checked) and the config overrides.
 
     A flag of the command may be given as ``--flag VALUE`` or ``--flag=VALUE``; anything else starting with
     ``--`` is an override, left for :func:`meltemi.trainer.config_io.load_config` to check against the
-    config's fields. A launcher flag without ``--launch`` is an error.
+    config's fields. A launcher flag without ``--launch`` is an error; the fine-tuning flags (``--base``,
+    ``--data``) are the fine-tuning command's (``fine_tuning``), and become overrides of the fields they set.
     """
     values: dict[str, object] = {}
     overrides: list[str] = []
@@ -124,6 +128,9 @@ def parse_command(argv: Sequence[str]) -> Command:
             overrides.append(words[i])
             i += 1
             continue
+        if flag.group == "fine-tuning" and not fine_tuning:
+            field = "trainer.initialize_from" if flag.name == "--base" else "data.sources"
+            raise ConfigError(f"{flag.name}: a flag of apps/sft.py; here, set --{field}")
         if flag.name == "--no-compile-cache":
             overrides += ["--trainer.compile_cache", "false"]
         elif flag.metavar is None:
@@ -140,7 +147,33 @@ def parse_command(argv: Sequence[str]) -> Command:
                 raise ConfigError(f"{flag.name} needs a value: {flag.name} {flag.metavar}")
             values[flag.name] = _read(flag, text)
         i += 1
-    return _command(values, tuple(overrides))
+    return _command(values, tuple(_fine_tuning_overrides(values) + overrides))
+
+
+def _fine_tuning_overrides(values: dict[str, object]) -> list[str]:
+    """The config overrides ``--base`` and ``--data`` stand for (before the other overrides, which win).
+
+    >>> _fine_tuning_overrides({"--base": "runs/tiny", "--data": "a/chat.jsonl,b/chat.jsonl"})
+    ['--trainer.initialize_from.path', 'runs/tiny', '--data.sources', '{"chat": {"corpus": "a/chat.jsonl", \
+"format": "chat"}, "chat-2": {"corpus": "b/chat.jsonl", "format": "chat"}}']
+    """
+    words: list[str] = []
+    if "--base" in values:
+        words += ["--trainer.initialize_from.path", str(values["--base"])]
+    if "--data" in values:
+        paths = [path.strip() for path in str(values["--data"]).split(",") if path.strip()]
+        if not paths:
+            raise ConfigError("--data: name at least one file, directory or URL of conversations")
+        sources: dict[str, dict[str, str]] = {}
+        for path in paths:
+            base = path.rstrip("/").rpartition("/")[2].split(".")[0] or "chat"
+            name, n = base, 1
+            while name in sources:
+                n += 1
+                name = f"{base}-{n}"
+            sources[name] = {"corpus": path, "format": "chat"}
+        words += ["--data.sources", json.dumps(sources)]
+    return words
 
 
 def _read(flag: Flag, text: str) -> object:
@@ -181,7 +214,7 @@ def _command(values: dict[str, object], overrides: tuple[str, ...]) -> Command:
     )
 
 
-def help_text(prog: str, default_config: str | None) -> str:
+def help_text(prog: str, default_config: str | None, *, fine_tuning: bool = False) -> str:
     """The usage line, the command's flags by group, then every config field with its default."""
     from meltemi.trainer.config_io import describe_fields
 
@@ -193,7 +226,7 @@ def help_text(prog: str, default_config: str | None) -> str:
         "--FIELD=VALUE); values are read as YAML (100, 3e-4, null, [[0, 32], [1000, 64]]), and a list field",
         "takes several words (--data.stores A B). Rerunning the same command resumes the run.",
     ]
-    for group in ("run", "dry run", "launch"):
+    for group in ("fine-tuning", "run", "dry run", "launch") if fine_tuning else ("run", "dry run", "launch"):
         lines += ["", f"{group} flags:" if group != "run" else "flags:"]
         for flag in FLAGS:
             if flag.group == group:

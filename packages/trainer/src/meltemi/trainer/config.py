@@ -166,11 +166,16 @@ class TrackersConfig(Section):
 
 
 class InitializeFrom(Section):
-    """Start a new run (a new phase) from another run's checkpoint, as Marin's phases did."""
+    """Start a new run (a new phase, such as fine-tuning) from a base: another run's checkpoint or a Hugging
+    Face directory. By default the base gives the parameters only, and the new phase starts at step 0
+    with a fresh optimizer, as fine-tuning does; Marin's pretraining phases kept the optimizer state."""
 
-    path: str = Field(description="a run directory (its latest good checkpoint) or a step-N directory")
-    parameters_only: bool = Field(False, description="take the parameters only; the optimizer starts fresh")
-    reset_step: bool = Field(False, description="start counting steps (and the schedule, and the data) at 0")
+    path: str = Field(
+        description="the base: a run directory (its latest good checkpoint), a step-N directory or a Hugging "
+        "Face directory (config.json, safetensors, tokenizer.json), local or in a bucket"
+    )
+    parameters_only: bool = Field(True, description="take the parameters only; the optimizer starts fresh")
+    reset_step: bool = Field(True, description="start counting steps (and the schedule, and the data) at 0")
 
 
 class TrainerConfig(Section):
@@ -216,7 +221,9 @@ class TrainerConfig(Section):
         gt=0,
         description="keep checkpoints at multiples of this step for good (others: until a newer one)",
     )
-    initialize_from: InitializeFrom | None = Field(None, description="begin from another run's checkpoint")
+    initialize_from: InitializeFrom | None = Field(
+        None, description="begin from a base: another run's checkpoint or a Hugging Face directory"
+    )
     nan_policy: Literal["skip", "stop"] = Field(
         "skip", description="a NaN/Inf loss or gradient: skip the update (counted) or stop naming the step"
     )
@@ -234,6 +241,11 @@ class TrainerConfig(Section):
     compile_cache_dir: str | None = Field(
         None, description="where; default $JAX_COMPILATION_CACHE_DIR, else ~/.cache/meltemi/jax"
     )
+
+    @field_validator("initialize_from", mode="before")
+    @classmethod
+    def _base_path(cls, base):
+        return {"path": base} if isinstance(base, str) else base
 
     @model_validator(mode="after")
     def _schedule(self) -> TrainerConfig:
@@ -256,11 +268,47 @@ class TrainerConfig(Section):
         return [gbs] if isinstance(gbs, int) else [size for _, size in gbs]
 
 
-class SourceConfig(Section):
-    """One token store of the mixture."""
+DataFormat = Literal["text", "chat"]
 
-    store: str = Field(description="path or URL of a meltemi.datastore token store")
+
+class SourceConfig(Section):
+    """One source of the mixture: a token store, or a corpus built into one on first use (text documents,
+    or chat conversations rendered by ``data.chat.template``)."""
+
+    store: str | None = Field(
+        None, description="path or URL of a meltemi.datastore token store (text or chat)"
+    )
+    corpus: str | None = Field(
+        None,
+        description="a file, directory or URL built into a store on first use: text, JSONL or Parquet; for "
+        "chat, JSONL or Parquet whose messages field holds the conversation",
+    )
+    format: DataFormat = Field(
+        "text", description="what the corpus holds: text documents or chat conversations"
+    )
     weight: float = Field(1.0, ge=0, description="mixture weight (normalised over the sources)")
+
+    @model_validator(mode="after")
+    def _store_or_corpus(self) -> SourceConfig:
+        if (self.store is None) == (self.corpus is None):
+            raise ValueError("give a source either a store or a corpus (to build into one), not both")
+        return self
+
+
+class ChatConfig(Section):
+    """How chat corpora become tokens (the choices a chat store is built with)."""
+
+    template: str = Field(
+        "llama3",
+        description="llama3 (shipped: Llama 3's layout, generation blocks around each assistant turn), a "
+        ".jinja file, or a tokenizer directory or its tokenizer_config.json",
+    )
+    loss_on: Literal["assistant", "all"] = Field(
+        "assistant", description="train on the assistant's tokens (end of turn included) or on every token"
+    )
+    overlong: Literal["truncate", "drop"] = Field(
+        "truncate", description="a conversation longer than data.seq_len + 1 tokens: cut to fit, or left out"
+    )
 
 
 class StageConfig(Section):
@@ -307,6 +355,11 @@ class DataConfig(Section):
         "error",
         description="data.corpus: a document that is not UTF-8 text: error (stop, naming the file and "
         "byte), skip it or replace its bad bytes with U+FFFD (counted)",
+    )
+    chat: ChatConfig = Field(default_factory=ChatConfig, description="how chat corpora become tokens")
+    reset_positions: bool = Field(
+        False,
+        description="text sources: restart positions at each document within a row (chat rows always do)",
     )
 
     @field_validator("stores", mode="before")

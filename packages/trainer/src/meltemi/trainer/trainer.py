@@ -28,9 +28,9 @@ from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data.run_data import RunData, open_data
 from meltemi.trainer.data.run_tokenizer import TOKENIZER_FILE, TokenizerRecord, copy_into_run, file_sha256
-from meltemi.trainer.data.sources import resolve_data
 from meltemi.trainer.errors import TrainerError
 from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
+from meltemi.trainer.phase.initialize import initialize_from_base, resolve_run
 from meltemi.trainer.run.directory import check_run_dir
 from meltemi.trainer.run.loop import StepLoop
 from meltemi.trainer.run.plots import LOSS_PLOT, plot_loss
@@ -44,6 +44,8 @@ from meltemi.trainer.step.eval_step import BatchSums, make_eval_step, summarize
 from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.step.program import CompileReport, TrainProgram
 from meltemi.trainer.step.train_step import TrainState
+
+REPLY_LINES = 8  # lines of each reply the summary shows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +81,23 @@ class RunSummary:
     first_eval_step: int | None
     last_eval_step: int | None
     already_trained: bool = False
+    replies: tuple[tuple[str, str], ...] = ()
+    chat: bool = False
+
+    def reply_lines(self, prompt: str) -> list[str]:
+        """A chat run's replies to ``prompt`` (before fine-tuning, when this session began from the base, and
+        after), one labelled line each; none for a run without them."""
+        if not self.replies:
+            return []
+        lines = [f"reply (greedy) to {prompt!r}:"]
+        width = max(len(label) for label, _ in self.replies)
+        for label, text in self.replies:
+            shown = text.strip().splitlines()[:REPLY_LINES] or ["(no reply: it ended the turn at once)"]
+            if len(text.strip().splitlines()) > REPLY_LINES:
+                shown[-1] += " ..."
+            lines.append(f"  {label + ':':<{width + 1}} {shown[0]}")
+            lines += [" " * (width + 4) + line for line in shown[1:]]
+        return lines
 
     @property
     def exit_status(self) -> int:
@@ -100,14 +119,14 @@ class RunSummary:
         return f"{began} at step {self.start_step}: this session {trained}"
 
     def held_out_line(self) -> str:
-        """``held-out loss: 9.081 at step 0 -> 5.949 at step 60`` (the run's first and latest evaluation), or
-        an empty string when the run has none."""
+        """``held-out loss: 9.081 at step 0 -> 5.949 at step 60`` (the run's first and latest evaluation; a
+        chat run's is the loss of the assistant's tokens), or an empty string when the run has none."""
         first, last = self.first_eval.get("eval/loss"), self.last_eval.get("eval/loss")
         if first is None or last is None:
             return ""
+        what = "held-out assistant loss" if self.chat else "held-out loss"
         return (
-            f"held-out loss: {first:.3f} at step {self.first_eval_step} -> "
-            f"{last:.3f} at step {self.last_eval_step}"
+            f"{what}: {first:.3f} at step {self.first_eval_step} -> {last:.3f} at step {self.last_eval_step}"
         )
 
 
@@ -125,9 +144,11 @@ class Trainer:
         progress: bool = True,
         clock: StartupClock | None = None,
     ):
-        config = resolve_data(config)  # data.stores, data.corpus, stdlib: concrete paths (built on first use)
-        self.config, self.show_progress = config, progress
         self.run_dir = Location.parse(run_dir)  # a local directory or a bucket URL, never a URL made a Path
+        config = resolve_run(
+            config, self.run_dir
+        )  # the base checked; stores, corpora, stdlib: concrete paths
+        self.config, self.show_progress = config, progress
         self.run_files = Directory(self.run_dir)  # its small objects: config, metrics, plot
         self.clock = clock or StartupClock(started=time.perf_counter())
         self.compile_cache = compile_cache.enable_for(config.trainer)
@@ -259,7 +280,12 @@ class Trainer:
         )
         try:
             with progress, StopSignals() as stop, compile_cache.CacheCounter() as cached:
-                start = Start(state, None, None) if state is not None else starting_state(self, progress.note)
+                initialize = initialize_from_base if config.trainer.initialize_from is not None else None
+                start = (
+                    Start(state, None, None)
+                    if state is not None
+                    else starting_state(self, progress.note, initialize)
+                )
                 self.clock.lap("checkpoint restored" if start.resumed_from is not None else "state created")
                 start_step = int(jax.device_get(start.state.step))
                 if start_step >= trainer.num_train_steps:
@@ -279,6 +305,9 @@ class Trainer:
                     initialized_from=start.initialized_from,
                     tokenizer=tokenizer,
                     end_of_text=self.data.end_of_text,
+                    chat=None
+                    if self.data.chat is None
+                    else dataclasses.replace(self.data.chat, added_tokens=start.added_tokens),
                     process_index=jax.process_index(),
                     process_count=jax.process_count(),
                 )
@@ -286,8 +315,20 @@ class Trainer:
                     progress.note(f"resuming from {start.resumed_from}")
                 elif start.initialized_from is not None:
                     progress.note(f"initialized from {start.initialized_from}")
+                    if start.added_tokens:
+                        progress.note(
+                            f"the vocabulary grew by {len(start.added_tokens)} rows for "
+                            f"{', '.join(start.added_tokens)}: each starts as the mean of the base's rows"
+                        )
+                for name, packing in self.data.packing.items():
+                    progress.note(f"{name}: {packing}")
+                replies = []
+                if start_step == 0 and start.initialized_from is not None:
+                    replies += self._chat_reply("before", start.state.model)  # before its buffers are donated
                 loop = StepLoop(self, start.state, trackers, progress, checkpointer, stop, start.resumed_from)
                 loop.run(on_ready=lambda: progress.note(self.clock.line(self._cache_note(cached))))
+                if loop.stopped_by is None:
+                    replies += self._chat_reply("after", loop.state.model)
         finally:
             trackers.close()
         records = read_metrics(self.run_dir / METRICS)
@@ -312,6 +353,7 @@ class Trainer:
             resumed_from=start.resumed_from,
             session_steps=steps - start_step,
             session_tokens=loop.rate.total_tokens,
+            replies=tuple(replies),
         )
 
     def _summary(self, state: TrainState, evals: list[tuple[int, dict[str, float]]], **session) -> RunSummary:
@@ -320,6 +362,7 @@ class Trainer:
         steps = int(jax.device_get(state.step))
         return RunSummary(
             run_dir=self.run_dir,
+            chat=self.data.chat is not None,
             steps=steps,
             tokens=self._tokens_before(steps),
             skipped_steps=int(jax.device_get(state.skipped_steps)),
@@ -354,6 +397,32 @@ class Trainer:
             session_tokens=0,
             already_trained=True,
         )
+
+    def _chat_reply(self, label: str, model) -> list[tuple[str, str]]:
+        """``[(label, the model's greedy reply to trainer.sample_prompt)]`` in a chat run (the prompt as the
+        user's message, rendered by the run's template), else nothing."""
+        prompt, chat, tokenizer = (
+            self.config.trainer.sample_prompt,
+            self.data.chat,
+            self.config.data.tokenizer,
+        )
+        if prompt is None or chat is None or tokenizer is None:
+            return []
+        from tokenizers import Tokenizer
+
+        from meltemi.trainer.generate.chat import conversation, reply
+        from meltemi.trainer.generate.sampling import SamplingConfig
+
+        completion = reply(
+            model,
+            Tokenizer.from_file(str(tokenizer)),
+            chat.chat_template(),
+            conversation(prompt),
+            SamplingConfig(max_new_tokens=min(96, self.config.model.max_seq_len // 2)),
+            self.data.end_of_text.stop_ids,
+            plan=self.plan,
+        )
+        return [(label, completion.text or "")]
 
     def _cache_note(self, cached: compile_cache.CacheCounter) -> str:
         if not self.compile_cache.enabled:

@@ -37,6 +37,7 @@ from meltemi.trainer.checkpoint.format import (
     write_shards,
 )
 from meltemi.trainer.config import TrainerConfig
+from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, TokenizerRecord
 from meltemi.trainer.errors import CheckpointError
 from meltemi.trainer.step.distributed import gather_rows, wait_for_every_process
@@ -155,6 +156,7 @@ class Checkpointer:
         initialized_from: str | None = None,
         tokenizer: TokenizerRecord | None = None,
         end_of_text: EndOfText | None = None,
+        chat: ChatRecord | None = None,
         process_index: int = 0,
         process_count: int = 1,
     ):
@@ -165,7 +167,7 @@ class Checkpointer:
         self.retention = RetentionPolicy(trainer.keep_every)
         self.seed, self.config_json = trainer.seed, config_json
         self.initialized_from = initialized_from
-        self.tokenizer, self.end_of_text = tokenizer, end_of_text
+        self.tokenizer, self.end_of_text, self.chat = tokenizer, end_of_text, chat
         self._writer: threading.Thread | None = None
         self._written: _HostCopy | None = None  # the write in flight or awaiting its commit
         self._error: BaseException | None = None
@@ -274,6 +276,7 @@ class Checkpointer:
             data_position=DataPosition(copy.step, copy.next_batch),
             tokenizer=self.tokenizer,
             end_of_text=self.end_of_text,
+            chat=self.chat,
         )
         step.write_text(MANIFEST, manifest.to_json())
         step.write_text(COMMITTED, f"step {copy.step}\n")

@@ -8,7 +8,9 @@
   chunk count and fingerprint (``meltemi.trainer.checkpoint.digests``: the same on any mesh), the digest of
   the whole state, the data position (the step, and the hash of the global batch a resumption reads
   first), the run seed, the run's tokenizer (its copy in the run directory and that file's SHA-256), the
-  end-of-text token, where the run was initialised from, and the versions of jax and meltemi.
+  end-of-text token (a chat run's: the end of a turn, and every id generation stops at), a chat run's
+  template (``chat``: what export and chat sampling render with, and the tokens the tokenizer gained),
+  where the run was initialised from, and the versions of jax and meltemi.
   ``meltemi.trainer.checkpoint.verify`` recomputes the digests.
 - A checkpoint is written straight into ``step-N/`` (a local directory or a bucket prefix, through the
   storage seam ``meltemi.datastore.storage``): every process writes its shards, the processes agree that all
@@ -33,6 +35,7 @@ import numpy as np
 import tensorstore as ts
 
 from meltemi.datastore.storage import Directory, Location, storage_context
+from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, TokenizerRecord
 
 FORMAT_VERSION = 1
@@ -105,6 +108,7 @@ class Manifest:
     data_position: DataPosition | None = None
     tokenizer: TokenizerRecord | None = None
     end_of_text: EndOfText | None = None
+    chat: ChatRecord | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)
@@ -140,7 +144,10 @@ class Manifest:
             if position is None
             else DataPosition(int(position["step"]), position["next_batch"]),
             tokenizer=None if tokenizer is None else TokenizerRecord(tokenizer["file"], tokenizer["sha256"]),
-            end_of_text=None if eot is None else EndOfText(eot["token"], eot["id"]),
+            end_of_text=None
+            if eot is None
+            else EndOfText(eot["token"], eot["id"], tuple(eot.get("others", ()))),
+            chat=None if raw.get("chat") is None else ChatRecord.from_json(raw["chat"]),
         )
 
 

@@ -1,5 +1,5 @@
-"""Where a run starts: its own latest good checkpoint (a resumption, with no flag), else the checkpoint named
-by ``trainer.initialize_from`` (a new phase of an earlier run), else a fresh state.
+"""Where a run starts: its own latest good checkpoint (a resumption, with no flag), else its base
+(``trainer.initialize_from``: a new phase, started by ``meltemi.trainer.phase``), else a fresh state.
 
 A damaged or incomplete checkpoint is skipped with a one-line warning naming it and the one before it is
 used; a checkpoint the config cannot continue (another model shape or vocabulary) is a ``ConfigError``
@@ -11,10 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from typing import Protocol
-
-import equinox as eqx
-import jax
-import numpy as np
 
 from meltemi.datastore.storage import Location
 from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, incompatible_field, inspect_checkpoint
@@ -36,11 +32,13 @@ class RunToStart(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Start:
-    """The state a run starts from, and where it came from (for the log and the manifest)."""
+    """The state a run starts from, and where it came from (for the log and the manifest): the checkpoint
+    it resumed, the base it was initialised from, and the tokens its vocabulary grew by from the base's."""
 
     state: TrainState
     resumed_from: Location | None
     initialized_from: str | None
+    added_tokens: tuple[str, ...] = ()
 
 
 def _latest_good(
@@ -71,9 +69,14 @@ def check_config_continues(config: RunConfig, run_dir: str | Location) -> None:
     _latest_good(run_dir, lambda path, manifest: None, "the run's checkpoint", config_json, lambda _: None)
 
 
-def starting_state(run: RunToStart, warn: Callable[[str], None]) -> Start:
-    """Resume, initialise from another run, or start fresh, in that order of preference. Only reads: a
-    refusal (a ``ConfigError``, a ``CheckpointError``) leaves every file as it was."""
+def starting_state(
+    run: RunToStart,
+    warn: Callable[[str], None],
+    initialize: Callable[[RunToStart, Callable[[str], None]], Start] | None = None,
+) -> Start:
+    """Resume, start from the base (``initialize``, given when the config names one), or start fresh, in
+    that order of preference. Only reads: a refusal (a ``ConfigError``, a ``CheckpointError``) leaves every
+    file as it was."""
     config, program = run.config, run.program
     config_json = config.model_dump(mode="json")
     abstract, shardings = program.abstract_state(), program.state_shardings()
@@ -84,25 +87,8 @@ def starting_state(run: RunToStart, warn: Callable[[str], None]) -> Start:
     found = _latest_good(run.run_dir, whole, "the run's checkpoint", config_json, warn)
     if found is not None:
         state, path, manifest = found
-        return Start(state, path, manifest.initialized_from)
-    source = config.trainer.initialize_from
-    if source is None:
-        return Start(program.initial_state(), None, None)
-
-    def parameters(path, manifest):
-        return restore(path, manifest, abstract.model, shardings.model, prefix="model.")
-
-    pick = parameters if source.parameters_only else whole
-    found = _latest_good(source.path, pick, "trainer.initialize_from", config_json, warn)
-    if found is None:
-        raise CheckpointError(f"trainer.initialize_from: {source.path} holds no usable checkpoint")
-    restored, path, _ = found
-    state = (
-        eqx.tree_at(lambda s: s.model, program.initial_state(), restored)
-        if source.parameters_only
-        else restored
-    )
-    if source.reset_step:
-        zeros = tuple(jax.device_put(np.int32(0), program.plan.replicated()) for _ in range(2))  # 2 buffers
-        state = eqx.tree_at(lambda s: (s.step, s.skipped_steps), state, zeros)
-    return Start(state, None, str(path))
+        added = () if manifest.chat is None else manifest.chat.added_tokens
+        return Start(state, path, manifest.initialized_from, added)
+    if initialize is not None:
+        return initialize(run, warn)
+    return Start(program.initial_state(), None, None)

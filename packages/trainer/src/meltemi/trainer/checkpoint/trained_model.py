@@ -20,6 +20,7 @@ from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_ch
 from meltemi.trainer.checkpoint.format import MANIFEST, Manifest
 from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.config import RunConfig
+from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text, run_tokenizer
 from meltemi.trainer.errors import CheckpointError
 from meltemi.trainer.model.llama import Llama
@@ -30,13 +31,15 @@ logger = logging.getLogger("meltemi.trainer")
 @dataclasses.dataclass(frozen=True)
 class TrainedModel:
     """A checkpoint's model and what using it needs: ``tokenizer`` is the run's copy (for checkpoints
-    older than the copy, the path their config names; None without one)."""
+    older than the copy, the path their config names; None without one); ``chat`` a chat run's template
+    (None for a run that never saw a conversation)."""
 
     config: RunConfig
     model: Llama
     checkpoint: Location
     tokenizer: Path | None
     end_of_text: EndOfText
+    chat: ChatRecord | None = None
 
 
 def run_of(step: Directory) -> Directory:
@@ -93,5 +96,5 @@ def load_model(location: str | os.PathLike | Location, warn=logger.warning) -> T
             warn(f"skipping checkpoint {e}")
             continue
         tokenizer, end = checkpoint_tokenizer(path, manifest)
-        return TrainedModel(config, model, path.location, tokenizer, end)
+        return TrainedModel(config, model, path.location, tokenizer, end, manifest.chat)
     raise CheckpointError(f"{location}: no checkpoint there reads back whole")

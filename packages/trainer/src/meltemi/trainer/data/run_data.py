@@ -1,7 +1,9 @@
 """The run's data from its config: the training mixture and a held-out split per source, checked first.
 
-Each source's store is split into a training range and a held-out tail (``data.eval_fraction``). Training
-reads a block-deterministic mixture of the training ranges (``data.sources`` weights, or ``data.stages``);
+Each source's store is split into a training range and a held-out tail (``data.eval_fraction``): a text
+store's tail of tokens, read as rows of ``data.seq_len + 1`` tokens across documents; a chat store's last
+conversations, each part packed whole into rows (``meltemi.datastore.PackedDataset``). Training reads a
+block-deterministic mixture of the training ranges (``data.sources`` weights, or ``data.stages``);
 evaluation reads each source's held-out tail on its own, in order. Every batch is a pure function of the
 step, and each process reads only its rows.
 """
@@ -20,18 +22,21 @@ from meltemi.datastore import (
     SequenceDataset,
     TokenStore,
     hold_out,
+    hold_out_conversations,
     token_byte_lengths,
 )
 from meltemi.trainer.adapters import data_key
 from meltemi.trainer.config import RunConfig
+from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text
 from meltemi.trainer.errors import DataError
 
 
 @dataclasses.dataclass
 class RunData:
-    """The loaders of one process: training batches by step, each source's held-out batches, and the
-    token that ends a text (the one the stores end their documents with)."""
+    """The loaders of one process: training batches by step, each source's held-out batches, the token
+    that ends a text (the one the stores end their documents with, or a chat run's end of turn), a chat
+    run's template (None for text only) and, per chat source, how its conversations packed."""
 
     train: BatchLoader
     held_out: dict[str, BatchLoader]
@@ -39,6 +44,8 @@ class RunData:
     source_names: list[str]
     token_bytes: np.ndarray | None
     end_of_text: EndOfText
+    chat: ChatRecord | None = None
+    packing: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _open_store(name: str, path: str, tokenizer: str | None) -> TokenStore:
@@ -53,7 +60,7 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
     data, trainer = config.data, config.trainer
     if not data.sources:
         raise DataError("data.sources is empty: name at least one token store (data.sources.NAME.store)")
-    trains, held, eos_ids = {}, {}, []
+    trains, held, eos_ids, chats, packing = {}, {}, [], {}, {}
     for name, source in data.sources.items():
         store = _open_store(name, source.store, data.tokenizer)
         eos_ids.append(store.manifest["tokenizer"].get("eos_id"))
@@ -62,15 +69,22 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
                 f"data.sources.{name}.store: {source.store} was tokenized with a vocabulary of "
                 f"{store.vocab_size}, but model.vocab_size is {config.model.vocab_size}"
             )
+        if store.is_chat:
+            chats[name] = store.manifest["chat"]
+            trains[name], held[name] = _packed(name, store, config)
+            packing[name] = trains[name].report()
+            continue
         if store.num_tokens < 2 * (data.seq_len + 1):
             raise DataError(
                 f"data.seq_len {data.seq_len}: {source.store} holds {store.num_tokens} tokens, too few for "
                 "one training and one held-out sequence; lower data.seq_len or add data"
             )
         try:
-            trains[name], held[name] = hold_out(SequenceDataset(store, data.seq_len), data.eval_fraction)
+            sequences = SequenceDataset(store, data.seq_len, reset_positions=data.reset_positions)
+            trains[name], held[name] = hold_out(sequences, data.eval_fraction)
         except ValueError as e:
             raise DataError(f"data.eval_fraction: {source.store}: {e}") from None
+    chat = _one_template(chats)
     schedule = BatchSchedule(trainer.global_batch_size)
     try:
         mixture = MixtureDataset(
@@ -93,8 +107,36 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
         eval_steps=eval_steps,
         source_names=list(data.sources),
         token_bytes=token_byte_lengths(data.tokenizer) if data.tokenizer else None,
-        end_of_text=end_of_text(data.tokenizer, eos_ids),
+        end_of_text=end_of_text(data.tokenizer, eos_ids, _end_of_turn(chats)),
+        chat=chat,
+        packing=packing,
     )
+
+
+def _packed(name: str, store: TokenStore, config: RunConfig):
+    """A chat store's training and held-out conversations, each packed whole into rows."""
+    try:
+        return hold_out_conversations(store, config.data.seq_len, config.data.eval_fraction)
+    except ValueError as e:
+        raise DataError(f"data.sources.{name}.store: {e}") from None
+
+
+def _one_template(chats: dict[str, dict]) -> ChatRecord | None:
+    """The chat template every chat source was rendered with (a ``DataError`` when two differ)."""
+    if not chats:
+        return None
+    (first, record), *others = chats.items()
+    for name, other in others:
+        if other["template_sha256"] != record["template_sha256"]:
+            raise DataError(
+                f"data.sources: {first} and {name} were rendered with different chat templates "
+                f"({record['template_source']}, {other['template_source']}); rebuild one with the other's"
+            )
+    return ChatRecord(record["template"], dict(record["special_tokens"]))
+
+
+def _end_of_turn(chats: dict[str, dict]) -> str | None:
+    return next((record["end_of_turn"] for record in chats.values()), None)
 
 
 def _stages(config: RunConfig, schedule: BatchSchedule) -> list[tuple[int, dict[str, float]]]:

@@ -6,9 +6,11 @@ A run directory (local or in a bucket) is then self-contained: export and sampli
 from any working directory, after the original (often under ``.cache``) is gone; a copy that changed
 since the checkpoint was written is one clear error.
 
-The end-of-text rule: the token the run's token stores put after every document (their manifests'
-``tokenizer.eos_id``; the first source's when they differ), else the first of the datastore's candidates
-(``<|endoftext|>``, ``</s>``, ...) the tokenizer has, else none.
+The end-of-text rule: a chat run's end-of-turn token (its chat stores' ``chat.end_of_turn``: what an
+assistant's reply ends with), else the token the run's token stores put after every document (their
+manifests' ``tokenizer.eos_id``; the first source's when they differ), else the first of the datastore's
+candidates (``<|endoftext|>``, ``</s>``, ...) the tokenizer has, else none. Generation stops at that token
+and, in a chat run, also at the end-of-text token the text rule finds (``EndOfText.stop_ids``).
 
 >>> import tempfile
 >>> from meltemi.datastore import corpora
@@ -16,7 +18,7 @@ The end-of-text rule: the token the run's token stores put after every document 
 >>> out = Path(tempfile.mkdtemp())
 >>> path = corpora.train_tokenizer(sorted(python_stdlib())[:3], 300, out / "t.json")
 >>> end_of_text(path)
-EndOfText(token='<|endoftext|>', id=0)
+EndOfText(token='<|endoftext|>', id=0, others=())
 >>> record = copy_into_run(path, out / "run", resumed=False)
 >>> run_tokenizer(out / "run", record) == out / "run" / "tokenizer.json"
 True
@@ -41,10 +43,21 @@ TOKENIZER_FILE = "tokenizer.json"
 
 @dataclasses.dataclass(frozen=True)
 class EndOfText:
-    """The token that ends a text, and its id; None for both when the tokenizer has none."""
+    """The token that ends a text (a chat run's: the end of a turn), and its id; None for both when the
+    tokenizer has none. ``others`` are further ids generation stops at (a chat run's end-of-text token)."""
 
     token: str | None
     id: int | None
+    others: tuple[int, ...] = ()
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Every id generation stops at, the end-of-text id first.
+
+        >>> EndOfText("<|eot_id|>", 4, (0,)).stop_ids, EndOfText(None, None).stop_ids
+        ((4, 0), ())
+        """
+        return tuple(dict.fromkeys(([] if self.id is None else [self.id]) + list(self.others)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,22 +84,30 @@ def _read(tokenizer: Tokenizer | str | os.PathLike) -> Tokenizer:
 
 
 def end_of_text(
-    tokenizer: Tokenizer | str | os.PathLike | None, store_eos_ids: Sequence[int | None] = ()
+    tokenizer: Tokenizer | str | os.PathLike | None,
+    store_eos_ids: Sequence[int | None] = (),
+    end_of_turn: str | None = None,
 ) -> EndOfText:
-    """The end-of-text token of a run: the stores' (``store_eos_ids``, each store's recorded ``eos_id``),
-    else the first of the datastore's candidates that ``tokenizer`` has, else none."""
+    """The end-of-text token of a run: a chat run's ``end_of_turn`` (generation also stopping at the text
+    rule's token), else the stores' (``store_eos_ids``, each store's recorded ``eos_id``), else the first of
+    the datastore's candidates that ``tokenizer`` has, else none."""
     from meltemi.datastore.tokenizing import EOS_CANDIDATES
 
     recorded = [i for i in store_eos_ids if i is not None]
     vocabulary = None if tokenizer is None else _read(tokenizer)
+    text = EndOfText(None, None)
     if recorded:
-        return EndOfText(None if vocabulary is None else vocabulary.id_to_token(recorded[0]), recorded[0])
-    if vocabulary is not None:
+        text = EndOfText(None if vocabulary is None else vocabulary.id_to_token(recorded[0]), recorded[0])
+    elif vocabulary is not None:
         for candidate in EOS_CANDIDATES:
             token_id = vocabulary.token_to_id(candidate)
             if token_id is not None:
-                return EndOfText(candidate, token_id)
-    return EndOfText(None, None)
+                text = EndOfText(candidate, token_id)
+                break
+    turn_id = None if end_of_turn is None or vocabulary is None else vocabulary.token_to_id(end_of_turn)
+    if turn_id is None:
+        return text
+    return EndOfText(end_of_turn, turn_id, tuple(i for i in text.stop_ids if i != turn_id))
 
 
 def tokenizer_bytes(tokenizer: str | os.PathLike | Location) -> bytes:

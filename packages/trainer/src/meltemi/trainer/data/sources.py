@@ -1,8 +1,11 @@
 """Where a run's tokens come from, made concrete before the run starts: ``data.stores`` (token stores with
 equal weights), ``data.corpus`` (a text, JSONL or Parquet file or directory, built into a store on first
-use) or ``data.sources`` (named stores with weights), and ``data.tokenizer``. The word ``stdlib`` in
-``data.corpus`` or ``data.tokenizer`` stands for the running Python's standard library (its source files,
-and a byte-level BPE of ``model.vocab_size`` tokens trained on them), which every machine has.
+use) or ``data.sources`` (named stores, or corpora built into stores on first use, text or chat, with
+weights), and ``data.tokenizer``. The word ``stdlib`` in ``data.corpus`` or ``data.tokenizer`` stands for
+the running Python's standard library (its source files, and a byte-level BPE of ``model.vocab_size``
+tokens trained on them), which every machine has. A run with chat sources renders them with
+``data.chat.template``, whose special tokens the tokenizer gets when it lacks them (``data.chat``), the
+model's vocabulary growing to match.
 
 Built stores and the standard library's tokenizer are cached under ``data.cache_dir``; the config that comes
 out names them by path in ``data.sources`` and ``data.tokenizer``, so it is what the run directory records.
@@ -20,10 +23,15 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from meltemi.trainer.config import RunConfig
+from meltemi.trainer.config import RunConfig, SourceConfig
+from meltemi.trainer.data.chat import chat_tokenizer, load_chat_template
+from meltemi.trainer.data.run_tokenizer import file_sha256
 from meltemi.trainer.errors import ConfigError
 
 STDLIB = "stdlib"
+STDLIB_CHAT = (
+    "stdlib-chat"  # a chat corpus: questions about the standard library's functions (datastore.stdlib_chat)
+)
 
 # How a user of the trainer's command line sets the corpus build's options: the words of the datastore's
 # remedies, so that a hint never names a flag the command lacks.
@@ -41,13 +49,30 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
     ``data.stores`` wins over ``data.corpus``, which wins over ``data.sources``; ``say`` tells the user what
     is being built."""
     data = config.data
-    if not (data.stores or data.corpus is not None or data.tokenizer == STDLIB):
+    corpora = any(source.corpus is not None for source in data.sources.values())
+    if not (data.stores or data.corpus is not None or data.tokenizer == STDLIB or corpora):
         return config  # concrete already: data.sources (checked when the run opens them)
     tokenizer = data.tokenizer
     if tokenizer == STDLIB:
         tokenizer = stdlib_tokenizer(config, say)
     elif tokenizer is not None and "://" not in tokenizer and not Path(tokenizer).is_file():
         raise ConfigError(f"data.tokenizer: {tokenizer}: no such file (a tokenizer.json, or stdlib)")
+    model = config.model
+    if any(source.format == "chat" for source in data.sources.values()):
+        if tokenizer is None:
+            raise ConfigError(
+                "chat sources need a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)"
+            )
+        template = load_chat_template(data.chat.template, data.chat.loss_on)
+        extended = chat_tokenizer(tokenizer, template, data.cache_dir)
+        if extended.added:
+            say(
+                f"the chat template's tokens {', '.join(extended.added)} were added to the tokenizer "
+                f"{tokenizer} ({extended.path}): the model's vocabulary grows to {extended.vocab_size:,}"
+            )
+        if model.vocab_size < extended.vocab_size:  # grown now, or by the session that began this run
+            model = model.model_copy(update={"vocab_size": extended.vocab_size})
+        tokenizer = extended.path
     if data.stores:
         for store in data.stores:
             if "://" not in store and not Path(store).is_dir():
@@ -63,7 +88,12 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
         name, store = build_corpus(config, tokenizer, say)
         sources = {name: {"store": store}}
     else:
-        sources = {name: source.model_dump() for name, source in data.sources.items()}
+        sources = {
+            name: {"store": build_source(config, name, source, tokenizer, say), "weight": source.weight}
+            if source.corpus is not None
+            else source.model_dump(exclude_defaults=True)
+            for name, source in data.sources.items()
+        }
     resolved = data.model_dump() | {
         "tokenizer": tokenizer,
         "sources": sources,
@@ -71,7 +101,7 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
         "corpus": None,
         "rebuild_corpus": False,
     }
-    return RunConfig.model_validate(config.model_dump() | {"data": resolved})
+    return RunConfig.model_validate(config.model_dump() | {"data": resolved, "model": model.model_dump()})
 
 
 def _store_names(stores: list[str]) -> dict[str, str]:
@@ -88,9 +118,10 @@ def _store_names(stores: list[str]) -> dict[str, str]:
 
 
 def stdlib_directory(config: RunConfig) -> Path:
-    """The cache of the standard library's tokenizer and store, for this Python and vocabulary."""
+    """The cache of the standard library's tokenizer and store, for this Python and vocabulary (``-chat``:
+    the tokenizer reserves the chat template's tokens, which earlier ones lacked)."""
     version = sysconfig.get_python_version()
-    return Path(config.data.cache_dir) / f"stdlib-py{version}-v{config.model.vocab_size}"
+    return Path(config.data.cache_dir) / f"stdlib-py{version}-v{config.model.vocab_size}-chat"
 
 
 def stdlib_tokenizer(config: RunConfig, say) -> str:
@@ -101,6 +132,78 @@ def stdlib_tokenizer(config: RunConfig, say) -> str:
     if not (directory / "tokenizer.json").exists():
         say(f"training the standard-library tokenizer in {directory} (first run only)")
     return corpora.stdlib_tokenizer(directory, config.model.vocab_size)
+
+
+def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: str, say) -> str:
+    """The store of ``data.sources.NAME.corpus``, built on first use under ``data.cache_dir``: text documents,
+    or chat conversations rendered by ``data.chat.template`` (conversations longer than ``data.seq_len``
+    + 1 tokens cut or left out as ``data.chat.overlong`` says); the build's summary line is said."""
+    from meltemi.datastore import Hints, build_store
+
+    data, chat = config.data, config.data.chat
+    corpus = source.corpus
+    if corpus == STDLIB_CHAT:
+        corpus = stdlib_chat_corpus(config, say)
+    elif "://" not in corpus and not Path(corpus).exists():
+        raise ConfigError(f"data.sources.{name}.corpus: {corpus}: no such file or directory")
+    key = "\0".join([source.format, _resolved(corpus), file_sha256(tokenizer)])  # a copy finds the same store
+    options = {}
+    if source.format == "chat":
+        template = load_chat_template(chat.template)
+        options = {
+            "format": "chat",
+            "chat_template": chat.template,
+            "loss_on": chat.loss_on,
+            "max_tokens": data.seq_len + 1,
+            "overlong": chat.overlong,
+        }
+        key += "\0".join(["", template.sha256, chat.loss_on, chat.overlong, str(data.seq_len + 1)])
+    stem = Path(corpus.rstrip("/")).stem or "corpus"
+    out = Path(data.cache_dir) / "corpora" / f"{stem}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    if not (out / "manifest.json").exists():
+        say(f"building a {source.format} store of {corpus} in {out} (first use only)")
+    report = build_store(
+        corpus,
+        tokenizer,
+        out,
+        skip_bad_lines=data.skip_bad_lines,
+        invalid_utf8=data.invalid_utf8,
+        overwrite=data.rebuild_corpus,
+        progress=True,
+        hints=Hints(_source_flags(name), rerun="the same command"),
+        **({"text_field": data.text_field} if source.format == "text" else {}),
+        **options,
+    )
+    say(report.summary())
+    return str(out)
+
+
+def stdlib_chat_corpus(config: RunConfig, say) -> str:
+    """The standard library's chat corpus (``stdlib-chat``): a JSONL of conversations about its functions,
+    written on first use under ``data.cache_dir`` for this Python."""
+    from meltemi.datastore.stdlib_chat import VERSION, stdlib_chat
+
+    directory = f"stdlib-chat-v{VERSION}-py{sysconfig.get_python_version()}"
+    out = Path(config.data.cache_dir) / directory / "stdlib_chat.jsonl"
+    if not out.exists():
+        say(f"writing the standard-library chat corpus in {out} (first run only)")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stdlib_chat(out)
+    return str(out)
+
+
+def _resolved(path: str) -> str:
+    """A path made absolute (a URL as it is), so the same file names the same cached store."""
+    return path if "://" in path else Path(path).resolve().as_posix()
+
+
+def _source_flags(name: str) -> dict[str, str]:
+    """How a remedy names the options of ``data.sources.NAME``'s build."""
+    return CORPUS_FLAGS | {
+        "loss_on": "--data.chat.loss_on {}",
+        "overlong": "--data.chat.overlong {}",
+        "chat_template": "--data.chat.template {}",
+    }
 
 
 def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, str]:

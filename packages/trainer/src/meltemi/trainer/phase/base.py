@@ -1,0 +1,157 @@
+"""A new phase's base, located and checked: another run's checkpoint (a run directory's latest good one, or
+a ``step-N`` directory) or a Hugging Face directory (``config.json``, safetensors weights,
+``tokenizer.json``), local or in a bucket.
+
+The base says the model's shape and the tokenizer; a config that cannot start from it (another width,
+depth, heads, positions) is refused naming the field, before anything is built or written. A config
+without a tokenizer takes the base's; one with a tokenizer must use the base's ids (the same tokens, or
+the same with tokens appended, as a chat template's are).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from pathlib import Path
+from typing import Literal
+
+from tokenizers import Tokenizer
+
+from meltemi.datastore.storage import Directory, Location
+from meltemi.trainer.checkpoint.checkpointer import BREAKING_FIELDS, find_checkpoints, inspect_checkpoint
+from meltemi.trainer.checkpoint.format import Manifest
+from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer
+from meltemi.trainer.config import ModelConfig, RunConfig
+from meltemi.trainer.config_io import validate
+from meltemi.trainer.errors import CheckpointError, ConfigError
+from meltemi.trainer.hf.config_map import HfFormatError
+from meltemi.trainer.hf.load import read_hf_config
+
+FIELD = "trainer.initialize_from"
+HF_CONFIG = "config.json"
+# What a base and the config it starts may differ in: the vocabulary (a chat template's tokens appended)
+# and the dtype parameters are kept in (cast on restore).
+MAY_DIFFER = ("model.vocab_size", "trainer.param_dtype")
+
+
+@dataclasses.dataclass(frozen=True)
+class Base:
+    """Where a phase starts: a checkpoint (``step`` and its ``manifest``) or a Hugging Face directory
+    (``hf_dir``, local; a bucket's copied first), with the base's model shape and its tokenizer file."""
+
+    kind: Literal["checkpoint", "huggingface"]
+    where: str
+    model: ModelConfig
+    tokenizer: Path | None
+    step: Directory | None = None
+    manifest: Manifest | None = None
+    hf_dir: Path | None = None
+
+
+def locate_base(path: str, cache_dir: str | os.PathLike, warn=lambda _: None) -> Base:
+    """The base ``path`` names: a Hugging Face directory when it holds ``config.json`` and no checkpoint, else
+    a run directory's latest readable checkpoint or a ``step-N`` directory; a ``CheckpointError`` naming
+    ``path`` when it is neither."""
+    directory = Directory(path)
+    found = find_checkpoints(directory)
+    if not found and directory.exists(HF_CONFIG):
+        local = _local_copy(directory, cache_dir)
+        try:
+            model = read_hf_config(local)
+        except HfFormatError as e:
+            raise ConfigError(f"{FIELD}: {path}: {e}") from None
+        tokenizer = local / "tokenizer.json"
+        return Base("huggingface", path, model, tokenizer if tokenizer.is_file() else None, hf_dir=local)
+    for step in found:
+        try:
+            manifest = inspect_checkpoint(step)
+        except CheckpointError as e:
+            warn(f"skipping checkpoint {e}")
+            continue
+        config = validate(manifest.config, where=step.where("manifest.json"))
+        tokenizer, _ = checkpoint_tokenizer(step, manifest)
+        return Base("checkpoint", step.where(), config.model, tokenizer, step=step, manifest=manifest)
+    if found:
+        raise CheckpointError(f"{FIELD}: {path} holds no usable checkpoint")
+    raise CheckpointError(
+        f"{FIELD}: {path} is neither a run (no checkpoints/step-N), a step-N checkpoint nor a Hugging Face "
+        f"directory (no {HF_CONFIG}): give the base run, checkpoint or export to start from"
+    )
+
+
+def _local_copy(directory: Directory, cache_dir: str | os.PathLike) -> Path:
+    """A Hugging Face directory as a local one: itself when local, else its files copied once under
+    ``cache_dir/bases`` (named by the URL), ``config.json`` last so a copy that holds it is whole."""
+    local = directory.location.local_path
+    if local is not None:
+        return local
+    url = directory.where()
+    target = Directory(Path(cache_dir) / "bases" / hashlib.sha256(url.encode()).hexdigest()[:16])
+    if not target.exists(HF_CONFIG):
+        keys = sorted(directory.list(), key=lambda key: key == HF_CONFIG)
+        for key in keys:
+            data = directory.read_bytes(key)
+            if data is None:
+                raise CheckpointError(f"{FIELD}: {directory.where(key)} vanished while it was copied")
+            target.write_bytes(key, data)
+    return Path(target.where())
+
+
+def check_shape(base: Base, config: RunConfig) -> None:
+    """A ``ConfigError`` naming the first field of the model's shape the config sets unlike the base."""
+    ours = config.model.model_dump(mode="json")
+    theirs = base.model.model_dump(mode="json")
+    for dotted in BREAKING_FIELDS:
+        section, field = dotted.split(".")
+        if dotted in MAY_DIFFER or section != "model":
+            continue
+        if ours[field] != theirs[field]:
+            raise ConfigError(
+                f"{dotted}: the base {base.where} has {theirs[field]}, the config {ours[field]}; "
+                "give a config "
+                "of the base's shape (--config, or --model.* overrides)"
+            )
+
+
+def check_tokenizer(base: Base, tokenizer: str, config: RunConfig) -> None:
+    """A ``ConfigError`` unless ``tokenizer`` gives every token of the base's tokenizer the base's id (it may
+    add tokens after them), and the config's vocabulary is the base's or that tokenizer's."""
+    if base.tokenizer is None:
+        return
+    theirs = Tokenizer.from_file(str(base.tokenizer)).get_vocab(with_added_tokens=True)
+    ours = _read_vocabulary(tokenizer)
+    moved = next((token for token, i in theirs.items() if ours.get(token) != i), None)
+    if moved is not None:
+        raise ConfigError(
+            f"data.tokenizer: {tokenizer} is not the tokenizer of the base {base.where}: token "
+            f"{moved!r} has id "
+            f"{ours.get(moved)} there, {theirs[moved]} in the base; leave data.tokenizer unset to "
+            "use the base's"
+        )
+    vocab = config.model.vocab_size
+    if vocab != base.model.vocab_size and vocab != len(ours):
+        raise ConfigError(
+            f"model.vocab_size: the base {base.where} has {base.model.vocab_size}, the config "
+            f"{vocab}; leave it "
+            "at the base's (a chat template's new tokens grow it by themselves)"
+        )
+
+
+def _read_vocabulary(tokenizer: str) -> dict[str, int]:
+    from meltemi.trainer.data.run_tokenizer import tokenizer_bytes
+
+    try:
+        return Tokenizer.from_str(tokenizer_bytes(tokenizer).decode("utf-8")).get_vocab(
+            with_added_tokens=True
+        )
+    except ConfigError:
+        raise
+    except Exception as error:  # tokenizers raises a bare Exception for what it cannot parse
+        raise ConfigError(f"data.tokenizer: {tokenizer} is not a tokenizer.json ({error})") from None
+
+
+def base_location(config: RunConfig) -> str | None:
+    """The base ``trainer.initialize_from`` names, as a string (None: the run starts afresh)."""
+    source = config.trainer.initialize_from
+    return None if source is None else str(Location.parse(source.path))

@@ -1,0 +1,135 @@
+"""A new phase's config made to fit its base, and its step-0 state made from the base's parameters.
+
+``resolve_base`` runs before the data is built: it checks the config's model shape against the base's and
+gives the run the base's tokenizer when it names none, so that the chat stores are tokenized as the base
+was trained. ``initialize_from_base`` runs when the run has no checkpoint of its own: it restores the
+base's parameters onto the run's mesh (each process reading only what its devices hold), grows the
+vocabulary by the rows a chat template's new tokens need (each the mean of the base's rows), and starts
+the optimizer afresh at step 0, as ``trainer.initialize_from`` asks by default.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from meltemi.datastore.storage import Location
+from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
+from meltemi.trainer.checkpoint.restore import restore
+from meltemi.trainer.checkpoint.resume import RunToStart, Start
+from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.data.sources import STDLIB, resolve_data, stdlib_tokenizer
+from meltemi.trainer.errors import CheckpointError, ConfigError
+from meltemi.trainer.hf.load import import_hf
+from meltemi.trainer.model.llama import Llama, cast_floating
+from meltemi.trainer.phase.base import FIELD, Base, check_shape, check_tokenizer, locate_base
+from meltemi.trainer.phase.vocabulary import grow_vocabulary
+
+
+def resolve_base(config: RunConfig, say=lambda _: None, run_dir: str | Location | None = None) -> RunConfig:
+    """``config`` checked against its base (``trainer.initialize_from``), with the base's tokenizer as
+    ``data.tokenizer`` when it names none; unchanged when the run has no base. A run that has checkpoints
+    of its own (in ``run_dir``) resumes from them: its base is not read, and its tokenizer is its own copy."""
+    source = config.trainer.initialize_from
+    if source is None:
+        return config
+    own = None if run_dir is None else own_tokenizer(run_dir)
+    if own is not None:
+        tokenizer = config.data.tokenizer or str(own)
+        return config.model_copy(update={"data": config.data.model_copy(update={"tokenizer": tokenizer})})
+    base = locate_base(source.path, config.data.cache_dir)
+    check_shape(base, config)
+    tokenizer = config.data.tokenizer
+    if tokenizer is None:
+        if base.tokenizer is None:
+            raise ConfigError(
+                f"data.tokenizer: the base {base.where} has no tokenizer (tokenizer.json); name the "
+                "one it was "
+                "trained with"
+            )
+        tokenizer = str(base.tokenizer)
+    elif tokenizer == STDLIB:
+        tokenizer = stdlib_tokenizer(config, say)
+    check_tokenizer(base, tokenizer, config)
+    return config.model_copy(update={"data": config.data.model_copy(update={"tokenizer": tokenizer})})
+
+
+def resolve_run(config: RunConfig, run_dir: str | Location | None = None, say=None) -> RunConfig:
+    """A run's config made concrete: checked against its base (its tokenizer the base's when it names
+    none; a run resuming in ``run_dir`` needs only its own checkpoints), then its data resolved (corpora
+    built, the tokenizer given a chat template's tokens; ``say`` tells the user what is being built)."""
+    kwargs = {} if say is None else {"say": say}
+    return resolve_data(resolve_base(config, run_dir=run_dir, **kwargs), **kwargs)
+
+
+def own_tokenizer(run_dir: str | Location):
+    """The tokenizer copy of the run in ``run_dir`` when it has a readable checkpoint, else None."""
+    for step in find_checkpoints(run_dir):
+        try:
+            manifest = inspect_checkpoint(step)
+        except CheckpointError:
+            continue
+        return checkpoint_tokenizer(step, manifest)[0]
+    return None
+
+
+def initialize_from_base(run: RunToStart, warn) -> Start:
+    """The step-0 state of a run that starts from its base: the base's parameters (its optimizer state too
+    when ``parameters_only`` is off), the vocabulary grown to the config's, the step reset as asked."""
+    config, program = run.config, run.program
+    source = config.trainer.initialize_from
+    base = locate_base(source.path, config.data.cache_dir, warn)
+    grows = config.model.vocab_size != base.model.vocab_size
+    if not source.parameters_only:
+        if base.kind != "checkpoint":
+            raise ConfigError(
+                f"{FIELD}.parameters_only: the Hugging Face base {base.where} has no optimizer state to keep"
+            )
+        if grows:
+            raise ConfigError(
+                f"{FIELD}.parameters_only: the vocabulary grows from {base.model.vocab_size} to "
+                f"{config.model.vocab_size} (a chat template's tokens), so the base's optimizer state does "
+                "not fit; start it afresh (parameters_only true)"
+            )
+        state = restore(base.step, base.manifest, program.abstract_state(), program.state_shardings())
+    else:
+        model = _base_model(base, run)
+        shardings = program.state_shardings().model
+        with jax.set_mesh(program.plan.mesh):
+            grown = jax.jit(lambda m: grow_vocabulary(m, config.model), out_shardings=shardings)(model)
+        state = eqx.tree_at(lambda s: s.model, program.initial_state(), grown)
+    if source.reset_step:
+        zeros = tuple(jax.device_put(np.int32(0), program.plan.replicated()) for _ in range(2))  # 2 buffers
+        state = eqx.tree_at(lambda s: (s.step, s.skipped_steps), state, zeros)
+    added = _added_tokens(run, base) if grows else ()
+    return Start(state, None, base.where, added)
+
+
+def _base_model(base: Base, run: RunToStart) -> Llama:
+    """The base's parameters in the run's parameter dtype, laid out on the run's mesh as the base's
+    vocabulary is (the rows it grows come after)."""
+    config, program = run.config, run.program
+    dtype = jnp.dtype(config.trainer.param_dtype)
+    shape = config.model.model_copy(update={"vocab_size": base.model.vocab_size})
+    abstract = eqx.filter_eval_shape(
+        lambda k: cast_floating(Llama.init(shape, key=k), dtype), jax.random.key(0)
+    )
+    shardings = program.plan.parameter_shardings(abstract)
+    if base.kind == "checkpoint":
+        return restore(base.step, base.manifest, abstract, shardings, prefix="model.")
+    _, loaded = import_hf(base.hf_dir, shape, dtype=config.trainer.param_dtype)
+    return jax.device_put(loaded, shardings)
+
+
+def _added_tokens(run: RunToStart, base: Base) -> tuple[str, ...]:
+    """The tokens whose rows the vocabulary grew by: the run tokenizer's ids from the base's size on."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(run.config.data.tokenizer))
+    return tuple(
+        tokenizer.id_to_token(i) or f"<id {i}>"
+        for i in range(base.model.vocab_size, run.config.model.vocab_size)
+    )

@@ -1,0 +1,234 @@
+"""Fine-tuning as a phase of a run: a chat corpus built into a chat store on first use, the run started from
+its base (a run, a step-N checkpoint or a Hugging Face directory) with the base's parameters bit for bit and a
+fresh optimizer at step 0, the vocabulary grown for a chat template's tokens when the base's tokenizer
+lacks them, and every bad input refused in one line before anything is written."""
+
+import json
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from meltemi.datastore import corpora
+from meltemi.datastore.errors import DatastoreError
+from meltemi.datastore.stdlib_chat import stdlib_chat
+from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
+from meltemi.trainer.checkpoint.format import read_array
+from meltemi.trainer.checkpoint.resume import starting_state
+from meltemi.trainer.errors import CheckpointError, ConfigError, TrainerError
+from meltemi.trainer.hf import export_hf
+from meltemi.trainer.phase.initialize import initialize_from_base
+from meltemi.trainer.trainer import Trainer
+
+pytestmark = pytest.mark.xdist_group("sft")  # the base runs and the chat store are built once, on one worker
+
+
+def train(config, run_dir):
+    return Trainer(config, run_dir, devices=jax.devices()[:1], progress=False).run()
+
+
+@pytest.fixture
+def base(make_config, shared) -> Path:
+    """A 2-step pretraining run of the tests' small model (its tokenizer has the chat template's tokens)."""
+    config = make_config("--trainer.num_train_steps", "2", "--trainer.checkpoint_every", "2")
+    return shared.get("sft-base", lambda root: train(config, root / "run")) / "run"
+
+
+@pytest.fixture
+def chat_data(shared) -> Path:
+    """Conversations about the functions of a few stdlib modules, as JSON Lines."""
+    files = sorted(corpora.python_stdlib())[:30]
+    return shared.get("sft-chat", lambda root: stdlib_chat(root / "chat.jsonl", files=files)) / "chat.jsonl"
+
+
+def fine_tune(make_config, base, data, *extra: str):
+    """The tests' small model fine-tuned from ``base`` on the chat ``data``."""
+    return make_config(
+        "--trainer.initialize_from.path", str(base),
+        "--data.sources", json.dumps({"chat": {"corpus": str(data), "format": "chat"}}),
+        "--data.seq_len", "255", "--model.max_seq_len", "256", "--data.eval_fraction", "0.1",
+        "--trainer.global_batch_size", "4", "--trainer.num_train_steps", "2",
+        "--trainer.checkpoint_every", "2",
+        *extra,
+    )  # fmt: skip
+
+
+def model_arrays(step_dir: Path) -> dict[str, bytes]:
+    manifest = inspect_checkpoint(step_dir)
+    return {r.name: read_array(step_dir, r).tobytes() for r in manifest.arrays if r.name.startswith("model.")}
+
+
+def state_arrays(model) -> dict[str, bytes]:
+    from meltemi.trainer.checkpoint.format import leaf_name
+
+    leaves = jax.tree_util.tree_flatten_with_path(model, is_leaf=lambda x: hasattr(x, "axes"))[0]
+    return {"model." + leaf_name(path): np.asarray(leaf.array).tobytes() for path, leaf in leaves}
+
+
+def test_a_fine_tuning_run_starts_from_the_bases_parameters_bit_for_bit_with_a_fresh_optimizer(
+    make_config, base, chat_data, tmp_path
+):
+    trainer = Trainer(fine_tune(make_config, base, chat_data), tmp_path / "sft", devices=jax.devices()[:1],
+                      progress=False)  # fmt: skip
+    start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
+    assert int(start.state.step) == 0 and start.initialized_from == str(base / "checkpoints" / "step-2")
+    assert state_arrays(start.state.model) == model_arrays(base / "checkpoints" / "step-2")
+    assert not np.asarray(start.state.opt_state[1].mu.embed_tokens.weight.array).any()
+    assert trainer.data.chat is not None and "rows of 256 tokens" in trainer.data.packing["chat"]
+    summary = trainer.run()
+    assert summary.steps == 2 and summary.first_eval_step == 0
+    manifest = inspect_checkpoint(tmp_path / "sft" / "checkpoints" / "step-2")
+    assert manifest.chat.template == trainer.data.chat.template and manifest.chat.added_tokens == ()
+    assert manifest.end_of_text.token == "<|eot_id|>"
+    assert manifest.end_of_text.stop_ids == (4, 0)  # the end of a turn, then the end of a text
+
+
+def test_a_hugging_face_export_of_the_base_starts_the_same_parameters(make_config, base, chat_data, tmp_path):
+    from meltemi.trainer.checkpoint.trained_model import load_model
+
+    trained = load_model(base)
+    hf = export_hf(trained.model, tmp_path / "hf", tokenizer=trained.tokenizer)
+    trainer = Trainer(fine_tune(make_config, hf, chat_data), tmp_path / "sft", devices=jax.devices()[:1],
+                      progress=False)  # fmt: skip
+    start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
+    assert start.initialized_from == str(hf)
+    assert state_arrays(start.state.model) == model_arrays(base / "checkpoints" / "step-2")
+
+
+@pytest.fixture
+def plain_base(make_config, shared) -> Path:
+    """A 2-step run whose tokenizer has no chat tokens (as a base pretrained before chat would have)."""
+    from meltemi.datastore import build_store
+
+    def build(root: Path) -> None:
+        files = sorted(corpora.python_stdlib(), key=lambda p: (Path(p).stat().st_size, p))[:60]
+        tokenizer = corpora.train_tokenizer(
+            files, 380, root / "plain.json", special_tokens=("<|endoftext|>",)
+        )
+        build_store(files, tokenizer, root / "store", progress=False)
+        config = make_config(
+            "--model.vocab_size", "380", "--data.tokenizer", tokenizer,
+            "--data.sources", json.dumps({"py": {"store": str(root / "store")}}),
+            "--trainer.num_train_steps", "2", "--trainer.checkpoint_every", "2",
+        )  # fmt: skip
+        train(config, root / "run")
+
+    return shared.get("sft-plain-base", build) / "run"
+
+
+def test_a_base_without_the_templates_tokens_gets_them_appended_each_row_the_mean_of_the_bases(
+    make_config, plain_base, chat_data, tmp_path
+):
+    config = fine_tune(
+        make_config, plain_base, chat_data, "--model.vocab_size", "380", "--data.tokenizer", "null"
+    )
+    trainer = Trainer(config, tmp_path / "sft", devices=jax.devices()[:1], progress=False)
+    assert trainer.config.model.vocab_size == 384  # four tokens appended: <|begin_of_text|> ... <|eot_id|>
+    start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
+    assert start.added_tokens == (
+        "<|begin_of_text|>",
+        "<|start_header_id|>",
+        "<|end_header_id|>",
+        "<|eot_id|>",
+    )
+    base = model_arrays(plain_base / "checkpoints" / "step-2")
+    for name, table in (
+        ("embed_tokens", start.state.model.embed_tokens),
+        ("lm_head", start.state.model.lm_head),
+    ):
+        grown = np.asarray(table.weight.array)
+        old = np.frombuffer(base[f"model.{name}.weight"], np.float32).reshape(380, -1)
+        assert grown[:380].tobytes() == old.tobytes()
+        np.testing.assert_allclose(grown[380:], np.repeat(old.mean(0, keepdims=True), 4, 0), atol=1e-8)
+    trainer.run()
+    manifest = inspect_checkpoint(tmp_path / "sft" / "checkpoints" / "step-2")
+    assert manifest.chat.added_tokens == start.added_tokens
+    assert manifest.end_of_text.token == "<|eot_id|>" and manifest.end_of_text.id == 383
+
+
+def bad_chat(tmp_path: Path, line: str) -> Path:
+    path = tmp_path / "bad.jsonl"
+    good = json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})
+    path.write_text(f"{good}\n{line}\n{good}\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("{oops", r"bad.jsonl, line 2: not valid JSON"),
+        ('{"text": "hello"}', r"bad.jsonl, line 2: no 'messages' field"),
+        ('{"messages": [{"role": "bot", "content": "hi"}]}', r"bad.jsonl, line 2: message 1 has role 'bot'"),
+        (
+            '{"messages": [{"role": "user", "content": "hi"}]}',
+            r"bad.jsonl, line 2: no assistant token to train on",
+        ),
+    ],
+)
+def test_a_bad_conversation_is_one_line_naming_its_file_and_line_before_any_training(
+    make_config, base, tmp_path, line, error
+):
+    config = fine_tune(
+        make_config, base, bad_chat(tmp_path, line), "--data.cache_dir", str(tmp_path / "cache")
+    )
+    with pytest.raises(DatastoreError, match=error) as caught:
+        train(config, tmp_path / "sft")
+    assert "\n" not in str(caught.value).split(". ")[0]
+    assert not (tmp_path / "sft").exists()
+
+
+def test_a_template_without_generation_blocks_is_refused_when_training_on_the_assistant_only(
+    make_config, base, chat_data, tmp_path
+):
+    plain = tmp_path / "plain.jinja"
+    plain.write_text("{% for m in messages %}{{ m['content'] }}<|eot_id|>{% endfor %}")
+    config = fine_tune(make_config, base, chat_data, "--data.chat.template", str(plain))
+    with pytest.raises(ConfigError, match=r"^data.chat.template: chat template .*plain.jinja: it has no"):
+        train(config, tmp_path / "sft")
+    assert not (tmp_path / "sft").exists()
+
+
+def test_a_base_that_is_neither_a_run_a_checkpoint_nor_a_hugging_face_directory_is_named(
+    make_config, chat_data, tmp_path
+):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("not a model")
+    with pytest.raises(
+        CheckpointError, match=r"notes is neither a run .*, a step-N checkpoint nor a Hugging Face"
+    ):
+        train(fine_tune(make_config, tmp_path / "notes", chat_data), tmp_path / "sft")
+    assert not (tmp_path / "sft").exists()
+
+
+def test_a_base_of_another_shape_than_the_config_is_named_by_field(make_config, base, chat_data, tmp_path):
+    config = fine_tune(make_config, base, chat_data, "--model.hidden_dim", "64")
+    with pytest.raises(ConfigError, match=r"^model.hidden_dim: the base .*step-2 has 32, the config 64"):
+        train(config, tmp_path / "sft")
+    assert not (tmp_path / "sft").exists()
+
+
+def test_a_resumed_fine_tuning_run_needs_only_its_own_directory(make_config, base, chat_data, tmp_path):
+    """Once a run has checkpoints, its base is not read again: a base moved away does not stop a resume."""
+    moved = tmp_path / "base"
+    shutil.copytree(base, moved)
+    config = fine_tune(make_config, moved, chat_data, "--trainer.num_train_steps", "4")
+    first = train(fine_tune(make_config, moved, chat_data), tmp_path / "sft")
+    assert first.steps == 2
+    shutil.rmtree(moved)
+    resumed = train(config, tmp_path / "sft")
+    assert resumed.steps == 4 and resumed.resumed_from is not None
+
+
+def test_the_fine_tuning_flags_belong_to_apps_sft(make_config):
+    from meltemi.trainer.command import parse_command
+
+    with pytest.raises(
+        TrainerError, match=r"--base: a flag of apps/sft.py; here, set --trainer.initialize_from"
+    ):
+        parse_command(["--base", "runs/tiny"])
+    command = parse_command(["--base", "runs/tiny", "--data", "a.jsonl,b/"], fine_tuning=True)
+    assert command.overrides[:2] == ("--trainer.initialize_from.path", "runs/tiny")
+    assert json.loads(command.overrides[3]) == {"a": {"corpus": "a.jsonl", "format": "chat"},
+                                                  "b": {"corpus": "b/", "format": "chat"}}  # fmt: skip
