@@ -2,6 +2,8 @@
 
     uv run apps/evaluate.py --checkpoint runs/tiny --tasks stdlib_next_line,stdlib_return [--limit 100]
                             [--out results.json] [--batch-size 16]
+    uv run apps/evaluate.py --checkpoint runs/tiny_sft --tasks TASKS --apply-chat-template
+                            [--system-instruction TEXT] [--fewshot-as-multiturn]
 
 ``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory. ``--tasks`` takes
 the harness's task, group or tag names and paths of task YAML files, comma-separated; ``meltemi_stdlib`` is
@@ -34,6 +36,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=int, default=8, help="rows scored per compiled call")
     parser.add_argument("--max-length", type=int, default=None, help="tokens per row (default: the model's)")
     parser.add_argument("--bootstrap-iters", type=int, default=1000, help="resamples for standard errors")
+    parser.add_argument(
+        "--apply-chat-template",
+        action="store_true",
+        help="render each prompt with the model's chat template (a model fine-tuned by apps/sft.py)",
+    )
+    parser.add_argument("--system-instruction", default=None, help="a system message before each prompt")
+    parser.add_argument(
+        "--fewshot-as-multiturn", action="store_true", help="few-shot examples as turns of the conversation"
+    )
     args = parser.parse_args(argv)
     specs = [spec.strip() for spec in args.tasks.split(",") if spec.strip()]
 
@@ -58,7 +69,16 @@ def main(argv: list[str]) -> int:
             out = Directory(check_writable(where or "."))
         tasks = PreparedTasks.of(specs)
         lm = harness_model.MeltemiLM(args.checkpoint, batch_size=args.batch_size, max_length=args.max_length)
-        results = tasks.run(lm, limit=args.limit, bootstrap_iters=args.bootstrap_iters)
+        if args.apply_chat_template:
+            lm.chat_template(True)  # a model without a template is refused before any task runs
+        results = tasks.run(
+            lm,
+            limit=args.limit,
+            bootstrap_iters=args.bootstrap_iters,
+            apply_chat_template=args.apply_chat_template,
+            system_instruction=args.system_instruction,
+            fewshot_as_multiturn=args.fewshot_as_multiturn,
+        )
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -63,6 +63,8 @@ def main(argv: list[str]) -> int:
                 tokenizer=trained.tokenizer,
                 dtype=args.dtype,
                 eos_token=trained.end_of_text.token,
+                stop_ids=trained.end_of_text.stop_ids,
+                chat=trained.chat,
             )
 
         if target.is_local:

@@ -87,7 +87,9 @@ def _full_logits(model: Llama, tokens: jax.Array, pad: jax.Array, index) -> jax.
     """The training forward pass over the whole buffer; the logits at ``index`` (batch, vocab)."""
     slots = jnp.arange(tokens.shape[1])
     segments = (slots[None, :] >= pad[:, None]).astype(jnp.int32)
-    logits = model.logits(_named_ids(tokens), _named_ids(segments)).rearrange(("batch", "position", "vocab"))
+    positions = jnp.maximum(slots[None, :] - pad[:, None], 0)  # as the cache counts them: from the prompt
+    named = model.logits(_named_ids(tokens), _named_ids(segments), _named_ids(positions))
+    logits = named.rearrange(("batch", "position", "vocab"))
     return jax.lax.dynamic_index_in_dim(logits.array, index, axis=1, keepdims=False)
 
 
@@ -107,9 +109,11 @@ def _prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) 
 
 
 @eqx.filter_jit(donate="all-except-first")
-def _decode_chunk(model: Llama, loop: _Loop, settings: SamplingConfig, eos: int | None, chunk: int) -> _Loop:
+def _decode_chunk(
+    model: Llama, loop: _Loop, settings: SamplingConfig, eos: tuple[int, ...], chunk: int
+) -> _Loop:
     end = loop.tokens.shape[1]
-    filler = 0 if eos is None else eos
+    filler = eos[0] if eos else 0
     pad = loop.pad
     pad_named = hax.named(pad, ("batch",))
 
@@ -122,7 +126,7 @@ def _decode_chunk(model: Llama, loop: _Loop, settings: SamplingConfig, eos: int 
         chosen = next_tokens(s.logits, jax.random.fold_in(jax.random.key(settings.seed), s.t), settings)
         chosen = jnp.where(s.done, filler, chosen)
         tokens = jax.lax.dynamic_update_index_in_dim(s.tokens, chosen, s.t, axis=1)
-        done = s.done if eos is None else s.done | (chosen == eos)
+        done = s.done | jnp.isin(chosen, jnp.asarray(eos, jnp.int32)) if eos else s.done
         if s.cache is not None:
             logits, cache = forward_cached(model, _named_ids(chosen[:, None]), s.t, pad_named, s.cache)
             logits = logits.rearrange(("batch", "vocab")).array
@@ -171,10 +175,13 @@ def _stop_index(tokens: list[int], tokenizer: Tokenizer, stops: Sequence[str]) -
     return len(tokens)
 
 
-def _completion(row: list[int], eos, tokenizer: Tokenizer | None, stops: Sequence[str]) -> Completion:
+def _completion(
+    row: list[int], eos: tuple[int, ...], tokenizer: Tokenizer | None, stops: Sequence[str]
+) -> Completion:
     reason = "length"
-    if eos is not None and eos in row:
-        row, reason = row[: row.index(eos) + 1], "eos"
+    ended = next((i for i, token in enumerate(row) if token in eos), None)
+    if ended is not None:
+        row, reason = row[: ended + 1], "eos"
     if tokenizer is None:
         return Completion(tuple(row), None, reason)
     body = row[:-1] if reason == "eos" else row
@@ -193,7 +200,7 @@ def generate(
     settings: SamplingConfig | None = None,
     *,
     tokenizer: Tokenizer | str | Path | None = None,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
     plan: MeshPlan | None = None,
     chunk: int = 32,
     use_cache: bool = True,
@@ -202,11 +209,12 @@ def generate(
 ) -> Generation:
     """Continue each prompt (text, with ``tokenizer``; or token ids) by up to ``settings.max_new_tokens``.
 
-    A row stops at ``eos_token_id`` (kept as its last token) or, with a tokenizer, once its text holds one
-    of ``settings.stop_strings``. ``chunk`` is how many tokens the compiled loop adds between the host's
-    checks. Prompts are left-padded to a multiple of ``prompt_multiple`` tokens (as far as the model's
-    context allows) and the batch to at least ``min_rows`` rows, so that calls with other prompts reuse the
-    same compiled programs; padding changes no token a row draws.
+    A row stops at ``eos_token_id`` (an id, or several: a chat model's end of turn and end of text; kept as
+    its last token) or, with a tokenizer, once its text holds one of ``settings.stop_strings``. ``chunk`` is
+    how many tokens the compiled loop adds between the host's checks. Prompts are left-padded to a multiple
+    of ``prompt_multiple`` tokens (as far as the model's context allows) and the batch to at least
+    ``min_rows`` rows, so that calls with other prompts reuse the same compiled programs; padding changes no
+    token a row draws.
     """
     settings = settings or SamplingConfig()
     tokenizer = _tokenizer(tokenizer)
@@ -235,12 +243,13 @@ def generate(
         pad[i] = prompt_len - len(prompt)
     done = np.arange(rows) >= len(ids)  # rows added to fill the data-parallel devices start finished
 
+    eos = _stop_ids(eos_token_id)
     start = time.perf_counter()
     with placed(plan):
         arrays = (jnp.asarray(tokens), jnp.asarray(pad), jnp.asarray(done))
         loop = _prefill(model, *arrays, prompt_len, use_cache)
         while True:
-            loop = _decode_chunk(model, loop, settings, eos_token_id, chunk)
+            loop = _decode_chunk(model, loop, settings, eos, chunk)
             t, done = int(loop.t), np.asarray(loop.done)
             if settings.stop_strings:
                 new = np.asarray(loop.tokens)[:, prompt_len:t]
@@ -251,8 +260,17 @@ def generate(
         new = np.asarray(loop.tokens)[: len(ids), prompt_len:t]
     seconds = time.perf_counter() - start
     stops = settings.stop_strings
-    completions = tuple(_completion(row.tolist(), eos_token_id, tokenizer, stops) for row in new)
+    completions = tuple(_completion(row.tolist(), eos, tokenizer, stops) for row in new)
     return Generation(completions, seconds)
+
+
+def _stop_ids(eos_token_id: int | Sequence[int] | None) -> tuple[int, ...]:
+    """The ids a row stops at, as the compiled loop takes them (a static, hashable tuple)."""
+    if eos_token_id is None:
+        return ()
+    if isinstance(eos_token_id, int | np.integer):
+        return (int(eos_token_id),)
+    return tuple(dict.fromkeys(int(i) for i in eos_token_id))
 
 
 def _mark_stops(new: np.ndarray, done: np.ndarray, tokenizer: Tokenizer, stops: Sequence[str]) -> np.ndarray:
@@ -276,6 +294,10 @@ def sample_checkpoint(
     if trained.tokenizer is None:
         raise GenerationError(f"{trained.checkpoint}: its run has no tokenizer to turn text into tokens")
     result = generate(
-        trained.model, prompts, settings, tokenizer=trained.tokenizer, eos_token_id=trained.end_of_text.id
+        trained.model,
+        prompts,
+        settings,
+        tokenizer=trained.tokenizer,
+        eos_token_id=trained.end_of_text.stop_ids,
     )
     return result, trained.checkpoint

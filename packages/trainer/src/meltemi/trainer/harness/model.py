@@ -7,7 +7,10 @@ through ``TokenScorer`` (a few compiled shapes, rows split over the mesh); ``gen
 ``meltemi.trainer.generate.generation`` (a KV cache; greedy unless the task samples).
 
 From the command line: ``lm_eval --model meltemi --model_args checkpoint=runs/tiny,batch_size=16`` after
-``import meltemi.trainer.harness.model`` (``apps/evaluate.py`` does both).
+``import meltemi.trainer.harness.model`` (``apps/evaluate.py`` does both). A chat model (a checkpoint that
+records a chat template) supports ``--apply_chat_template``: prompts are rendered by its template as the
+``hf`` model renders them with the export's, generation stops at the end of the assistant's turn, and an
+empty context starts from the template's beginning-of-text token, as ``hf`` starts it.
 
 >>> import jax, tempfile
 >>> from meltemi.datastore import corpora
@@ -26,6 +29,7 @@ From the command line: ``lm_eval --model meltemi --model_args checkpoint=runs/ti
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +40,7 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tokenizers import Tokenizer
 
+from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import end_of_text
 from meltemi.trainer.generate.generation import generate
 from meltemi.trainer.generate.sampling import SamplingConfig
@@ -80,6 +85,7 @@ class MeltemiLM(TemplateLM):
         *,
         model: Llama | None = None,
         tokenizer: Tokenizer | str | os.PathLike | None = None,
+        chat: ChatRecord | None = None,
         plan: MeshPlan | None = None,
         compute_dtype: str | None = None,
         batch_size: int | str = 8,
@@ -91,15 +97,20 @@ class MeltemiLM(TemplateLM):
         if (checkpoint is None) == (model is None):
             raise EvalError("give the harness model either checkpoint= or model=, not both")
         if checkpoint is not None:
-            model, tokenizer, compute_dtype, plan, eot = self._from_checkpoint(checkpoint)
+            model, tokenizer, compute_dtype, plan, ending, chat = self._from_checkpoint(checkpoint)
         else:
             if not isinstance(tokenizer, Tokenizer):
                 tokenizer = read_tokenizer(tokenizer, "the model given")
-            eot = end_of_text(tokenizer).id
+            ending = end_of_text(
+                tokenizer, end_of_turn=None if chat is None else chat.special_tokens.get("eos_token")
+            )
         self.tokenizer_ = tokenizer
-        if eot is None:
+        if ending.id is None:
             raise NoTokenizerError("the tokenizer has no end-of-text token to start an empty context with")
-        self._eot = eot
+        self._eot, self._stops, self.chat = ending.id, ending.stop_ids, chat
+        self.template = None if chat is None else chat.chat_template()
+        bos = None if chat is None else chat.special_tokens.get("bos_token")
+        self._prefix = self._eot if bos is None else tokenizer.token_to_id(bos)
         self.model, self.plan = model, plan
         self.max_gen_toks = int(max_gen_toks)
         if str(batch_size).startswith("auto"):
@@ -122,13 +133,54 @@ class MeltemiLM(TemplateLM):
         tokenizer = read_tokenizer(trained.tokenizer, str(trained.checkpoint))
         plan = data_parallel_plan()
         dtype = trained.config.trainer.compute_dtype
-        return place_model(trained.model, plan), tokenizer, dtype, plan, trained.end_of_text.id
+        placed = place_model(trained.model, plan)
+        return placed, tokenizer, dtype, plan, trained.end_of_text, trained.chat
 
     # ---- what TemplateLM asks of a model -------------------------------------------------------------------
 
     @property
     def eot_token_id(self) -> int:
         return self._eot
+
+    @property
+    def prefix_token_id(self) -> int:
+        """What an empty context starts from: a chat template's beginning-of-text token, else the end of
+        text (as the ``hf`` model chooses for the export)."""
+        return self._prefix
+
+    @property
+    def tokenizer_name(self) -> str:
+        """Names the tokenizer and template for the harness's request caches."""
+        digest = hashlib.sha256(self.tokenizer_.to_str().encode())
+        digest.update(b"" if self.template is None else self.template.text.encode())
+        return f"meltemi-{digest.hexdigest()[:16]}"
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        """The model's chat template when asked for (``--apply_chat_template``); a chat template for a model
+        that has none is an ``EvalError``."""
+        if chat_template is False or chat_template is None:
+            return None
+        if self.template is None:
+            raise EvalError(
+                "--apply_chat_template: this model has no chat template (it was not fine-tuned for chat: "
+                "apps/sft.py)"
+            )
+        return self.template.text
+
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        """``chat_history`` rendered by the model's template: with the assistant's turn begun, or, with
+        ``add_generation_prompt`` off, its last (assistant) message left open to be continued."""
+        if self.template is None:
+            self.chat_template(True)
+        rendered = self.template.render(
+            chat_history,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=not add_generation_prompt,
+            **self.template.special_tokens,
+        )
+        return rendered.text
 
     @property
     def max_length(self) -> int:
@@ -197,7 +249,7 @@ class MeltemiLM(TemplateLM):
                     [prompts[i] for i in chunk],
                     settings,
                     tokenizer=self.tokenizer_,
-                    eos_token_id=self._eot,
+                    eos_token_id=self._stops,
                     plan=self.plan,
                     prompt_multiple=PROMPT_MULTIPLE,
                     min_rows=self.scorer.rows,

@@ -188,8 +188,13 @@ class PreparedTasks:
         bootstrap_iters: int = 1000,
         seed: int = 0,
         quiet: bool = False,
+        apply_chat_template: bool = False,
+        system_instruction: str | None = None,
+        fewshot_as_multiturn: bool = False,
     ) -> EvalResults:
-        """Evaluate ``lm`` on these tasks (see ``run_tasks``).
+        """Evaluate ``lm`` on these tasks (see ``run_tasks``); with ``apply_chat_template`` each prompt is
+        rendered by the model's chat template (after ``system_instruction``, few-shot examples as turns
+        with ``fewshot_as_multiturn``), as ``lm_eval --apply_chat_template`` does.
 
         The harness's ``evaluate``, with the tasks prepared as its ``simple_evaluate`` prepares them (the
         seeds; zero-shot unless a task says otherwise; the few-shot seed) and the run's settings recorded
@@ -205,13 +210,25 @@ class PreparedTasks:
             if task.get_config("num_fewshot") is None:
                 task.set_config(key="num_fewshot", value=0)
             task.set_fewshot_seed(seed=seed)
+        chat = {
+            "apply_chat_template": apply_chat_template,
+            "system_instruction": system_instruction,
+            "fewshot_as_multiturn": fewshot_as_multiturn,
+        }
         results = dict(
-            evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=bootstrap_iters, log_samples=False)
+            evaluate(
+                lm=lm,
+                task_dict=loaded,
+                limit=limit,
+                bootstrap_iters=bootstrap_iters,
+                log_samples=False,
+                **chat,
+            )
         )
         info = lm.get_model_info() if hasattr(lm, "get_model_info") else {}
         results["config"] = {"model": type(lm).__name__, **info, "limit": limit,
                              "bootstrap_iters": bootstrap_iters, "random_seed": seed, "numpy_seed": seed,
-                             "fewshot_seed": seed}  # fmt: skip
+                             "fewshot_seed": seed, **chat}  # fmt: skip
         results["date"] = time.time()
         results["lm_eval_version"] = importlib.metadata.version("lm_eval")
         return EvalResults(results, flat_metrics(results))

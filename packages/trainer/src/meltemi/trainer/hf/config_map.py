@@ -44,7 +44,11 @@ class HfFormatError(TrainerError):
 
 
 def hf_config(
-    config: ModelConfig, *, dtype: str, bos_token_id: int | None = None, eos_token_id: int | None = None
+    config: ModelConfig,
+    *,
+    dtype: str,
+    bos_token_id: int | None = None,
+    eos_token_id: int | list[int] | None = None,
 ) -> dict[str, Any]:
     """``config.json``'s fields for ``config``: LlamaConfig's names (rope scaling in its Llama 3 form)."""
     scaling = config.rope_scaling

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
+from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.hf.config_map import HfFormatError, hf_config
 from meltemi.trainer.hf.layout import hf_tensors, our_tensor, parameter_names
 from meltemi.trainer.hf.safetensors_files import TensorPlan, write_safetensors
@@ -36,6 +38,8 @@ def export_hf(
     tokenizer: str | Path | None = None,
     dtype: str = "float32",
     eos_token: str | None = None,
+    stop_ids: Sequence[int] = (),
+    chat: ChatRecord | None = None,
     max_shard_bytes: int = 5 * 2**30,
 ) -> Path:
     """Write ``model`` as a Hugging Face Llama directory ``out_dir`` (which must not exist, or be empty).
@@ -44,7 +48,9 @@ def export_hf(
     ``max_shard_bytes`` with ``model.safetensors.index.json``) in ``dtype`` (float32 or bfloat16); with a
     ``tokenizer`` (its ``tokenizer.json``) also the tokenizer files, the end-of-text token being
     ``eos_token`` (a checkpoint's record of it) or else the run's rule (``run_tokenizer.end_of_text``).
-    Returns ``out_dir``.
+    ``stop_ids`` are every id generation stops at (a chat model's end of turn and end of text: all of them
+    go into ``generation_config.json``'s ``eos_token_id``); ``chat`` (a chat run's record) puts its chat
+    template into ``tokenizer_config.json``. Returns ``out_dir``.
     """
     out_dir = Path(out_dir)
     if dtype not in DTYPES:
@@ -55,7 +61,7 @@ def export_hf(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        _write_staging(model, staging, tokenizer, dtype, eos_token, max_shard_bytes)
+        _write_staging(model, staging, tokenizer, dtype, eos_token, tuple(stop_ids), chat, max_shard_bytes)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -66,17 +72,29 @@ def export_hf(
 
 
 def _write_staging(
-    model: Llama, staging: Path, tokenizer, dtype: str, eos_token, max_shard_bytes: int
+    model: Llama,
+    staging: Path,
+    tokenizer,
+    dtype: str,
+    eos_token,
+    stop_ids: tuple[int, ...],
+    chat: ChatRecord | None,
+    max_shard_bytes: int,
 ) -> None:
     config = model.config
     special = SpecialTokens(None, None)
     if tokenizer is not None:
         special = write_tokenizer_files(
-            tokenizer, staging, model_max_length=config.max_seq_len, eos_token=eos_token
+            tokenizer, staging, model_max_length=config.max_seq_len, eos_token=eos_token, chat=chat
         )
-    fields = hf_config(config, dtype=dtype, eos_token_id=special.eos_token_id)
+    first = [] if special.eos_token_id is None else [special.eos_token_id]
+    stops = list(dict.fromkeys(first + list(stop_ids)))
+    eos = stops if len(stops) > 1 else special.eos_token_id  # one id as a number, as exports have always had
+    fields = hf_config(config, dtype=dtype, bos_token_id=special.bos_token_id, eos_token_id=eos)
     _write_json(staging / "config.json", fields)
-    generation = {"eos_token_id": special.eos_token_id, "do_sample": False}
+    generation = {"eos_token_id": eos, "do_sample": False}
+    if special.bos_token_id is not None:
+        generation["bos_token_id"] = special.bos_token_id
     _write_json(staging / "generation_config.json", generation)
     _write_weights(model, staging, dtype, max_shard_bytes)
 

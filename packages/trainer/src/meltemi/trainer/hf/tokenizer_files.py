@@ -1,5 +1,7 @@
 """The tokenizer files of a Hugging Face directory: ``tokenizer.json`` as trained, and the two small files
-that tell ``AutoTokenizer`` which of its special tokens ends a document.
+that tell ``AutoTokenizer`` which of its special tokens ends a document and, for a chat model, its chat
+template (``chat_template`` in ``tokenizer_config.json``, with the special tokens it renders, such as
+``bos_token``); a chat model's ``eos_token`` is its end-of-turn token, where a reply stops.
 
 >>> import tempfile
 >>> from meltemi.datastore import corpora
@@ -20,16 +22,20 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import end_of_text
 from meltemi.trainer.hf.config_map import HfFormatError
 
 
 @dataclasses.dataclass(frozen=True)
 class SpecialTokens:
-    """The end-of-text token (and its id) a checkpoint's generation stops at; None when there is none."""
+    """The end-of-text token (and its id) a checkpoint's generation stops at (None when there is none), and
+    the beginning-of-text token a chat template starts with (None when it names none)."""
 
     eos_token: str | None
     eos_token_id: int | None
+    bos_token: str | None = None
+    bos_token_id: int | None = None
 
 
 def special_tokens(tokenizer_path: Path, eos_token: str | None = None) -> SpecialTokens:
@@ -48,17 +54,25 @@ def special_tokens(tokenizer_path: Path, eos_token: str | None = None) -> Specia
 
 
 def write_tokenizer_files(
-    tokenizer_path: str | Path, out_dir: Path, *, model_max_length: int, eos_token: str | None = None
+    tokenizer_path: str | Path,
+    out_dir: Path,
+    *,
+    model_max_length: int,
+    eos_token: str | None = None,
+    chat: ChatRecord | None = None,
 ) -> SpecialTokens:
     """Copy ``tokenizer.json`` into ``out_dir`` with ``tokenizer_config.json`` and
-    ``special_tokens_map.json``; return the end-of-text token they name."""
+    ``special_tokens_map.json``; return the end-of-text token they name. With ``chat`` (a chat run's
+    record), ``tokenizer_config.json`` also holds its ``chat_template`` and the special tokens the template
+    renders (``bos_token``; ``eos_token`` is ``eos_token``, the end of a turn)."""
     tokenizer_path = Path(tokenizer_path)
     if not tokenizer_path.is_file():
         raise HfFormatError(f"{tokenizer_path}: no such tokenizer file")
     special = special_tokens(tokenizer_path, eos_token)
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(tokenizer_path, out_dir / "tokenizer.json")
-    tokens = {} if special.eos_token is None else {"eos_token": special.eos_token}
+    tokens = {} if chat is None else {k: v for k, v in chat.special_tokens.items() if k != "eos_token"}
+    tokens |= {} if special.eos_token is None else {"eos_token": special.eos_token}
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": model_max_length,
@@ -66,7 +80,10 @@ def write_tokenizer_files(
         "add_bos_token": False,
         "add_eos_token": False,
         **tokens,
+        **({} if chat is None else {"chat_template": chat.template}),
     }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     (out_dir / "special_tokens_map.json").write_text(json.dumps(tokens, indent=2) + "\n")
-    return special
+    bos = tokens.get("bos_token")
+    bos_id = None if bos is None else Tokenizer.from_file(str(tokenizer_path)).token_to_id(bos)
+    return dataclasses.replace(special, bos_token=bos, bos_token_id=bos_id)

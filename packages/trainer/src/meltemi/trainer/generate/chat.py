@@ -1,0 +1,127 @@
+"""A chat model's reply: the conversation rendered by the run's chat template with the assistant's header
+appended (``add_generation_prompt``), tokenized once as the template wrote it (no token added), and
+continued until the end of the turn (or of the text) or ``max_new_tokens``.
+
+The prompt's tokens are what ``transformers``' ``apply_chat_template(..., add_generation_prompt=True)``
+gives on the exported tokenizer, so a reply here and a reply of the export loaded in transformers begin
+from the same ids.
+
+>>> import jax
+>>> from meltemi.datastore.chat_template import ChatTemplate
+>>> from meltemi.trainer.config import ModelConfig
+>>> from meltemi.trainer.model.llama import Llama
+>>> from tokenizers import Tokenizer, models
+>>> tokenizer = Tokenizer(models.WordLevel({"hi": 0, "<unk>": 1}, unk_token="<unk>"))
+>>> _ = tokenizer.add_special_tokens(["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+...                                   "<|eot_id|>"])
+>>> template = ChatTemplate.llama3()
+>>> len(chat_prompt_ids(template, tokenizer, [{"role": "user", "content": "hi"}])) > 4
+True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from tokenizers import Tokenizer
+
+from meltemi.trainer.generate.generation import Completion, GenerationError, generate
+from meltemi.trainer.generate.sampling import SamplingConfig
+from meltemi.trainer.model.llama import Llama
+from meltemi.trainer.step.mesh import MeshPlan
+
+Message = dict[str, str]
+
+
+def conversation(message: str, system: str | None = None, history: Sequence[Message] = ()) -> list[Message]:
+    """The messages of a chat so far and the user's new ``message``, after an optional ``system`` one.
+
+    >>> conversation("hi", system="be brief")
+    [{'role': 'system', 'content': 'be brief'}, {'role': 'user', 'content': 'hi'}]
+    """
+    opening = [] if system is None else [{"role": "system", "content": system}]
+    return [*opening, *history, {"role": "user", "content": message}]
+
+
+def chat_prompt_ids(template, tokenizer: Tokenizer, messages: Sequence[Message]) -> list[int]:
+    """The ids of ``messages`` rendered by ``template`` with the assistant's turn begun."""
+    rendered = template.render(list(messages), add_generation_prompt=True, **template.special_tokens)
+    return tokenizer.encode(rendered.text, add_special_tokens=False).ids
+
+
+def reply(
+    model: Llama,
+    tokenizer: Tokenizer,
+    template,
+    messages: Sequence[Message],
+    settings: SamplingConfig,
+    stop_ids: Sequence[int],
+    *,
+    plan: MeshPlan | None = None,
+) -> Completion:
+    """The assistant's reply to ``messages``: its tokens (the end-of-turn token last when it stopped there)
+    and its text without it."""
+    ids = chat_prompt_ids(template, tokenizer, messages)
+    room = model.config.max_seq_len - settings.max_new_tokens
+    if len(ids) > room:
+        raise GenerationError(
+            f"the conversation is {len(ids)} tokens; with max_new_tokens {settings.max_new_tokens} "
+            "it exceeds "
+            f"model.max_seq_len ({model.config.max_seq_len}): shorten it or ask for fewer new tokens"
+        )
+    result = generate(model, [ids], settings, tokenizer=tokenizer, eos_token_id=tuple(stop_ids), plan=plan)
+    return result.completions[0]
+
+
+class ChatSession:
+    """A conversation with a trained chat model: each ``say`` adds the user's message, renders the whole
+    conversation, and adds and returns the assistant's reply (``last`` keeps its tokens and why it
+    stopped)."""
+
+    def __init__(
+        self,
+        model: Llama,
+        tokenizer: Tokenizer,
+        template,
+        stop_ids: Sequence[int],
+        settings: SamplingConfig,
+        *,
+        system: str | None = None,
+    ):
+        self.model, self.tokenizer, self.template = model, tokenizer, template
+        self.stop_ids, self.settings, self.system = tuple(stop_ids), settings, system
+        self.history: list[Message] = []
+        self.last: Completion | None = None
+
+    @classmethod
+    def of_checkpoint(
+        cls, location: str | os.PathLike, settings: SamplingConfig, *, system: str | None = None, warn=None
+    ) -> ChatSession:
+        """A session with a run directory's latest good checkpoint (or a ``step-N`` directory), rendered
+        with the chat template the checkpoint records; a ``GenerationError`` when it records none."""
+        from meltemi.trainer.checkpoint.trained_model import load_model
+        from meltemi.trainer.step import compile_cache
+
+        trained = load_model(location, **({"warn": warn} if warn else {}))
+        compile_cache.enable_for(trained.config.trainer)
+        if trained.chat is None:
+            raise GenerationError(
+                f"{trained.checkpoint}: not a chat model (its checkpoint records no chat template); "
+                "fine-tune "
+                "it first: uv run apps/sft.py --base RUN"
+            )
+        if trained.tokenizer is None:
+            raise GenerationError(f"{trained.checkpoint}: its run has no tokenizer to turn text into tokens")
+        tokenizer = Tokenizer.from_file(str(trained.tokenizer))
+        template = trained.chat.chat_template(str(trained.checkpoint))
+        stops = trained.end_of_text.stop_ids
+        return cls(trained.model, tokenizer, template, stops, settings, system=system)
+
+    def say(self, message: str) -> str:
+        """The assistant's reply to ``message``, after everything said so far."""
+        messages = conversation(message, self.system, self.history)
+        self.last = reply(self.model, self.tokenizer, self.template, messages, self.settings, self.stop_ids)
+        text = self.last.text or ""
+        self.history += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
+        return text
