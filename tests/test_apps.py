@@ -151,7 +151,8 @@ def test_export_and_sample_read_the_run_directory(trained):
     again = app("sample.py", "--checkpoint", "runs/tiny", "--prompt", "import ", "--max-new-tokens", "12",
                 "--temperature", "0", cwd=cwd)  # fmt: skip
     assert first.returncode == 0, first.stderr
-    assert first.stdout == again.stdout and first.stdout.strip()  # only the continuation, the same both times
+    # only the continuation (a 6-step model's may be all whitespace), the same both times
+    assert first.stdout == again.stdout and len(first.stdout) > len("\n")
     assert "tokens/s" in first.stderr and "tokens/s" not in first.stdout
 
 
