@@ -17,9 +17,10 @@ SMALL = [
 
 
 def app(
-    name: str, *args: str, cwd: Path, devices: int = 1, timeout: int = 600
+    name: str, *args: str, cwd: Path, devices: int = 1, timeout: int = 600, stdin: str | None = None
 ) -> subprocess.CompletedProcess:
-    """``apps/<name> args`` run in ``cwd``, its output captured."""
+    """``apps/<name> args`` run in ``cwd`` (``stdin`` its input, else none), its output captured."""
     env = fake_devices_environ(devices)
     command = [sys.executable, str(ROOT / "apps" / name), *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    given = {} if stdin is None else {"input": stdin}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **given)

@@ -126,3 +126,37 @@ def test_a_tokenizer_in_a_bucket_is_read_through_the_seam(s3, tokenizer_path, st
     built = build_store(stdlib_files[:2], url, tmp_path / "s", progress=False)
     assert TokenStore.open(built.out, tokenizer=tokenizer_path).num_docs == built.documents
     assert os.path.basename(url) == TokenStore.open(built.out).manifest["tokenizer"]["name"]
+
+
+@pytest.mark.parametrize("server", ["s3", "gcs"])
+def test_inputs_in_a_bucket_are_read_through_the_storage_seam_to_the_local_builds_bytes(
+    request, server, tmp_path, stdlib_files, tokenizer_path, tree_bytes
+):
+    """A corpus in a bucket (an object, or every object under a prefix) is read with the seam's endpoint,
+    credentials and errors: text and chat builds give the stores the same inputs on disk give."""
+    from meltemi.datastore.stdlib_chat import stdlib_chat
+
+    fake = request.getfixturevalue(server)
+    bucket = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}"
+    chat = stdlib_chat(tmp_path / "chat.jsonl", files=stdlib_files[:15])
+    texts = [tmp_path / "texts" / name for name in ("a.py", "b.py")]
+    (tmp_path / "texts").mkdir()
+    for path, source in zip(texts, stdlib_files[:2], strict=True):
+        path.write_bytes(open(source, "rb").read())
+    corpus = Directory(f"{bucket}/corpus")
+    corpus.write_bytes("chat/part-0.jsonl", open(chat, "rb").read())
+    for path in texts:
+        corpus.write_bytes(f"texts/{path.name}", path.read_bytes())
+    options = {"unit_bytes": 5_000, "progress": False}
+    build_store(f"{bucket}/corpus/chat", tokenizer_path, tmp_path / "remote-chat", format="chat", **options)
+    build_store(chat, tokenizer_path, tmp_path / "local-chat", format="chat", **options)
+    remote, local = TokenStore.open(tmp_path / "remote-chat"), TokenStore.open(tmp_path / "local-chat")
+    assert remote.content_hash == local.content_hash and remote.num_docs > 100
+    build_store(f"{bucket}/corpus/texts/", tokenizer_path, tmp_path / "remote-text", **options)
+    build_store([str(p) for p in texts], tokenizer_path, tmp_path / "local-text", **options)
+    assert (
+        TokenStore.open(tmp_path / "remote-text").content_hash
+        == TokenStore.open(tmp_path / "local-text").content_hash
+    )
+    with pytest.raises(Exception, match=r"corpus/nothing'?: no such object, and no object under it"):
+        build_store(f"{bucket}/corpus/nothing", tokenizer_path, tmp_path / "none", **options)

@@ -43,4 +43,48 @@ def run_dir(tmp_path) -> Path:
     return tmp_path / "run"
 
 
+@pytest.fixture
+def base(make_config, shared) -> Path:
+    """A 2-step pretraining run of the tests' small model, the base fine-tuning tests start from (its
+    tokenizer has the chat template's tokens); built once per session."""
+    import jax
+
+    from meltemi.trainer.trainer import Trainer
+
+    config = make_config("--trainer.num_train_steps", "2", "--trainer.checkpoint_every", "2")
+
+    def build(root: Path) -> None:
+        Trainer(config, root / "run", devices=jax.devices()[:1], progress=False).run()
+
+    return shared.get("sft-base", build) / "run"
+
+
+@pytest.fixture
+def chat_data(shared) -> Path:
+    """Conversations about the functions of a few stdlib modules, as JSON Lines (built once per session)."""
+    from meltemi.datastore import corpora
+    from meltemi.datastore.stdlib_chat import stdlib_chat
+
+    files = sorted(corpora.python_stdlib())[:30]
+    return shared.get("sft-chat", lambda root: stdlib_chat(root / "chat.jsonl", files=files)) / "chat.jsonl"
+
+
+@pytest.fixture
+def sft_config(make_config, base, chat_data):
+    """The tests' small model fine-tuned from a base (``base`` by default) on chat data (``chat_data``)."""
+    import json
+
+    def make(*extra: str, base: Path = base, data: Path = chat_data):
+        return make_config(
+            "--trainer.initialize_from.path", str(base),
+            "--data.sources", json.dumps({"chat": {"corpus": str(data), "format": "chat"}}),
+            "--data.seq_len", "255", "--model.max_seq_len", "256", "--data.eval_fraction", "0.1",
+            "--trainer.global_batch_size", "4", "--trainer.num_train_steps", "2",
+            "--trainer.checkpoint_every", "2",
+            *extra,
+        )  # fmt: skip
+
+    return make
+
+
 from meltemi.datastore.testing import gcs, gcs_server, s3, s3_server  # noqa: E402, F401  (server fixtures)

@@ -180,3 +180,24 @@ def test_a_resume_reading_the_data_one_step_off_ends_elsewhere_and_verify_names_
     assert verify_run(tmp_path / "faithful").ok
     off = verify_run(tmp_path / "one-step-off").checkpoints[0]
     assert off.step == 6 and off.data == "differs", off.describe()
+
+
+def test_a_fine_tuning_run_killed_after_a_checkpoint_resumes_to_the_same_bits(sft_config, tmp_path):
+    """A fine-tuning run SIGKILLed mid-run resumes from its own checkpoint (not from its base again) and
+    ends bitwise equal to one never interrupted."""
+    config = sft_config("--trainer.num_train_steps", "8", "--trainer.checkpoint_every", "2",
+                        "--trainer.log_every", "1", "--data.cache_dir", str(tmp_path / "cache"))  # fmt: skip
+    config_path = tmp_path / "sft.yaml"
+    config_path.write_text(dump_config(config))
+    reference = launch(config_path, tmp_path / "reference")
+    assert reference.wait(timeout=300) == 0, reference.stderr.read()
+    run_dir = tmp_path / "killed"
+    process = launch(config_path, run_dir)
+    if wait_for(lambda: (run_dir / "checkpoints").exists() and committed_steps(run_dir), process):
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert sorted(committed_steps(run_dir))[-1] < 8
+    final = launch(config_path, run_dir)
+    assert final.wait(timeout=300) == 0, final.stderr.read()
+    assert "resuming from" in final.stderr.read()
+    assert step_files(run_dir, 8) == step_files(tmp_path / "reference", 8)

@@ -13,7 +13,6 @@ import pytest
 
 from meltemi.datastore import corpora
 from meltemi.datastore.errors import DatastoreError
-from meltemi.datastore.stdlib_chat import stdlib_chat
 from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
 from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.checkpoint.resume import starting_state
@@ -29,32 +28,6 @@ def train(config, run_dir):
     return Trainer(config, run_dir, devices=jax.devices()[:1], progress=False).run()
 
 
-@pytest.fixture
-def base(make_config, shared) -> Path:
-    """A 2-step pretraining run of the tests' small model (its tokenizer has the chat template's tokens)."""
-    config = make_config("--trainer.num_train_steps", "2", "--trainer.checkpoint_every", "2")
-    return shared.get("sft-base", lambda root: train(config, root / "run")) / "run"
-
-
-@pytest.fixture
-def chat_data(shared) -> Path:
-    """Conversations about the functions of a few stdlib modules, as JSON Lines."""
-    files = sorted(corpora.python_stdlib())[:30]
-    return shared.get("sft-chat", lambda root: stdlib_chat(root / "chat.jsonl", files=files)) / "chat.jsonl"
-
-
-def fine_tune(make_config, base, data, *extra: str):
-    """The tests' small model fine-tuned from ``base`` on the chat ``data``."""
-    return make_config(
-        "--trainer.initialize_from.path", str(base),
-        "--data.sources", json.dumps({"chat": {"corpus": str(data), "format": "chat"}}),
-        "--data.seq_len", "255", "--model.max_seq_len", "256", "--data.eval_fraction", "0.1",
-        "--trainer.global_batch_size", "4", "--trainer.num_train_steps", "2",
-        "--trainer.checkpoint_every", "2",
-        *extra,
-    )  # fmt: skip
-
-
 def model_arrays(step_dir: Path) -> dict[str, bytes]:
     manifest = inspect_checkpoint(step_dir)
     return {r.name: read_array(step_dir, r).tobytes() for r in manifest.arrays if r.name.startswith("model.")}
@@ -68,9 +41,9 @@ def state_arrays(model) -> dict[str, bytes]:
 
 
 def test_a_fine_tuning_run_starts_from_the_bases_parameters_bit_for_bit_with_a_fresh_optimizer(
-    make_config, base, chat_data, tmp_path
+    sft_config, base, tmp_path
 ):
-    trainer = Trainer(fine_tune(make_config, base, chat_data), tmp_path / "sft", devices=jax.devices()[:1],
+    trainer = Trainer(sft_config(), tmp_path / "sft", devices=jax.devices()[:1],
                       progress=False)  # fmt: skip
     start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
     assert int(start.state.step) == 0 and start.initialized_from == str(base / "checkpoints" / "step-2")
@@ -85,12 +58,12 @@ def test_a_fine_tuning_run_starts_from_the_bases_parameters_bit_for_bit_with_a_f
     assert manifest.end_of_text.stop_ids == (4, 0)  # the end of a turn, then the end of a text
 
 
-def test_a_hugging_face_export_of_the_base_starts_the_same_parameters(make_config, base, chat_data, tmp_path):
+def test_a_hugging_face_export_of_the_base_starts_the_same_parameters(sft_config, base, tmp_path):
     from meltemi.trainer.checkpoint.trained_model import load_model
 
     trained = load_model(base)
     hf = export_hf(trained.model, tmp_path / "hf", tokenizer=trained.tokenizer)
-    trainer = Trainer(fine_tune(make_config, hf, chat_data), tmp_path / "sft", devices=jax.devices()[:1],
+    trainer = Trainer(sft_config(base=hf), tmp_path / "sft", devices=jax.devices()[:1],
                       progress=False)  # fmt: skip
     start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
     assert start.initialized_from == str(hf)
@@ -119,11 +92,9 @@ def plain_base(make_config, shared) -> Path:
 
 
 def test_a_base_without_the_templates_tokens_gets_them_appended_each_row_the_mean_of_the_bases(
-    make_config, plain_base, chat_data, tmp_path
+    sft_config, plain_base, tmp_path
 ):
-    config = fine_tune(
-        make_config, plain_base, chat_data, "--model.vocab_size", "380", "--data.tokenizer", "null"
-    )
+    config = sft_config("--model.vocab_size", "380", "--data.tokenizer", "null", base=plain_base)
     trainer = Trainer(config, tmp_path / "sft", devices=jax.devices()[:1], progress=False)
     assert trainer.config.model.vocab_size == 384  # four tokens appended: <|begin_of_text|> ... <|eot_id|>
     start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
@@ -168,11 +139,9 @@ def bad_chat(tmp_path: Path, line: str) -> Path:
     ],
 )
 def test_a_bad_conversation_is_one_line_naming_its_file_and_line_before_any_training(
-    make_config, base, tmp_path, line, error
+    sft_config, tmp_path, line, error
 ):
-    config = fine_tune(
-        make_config, base, bad_chat(tmp_path, line), "--data.cache_dir", str(tmp_path / "cache")
-    )
+    config = sft_config("--data.cache_dir", str(tmp_path / "cache"), data=bad_chat(tmp_path, line))
     with pytest.raises(DatastoreError, match=error) as caught:
         train(config, tmp_path / "sft")
     assert "\n" not in str(caught.value).split(". ")[0]
@@ -180,41 +149,41 @@ def test_a_bad_conversation_is_one_line_naming_its_file_and_line_before_any_trai
 
 
 def test_a_template_without_generation_blocks_is_refused_when_training_on_the_assistant_only(
-    make_config, base, chat_data, tmp_path
+    sft_config, base, tmp_path
 ):
     plain = tmp_path / "plain.jinja"
     plain.write_text("{% for m in messages %}{{ m['content'] }}<|eot_id|>{% endfor %}")
-    config = fine_tune(make_config, base, chat_data, "--data.chat.template", str(plain))
+    config = sft_config("--data.chat.template", str(plain))
     with pytest.raises(ConfigError, match=r"^data.chat.template: chat template .*plain.jinja: it has no"):
         train(config, tmp_path / "sft")
     assert not (tmp_path / "sft").exists()
 
 
 def test_a_base_that_is_neither_a_run_a_checkpoint_nor_a_hugging_face_directory_is_named(
-    make_config, chat_data, tmp_path
+    sft_config, tmp_path
 ):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "readme.txt").write_text("not a model")
     with pytest.raises(
         CheckpointError, match=r"notes is neither a run .*, a step-N checkpoint nor a Hugging Face"
     ):
-        train(fine_tune(make_config, tmp_path / "notes", chat_data), tmp_path / "sft")
+        train(sft_config(base=tmp_path / "notes"), tmp_path / "sft")
     assert not (tmp_path / "sft").exists()
 
 
-def test_a_base_of_another_shape_than_the_config_is_named_by_field(make_config, base, chat_data, tmp_path):
-    config = fine_tune(make_config, base, chat_data, "--model.hidden_dim", "64")
+def test_a_base_of_another_shape_than_the_config_is_named_by_field(sft_config, base, tmp_path):
+    config = sft_config("--model.hidden_dim", "64")
     with pytest.raises(ConfigError, match=r"^model.hidden_dim: the base .*step-2 has 32, the config 64"):
         train(config, tmp_path / "sft")
     assert not (tmp_path / "sft").exists()
 
 
-def test_a_resumed_fine_tuning_run_needs_only_its_own_directory(make_config, base, chat_data, tmp_path):
+def test_a_resumed_fine_tuning_run_needs_only_its_own_directory(sft_config, base, tmp_path):
     """Once a run has checkpoints, its base is not read again: a base moved away does not stop a resume."""
     moved = tmp_path / "base"
     shutil.copytree(base, moved)
-    config = fine_tune(make_config, moved, chat_data, "--trainer.num_train_steps", "4")
-    first = train(fine_tune(make_config, moved, chat_data), tmp_path / "sft")
+    config = sft_config("--trainer.num_train_steps", "4", base=moved)
+    first = train(sft_config(base=moved), tmp_path / "sft")
     assert first.steps == 2
     shutil.rmtree(moved)
     resumed = train(config, tmp_path / "sft")

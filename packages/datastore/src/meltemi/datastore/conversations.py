@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
-
 from meltemi.datastore.errors import BadLineError, InputError
 from meltemi.datastore.sources import (
     _LONE_SURROGATE,
@@ -26,6 +24,7 @@ from meltemi.datastore.sources import (
     _decode,
     _Place,
     _without_surrogates,
+    open_input,
     read_jsonl,
 )
 
@@ -180,7 +179,7 @@ def _parquet_conversations(
     import pyarrow.parquet as pq
 
     source = piece.source
-    with fsspec.open(source.url, "rb") as f:
+    with open_input(source.url, whole=True) as f:
         try:
             table = pq.ParquetFile(f)
         except Exception as e:

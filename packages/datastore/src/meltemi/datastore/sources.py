@@ -9,6 +9,7 @@ order within a source, so a build never depends on how the files were listed.
 
 import gzip
 import hashlib
+import io
 import json
 import re
 import zlib
@@ -118,7 +119,32 @@ def resolve_inputs(inputs: Sequence[str]) -> list[str]:
     return sorted(found)
 
 
+_BUCKETS = ("gs", "s3", "memory")  # read through the storage seam (its credentials and errors), not fsspec
+
+
+def _in_bucket(url: str) -> bool:
+    return url.partition("://")[0].lower() in _BUCKETS if "://" in url else False
+
+
+def open_input(url: str, whole: bool = False):
+    """A binary file of the input `url`: an object in a bucket through the storage seam (read in ranged
+    requests, or `whole` into memory, for a reader that seeks from the end), anything else through fsspec."""
+    if not _in_bucket(url):
+        return fsspec.open(url, "rb")
+    from meltemi.datastore.storage import read_object
+    from meltemi.datastore.storage.inputs import open_object
+
+    if not whole:
+        return open_object(url)
+    data = read_object(url)
+    if data is None:
+        raise FileNotFoundError(url)
+    return io.BytesIO(data)
+
+
 def _resolve(item: str) -> list[str]:
+    if _in_bucket(item):
+        return _resolve_in_bucket(item)
     fs, path = fsspec.core.url_to_fs(item)
     if any(c in path for c in _GLOB_CHARS):
         matches = [p for p in fs.glob(path) if fs.isfile(p)]
@@ -135,6 +161,20 @@ def _resolve(item: str) -> list[str]:
     return [_url(fs, p) for p in matches]
 
 
+def _resolve_in_bucket(item: str) -> list[str]:
+    """The object a bucket URL names, or the objects under it as a prefix (a bucket has no globs)."""
+    from meltemi.datastore.storage.inputs import list_objects
+
+    if any(c in item.partition("://")[2] for c in _GLOB_CHARS):
+        raise InputError(
+            f"input {redact(item)!r}: a bucket URL cannot be a pattern; name an object or a prefix"
+        )
+    matches = list_objects(item)
+    if not matches:
+        raise InputError(f"input {redact(item)!r}: no such object, and no object under it")
+    return matches
+
+
 def _hidden(relative: str) -> bool:
     return any(part.startswith(".") for part in relative.split("/") if part)
 
@@ -148,7 +188,7 @@ def describe_source(url: str, split_bytes: int | None = None, block_bytes: int =
     splitting = split_bytes is not None and url.lower().endswith(".jsonl")
     next_cut = split_bytes if splitting else None
     try:
-        with fsspec.open(url, "rb") as f:
+        with open_input(url) as f:
             while block := f.read(block_bytes):
                 digest.update(block)
                 while next_cut is not None and next_cut < size + len(block):
@@ -302,7 +342,7 @@ def read_documents(piece: Piece, policy: ReadPolicy, notes: ReadNotes) -> Iterat
 
 
 def _text_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> Iterator[str]:
-    with fsspec.open(source.url, "rb") as f:
+    with open_input(source.url) as f:
         data = f.read()
     if not data.strip():
         notes.counts["empty_files"] += 1
@@ -348,7 +388,7 @@ def read_jsonl(
     `notes.counts` and named in `notes.skipped_lines`.
     """
     source = piece.source
-    with fsspec.open(source.url, "rb") as raw:
+    with open_input(source.url) as raw:
         f = gzip.open(raw, "rb") if source.kind == "jsonl.gz" else raw
         lines = f if piece.whole else _lines(f, piece)
         start = piece.start
@@ -397,7 +437,7 @@ def _parquet_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with fsspec.open(source.url, "rb") as f:
+    with open_input(source.url, whole=True) as f:
         try:
             table = pq.ParquetFile(f)
         except Exception as e:

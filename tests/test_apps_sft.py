@@ -1,0 +1,85 @@
+"""apps/sft.py after the newcomer's first run, as the README shows it: the default fine-tuning of runs/tiny
+on the standard library's chat corpus (generated offline on first use), its summary ending with the model's
+replies before and after, then apps/chat.py talking with the result and printing only the reply.
+
+The small model stands in for the default one (tests/app_runs.py's ``SMALL``), as in tests/test_apps.py.
+"""
+
+import re
+import shutil
+
+import pytest
+
+from tests.app_runs import SMALL, app
+
+pytestmark = pytest.mark.xdist_group("apps-sft")  # one fine-tuning run, read by every test here
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(first_run, tmp_path_factory):
+    """A copy of the first run's directory (its runs/tiny and its corpus), fine-tuned by the default
+    command for 4 steps."""
+    cwd = tmp_path_factory.mktemp("sft")
+    shutil.copytree(first_run.cwd / "runs", cwd / "runs")
+    first_run.link_corpus(cwd)
+    done = app("sft.py", *SMALL, "--data.seq_len", "255", "--trainer.num_train_steps", "4", cwd=cwd)
+    return cwd, done
+
+
+def test_the_default_fine_tuning_starts_from_runs_tiny_and_ends_with_its_replies_before_and_after(fine_tuned):
+    cwd, done = fine_tuned
+    assert done.returncode == 0, done.stderr
+    assert "writing the standard-library chat corpus" in done.stderr
+    assert "initialized from runs/tiny/checkpoints/step-4" in done.stderr
+    assert re.search(
+        r"stdlib_chat: [\d,]+ conversations in [\d,]+ rows of 256 tokens, [\d.]+% filled", done.stderr
+    )
+    start, end = map(
+        float,
+        re.search(r"held-out assistant loss: ([\d.]+) at step 0 -> ([\d.]+) at step 4", done.stdout).groups(),
+    )
+    assert end < start
+    assert "reply (greedy) to 'Describe this function." in done.stdout
+    assert re.search(r"^  before: ", done.stdout, flags=re.MULTILINE) and re.search(
+        r"^  after: ", done.stdout, flags=re.MULTILINE
+    )
+    assert (cwd / "runs" / "tiny_sft" / "checkpoints" / "step-4" / "COMMITTED").exists()
+    assert not re.search(r"^step \d+/4", done.stdout, flags=re.MULTILINE)  # progress goes to stderr
+
+
+def test_chat_prints_only_the_assistants_reply_and_reads_lines_without_a_message(fine_tuned):
+    cwd, _ = fine_tuned
+    first, second = "Describe this function: def f(): pass", "And this one: def g(x): return x"
+    once = app(
+        "chat.py", "--checkpoint", "runs/tiny_sft", "--message", first, "--max-new-tokens", "8", cwd=cwd
+    )
+    assert once.returncode == 0, once.stderr
+    assert once.stdout.count("\n") >= 1 and "<|" not in once.stdout  # the reply, no special token
+    looped = app("chat.py", "--checkpoint", "runs/tiny_sft", "--max-new-tokens", "8", cwd=cwd,
+                 stdin=f"{first}\n{second}\n")  # fmt: skip
+    assert looped.returncode == 0, looped.stderr
+    assert looped.stdout.startswith(once.stdout)  # the first line's reply, greedy, then the second's
+
+
+def test_the_fine_tuning_command_lists_its_own_flags_and_the_others_refuse_them(fine_tuned):
+    cwd, _ = fine_tuned
+    shown = app("sft.py", "--help", cwd=cwd)
+    assert shown.returncode == 0 and "fine-tuning flags:" in shown.stdout
+    assert "--base RUN_OR_HF_DIR" in shown.stdout and "--data PATHS" in shown.stdout
+    refused = app("pretrain.py", "--base", "runs/tiny", cwd=cwd)
+    assert refused.returncode == 1
+    assert (
+        refused.stderr.strip() == "error: --base: a flag of apps/sft.py; here, set --trainer.initialize_from"
+    )
+
+
+def test_a_base_that_is_not_a_model_is_one_line_and_writes_nothing(fine_tuned):
+    cwd, _ = fine_tuned
+    refused = app("sft.py", *SMALL, "--base", "configs", "--run-dir", "runs/none", cwd=cwd)
+    assert refused.returncode == 1
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: trainer.initialize_from: configs is neither")
+    )
+    assert not (cwd / "runs" / "none").exists()
