@@ -127,7 +127,9 @@ def _jsonl_parser(
             raise BadLineError(f"not a JSON object with a {field!r} field (it is {_kind(record)})")
         if field not in record:
             raise BadLineError(f"no {field!r} field{policy.another_field(' (pass {} to name another)')}")
-        messages = _without_lone_surrogates(checked_messages(record[field], field), place, policy, notes)
+        messages = checked_messages(record[field], field)
+        if "\\u" in line:  # only a JSON escape can make a lone surrogate (decoded UTF-8 holds none)
+            messages = _without_lone_surrogates(messages, place, policy, notes)
         return None if messages is None else Conversation(messages, str(place))
 
     return parse
