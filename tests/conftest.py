@@ -78,3 +78,15 @@ def with_default_corpus(first_run, tmp_path) -> Path:
     first run: the one the session's ``first_run`` built."""
     first_run.link_corpus(tmp_path)
     return tmp_path
+
+
+# torch and transformers are imported by the tests that use them, not at collection: every xdist worker
+# collects every module, and importing both costs each about 2.5 CPU-seconds.
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch", reason="torch is not installed: `uv run --group torch pytest`")
+
+
+@pytest.fixture(scope="module")
+def transformers(torch):
+    return pytest.importorskip("transformers", reason="transformers is not installed (group interop)")

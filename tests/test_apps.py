@@ -244,3 +244,35 @@ def test_bad_launch_flags_and_a_silent_address_are_one_line_errors(tmp_path):
                      "--data.tokenizer", "t.json", cwd=tmp_path, timeout=300)  # fmt: skip
         assert result.returncode == 1, result.stderr
         assert result.stderr.strip().splitlines()[-1].startswith(message), result.stderr
+
+
+def test_the_8b_fine_tuning_preset_is_marin_8b_instructs_recipe_on_the_8b_model():
+    """configs/marin_8b_sft.yaml: Marin-8B-Instruct's published recipe, on exactly the model
+    configs/marin_8b.yaml pretrains (whose dry run the test above plans)."""
+    from meltemi.trainer.config_io import load_config
+
+    sft, base = (
+        load_config(ROOT / "configs" / "marin_8b_sft.yaml"),
+        load_config(ROOT / "configs" / "marin_8b.yaml"),
+    )
+    assert sft.model == base.model
+    o, t = sft.optimizer, sft.trainer
+    assert (o.learning_rate, o.schedule, o.warmup_steps, o.min_lr_ratio, o.weight_decay) == (
+        1e-4,
+        "linear",
+        0.03,
+        0,
+        0,
+    )
+    assert (t.global_batch_size, sft.data.seq_len, t.num_train_steps) == (128, 4096, 10228)
+    assert t.initialize_from.parameters_only and t.initialize_from.reset_step
+    weights = {name: source.weight for name, source in sft.data.sources.items()}
+    assert weights == {
+        "tulu3_sft_mixture": 939343, "smoltalk": 1043917, "natural_reasoning": 1145824,
+        "verifiable_math": 777457, "dolphin_r1_reasoning": 585418, "dolphin_r1_nonreasoning": 214318,
+        "openthoughts_math": 89120, "acecode": 87149, "bespoke_stratos": 16710,
+    }  # fmt: skip
+    assert all(source.format == "chat" for source in sft.data.sources.values())
+    assert (sft.data.chat.template, sft.data.chat.loss_on) == ("llama3", "assistant")
+    tokens = t.global_batch_size * sft.data.seq_len * t.num_train_steps
+    assert tokens == pytest.approx(5e9, rel=0.08)  # about 5B tokens

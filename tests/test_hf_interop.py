@@ -55,18 +55,6 @@ def run(tmp_path_factory):
     return {"config": config, "model": state.model, "hf_dir": out, "trainer": trainer, "root": root}
 
 
-# torch and transformers are imported by the tests that use them, not at collection: every xdist worker
-# collects this module, and importing both costs each about 2.5 CPU-seconds.
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch", reason="torch is not installed: `uv run --group torch pytest`")
-
-
-@pytest.fixture(scope="module")
-def transformers(torch):
-    return pytest.importorskip("transformers", reason="transformers is not installed (group interop)")
-
-
 @pytest.fixture(scope="module")
 def hf_model(run, torch, transformers):
     torch.manual_seed(0)

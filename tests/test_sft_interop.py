@@ -59,16 +59,6 @@ def fine_tuned(small_config, tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch", reason="torch is not installed: `uv run --group torch pytest`")
-
-
-@pytest.fixture(scope="module")
-def transformers(torch):
-    return pytest.importorskip("transformers", reason="transformers is not installed (group interop)")
-
-
 def test_the_export_carries_the_template_the_end_of_turn_as_eos_and_every_stop_id(fine_tuned):
     trained = load_model(fine_tuned / "sft")
     config = json.loads((fine_tuned / "hf" / "tokenizer_config.json").read_text())

@@ -201,3 +201,30 @@ def test_the_fine_tuning_flags_belong_to_apps_sft(make_config):
     assert command.overrides[:2] == ("--trainer.initialize_from.path", "runs/tiny")
     assert json.loads(command.overrides[3]) == {"a": {"corpus": "a.jsonl", "format": "chat"},
                                                   "b": {"corpus": "b/", "format": "chat"}}  # fmt: skip
+
+
+def test_pretraining_data_mixed_into_fine_tuning_keeps_its_positions_and_trains_every_target(
+    sft_config, corpus, tmp_path
+):
+    """A mixture of a chat source and a text source (pretraining data kept in the fine-tuning mix, as
+    Marin's retrospective proposes): each row as its own source makes it, and the run trains."""
+    sources = json.loads(sft_config().data.model_dump_json())["sources"]
+    sources["py"] = {"store": corpus["store"], "weight": 1.0}
+    config = sft_config("--data.sources", json.dumps(sources), "--data.mixture_block_size", "4")
+    trainer = Trainer(config, tmp_path / "mixed", devices=jax.devices()[:1], progress=False)
+    batch = trainer.data.train.batch(0)
+    text = batch["source"] == trainer.data.source_names.index("py")
+    assert text.any() and (~text).any()
+    assert (batch["positions"][text] == np.arange(255)).all()  # text rows count on across documents
+    assert batch["loss_mask"][text].mean() > 0.95 and batch["loss_mask"][~text].mean() < 0.5
+    assert trainer.run().steps == 2
+
+
+def test_pretraining_can_restart_positions_at_each_document(make_config, tmp_path):
+    config = make_config(
+        "--data.reset_positions", "true", "--data.seq_len", "64", "--model.max_seq_len", "64"
+    )
+    batch = Trainer(config, tmp_path / "run", devices=jax.devices()[:1], progress=False).data.train.batch(0)
+    starts = batch["segment_ids"][:, 1:] != batch["segment_ids"][:, :-1]
+    assert starts.any() and (batch["positions"][:, 1:][starts] == 0).all()
+    assert (batch["positions"][:, 0] == 0).all()

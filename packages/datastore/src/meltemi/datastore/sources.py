@@ -119,7 +119,7 @@ def resolve_inputs(inputs: Sequence[str]) -> list[str]:
     return sorted(found)
 
 
-_BUCKETS = ("gs", "s3", "memory")  # read through the storage seam (its credentials and errors), not fsspec
+_BUCKETS = ("gs", "s3")  # read through the storage seam (its credentials and errors); the rest via fsspec
 
 
 def _in_bucket(url: str) -> bool:

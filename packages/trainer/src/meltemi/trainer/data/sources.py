@@ -41,6 +41,11 @@ CORPUS_FLAGS = {
     "invalid_utf8": "--data.invalid_utf8 {}",
     "overwrite": "--data.rebuild_corpus true",
 }
+SOURCE_FLAGS = CORPUS_FLAGS | {  # and a chat corpus's options
+    "loss_on": "--data.chat.loss_on {}",
+    "overlong": "--data.chat.overlong {}",
+    "chat_template": "--data.chat.template {}",
+}
 
 
 def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.stderr)) -> RunConfig:
@@ -138,8 +143,6 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
     """The store of ``data.sources.NAME.corpus``, built on first use under ``data.cache_dir``: text documents,
     or chat conversations rendered by ``data.chat.template`` (conversations longer than ``data.seq_len``
     + 1 tokens cut or left out as ``data.chat.overlong`` says); the build's summary line is said."""
-    from meltemi.datastore import Hints, build_store
-
     data, chat = config.data, config.data.chat
     corpus = source.corpus
     if corpus == STDLIB_CHAT:
@@ -159,19 +162,31 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
         }
         key += "\0".join(["", template.sha256, chat.loss_on, chat.overlong, str(data.seq_len + 1)])
     stem = Path(corpus.rstrip("/")).stem or "corpus"
-    out = Path(data.cache_dir) / "corpora" / f"{stem}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    text = {"text_field": data.text_field} if source.format == "text" else {}
+    return _cached_build(config, corpus, corpus, stem, key, tokenizer, say, SOURCE_FLAGS, **text, **options)
+
+
+def _cached_build(config: RunConfig, inputs, shown: str, name: str, key: str, tokenizer: str, say, flags,
+                  **options) -> str:  # fmt: skip
+    """The store of ``inputs`` under ``data.cache_dir/corpora``, named by ``name`` and a hash of ``key``
+    (what decides its bytes), built on first use as the data config and ``options`` say; the build's
+    summary line is said, and remedies name the command's ``flags``."""
+    from meltemi.datastore import Hints, build_store
+
+    data = config.data
+    out = Path(data.cache_dir) / "corpora" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     if not (out / "manifest.json").exists():
-        say(f"building a {source.format} store of {corpus} in {out} (first use only)")
+        kind = "chat" if options.get("format") == "chat" else "token"
+        say(f"building a {kind} store of {shown} in {out} (first use only)")
     report = build_store(
-        corpus,
+        inputs,
         tokenizer,
         out,
         skip_bad_lines=data.skip_bad_lines,
         invalid_utf8=data.invalid_utf8,
         overwrite=data.rebuild_corpus,
         progress=True,
-        hints=Hints(_source_flags(name), rerun="the same command"),
-        **({"text_field": data.text_field} if source.format == "text" else {}),
+        hints=Hints(flags, rerun="the same command"),
         **options,
     )
     say(report.summary())
@@ -197,20 +212,11 @@ def _resolved(path: str) -> str:
     return path if "://" in path else Path(path).resolve().as_posix()
 
 
-def _source_flags(name: str) -> dict[str, str]:
-    """How a remedy names the options of ``data.sources.NAME``'s build."""
-    return CORPUS_FLAGS | {
-        "loss_on": "--data.chat.loss_on {}",
-        "overlong": "--data.chat.overlong {}",
-        "chat_template": "--data.chat.template {}",
-    }
-
-
 def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, str]:
     """``(name, store)`` of ``data.corpus`` tokenized with ``tokenizer``, built on first use (the standard
     library's tokenizer and store together when both are ``stdlib``), read as ``data.text_field``,
     ``data.skip_bad_lines`` and ``data.invalid_utf8`` say; the build's summary line is said."""
-    from meltemi.datastore import Hints, build_store, corpora
+    from meltemi.datastore import corpora
 
     data = config.data
     if data.corpus == STDLIB:
@@ -225,19 +231,7 @@ def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, str]:
         inputs, name = data.corpus, Path(data.corpus).stem or "corpus"
         key = str(Path(data.corpus).resolve())
     key += "\0" + Path(tokenizer).resolve().as_posix()
-    out = Path(data.cache_dir) / "corpora" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-    if not (out / "manifest.json").exists():
-        say(f"building a token store of {data.corpus} in {out} (first use only)")
-    report = build_store(
-        inputs,
-        tokenizer,
-        out,
-        text_field=data.text_field,
-        skip_bad_lines=data.skip_bad_lines,
-        invalid_utf8=data.invalid_utf8,
-        overwrite=data.rebuild_corpus,
-        progress=True,
-        hints=Hints(CORPUS_FLAGS, rerun="the same command"),
+    text_field = {"text_field": data.text_field}
+    return name, _cached_build(
+        config, inputs, data.corpus, name, key, tokenizer, say, CORPUS_FLAGS, **text_field
     )
-    say(report.summary())
-    return name, str(out)
