@@ -18,7 +18,7 @@ from typing import Literal
 
 from tokenizers import Tokenizer
 
-from meltemi.datastore.storage import Directory, Location
+from meltemi.datastore.storage import Directory
 from meltemi.trainer.checkpoint.checkpointer import BREAKING_FIELDS, find_checkpoints, inspect_checkpoint
 from meltemi.trainer.checkpoint.format import Manifest
 from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer
@@ -149,9 +149,3 @@ def _read_vocabulary(tokenizer: str) -> dict[str, int]:
         raise
     except Exception as error:  # tokenizers raises a bare Exception for what it cannot parse
         raise ConfigError(f"data.tokenizer: {tokenizer} is not a tokenizer.json ({error})") from None
-
-
-def base_location(config: RunConfig) -> str | None:
-    """The base ``trainer.initialize_from`` names, as a string (None: the run starts afresh)."""
-    source = config.trainer.initialize_from
-    return None if source is None else str(Location.parse(source.path))
