@@ -233,6 +233,7 @@ def test_a_new_phase_begins_from_another_runs_parameters(make_config, good_run, 
 
 
 def test_initialize_from_a_directory_without_checkpoints_is_named(make_config, tmp_path):
+    (tmp_path / "empty").mkdir()
     config = make_config("--trainer.initialize_from", f"{{path: {tmp_path / 'empty'}}}")
     with pytest.raises(
         CheckpointError,
@@ -240,6 +241,9 @@ def test_initialize_from_a_directory_without_checkpoints_is_named(make_config, t
         r"Hugging Face directory \(no config.json\)",
     ):
         train(config, tmp_path / "run")
+    absent = make_config("--trainer.initialize_from", str(tmp_path / "absent"))
+    with pytest.raises(CheckpointError, match=r"absent: no such run or directory \(train the base first"):
+        train(absent, tmp_path / "run")
 
 
 def test_rerunning_a_finished_run_reports_it_without_compiling_or_training(make_config, good_run, tmp_path):

@@ -113,7 +113,7 @@ def test_a_refused_fresh_run_creates_no_run_directory(make_config, tmp_path):
         "--trainer.trackers.tensorboard",
         "true",
     )
-    with pytest.raises(CheckpointError, match="is neither a run"):
+    with pytest.raises(CheckpointError, match="no such run or directory"):
         train(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 

@@ -74,6 +74,12 @@ def locate_base(path: str, cache_dir: str | os.PathLike, warn=lambda _: None) ->
         return Base("checkpoint", step.where(), config.model, tokenizer, step=step, manifest=manifest)
     if found:
         raise CheckpointError(f"{FIELD}: {path} holds no usable checkpoint")
+    local = directory.location.local_path
+    if local is not None and not local.exists():
+        raise CheckpointError(
+            f"{FIELD}: {path}: no such run or directory (train the base first, e.g. uv run apps/pretrain.py, "
+            "or name another with --base)"
+        )
     raise CheckpointError(
         f"{FIELD}: {path} is neither a run (no checkpoints/step-N), a step-N checkpoint nor a Hugging Face "
         f"directory (no {HF_CONFIG}): give the base run, checkpoint or export to start from"
