@@ -228,3 +228,25 @@ def test_pretraining_can_restart_positions_at_each_document(make_config, tmp_pat
     starts = batch["segment_ids"][:, 1:] != batch["segment_ids"][:, :-1]
     assert starts.any() and (batch["positions"][:, 1:][starts] == 0).all()
     assert (batch["positions"][:, 0] == 0).all()
+
+
+@pytest.mark.parametrize("kind", ["run", "hf"])
+def test_a_base_in_a_bucket_starts_the_same_parameters(sft_config, base, s3, tmp_path, kind):
+    """A base run, or its Hugging Face export, uploaded to a bucket (the S3 server on loopback): read through
+    the storage seam, the same step-0 parameters as the base on disk."""
+    from meltemi.datastore.storage import Directory
+    from meltemi.trainer.checkpoint.trained_model import load_model
+
+    local = base
+    if kind == "hf":
+        trained = load_model(base)
+        local = export_hf(trained.model, tmp_path / "hf", tokenizer=trained.tokenizer)
+    url = f"s3://{s3.make_bucket()}/{kind}"
+    bucket = Directory(url)
+    for path in sorted(p for p in Path(local).rglob("*") if p.is_file()):
+        bucket.write_bytes(path.relative_to(local).as_posix(), path.read_bytes())
+    config = sft_config("--data.cache_dir", str(tmp_path / "cache"), base=url)
+    trainer = Trainer(config, tmp_path / "sft", devices=jax.devices()[:1], progress=False)
+    start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
+    assert state_arrays(start.state.model) == model_arrays(base / "checkpoints" / "step-2")
+    assert start.initialized_from.startswith(url)
