@@ -75,11 +75,10 @@ def test_the_fine_tuning_command_lists_its_own_flags_and_the_others_refuse_them(
 
 def test_a_base_that_is_not_a_model_is_one_line_and_writes_nothing(fine_tuned):
     cwd, _ = fine_tuned
-    refused = app("sft.py", *SMALL, "--base", "configs", "--run-dir", "runs/none", cwd=cwd)
+    (cwd / "notes").mkdir(exist_ok=True)
+    (cwd / "notes" / "todo.txt").write_text("not a model\n")
+    refused = app("sft.py", *SMALL, "--base", "notes", "--run-dir", "runs/none", cwd=cwd)
     assert refused.returncode == 1
-    assert (
-        refused.stderr.strip()
-        .splitlines()[-1]
-        .startswith("error: trainer.initialize_from: configs is neither")
-    )
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: trainer.initialize_from: notes is neither a run")
     assert not (cwd / "runs" / "none").exists()
