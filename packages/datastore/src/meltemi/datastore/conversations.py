@@ -17,15 +17,15 @@ from typing import Any
 
 from meltemi.datastore.errors import BadLineError, InputError
 from meltemi.datastore.sources import (
-    _LONE_SURROGATE,
+    LONE_SURROGATE,
     Piece,
+    Place,
     ReadNotes,
     ReadPolicy,
-    _decode,
-    _Place,
-    _without_surrogates,
+    decode_document,
     open_input,
     read_jsonl,
+    without_surrogates,
 )
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -117,8 +117,8 @@ def _kind(value: Any) -> str:
 
 def _jsonl_parser(
     policy: ReadPolicy, notes: ReadNotes, field: str
-) -> Callable[[str, _Place], Conversation | None]:
-    def parse(line: str, place: _Place) -> Conversation | None:
+) -> Callable[[str, Place], Conversation | None]:
+    def parse(line: str, place: Place) -> Conversation | None:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
@@ -136,16 +136,16 @@ def _jsonl_parser(
 
 
 def _without_lone_surrogates(
-    messages: tuple[dict[str, Any], ...], place: _Place, policy: ReadPolicy, notes: ReadNotes
+    messages: tuple[dict[str, Any], ...], place: Place, policy: ReadPolicy, notes: ReadNotes
 ) -> tuple[dict[str, Any], ...] | None:
     """JSON may escape lone surrogates, which are not text: a conversation holding one anywhere is an
     error, skipped or repaired (counted once), as a document's text is."""
-    found = next((s for s in _strings(messages) if _LONE_SURROGATE.search(s)), None)
+    found = next((s for s in _strings(messages) if LONE_SURROGATE.search(s)), None)
     if found is None:
         return messages
-    if _without_surrogates(found, place, policy, notes) is None:
+    if without_surrogates(found, place, policy, notes) is None:
         return None
-    return _mapped(messages, lambda s: _LONE_SURROGATE.sub("\ufffd", s))
+    return _mapped(messages, lambda s: LONE_SURROGATE.sub("\ufffd", s))
 
 
 def _strings(value: Any) -> Iterator[Any]:
@@ -205,7 +205,7 @@ def _parquet_conversations(
             column = batch.column(0)
             for value in column.cast(_as_bytes(column.type)).to_pylist():
                 row += 1
-                place = _Place(source, row=row)
+                place = Place(source, row=row)
                 if value is not None:
                     value = _decoded(value, place, policy, notes)
                     if value is None:  # not UTF-8, and skipped
@@ -244,11 +244,11 @@ def _as_bytes(kind):
     return kind
 
 
-def _decoded(value: Any, place: _Place, policy: ReadPolicy, notes: ReadNotes) -> Any:
+def _decoded(value: Any, place: Place, policy: ReadPolicy, notes: ReadNotes) -> Any:
     """A row's value with its bytes decoded as UTF-8; one that is not: an error, None (skipped) or repaired
     as `policy` says, counted once for the row."""
     bad = next((b for b in _strings(value) if isinstance(b, bytes) and not _is_utf8(b)), None)
-    if bad is not None and _decode(bad, place, policy, notes) is None:
+    if bad is not None and decode_document(bad, place, policy, notes) is None:
         return None
     errors = "strict" if bad is None else "replace"
     return _mapped(value, lambda b: b.decode("utf-8", errors) if isinstance(b, bytes) else b)

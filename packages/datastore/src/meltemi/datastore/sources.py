@@ -26,7 +26,7 @@ InvalidUtf8 = Literal["error", "skip", "replace"]
 """What a build does with a document that is not UTF-8: stop naming it, leave it out, or replace its
 undecodable bytes (and escaped lone surrogates) with U+FFFD."""
 INVALID_UTF8: tuple[str, ...] = get_args(InvalidUtf8)
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _T = TypeVar("_T")
 
 _GLOB_CHARS = "*?["
@@ -254,7 +254,7 @@ class ReadNotes:
 
 
 @dataclass(frozen=True)
-class _Place:
+class Place:
     """Where a document is, for messages: its line (JSONL) or row (Parquet), and the byte offset it starts
     at in its file (in the uncompressed text of a `.jsonl.gz`; in its own bytes for a Parquet row)."""
 
@@ -282,7 +282,7 @@ class _Place:
         return InvalidUtf8Error(message, file=self.source.name, offset=offset, **where)
 
 
-def _decode(data: bytes, place: _Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
+def decode_document(data: bytes, place: Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
     """`data` as text; when it is not UTF-8: an error, None (skip it) or the text repaired, per `policy`."""
     try:
         return data.decode("utf-8")
@@ -295,9 +295,9 @@ def _decode(data: bytes, place: _Place, policy: ReadPolicy, notes: ReadNotes) ->
         return None if policy.invalid_utf8 == "skip" else data.decode("utf-8", errors="replace")
 
 
-def _without_surrogates(text: str, place: _Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
+def without_surrogates(text: str, place: Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
     """JSON may escape lone surrogates (`"\\ud800"`), which are not text: handled as invalid UTF-8 is."""
-    found = _LONE_SURROGATE.search(text)
+    found = LONE_SURROGATE.search(text)
     if found is None:
         return text
     if policy.invalid_utf8 == "error":
@@ -307,7 +307,7 @@ def _without_surrogates(text: str, place: _Place, policy: ReadPolicy, notes: Rea
         )
         raise place.error(message + "which is not UTF-8 text", place.start)
     notes.not_text(place.source)
-    return None if policy.invalid_utf8 == "skip" else _LONE_SURROGATE.sub("\ufffd", text)
+    return None if policy.invalid_utf8 == "skip" else LONE_SURROGATE.sub("\ufffd", text)
 
 
 def read_documents(piece: Piece, policy: ReadPolicy, notes: ReadNotes) -> Iterator[str]:
@@ -347,7 +347,7 @@ def _text_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> Ite
     if not data.strip():
         notes.counts["empty_files"] += 1
         return
-    text = _decode(data, _Place(source), policy, notes)
+    text = decode_document(data, Place(source), policy, notes)
     if text is not None:
         yield text
 
@@ -377,7 +377,7 @@ def read_jsonl(
     piece: Piece,
     policy: ReadPolicy,
     notes: ReadNotes,
-    parse: Callable[[str, _Place], _T | None],
+    parse: Callable[[str, Place], _T | None],
     refused: str = "skipped_lines",
 ) -> Iterator[_T]:
     """What `parse(line, place)` makes of each non-blank line of a JSONL piece, in order; None is nothing.
@@ -394,10 +394,10 @@ def read_jsonl(
         start = piece.start
         try:
             for number, line in enumerate(lines, start=piece.first_line):
-                place, start = _Place(source, line=number, start=start), start + len(line)
+                place, start = Place(source, line=number, start=start), start + len(line)
                 if not line.strip():
                     continue
-                decoded = _decode(line, place, policy, notes)
+                decoded = decode_document(line, place, policy, notes)
                 if decoded is None:
                     continue
                 try:
@@ -415,7 +415,7 @@ def read_jsonl(
             raise InputError(f"{source.name}: not a gzip file, or a damaged one ({e})") from None
 
 
-def _jsonl_text(line: str, place: _Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
+def _jsonl_text(line: str, place: Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
     """The text of one JSONL line (None: skipped as not UTF-8), or a `BadLineError` saying what is wrong
     with it (no place yet)."""
     try:
@@ -428,7 +428,7 @@ def _jsonl_text(line: str, place: _Place, policy: ReadPolicy, notes: ReadNotes) 
     text = record[field_name]
     if not isinstance(text, str):
         raise BadLineError(f"field {field_name!r} is {type(text).__name__}, not a string")
-    return _without_surrogates(text, place, policy, notes)
+    return without_surrogates(text, place, policy, notes)
 
 
 def _parquet_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> Iterator[str]:
@@ -460,7 +460,7 @@ def _parquet_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> 
                 column = column.dictionary_decode()
             for value in column.cast(pa.large_binary()).to_pylist():
                 row += 1
-                text = _decode(value, _Place(source, row=row), policy, notes) if value else ""
+                text = decode_document(value, Place(source, row=row), policy, notes) if value else ""
                 if text:
                     yielded = True
                     yield text
