@@ -183,13 +183,33 @@ def test_retention_keeps_the_permanent_ones_and_the_newest_and_every_save_shares
     assert len(traces) == 1 and traces[0] > 10
 
 
+def test_by_default_the_two_newest_checkpoints_stay_so_a_damaged_newest_one_costs_only_its_steps(
+    make_config, tmp_path, capsys
+):
+    config = make_config("--trainer.num_train_steps", "6", "--trainer.checkpoint_every", "2")
+    run = tmp_path / "run"
+    train(config, run)
+    assert [s for s, _ in step_dirs(run / "checkpoints")] == [6, 4]
+    flip_a_byte(run / "checkpoints" / "step-6")  # bit rot after the run
+    capsys.readouterr()
+    summary = train(config, run, progress=True)
+    err = capsys.readouterr().err
+    assert summary.start_step == 4 and summary.steps == 6
+    assert (
+        f"resuming from {run / 'checkpoints' / 'step-4'}, the newest checkpoint that reads back whole "
+        "(step-6 does not: see above)"
+    ) in err
+
+
 @given(
     keep_every=st.one_of(st.none(), st.integers(1, 50)),
+    keep_last=st.integers(1, 4),
     steps=st.lists(st.integers(1, 500), min_size=1, unique=True),
 )
-def test_retention_policy_keeps_exactly_the_multiples_and_the_newest(keep_every, steps):
-    kept = RetentionPolicy(keep_every).keeps(steps)
-    assert kept == sorted(s for s in steps if s == max(steps) or (keep_every and s % keep_every == 0))
+def test_retention_policy_keeps_exactly_the_multiples_and_the_newest(keep_every, keep_last, steps):
+    kept = RetentionPolicy(keep_every, keep_last).keeps(steps)
+    newest = sorted(steps, reverse=True)[:keep_last]
+    assert kept == sorted(s for s in steps if s in newest or (keep_every and s % keep_every == 0))
 
 
 @given(every=st.one_of(st.none(), st.integers(1, 20)), minutes=st.one_of(st.none(), st.floats(0.1, 10)),

@@ -219,7 +219,13 @@ class TrainerConfig(Section):
     keep_every: int | None = Field(
         None,
         gt=0,
-        description="keep checkpoints at multiples of this step for good (others: until a newer one)",
+        description="keep checkpoints at multiples of this step for good (others: see keep_last)",
+    )
+    keep_last: int = Field(
+        2,
+        gt=0,
+        description="the newest checkpoints kept (a newest one damaged later costs only the steps after the "
+        "one before it)",
     )
     initialize_from: InitializeFrom | None = Field(
         None, description="begin from a base: another run's checkpoint or a Hugging Face directory"

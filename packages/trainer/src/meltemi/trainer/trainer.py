@@ -312,7 +312,7 @@ class Trainer:
                     process_count=jax.process_count(),
                 )
                 if start.resumed_from is not None:
-                    progress.note(f"resuming from {start.resumed_from}")
+                    progress.note(start.resume_line())
                 elif start.initialized_from is not None:
                     progress.note(f"initialized from {start.initialized_from}")
                     if start.added_tokens:

@@ -65,17 +65,22 @@ def committed_steps(root: Directory) -> list[int]:
 
 @dataclasses.dataclass(frozen=True)
 class RetentionPolicy:
-    """Which checkpoints stay: every ``keep_every`` steps permanently, and the newest one.
+    """Which checkpoints stay: every ``keep_every`` steps permanently, and the newest ``keep_last`` (two by
+    default: when the newest is damaged later, on a bad disk say, a resume loses only the steps since the
+    one before it).
 
-    >>> RetentionPolicy(keep_every=100).keeps([50, 100, 150, 200, 250])
+    >>> RetentionPolicy(keep_every=100, keep_last=2).keeps([50, 100, 150, 200, 250])
     [100, 200, 250]
+    >>> RetentionPolicy(keep_every=None, keep_last=2).keeps([50, 100, 150])
+    [100, 150]
     """
 
     keep_every: int | None
+    keep_last: int = 2
 
     def keeps(self, steps: list[int]) -> list[int]:
-        newest = max(steps, default=None)
-        return sorted(s for s in steps if s == newest or (self.keep_every and s % self.keep_every == 0))
+        newest = set(sorted(steps)[-self.keep_last :])
+        return sorted(s for s in steps if s in newest or (self.keep_every and s % self.keep_every == 0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +169,7 @@ class Checkpointer:
         self.process_index, self.process_count = process_index, process_count
         self.is_primary = process_index == 0
         self.schedule = SaveSchedule(trainer.checkpoint_every, trainer.checkpoint_every_minutes)
-        self.retention = RetentionPolicy(trainer.keep_every)
+        self.retention = RetentionPolicy(trainer.keep_every, trainer.keep_last)
         self.seed, self.config_json = trainer.seed, config_json
         self.initialized_from = initialized_from
         self.tokenizer, self.end_of_text, self.chat = tokenizer, end_of_text, chat

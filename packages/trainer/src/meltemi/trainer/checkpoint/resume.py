@@ -39,16 +39,34 @@ class Start:
     resumed_from: Location | None
     initialized_from: str | None
     added_tokens: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()  # newer checkpoints passed over because they do not read back whole
+
+    def resume_line(self) -> str:
+        """``resuming from runs/tiny/checkpoints/step-4``, saying which newer ones it skipped and why.
+
+        >>> print(Start(None, Location.parse("r/step-4"), None, skipped=("step-6",)).resume_line())
+        resuming from r/step-4, the newest checkpoint that reads back whole (step-6 does not: see above)
+        """
+        line = f"resuming from {self.resumed_from}"
+        if self.skipped:
+            names = ", ".join(self.skipped)
+            verb = "does" if len(self.skipped) == 1 else "do"
+            line += f", the newest checkpoint that reads back whole ({names} {verb} not: see above)"
+        return line
 
 
 def _latest_good(
-    location: str | Location, restore_one: Callable, field: str, config_json: dict, warn
+    location: str | Location, restore_one: Callable, field: str, config_json: dict, warn, skipped=None
 ) -> tuple | None:
+    """The newest checkpoint at ``location`` that reads back whole, restored; each damaged one passed over
+    is warned about and its name added to ``skipped``."""
+    skipped = [] if skipped is None else skipped
     for path in find_checkpoints(location):
         try:
             manifest = inspect_checkpoint(path)
         except CheckpointError as e:
             warn(f"skipping checkpoint {e}")
+            skipped.append(path.location.name)
             continue
         problem = incompatible_field(manifest.config, config_json)
         if problem is not None:
@@ -57,6 +75,7 @@ def _latest_good(
             return restore_one(path, manifest), path.location, manifest
         except CheckpointError as e:
             warn(f"skipping checkpoint {e}")
+            skipped.append(path.location.name)
     return None
 
 
@@ -84,11 +103,12 @@ def starting_state(
     def whole(path, manifest):
         return restore(path, manifest, abstract, shardings)
 
-    found = _latest_good(run.run_dir, whole, "the run's checkpoint", config_json, warn)
+    skipped: list[str] = []
+    found = _latest_good(run.run_dir, whole, "the run's checkpoint", config_json, warn, skipped)
     if found is not None:
         state, path, manifest = found
         added = () if manifest.chat is None else manifest.chat.added_tokens
-        return Start(state, path, manifest.initialized_from, added)
+        return Start(state, path, manifest.initialized_from, added, tuple(skipped))
     if initialize is not None:
         return initialize(run, warn)
     return Start(program.initial_state(), None, None)
