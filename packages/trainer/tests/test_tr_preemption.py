@@ -157,6 +157,9 @@ def test_sigint_to_the_whole_process_group_twice_is_one_stop_that_saves_and_exit
     saved = sorted(committed_steps(run_dir))
     assert len(saved) == 1 and 0 < saved[0] < 400
     assert f"stopped by SIGINT after step {saved[0]}" in err and "stopped by SIGINT" in out
+    # answered at once, once for the two copies: the step it will stop after is the one it did stop after
+    answer = f"stopping after step {saved[0]}: saving a checkpoint (press Ctrl-C again to abandon it)"
+    assert err.count("stopping after step") == 1 and answer in err
 
 
 def test_a_resume_reading_the_data_one_step_off_ends_elsewhere_and_verify_names_it(make_config, tmp_path):

@@ -63,3 +63,67 @@ def test_a_finished_run_exits_with_status_zero(make_config, run_dir):
     summary = Trainer(make_config("--trainer.num_train_steps", "2"), run_dir, devices=jax.devices()[:1],
                       progress=False).run()  # fmt: skip
     assert summary.stopped_by is None and summary.exit_status == 0
+
+
+def test_a_signal_is_answered_at_once_while_the_main_thread_is_busy_and_a_second_ctrl_c_abandons():
+    """The answer comes from a thread the signal itself wakes: it is said while the main thread is still
+    inside a long computation that no Python handler can interrupt (a large matrix product here, a step of
+    a run)."""
+    import threading
+
+    import numpy as np
+
+    said: list[tuple[float, str]] = []
+    size = 1400
+    a = np.random.default_rng(0).random((size, size))
+    with StopSignals(repeat_window_s=0.05, say=lambda line: said.append((time.monotonic(), line)),
+                     abandoned=lambda: "abandoned: nothing saved after step-2") as stop:  # fmt: skip
+        stop.boundary = 7
+        threading.Timer(0.05, os.kill, args=(os.getpid(), signal.SIGINT)).start()
+        for _ in range(40):  # long enough that the signal arrives during it
+            a = a @ a / size
+        busy_until = time.monotonic()
+        assert stop.received == "SIGINT"
+        assert (
+            said
+            and said[0][1] == "stopping after step 7: saving a checkpoint (press Ctrl-C again to abandon it)"
+        )
+        assert said[0][0] < busy_until - 0.05  # said before the computation ended, not after
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+    assert said[-1][1] == "abandoned: nothing saved after step-2"
+
+
+def test_a_second_ctrl_c_says_what_was_saved_and_how_to_resume(make_config, run_dir, monkeypatch, capsys):
+    from meltemi.trainer import trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "ABANDON_GRACE_S", None)  # the test process must not end itself
+    monkeypatch.setattr(StopSignals, "__init__", _no_window(StopSignals.__init__))
+    config = make_config("--trainer.num_train_steps", "10", "--trainer.checkpoint_every", "2",
+                         "--trainer.log_every", "1")  # fmt: skip
+    trainer = Trainer(config, run_dir, devices=jax.devices()[:1], progress=True)
+    original = trainer.data.train.iterate
+
+    def iterate(start, stop):  # Ctrl-C, then Ctrl-C again later, both while step 5 runs
+        for index, local in original(start, stop):
+            if index == 5:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                os.kill(os.getpid(), signal.SIGINT)
+            yield index, local
+
+    trainer.data.train.iterate = iterate
+    with pytest.raises(KeyboardInterrupt):
+        trainer.run()
+    err = capsys.readouterr().err
+    assert "stopping after step 5: saving a checkpoint (press Ctrl-C again to abandon it)" in err
+    saved = run_dir / "checkpoints" / "step-4"
+    assert f"abandoned at step 5: nothing was saved after {saved}; the same command resumes from it" in err
+
+
+def _no_window(init):
+    def without_window(self, *args, **kwargs):
+        init(self, *args, **{**kwargs, "repeat_window_s": 0.0})
+
+    return without_window

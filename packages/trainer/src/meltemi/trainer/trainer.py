@@ -46,6 +46,7 @@ from meltemi.trainer.step.program import CompileReport, TrainProgram
 from meltemi.trainer.step.train_step import TrainState
 
 REPLY_LINES = 8  # lines of each reply the summary shows
+ABANDON_GRACE_S = 5.0  # after a second Ctrl-C, the seconds a step that does not return may take
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,7 +280,8 @@ class Trainer:
             trainer.num_train_steps, 0, enabled=self.show_progress and self.is_primary
         )
         try:
-            with progress, StopSignals() as stop, compile_cache.CacheCounter() as cached:
+            signals = StopSignals(say=progress.note, grace_s=ABANDON_GRACE_S)
+            with progress, signals as stop, compile_cache.CacheCounter() as cached:
                 initialize = initialize_from_base if config.trainer.initialize_from is not None else None
                 start = (
                     Start(state, None, None)
@@ -326,6 +328,7 @@ class Trainer:
                 if start_step == 0 and start.initialized_from is not None:
                     replies += self._chat_reply("before", start.state.model)  # before its buffers are donated
                 loop = StepLoop(self, start.state, trackers, progress, checkpointer, stop, start.resumed_from)
+                stop.abandoned = loop.abandoned
                 loop.run(on_ready=lambda: progress.note(self.clock.line(self._cache_note(cached))))
                 if loop.stopped_by is None:
                     replies += self._chat_reply("after", loop.state.model)

@@ -130,13 +130,23 @@ class StepLoop:
 
     def _decide(self, step: int, first: int) -> tuple[str | None, bool]:
         """What every process does at the boundary ``step``: stop (for which signal), or checkpoint."""
-        received = self.stop.received
+        received = self.stop.check(step)
         due = step > first and self.checkpointer.due(step)
         writing = self.checkpointer.writing()
         sigint, sigterm, due, writing = agree([received == "SIGINT", received == "SIGTERM", due, writing])
         if not writing:  # every process has written its shards: commit them (nothing when none is pending)
             self.checkpointer.finish_written()
         return ("SIGTERM" if sigterm else "SIGINT" if sigint else None), due
+
+    def abandoned(self) -> str:
+        """What a second Ctrl-C leaves: nothing saved after the last checkpoint, and how to go on."""
+        at = self.stop.boundary
+        if self.last_checkpoint is None:
+            return f"abandoned at step {at}: no checkpoint was saved; the same command starts the run again"
+        return (
+            f"abandoned at step {at}: nothing was saved after {self.last_checkpoint}; the same command "
+            "resumes from it (the steps after it are redone)"
+        )
 
     def _stop_at(self, step: int, first: int, signal_name: str, local: dict) -> None:
         self._flush(force=True)
@@ -154,6 +164,7 @@ class StepLoop:
         trainer = self.t.config.trainer
         profiler = trainer.profiler
         start = int(jax.device_get(self.state.step))
+        self.stop.boundary = start
         self.progress.update_total(trainer.num_train_steps, start)
         if start == 0:
             self.first_eval = self._evaluate(0)

@@ -15,7 +15,9 @@ within ``repeat_window_s`` of the first is the same request. A second Ctrl-C aft
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -24,16 +26,37 @@ from collections.abc import Callable
 class StopSignals:
     """A context that records the first SIGTERM or SIGINT in ``received`` (handlers restored on exit).
 
+    With ``say`` (how the run prints a line) it also answers each signal at once, while the main thread is
+    still busy in a step that the Python handler cannot interrupt: a thread woken by the signal itself
+    (``signal.set_wakeup_fd``) says ``stopping after step N: saving a checkpoint (press Ctrl-C again to
+    abandon it)``, and for a second Ctrl-C what ``abandoned`` describes (what was and was not saved, and
+    how to resume); with ``grace_s`` the process then ends within that many seconds even if the step does
+    not return. The run's loop asks ``check(step)`` at each step boundary, which keeps ``boundary``, the step
+a stop asked now saves after, current.
+
     Outside the main thread (where Python cannot install handlers) it records nothing and changes nothing.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, repeat_window_s: float = 2.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        repeat_window_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        say: Callable[[str], None] | None = None,
+        abandoned: Callable[[], str] = lambda: "abandoned: nothing more was saved",
+        grace_s: float | None = None,
+    ):
         self.received: str | None = None
         self.repeat_window_s, self._clock = repeat_window_s, clock
         self._first_at = 0.0
         self._previous: dict[int, object] = {}
+        self.say, self.abandoned, self.grace_s = say, abandoned, grace_s
+        self.boundary = 0
+        self._answered: tuple[str, float] | None = None  # the answering thread's own record of the first
+        self._lock = threading.Lock()  # the answer's step and the loop's check agree on where to stop
+        self._wakeup: tuple[socket.socket, socket.socket, int] | None = None
 
     def _handle(self, signum, frame) -> None:
         now = self._clock()
@@ -42,16 +65,66 @@ class StopSignals:
         elif signum == signal.SIGINT and now - self._first_at > self.repeat_window_s:
             raise KeyboardInterrupt
 
+    def _answer(self, signum: int) -> None:
+        """What the answering thread says of a signal the moment it arrives (the same rule as ``_handle``)."""
+        if signum not in self.SIGNALS or self.say is None:
+            return
+        now, name = self._clock(), signal.Signals(signum).name
+        if self._answered is None:
+            with self._lock:
+                self._answered, boundary = (name, now), self.boundary
+            how = " (press Ctrl-C again to abandon it)" if signum == signal.SIGINT else f" ({name})"
+            self.say(f"stopping after step {boundary}: saving a checkpoint{how}")
+        elif signum == signal.SIGINT and now - self._answered[1] > self.repeat_window_s:
+            self.say(self.abandoned())
+            if self.grace_s is not None:  # a step that does not return: end the process anyway
+                ending = threading.Timer(self.grace_s, os._exit, args=(130,))
+                ending.daemon = True
+                ending.start()
+
+    def check(self, step: int) -> str | None:
+        """The signal asking the run to stop at the boundary ``step`` (None: go on); what the answer said
+        and where the run stops agree, since both read ``boundary`` under one lock."""
+        with self._lock:
+            asked = self.received or (None if self._answered is None else self._answered[0])
+            self.boundary = step if asked else step + 1
+            return asked
+
+    def _listen(self, reader: socket.socket) -> None:
+        while True:
+            try:
+                data = reader.recv(64)
+            except OSError:  # closed on exit
+                return
+            if not data:
+                return
+            for signum in data:
+                self._answer(signum)
+
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
+            if self.say is not None:
+                reader, writer = socket.socketpair()
+                writer.setblocking(False)
+                previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+                self._wakeup = (reader, writer, previous)
+                threading.Thread(
+                    target=self._listen, args=(reader,), name="meltemi-signals", daemon=True
+                ).start()
         return self
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        if self._wakeup is not None:
+            reader, writer, previous = self._wakeup
+            signal.set_wakeup_fd(previous)
+            writer.close()
+            reader.close()
+            self._wakeup = None
 
 
 def exit_status(stopped_by: str | None) -> int:
