@@ -183,3 +183,22 @@ def test_a_command_exits_with_its_status_after_its_exit_handlers_but_skips_the_l
     done = subprocess.run([sys.executable, "-c", EXITING, "3"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3, done.stderr
     assert done.stdout == "bufferedexit handler\n"  # no "collected": the shutdown's collection was skipped
+
+
+NEITHER = "neither a flag of this command nor a config field"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--dryrun", "true"], f"--dryrun: {NEITHER} (did you mean --dry-run?)"),
+        (["--dryrun"], f"--dryrun: {NEITHER} (did you mean --dry-run?)"),
+        (["--num_train_steps", "5"], "--num_train_steps: neither a flag of this command nor a config field "
+                                     "(did you mean --trainer.num_train_steps?)"),
+        (["--zzz"], "--zzz: neither a flag of this command nor a config field; --help lists both"),
+    ],
+)  # fmt: skip
+def test_a_mistyped_flag_is_named_with_the_nearest_flag_or_field_not_blamed_on_the_config(argv, message):
+    with pytest.raises(ConfigError) as caught:
+        parse_command(argv)
+    assert str(caught.value) == message

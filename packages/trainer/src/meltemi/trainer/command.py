@@ -125,6 +125,8 @@ def parse_command(argv: Sequence[str], *, fine_tuning: bool = False) -> Command:
         name, has_inline, inline = words[i].partition("=")
         flag = _BY_NAME.get(_ALIASES.get(name, name))
         if flag is None:
+            if name.startswith("--") and _not_a_field(name):
+                raise _unknown_flag(name)
             overrides.append(words[i])
             i += 1
             continue
@@ -148,6 +150,34 @@ def parse_command(argv: Sequence[str], *, fine_tuning: bool = False) -> Command:
             values[flag.name] = _read(flag, text)
         i += 1
     return _command(values, tuple(_fine_tuning_overrides(values) + overrides))
+
+
+SECTIONS = ("model", "optimizer", "trainer", "data", "hardware", "eval")  # RunConfig's, settable whole
+
+
+def _not_a_field(name: str) -> bool:
+    """Whether ``--name`` can be no config override: those name a field by its dotted path, or a section."""
+    bare = name[2:]
+    return "." not in bare and bare.replace("-", "_") not in SECTIONS
+
+
+def _unknown_flag(name: str) -> ConfigError:
+    """A word that is neither a flag of the command nor a config field, with the nearest of either.
+
+    >>> str(_unknown_flag("--dryrun"))
+    '--dryrun: neither a flag of this command nor a config field (did you mean --dry-run?)'
+    >>> str(_unknown_flag("--seed"))
+    '--seed: neither a flag of this command nor a config field (did you mean --trainer.seed?)'
+    """
+    import difflib
+
+    from meltemi.trainer.config_io import describe_fields
+
+    leaf = name[2:].replace("-", "_")
+    fields = [f"--{row[0]}" for row in describe_fields() if row[0].rsplit(".", 1)[-1] == leaf]
+    near = fields[:2] or difflib.get_close_matches(name, [flag.name for flag in FLAGS], n=1, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(near)}?)" if near else "; --help lists both"
+    return ConfigError(f"{name}: neither a flag of this command nor a config field{hint}")
 
 
 def _fine_tuning_overrides(values: dict[str, object]) -> list[str]:
