@@ -15,17 +15,34 @@ from __future__ import annotations
 import argparse
 import sys
 
+CHECKPOINT_HELP = (
+    "a run directory (its latest good checkpoint) or a step-N directory, local or in a bucket (required)"
+)
+
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help="a run directory or a step-N directory")
-    parser.add_argument("--message", default=None, help="the user's message (default: read lines from stdin)")
-    parser.add_argument("--system", default=None, help="a system message that opens the conversation")
-    parser.add_argument("--max-new-tokens", type=int, default=256, help="the reply's length at most (256)")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 (the default): greedy")
-    parser.add_argument("--top-k", type=int, default=None, help="sample from the k likeliest tokens only")
-    parser.add_argument("--top-p", type=float, default=None, help="sample from the smallest set over p")
-    parser.add_argument("--seed", type=int, default=0, help="the draws' seed when sampling (0)")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+    parser.add_argument("--message", default=None, help="the user's message (default: one per line of stdin)")
+    parser.add_argument(
+        "--system", default=None, help="a system message opening the conversation (default: none)"
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=256, help="the reply's length at most (default 256)"
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="0 is greedy; higher, more varied (default 0)"
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=None, help="draw from the k likeliest tokens only (default: all)"
+    )
+    parser.add_argument(
+        "--top-p",
+        type=float,
+        default=None,
+        help="draw from the fewest tokens reaching probability p (default: all)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the seed of the draws (default 0)")
     args = parser.parse_args(argv)
 
     from meltemi.datastore import DatastoreError

@@ -17,6 +17,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+CHECKPOINT_HELP = (
+    "a run directory (its latest good checkpoint) or a step-N directory, local or in a bucket (required)"
+)
+
 
 def _limit(text: str) -> int | float:
     value = float(text)
@@ -27,23 +31,41 @@ def _limit(text: str) -> int | float:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help="a run directory or a step-N directory")
-    parser.add_argument("--tasks", required=True, help="comma-separated task names or task YAML paths")
-    parser.add_argument("--limit", type=_limit, default=None, help="documents per task (below 1: a fraction)")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     parser.add_argument(
-        "--out", default=None, help="where to write the harness's JSON results (a path or URL)"
+        "--tasks",
+        required=True,
+        help="comma-separated task, group or tag names or task YAML paths (required)",
     )
-    parser.add_argument("--batch-size", type=int, default=8, help="rows scored per compiled call")
-    parser.add_argument("--max-length", type=int, default=None, help="tokens per row (default: the model's)")
-    parser.add_argument("--bootstrap-iters", type=int, default=1000, help="resamples for standard errors")
+    parser.add_argument(
+        "--limit", type=_limit, default=None, help="documents per task, below 1 a fraction (default: all)"
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="where to write the harness's JSON results, a path or URL (default: not written)",
+    )
+    parser.add_argument("--batch-size", type=int, default=8, help="rows scored per compiled call (default 8)")
+    parser.add_argument(
+        "--max-length", type=int, default=None, help="tokens per row (default: the model's max_seq_len)"
+    )
+    parser.add_argument(
+        "--bootstrap-iters", type=int, default=1000, help="resamples for standard errors (default 1000)"
+    )
     parser.add_argument(
         "--apply-chat-template",
         action="store_true",
-        help="render each prompt with the model's chat template (a model fine-tuned by apps/sft.py)",
+        help="render each prompt with the model's chat template (a model apps/sft.py made; default: off)",
     )
-    parser.add_argument("--system-instruction", default=None, help="a system message before each prompt")
     parser.add_argument(
-        "--fewshot-as-multiturn", action="store_true", help="few-shot examples as turns of the conversation"
+        "--system-instruction",
+        default=None,
+        help="with --apply-chat-template, a system message before each prompt (default: none)",
+    )
+    parser.add_argument(
+        "--fewshot-as-multiturn",
+        action="store_true",
+        help="few-shot examples as turns of the conversation (default: off)",
     )
     args = parser.parse_args(argv)
     specs = [spec.strip() for spec in args.tasks.split(",") if spec.strip()]

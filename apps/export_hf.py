@@ -1,4 +1,4 @@
-"""Export a checkpoint to a Hugging Face Llama directory (transformers, vLLM, lm-eval read it).
+"""Export a checkpoint to a Hugging Face Llama directory (transformers and lm-eval's hf model read it).
 
     uv run apps/export_hf.py --checkpoint runs/tiny --out exported/tiny [--dtype bfloat16]
 
@@ -14,6 +14,10 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+
+CHECKPOINT_HELP = (
+    "a run directory (its latest good checkpoint) or a step-N directory, local or in a bucket (required)"
+)
 
 
 def _empty_bucket_prefix(target):
@@ -37,11 +41,16 @@ def _upload(local: Path, bucket) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help="a run directory or a step-N directory")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     parser.add_argument(
-        "--out", required=True, help="the Hugging Face directory or URL to write (new or empty)"
+        "--out", required=True, help="the Hugging Face directory or URL to write, new or empty (required)"
     )
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="the weights' dtype (default float32)",
+    )
     args = parser.parse_args(argv)
 
     from meltemi.datastore import DatastoreError

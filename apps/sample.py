@@ -11,16 +11,31 @@ from __future__ import annotations
 import argparse
 import sys
 
+CHECKPOINT_HELP = (
+    "a run directory (its latest good checkpoint) or a step-N directory, local or in a bucket (required)"
+)
+
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help="a run directory or a step-N directory")
-    parser.add_argument("--prompt", required=True, help="the text to continue")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+    parser.add_argument("--prompt", required=True, help="the text to continue (required)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=64, help="the continuation's length at most (default 64)"
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=0.8, help="0 is greedy; higher, more varied (default 0.8)"
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=None, help="draw from the k likeliest tokens only (default: all)"
+    )
+    parser.add_argument(
+        "--top-p",
+        type=float,
+        default=None,
+        help="draw from the fewest tokens reaching probability p (default: all)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the seed of the draws (default 0)")
     args = parser.parse_args(argv)
 
     from meltemi.datastore import DatastoreError

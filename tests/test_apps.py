@@ -276,3 +276,25 @@ def test_the_8b_fine_tuning_preset_is_marin_8b_instructs_recipe_on_the_8b_model(
     assert (sft.data.chat.template, sft.data.chat.loss_on) == ("llama3", "assistant")
     tokens = t.global_batch_size * sft.data.seq_len * t.num_train_steps
     assert tokens == pytest.approx(5e9, rel=0.08)  # about 5B tokens
+
+
+def test_help_shows_the_presets_values_not_the_class_defaults(tmp_path):
+    shown = app("pretrain.py", "--help", cwd=tmp_path).stdout
+    assert "config fields (the values of " in shown and "configs/tiny.yaml):" in shown
+    values = {
+        line.split()[0]: line.split()[1] for line in shown.splitlines() if line.startswith("  --model.")
+    }
+    assert (values["--model.vocab_size"], values["--model.num_layers"], values["--model.max_seq_len"]) == (
+        "8192", "6", "512"
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["sample.py", "evaluate.py", "export_hf.py", "chat.py"])
+def test_every_flag_of_the_other_apps_says_what_it_does_and_its_default(name, tmp_path):
+    shown = app(name, "--help", cwd=tmp_path).stdout
+    options = shown.split("options:", 1)[1]
+    entries = re.split(r"\n  (?=--)", options)[1:]  # each flag with its description, wrapped or not
+    assert len(entries) >= 3
+    for entry in entries:
+        text = " ".join(entry.split())
+        assert "(required)" in text or "default" in text, f"{name}: {text}"

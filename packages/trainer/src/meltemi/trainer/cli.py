@@ -42,7 +42,7 @@ def main(
         if command.help:
             shown = None if default_config is None else os.path.relpath(default_config)
             try:
-                print(help_text(prog, shown, fine_tuning=fine_tuning))
+                print(help_text(prog, shown, fine_tuning=fine_tuning, config=command.config))
             except BrokenPipeError:  # `--help | head`: the reader has what it wanted
                 sys.stdout = open(os.devnull, "w")
             return 0

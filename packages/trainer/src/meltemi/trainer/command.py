@@ -244,9 +244,12 @@ def _command(values: dict[str, object], overrides: tuple[str, ...]) -> Command:
     )
 
 
-def help_text(prog: str, default_config: str | None, *, fine_tuning: bool = False) -> str:
-    """The usage line, the command's flags by group, then every config field with its default."""
-    from meltemi.trainer.config_io import describe_fields
+def help_text(
+    prog: str, default_config: str | None, *, fine_tuning: bool = False, config: str | None = None
+) -> str:
+    """The usage line, the command's flags by group, then every config field with its value in ``config``
+    (the ``--config`` given, else ``default_config``), or its default when there is none."""
+    from meltemi.trainer.config_io import describe_fields, load_config
 
     lines = [
         f"usage: {prog} [--config PATH] [--run-dir DIR] [--FIELD VALUE ...] [--dry-run ...]"
@@ -263,8 +266,16 @@ def help_text(prog: str, default_config: str | None, *, fine_tuning: bool = Fals
                 shown = f"{flag.name} {flag.metavar}" if flag.metavar else flag.name
                 text = flag.help.format(default_config=default_config or "every field at its default")
                 lines.append(f"  {shown:<22} {text}")
-    rows = describe_fields()
+    preset, heading = config or default_config, "config fields (their defaults):"
+    values = None
+    if preset is not None:
+        try:
+            values = load_config(preset).model_dump(mode="json")
+            heading = f"config fields (the values of {preset}):"
+        except ConfigError as e:
+            heading = f"config fields (their defaults; {preset} cannot be read: {e}):"
+    rows = describe_fields(values=values)
     width = max(len(r[0]) for r in rows)
-    lines += ["", "config fields:"]
+    lines += ["", heading]
     lines += [f"  --{name:<{width}}  {default:<12} {kind}: {text}" for name, kind, default, text in rows]
     return "\n".join(lines)

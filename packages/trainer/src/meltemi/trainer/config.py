@@ -348,7 +348,9 @@ class DataConfig(Section):
     cache_dir: str = Field(
         ".cache/meltemi", description="where corpora's stores and the stdlib tokenizer are built and kept"
     )
-    sources: dict[str, SourceConfig] = Field(default_factory=dict, description="token stores by name")
+    sources: dict[str, SourceConfig] = Field(
+        default_factory=dict, description="the mixture's sources by name: token stores, or corpora to build"
+    )
     stages: list[StageConfig] = Field(default_factory=list, description="mixture weights that change by step")
     seq_len: int = Field(2048, gt=0, description="tokens per training sequence")
     eval_fraction: float = Field(0.005, gt=0, lt=1, description="tail of each store held out for evaluation")

@@ -166,34 +166,46 @@ def dump_config(config: RunConfig) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
 
 
-def describe_fields(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[tuple[str, str, str, str]]:
-    """``(dotted name, type, default, description)`` for every field, sections expanded.
+def describe_fields(
+    model: type[BaseModel] = RunConfig, prefix: str = "", values: Any = None
+) -> list[tuple[str, str, str, str]]:
+    """``(dotted name, type, value, description)`` for every field, sections expanded; the value is the
+    field's in ``values`` (a config's ``model_dump(mode="json")``: what a preset sets) or its default.
 
     >>> [row[:3] for row in describe_fields() if row[0] == "trainer.mesh.data"]
     [('trainer.mesh.data', 'int', '-1')]
+    >>> preset = load_config(None, ["--trainer.mesh.data", "4"]).model_dump(mode="json")
+    >>> [row[2] for row in describe_fields(values=preset) if row[0] == "trainer.mesh.data"]
+    ['4']
     """
     rows = []
     for name, field in model.model_fields.items():
         dotted = f"{prefix}{name}"
+        given = values.get(name) if isinstance(values, dict) else None
+        shown = _default(field) if not isinstance(values, dict) or name not in values else _yaml(given)
         section = _section_type(field.annotation)
         if isinstance(section, type) and issubclass(section, BaseModel):
             if field.default is None:
-                rows.append((dotted, f"{section.__name__} | null", "null", field.description or ""))
+                rows.append((dotted, f"{section.__name__} | null", shown, field.description or ""))
             container = typing.get_origin(field.annotation)
             inner = {dict: f"{dotted}.<name>.", list: f"{dotted}[i]."}.get(container, f"{dotted}.")
             if container is not None and container is not types.UnionType:
-                rows.append((dotted, _type_name(field.annotation), _default(field), field.description or ""))
-            rows.extend(describe_fields(section, inner))
+                rows.append((dotted, _type_name(field.annotation), shown, field.description or ""))
+                given = None  # a mapping's or list's entries are its own: their fields show defaults
+            rows.extend(describe_fields(section, inner, given if isinstance(given, dict) else None))
             continue
-        rows.append((dotted, _type_name(field.annotation), _default(field), field.description or ""))
+        rows.append((dotted, _type_name(field.annotation), shown, field.description or ""))
     return rows
+
+
+def _yaml(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...")
 
 
 def _default(field: pydantic.fields.FieldInfo) -> str:
     if field.is_required():
         return "(required)"
-    value = field.get_default(call_default_factory=True)
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...")
+    return _yaml(field.get_default(call_default_factory=True))
 
 
 def _type_name(annotation: Any) -> str:
