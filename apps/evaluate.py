@@ -70,8 +70,14 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     specs = [spec.strip() for spec in args.tasks.split(",") if spec.strip()]
 
+    from meltemi.trainer.checkpoint.trained_model import checkpoints_at
     from meltemi.trainer.errors import TrainerError
 
+    try:
+        checkpoints_at(args.checkpoint)  # a missing or empty run is said before the harness loads
+    except TrainerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     try:
         import meltemi.trainer.harness.model as harness_model
         from meltemi.trainer.harness.runner import PreparedTasks

@@ -70,6 +70,25 @@ def checkpoint_tokenizer(step: Directory, manifest: Manifest) -> tuple[Path | No
     return tokenizer, end_of_text(tokenizer if tokenizer is not None and tokenizer.is_file() else None)
 
 
+def checkpoints_at(location: str | os.PathLike | Location) -> list[Directory]:
+    """The checkpoints a run or ``step-N`` directory holds, newest first; a ``CheckpointError`` saying the
+    location does not exist, or holds none, when there are none (reading only the listing: an app asks
+    before loading anything heavier).
+
+    >>> checkpoints_at("/no/such/run")
+    Traceback (most recent call last):
+    ...
+    meltemi.trainer.errors.CheckpointError: /no/such/run does not exist
+    """
+    found = find_checkpoints(location)
+    if found:
+        return found
+    local = Location.parse(location).local_path
+    if local is not None and not local.exists():
+        raise CheckpointError(f"{location} does not exist")
+    raise CheckpointError(f"{location} holds no checkpoint (looked for step-N directories)")
+
+
 def load_model(location: str | os.PathLike | Location, warn=logger.warning) -> TrainedModel:
     """The model of a run directory's latest good checkpoint, or of a ``step-N`` directory (a local path or
     a bucket URL), on this process's first device.
@@ -81,9 +100,7 @@ def load_model(location: str | os.PathLike | Location, warn=logger.warning) -> T
 
     from meltemi.trainer.config_io import validate
 
-    found = find_checkpoints(location)
-    if not found:
-        raise CheckpointError(f"{location} holds no checkpoint (looked for step-N directories)")
+    found = checkpoints_at(location)
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     for path in found:
         try:

@@ -29,8 +29,7 @@ def plot_loss(records: list[dict[str, Any]], run: Directory, name: str = LOSS_PL
     train = [(r["step"], r["train/loss"]) for r in records if isinstance(r.get("train/loss"), float | int)]
     if train:
         axes.plot(*zip(*train, strict=True), label="train", linewidth=1.2)
-    names = sorted({k for r in records for k in r if k.startswith("eval/") and k.endswith("loss")})
-    for series in names:
+    for series in held_out_series(records):
         points = [(r["step"], r[series]) for r in records if isinstance(r.get(series), float | int)]
         if not points:
             continue
@@ -41,6 +40,20 @@ def plot_loss(records: list[dict[str, Any]], run: Directory, name: str = LOSS_PL
     if axes.get_legend_handles_labels()[0]:
         axes.legend()
     return save_figure(figure, run, name)
+
+
+def held_out_series(records: list[dict[str, Any]]) -> list[str]:
+    """The held-out losses a plot draws: each source's, and over all of them only when there are several
+    (with one source both are the same line).
+
+    >>> held_out_series([{"step": 0, "eval/loss": 2.0, "eval/stdlib/loss": 2.0}])
+    ['eval/stdlib/loss']
+    >>> held_out_series([{"step": 0, "eval/loss": 2.0, "eval/a/loss": 1.0, "eval/b/loss": 3.0}])
+    ['eval/a/loss', 'eval/b/loss', 'eval/loss']
+    """
+    names = sorted({k for r in records for k in r if k.startswith("eval/") and k.endswith("loss")})
+    per_source = [name for name in names if name != "eval/loss"]
+    return per_source if len(per_source) == 1 else names
 
 
 def save_figure(figure, run: Directory, name: str) -> str:
