@@ -302,8 +302,12 @@ def test_every_flag_of_the_other_apps_says_what_it_does_and_its_default(name, tm
 
 @pytest.mark.parametrize("name", ["evaluate.py", "sample.py", "export_hf.py", "chat.py"])
 def test_a_checkpoint_path_that_does_not_exist_is_said_so_before_anything_loads(tmp_path, name):
-    extra = {"evaluate.py": ["--tasks", "stdlib_next_line"], "sample.py": ["--prompt", "x"],
-             "export_hf.py": ["--out", str(tmp_path / "hf")], "chat.py": ["--message", "hi"]}[name]  # fmt: skip
+    extra = {
+        "evaluate.py": ["--tasks", "stdlib_next_line"],
+        "sample.py": ["--prompt", "x"],
+        "export_hf.py": ["--out", str(tmp_path / "hf")],
+        "chat.py": ["--message", "hi"],
+    }[name]
     result = app(name, "--checkpoint", str(tmp_path / "nowhere"), *extra, cwd=tmp_path, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip() == f"error: {tmp_path / 'nowhere'} does not exist"  # nothing before it

@@ -10,8 +10,8 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from meltemi.datastore.build_records import PartSummary
 from meltemi.datastore.build_request import Hints
 from meltemi.datastore.errors import InputError
 from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
+from meltemi.datastore.long_documents import pieces_of
 from meltemi.datastore.sources import Piece, ReadNotes, ReadPolicy, read_documents, redact
 from meltemi.datastore.storage import SCHEMES, Directory, Location, read_object
 
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
     from meltemi.datastore.chat_build import ChatBuild
     from meltemi.datastore.conversations import Conversation
 
-ENCODE_BATCH = 512
+ENCODE_BATCH = 512  # documents read before they are tokenized together
+BATCH_CHARACTERS = 1 << 20  # about the characters tokenized at once (and read before tokenizing)
 _TOKENIZERS: dict[str, Tokenizer] = {}  # parsed tokenizers by hash, so each process parses one once
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
 
@@ -115,13 +117,39 @@ def tokenizer_of(info: TokenizerInfo) -> Tokenizer:
 
 
 def encode_documents(tokenizer: Tokenizer, texts: list[str], eos_id: int | None, dtype: np.dtype):
-    """Token ids of `texts`, concatenated (an EOS after each when `eos_id` is set), and each one's length."""
-    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
-    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
-    flat = np.fromiter(chain.from_iterable(e.ids for e in encodings), dtype=dtype, count=int(lengths.sum()))
+    """Token ids of `texts`, concatenated (an EOS after each when `eos_id` is set), and each one's length.
+
+    A long document is tokenized in pieces that give the same ids (`long_documents.pieces_of`), and pieces
+    go to `encode_batch` about `BATCH_CHARACTERS` at a time, so memory stays bounded whatever the length
+    of a document (a tokenizer's encoding holds a few hundred bytes per token)."""
+    pieces, owners = [], []
+    for owner, text in enumerate(texts):
+        for piece in pieces_of(tokenizer, text):
+            pieces.append(piece)
+            owners.append(owner)
+    blocks, counts = [], []
+    for batch in _batches(pieces):
+        for encoding in tokenizer.encode_batch(batch, add_special_tokens=False):
+            blocks.append(np.fromiter(encoding.ids, dtype=dtype, count=len(encoding.ids)))
+            counts.append(len(encoding.ids))
+    lengths = np.bincount(np.array(owners, np.int64), weights=counts, minlength=len(texts)).astype(np.int64)
+    flat = np.concatenate(blocks) if blocks else np.zeros(0, dtype)
     if eos_id is None:
         return flat, lengths
     return np.insert(flat, np.cumsum(lengths), dtype.type(eos_id)), lengths + 1
+
+
+def _batches(texts: list[str]) -> Iterator[list[str]]:
+    """Consecutive runs of `texts` of about `BATCH_CHARACTERS` characters (at least one text each)."""
+    batch, size = [], 0
+    for text in texts:
+        if batch and size + len(text) > BATCH_CHARACTERS:
+            yield batch
+            batch, size = [], 0
+        batch.append(text)
+        size += len(text)
+    if batch:
+        yield batch
 
 
 PARTS = "parts"
@@ -187,6 +215,7 @@ def tokenize_units(
     token_blocks, length_blocks, weight_blocks = [], [], []
     pending: list[str] | list[Conversation] = []
     owners: list[int] = []  # each pending item's job: a chat build may leave some out, counted per job
+    pending_characters = 0
 
     def flush():
         if chat is None:
@@ -215,8 +244,10 @@ def tokenize_units(
             for item in items:
                 pending.append(item)
                 owners.append(job)
-                if len(pending) == ENCODE_BATCH:
+                pending_characters += len(item) if chat is None else 0
+                if len(pending) == ENCODE_BATCH or pending_characters >= BATCH_CHARACTERS:
                     flush()
+                    pending_characters = 0
     if pending:
         flush()
     tokens = np.concatenate(token_blocks) if token_blocks else np.zeros(0, dtype)

@@ -31,8 +31,8 @@ class StopSignals:
     (``signal.set_wakeup_fd``) says ``stopping after step N: saving a checkpoint (press Ctrl-C again to
     abandon it)``, and for a second Ctrl-C what ``abandoned`` describes (what was and was not saved, and
     how to resume); with ``grace_s`` the process then ends within that many seconds even if the step does
-    not return. The run's loop asks ``check(step)`` at each step boundary, which keeps ``boundary``, the step
-a stop asked now saves after, current.
+    not return. The run's loop asks ``check(step)`` at each step boundary, which keeps ``boundary`` (the
+    step a stop asked now saves after) current.
 
     Outside the main thread (where Python cannot install handlers) it records nothing and changes nothing.
     """
