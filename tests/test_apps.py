@@ -28,7 +28,9 @@ def trained(first_run, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("newcomer")
     shutil.copytree(first_run.cwd / "runs", cwd / "runs")
     first_run.link_corpus(cwd)
-    second = app("pretrain.py", *SMALL, "--trainer.num_train_steps", "6", cwd=cwd)
+    second = app(
+        "pretrain.py", *SMALL, "--trainer.num_train_steps", "6", "--optimizer.extension", "decay", cwd=cwd
+    )
     return cwd, first_run, second
 
 
@@ -54,6 +56,10 @@ def test_rerunning_the_command_resumes_without_rebuilding(trained):
     assert second.returncode == 0, second.stderr
     assert "building the standard-library corpus" not in second.stderr
     assert "resuming from runs/tiny/checkpoints/step-4" in second.stderr
+    assert (
+        "trainer.num_train_steps 4 -> 6: the schedule goes on by decay (a new phase over steps 4-5"
+        in second.stderr
+    )
     resumed = (
         "steps: 6   tokens: 3,072 in all\nresumed at step 4: this session trained 2 steps (1,024 tokens, "
     )
@@ -61,7 +67,7 @@ def test_rerunning_the_command_resumes_without_rebuilding(trained):
     start = re.search(r"held-out loss: ([\d.]+) at step 0", first.stdout).group(1)
     assert re.search(rf"held-out loss: {start} at step 0 -> [\d.]+ at step 6", second.stdout), second.stdout
     checkpoints = cwd / "runs" / "tiny" / "checkpoints"
-    assert (checkpoints / "step-6" / "COMMITTED").exists() and not (checkpoints / "step-4").exists()
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-4", "step-6"]  # trainer.keep_last: 2
 
 
 @NEWCOMER
@@ -122,7 +128,10 @@ def test_verify_audits_the_runs_checkpoints_and_its_status_says_the_verdict(trai
     cwd, _, _ = trained
     checked = app("pretrain.py", "--verify", "runs/tiny", cwd=cwd)
     assert checked.returncode == 0, checked.stderr
-    assert checked.stdout.splitlines() == ["step-6: state match, data match"]
+    assert checked.stdout.splitlines() == [
+        "step-6: state match, data match",
+        "step-4: state match, data match",
+    ]
     (tmp_path / "empty").mkdir()
     missing = app("pretrain.py", "--verify", str(tmp_path / "empty"), cwd=cwd)
     assert missing.returncode == 1

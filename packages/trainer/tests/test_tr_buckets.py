@@ -31,7 +31,7 @@ def train(config, run_dir, **kwargs):
 def checkpointed(make_config, steps: int):
     return make_config("--trainer.num_train_steps", str(steps), "--trainer.checkpoint_every", "2",
                        "--trainer.log_every", "1", "--trainer.log_batch_hashes", "true",
-                       "--trainer.keep_every", "2")  # fmt: skip
+                       "--trainer.keep_every", "2", "--optimizer.extension", "tail")  # fmt: skip
 
 
 def arrays(step) -> dict[str, bytes]:
@@ -62,7 +62,7 @@ def _overrides(corpus, steps):
         "--trainer.compute_dtype", "float32", "--trainer.mesh.data", "1", "--optimizer.learning_rate", "1e-2",
         "--optimizer.warmup_steps", "1", "--trainer.num_train_steps", str(steps),
         "--trainer.checkpoint_every", "2", "--trainer.log_every", "1", "--trainer.log_batch_hashes", "true",
-        "--trainer.keep_every", "2",
+        "--trainer.keep_every", "2", "--optimizer.extension", "tail",
     ]  # fmt: skip
 
 

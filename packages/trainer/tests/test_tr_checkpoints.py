@@ -131,7 +131,7 @@ def test_a_checkpoint_restores_bitwise_onto_another_mesh(make_config, shared, tm
     saved = {r.name: read_array(step_dir, r) for r in manifest.arrays}
     mesh = ["--trainer.mesh.data", str(data), "--trainer.mesh.model", str(model)]
     config = checkpointed(make_config, *heads, *mesh,
-                          "--trainer.num_train_steps", "6")  # fmt: skip
+                          "--trainer.num_train_steps", "6", "--optimizer.extension", "decay")  # fmt: skip
     trainer = Trainer(config, tmp_path / "run", devices=jax.devices()[: data * model], progress=False)
     start = starting_state(trainer, warn=pytest.fail)
     assert start.resumed_from == Location.parse(step_dir)
@@ -228,7 +228,16 @@ def test_a_config_that_breaks_resume_names_the_field_and_one_that_does_not_resum
     ):
         train(checkpointed(make_config, "--model.hidden_dim", "64"), run_dir)
     longer = train(
-        checkpointed(make_config, "--trainer.num_train_steps", "6", "--trainer.log_every", "1"), run_dir
+        checkpointed(
+            make_config,
+            "--trainer.num_train_steps",
+            "6",
+            "--trainer.log_every",
+            "1",
+            "--optimizer.extension",
+            "tail",
+        ),
+        run_dir,
     )
     assert longer.steps == 6 and longer.tokens == 6 * 16 * 32 and longer.session_tokens == 2 * 16 * 32
 

@@ -239,7 +239,9 @@ def test_the_command_line_summary_of_a_resumed_run_speaks_of_the_run_and_of_this
     make_config, finished, tmp_path
 ):
     config_path = tmp_path / "config.yaml"
-    config_path.write_text(dump_config(recorded(make_config, "--trainer.num_train_steps", "8")))
+    config_path.write_text(
+        dump_config(recorded(make_config, "--trainer.num_train_steps", "8", "--optimizer.extension", "decay"))
+    )
     env = fake_devices_environ(1)
     command = [
         sys.executable,

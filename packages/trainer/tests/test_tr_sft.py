@@ -182,7 +182,7 @@ def test_a_resumed_fine_tuning_run_needs_only_its_own_directory(sft_config, base
     """Once a run has checkpoints, its base is not read again: a base moved away does not stop a resume."""
     moved = tmp_path / "base"
     shutil.copytree(base, moved)
-    config = sft_config("--trainer.num_train_steps", "4", base=moved)
+    config = sft_config("--trainer.num_train_steps", "4", "--optimizer.extension", "tail", base=moved)
     first = train(sft_config(base=moved), tmp_path / "sft")
     assert first.steps == 2
     shutil.rmtree(moved)

@@ -69,7 +69,7 @@ def main(
         from meltemi.trainer.run.directory import check_run_dir
 
         check_run_dir(Location.parse(run_dir))  # before the data is built: that may take a while
-        config = resolve_run(config, Location.parse(run_dir))
+        config = resolve_run(config, Location.parse(run_dir), say=lambda line: print(line, file=sys.stderr))
         clock.lap("config")
         if command.launch is not None:
             from meltemi.trainer.launch import launch_on_ray
@@ -108,7 +108,8 @@ def train(config, run_dir: str, clock: StartupClock) -> int:
     summary = Trainer(config, run_dir, clock=clock).run()
     if summary.already_trained:
         print(
-            f"{run_dir} is already trained to step {summary.steps}: raise --trainer.num_train_steps to go on"
+            f"{run_dir} is already trained to step {summary.steps}: raise --trainer.num_train_steps to go on "
+            "(--optimizer.extension tail, decay or restretch says how the learning rate goes on)"
         )
     elif summary.stopped_by is not None:
         print(f"stopped by {summary.stopped_by} at step {summary.steps}: saved {summary.last_checkpoint}")

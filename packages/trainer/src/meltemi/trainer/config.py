@@ -89,6 +89,26 @@ class ModelConfig(Section):
         return self.head_dim or self.hidden_dim // self.num_heads
 
 
+class SchedulePhase(Section):
+    """Steps ``start`` to ``end - 1`` of the learning-rate schedule: its warmup (from the rate reached at
+    ``start``), then its shape, reaching the floor at ``end - 1``; a run extended with a new decay phase
+    gets one (``optimizer.extension: decay``)."""
+
+    start: int = Field(ge=0, description="the phase's first step")
+    end: int = Field(gt=0, description="the step after its last: the run's length when the phase began")
+
+    @model_validator(mode="after")
+    def _order(self) -> SchedulePhase:
+        if self.end <= self.start:
+            raise ValueError(
+                f"a schedule phase must end after it starts, got start {self.start}, end {self.end}"
+            )
+        return self
+
+
+Extension = Literal["tail", "decay", "restretch"]
+
+
 class OptimizerConfig(Section):
     """AdamW with a learning-rate schedule, decoupled weight decay and global-norm gradient clipping."""
 
@@ -101,12 +121,32 @@ class OptimizerConfig(Section):
     )
     decay_steps: float = Field(0.2, ge=0, description="wsd only: the final decay's length, steps or fraction")
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="the floor the decay reaches, times the peak")
+    extension: Extension | None = Field(
+        None,
+        description="when a resumed run's num_train_steps changes: tail (the old schedule, then its floor), "
+        "decay (a new phase over the added steps: warmup back to the peak, then the decay), restretch (the "
+        "schedule recomputed over the new length); null: go on only where the rate would not jump",
+    )
+    phases: list[SchedulePhase] = Field(
+        default_factory=list,
+        description="the schedule's phases as extensions left them (recorded by the run; empty: one phase "
+        "over trainer.num_train_steps)",
+    )
     weight_decay: float = Field(0.1, ge=0, description="decoupled weight decay")
     decay_embeddings_and_norms: bool = Field(False, description="also decay embeddings and norm scales")
     beta1: float = Field(0.9, ge=0, lt=1, description="Adam's first-moment decay")
     beta2: float = Field(0.95, ge=0, lt=1, description="Adam's second-moment decay")
     epsilon: float = Field(1e-8, gt=0, description="Adam's epsilon")
     max_grad_norm: float | None = Field(1.0, gt=0, description="clip the global gradient norm; null: never")
+
+    @model_validator(mode="after")
+    def _phases(self) -> OptimizerConfig:
+        starts = [phase.start for phase in self.phases]
+        if starts and starts[0] != 0:
+            raise ValueError(f"optimizer.phases: the first phase must start at step 0, not {starts[0]}")
+        if any(b <= a for a, b in zip(starts, starts[1:], strict=False)):
+            raise ValueError(f"optimizer.phases: starts must increase, got {starts}")
+        return self
 
 
 class MeshConfig(Section):

@@ -205,7 +205,9 @@ def _yaml(value: Any) -> str:
 def _default(field: pydantic.fields.FieldInfo) -> str:
     if field.is_required():
         return "(required)"
-    return _yaml(field.get_default(call_default_factory=True))
+    return _yaml(
+        pydantic.TypeAdapter(Any).dump_python(field.get_default(call_default_factory=True), mode="json")
+    )
 
 
 def _type_name(annotation: Any) -> str:

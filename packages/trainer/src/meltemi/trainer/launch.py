@@ -185,10 +185,10 @@ def launch_on_ray(config: RunConfig, run_dir: str, launch: SliceLaunch, address:
     import contextlib
 
     from meltemi.raytpu import LocalSliceCluster, RaytpuError
-    from meltemi.trainer.checkpoint.resume import check_config_continues
+    from meltemi.trainer.checkpoint.resume import continued_config
     from meltemi.trainer.errors import TrainerError
 
-    check_config_continues(config, run_dir)  # a refused config: one line, no cluster, no file written
+    config = continued_config(config, run_dir)  # a refused config: one line, no cluster, no file written
     if "://" in run_dir:
         events = Path(".cache/meltemi/events") / f"{run_dir.rstrip('/').rpartition('/')[2]}.jsonl"
     else:

@@ -12,12 +12,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import Protocol
 
+from meltemi.datastore.errors import PathIsAFileError
 from meltemi.datastore.storage import Location
 from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, incompatible_field, inspect_checkpoint
 from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.step.program import TrainProgram
+from meltemi.trainer.step.schedule_extension import continue_schedule
 from meltemi.trainer.step.train_step import TrainState
 
 
@@ -79,13 +81,29 @@ def _latest_good(
     return None
 
 
-def check_config_continues(config: RunConfig, run_dir: str | Location) -> None:
-    """Refuse, with the ``ConfigError`` ``starting_state`` would raise, a config that the latest readable
-    checkpoint in ``run_dir`` cannot continue, reading manifests only: a launcher asks before it starts a
-    cluster or writes a file, so a refused launch changes nothing. Damaged checkpoints are passed over
-    silently here; the run that starts warns about them."""
+def continued_config(
+    config: RunConfig, run_dir: str | Location, say: Callable[[str], None] = lambda _: None
+) -> RunConfig:
+    """``config`` as the latest readable checkpoint in ``run_dir`` continues it, reading manifests only:
+    refused with the ``ConfigError`` ``starting_state`` would raise when the checkpoint cannot continue it,
+    and with its learning-rate schedule carried on (``step.schedule_extension``: a changed run length is
+    extended as ``optimizer.extension`` says, and ``say`` is told how). A launcher asks before it starts a
+    cluster or writes a file, so a refused launch changes nothing; damaged checkpoints are passed over
+    silently here, and the run that starts warns about them."""
     config_json = config.model_dump(mode="json")
-    _latest_good(run_dir, lambda path, manifest: None, "the run's checkpoint", config_json, lambda _: None)
+    try:
+        found = _latest_good(
+            run_dir, lambda path, manifest: None, "the run's checkpoint", config_json, lambda _: None
+        )
+    except PathIsAFileError:
+        return config  # no checkpoint lies under a file: the run directory's own check names it
+    if found is None:
+        return config
+    manifest = found[2]
+    config, note = continue_schedule(config, manifest.config, manifest.step)
+    if note is not None:
+        say(note)
+    return config
 
 
 def starting_state(

@@ -18,7 +18,7 @@ import numpy as np
 from meltemi.datastore.storage import Location
 from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
 from meltemi.trainer.checkpoint.restore import restore
-from meltemi.trainer.checkpoint.resume import RunToStart, Start
+from meltemi.trainer.checkpoint.resume import RunToStart, Start, continued_config
 from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.sources import STDLIB, resolve_data, stdlib_tokenizer
@@ -59,10 +59,15 @@ def resolve_base(config: RunConfig, say=lambda _: None, run_dir: str | Location 
 
 def resolve_run(config: RunConfig, run_dir: str | Location | None = None, say=None) -> RunConfig:
     """A run's config made concrete: checked against its base (its tokenizer the base's when it names
-    none; a run resuming in ``run_dir`` needs only its own checkpoints), then its data resolved (corpora
-    built, the tokenizer given a chat template's tokens; ``say`` tells the user what is being built)."""
+    none; a run resuming in ``run_dir`` needs only its own checkpoints) and against its own latest
+    checkpoint (its schedule carried on, or extended as ``optimizer.extension`` says), then its data
+    resolved (corpora built, the tokenizer given a chat template's tokens). ``say`` tells the user what is
+    being built and how a schedule was extended."""
     kwargs = {} if say is None else {"say": say}
-    return resolve_data(resolve_base(config, run_dir=run_dir, **kwargs), **kwargs)
+    config = resolve_base(config, run_dir=run_dir, **kwargs)
+    if run_dir is not None:
+        config = continued_config(config, run_dir, **kwargs)
+    return resolve_data(config, **kwargs)
 
 
 def own_tokenizer(run_dir: str | Location):

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 
-from meltemi.trainer.config import OptimizerConfig
+from meltemi.trainer.config import OptimizerConfig, SchedulePhase
 
 
 def steps_of(value: float, num_steps: int) -> int:
@@ -30,7 +31,22 @@ def steps_of(value: float, num_steps: int) -> int:
 
 
 def learning_rate_schedule(config: OptimizerConfig, num_steps: int) -> Callable[[jnp.ndarray], jnp.ndarray]:
-    """The rate at each step: ``(step + 1) / warmup`` of the peak during warmup, then the configured shape."""
+    """The rate at each step: ``(step + 1) / warmup`` of the peak during warmup, then the configured shape.
+
+    A run extended with new phases (``config.phases``) follows each from its start: a warmup from the rate
+    the one before reached there back to the peak, then the shape again, reaching the floor at its end.
+    """
+    phases = config.phases or [SchedulePhase(start=0, end=num_steps)]
+    rate = _phase(config, phases[0].end, 0.0)
+    for phase in phases[1:]:
+        with jax.ensure_compile_time_eval():
+            begin = float(rate(phase.start))
+        rate = _after(rate, phase.start, _phase(config, phase.end - phase.start, begin))
+    return rate
+
+
+def _phase(config: OptimizerConfig, num_steps: int, begin: float) -> Callable[[jnp.ndarray], jnp.ndarray]:
+    """One phase of ``num_steps``, counted from its first step: warmup from ``begin``, then the shape."""
     peak, floor = config.learning_rate, config.learning_rate * config.min_lr_ratio
     warmup = min(steps_of(config.warmup_steps, num_steps), num_steps)
     last = num_steps - 1
@@ -41,7 +57,10 @@ def learning_rate_schedule(config: OptimizerConfig, num_steps: int) -> Callable[
 
     def rate(step):
         step = jnp.asarray(step, jnp.float32)
-        warming = peak * (step + 1) / max(warmup, 1)
+        if begin == 0.0:
+            warming = peak * (step + 1) / max(warmup, 1)
+        else:
+            warming = begin + (peak - begin) * (step + 1) / max(warmup, 1)
         progress = jnp.clip((step - decay_start) / max(last - decay_start, 1), 0.0, 1.0)
         if config.schedule == "constant":
             after = jnp.full_like(step, peak)
@@ -50,5 +69,15 @@ def learning_rate_schedule(config: OptimizerConfig, num_steps: int) -> Callable[
         else:  # linear, and the decay phase of wsd (flat before decay_start, where progress is 0)
             after = peak + (floor - peak) * progress
         return jnp.where(step < warmup, warming, after)
+
+    return rate
+
+
+def _after(before: Callable, start: int, phase: Callable) -> Callable[[jnp.ndarray], jnp.ndarray]:
+    """``before`` until step ``start``, then ``phase`` counted from it."""
+
+    def rate(step):
+        step = jnp.asarray(step, jnp.float32)
+        return jnp.where(step < start, before(step), phase(step - start))
 
     return rate
