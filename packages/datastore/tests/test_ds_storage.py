@@ -48,11 +48,11 @@ def test_a_location_is_the_same_place_under_every_spelling_and_join(scheme, part
 
 
 def test_a_url_is_never_made_a_local_path():
-    assert Location.parse("gs://b/run").local_path is None
-    assert str(Location.parse("gs://b/run") / "ckpt") == "gs://b/run/ckpt"
+    assert Location.parse("gs://my-bucket/run").local_path is None
+    assert str(Location.parse("gs://my-bucket/run") / "ckpt") == "gs://my-bucket/run/ckpt"
     with pytest.raises(BadUrlError) as caught:
-        Location.parse("gs:/b/run")
-    assert str(caught.value) == "gs:/b/run: a URL needs two slashes after its scheme: gs://b/run"
+        Location.parse("gs:/my-bucket/run")
+    assert str(caught.value) == "gs:/my-bucket/run: a URL needs two slashes after its scheme: gs://my-bucket/run"
 
 
 @pytest.mark.parametrize(

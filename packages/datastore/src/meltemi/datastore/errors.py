@@ -90,6 +90,15 @@ class BadUrlError(StorageError):
     """The URL is malformed: a bucket URL without a bucket name, say."""
 
 
+class BadBucketNameError(BadUrlError):
+    """The URL's bucket name breaks the store's naming rules (`s3://b`: S3 names have 3 to 63 characters)."""
+
+
+class CredentialsError(StorageError):
+    """The environment names credentials that cannot be used: a credentials file that does not exist, an
+    access key without its secret."""
+
+
 class NoSuchBucketError(StorageError):
     """The URL's bucket does not exist (or the endpoint serves no bucket of that name)."""
 

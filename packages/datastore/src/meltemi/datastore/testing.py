@@ -101,14 +101,14 @@ def start_s3_server() -> S3Server:
 @dataclass
 class GcsServer:
     """gcp-storage-emulator's GCS server in this process; `environ` points Google's clients (and, through
-    the storage seam, TensorStore) at it, with a fixed token in place of application-default credentials."""
+    the storage seam, TensorStore) at it, as a user does: the seam sends an emulator anonymous requests."""
 
     endpoint: str
     _server: Any = field(repr=False)
 
     @property
     def environ(self) -> dict[str, str]:
-        return {"STORAGE_EMULATOR_HOST": self.endpoint, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "meltemi-test"}
+        return {"STORAGE_EMULATOR_HOST": self.endpoint}
 
     def make_bucket(self, prefix: str = "meltemi") -> str:
         """Create a bucket with a unique name and return the name."""
@@ -203,8 +203,10 @@ def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
 def gcs(gcs_server: GcsServer, monkeypatch: pytest.MonkeyPatch) -> GcsServer:
     """The GCS emulator, with its environment set for this test (the seam's mapping of
     `STORAGE_EMULATOR_HOST` to `TENSORSTORE_GCS_HTTP_URL` is undone after it)."""
-    monkeypatch.setenv("TENSORSTORE_GCS_HTTP_URL", "")  # recorded, so the value the seam sets is undone
-    monkeypatch.delenv("TENSORSTORE_GCS_HTTP_URL")
+    for set_by_the_seam in ("TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING"):
+        monkeypatch.setenv(set_by_the_seam, "")  # recorded, so the value the seam sets is undone
+        monkeypatch.delenv(set_by_the_seam)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)  # a developer's own, not for it
     for name, value in gcs_server.environ.items():
         monkeypatch.setenv(name, value)
     return gcs_server
@@ -215,4 +217,6 @@ def environ_with(*servers: S3Server | GcsServer) -> dict[str, str]:
     merged = dict(os.environ)
     for server in servers:
         merged |= server.environ
+        if isinstance(server, GcsServer):
+            merged.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
     return merged

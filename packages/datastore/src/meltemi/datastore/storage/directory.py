@@ -8,7 +8,9 @@ is atomic. That is the commit primitive: write the data, then one small marker o
 
 Every TensorStore error becomes one line naming the URL and the mistake (see `failures.py`). Before doing
 any work, `check_writable` and `check_readable` probe a location with a short retry budget, so a missing
-bucket, refused credentials or an unreachable endpoint are reported at once, not after an hour of work.
+bucket, refused credentials or an unreachable endpoint are reported at once, not after an hour of work;
+the log lines TensorStore's clients print during a probe are held back (`native_log.py`), the probe's own
+error saying what went wrong.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import tensorstore as ts
 
 from meltemi.datastore.storage.failures import storage_error
 from meltemi.datastore.storage.location import DEFAULT_RETRIES, PROBE_RETRIES, Location, Retries
+from meltemi.datastore.storage.native_log import native_log_held
 
 _CONTEXT: ts.Context | None = None
 PROBE_PREFIX = ".meltemi-probe-"
@@ -223,8 +226,9 @@ def check_writable(location: str | os.PathLike | Location) -> Location:
     directory = Directory(location, PROBE_RETRIES)
     key = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
     try:
-        directory.kvstore.write(key, b"probe").result()  # not empty: the GCS emulator refuses those
-        directory.kvstore.delete_range(_prefix_range(PROBE_PREFIX)).result()  # ours and any left behind
+        with native_log_held():  # a client's own log lines: this probe's error says it in one
+            directory.kvstore.write(key, b"probe").result()  # not empty: the GCS emulator refuses those
+            directory.kvstore.delete_range(_prefix_range(PROBE_PREFIX)).result()  # ours and any left behind
     except ValueError as e:
         raise storage_error(directory.where(), "writing a probe object", e, writing=True) from None
     return directory.location
@@ -240,7 +244,8 @@ def check_readable(location: str | os.PathLike | Location) -> Location:
     """
     directory = Directory(location, PROBE_RETRIES)
     try:
-        directory.kvstore.list(_prefix_range(PROBE_PREFIX)).result()
+        with native_log_held():
+            directory.kvstore.list(_prefix_range(PROBE_PREFIX)).result()
     except ValueError as e:
         raise storage_error(directory.where(), "listing", e) from None
     return directory.location

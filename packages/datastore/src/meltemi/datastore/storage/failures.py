@@ -16,6 +16,7 @@ from meltemi.datastore.errors import (
     StorageError,
     UnreachableError,
 )
+from meltemi.datastore.storage.credentials import hint
 
 _DETAILS = re.compile(r"\s*\[[a-z_]+='.*", re.DOTALL)  # TensorStore's [http_response_code='404'] and so on
 _UNREACHABLE = (
@@ -52,11 +53,11 @@ def storage_error(where: str, doing: str, error: BaseException, *, writing: bool
 
     A 404 while writing means the bucket is missing (a missing key is not an error when reading).
 
-    >>> e = storage_error("s3://b/x", "writing", ValueError("NOT_FOUND: NoSuchBucket: none"))
+    >>> e = storage_error("s3://my-bucket/x", "writing", ValueError("NOT_FOUND: NoSuchBucket: none"))
     >>> type(e).__name__
     'NoSuchBucketError'
     >>> str(e)
-    "s3://b/x: writing failed: the bucket 'b' does not exist (NOT_FOUND: NoSuchBucket: none)"
+    "s3://my-bucket/x: writing failed: the bucket 'my-bucket' does not exist (NOT_FOUND: NoSuchBucket: none)"
     """
     said = reason(error)
     lowered = said.lower()
@@ -66,6 +67,7 @@ def storage_error(where: str, doing: str, error: BaseException, *, writing: bool
     if any(word in lowered for word in _DENIED):
         return AccessDeniedError(
             f"{where}: {doing} failed: access denied; check the credentials and their permissions ({said})"
+            f"{hint(where.partition(':')[0])}"
         )
     if any(word in lowered for word in _UNREACHABLE):
         return UnreachableError(f"{where}: {doing} failed: the storage endpoint cannot be reached ({said})")

@@ -6,15 +6,18 @@ credentials and retry policy taken from the ecosystem's standard environment var
 existing setup works unchanged:
 
 - S3 and S3-compatible stores: `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (the endpoint; TensorStore does
-  not read these itself), `AWS_REGION` or `AWS_DEFAULT_REGION`, and `AWS_ACCESS_KEY_ID`,
-  `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` (else AWS's default chain: `AWS_PROFILE`, the config files,
-  the instance's metadata service).
+  not read these itself), `AWS_REGION` or `AWS_DEFAULT_REGION`, and the credentials `credentials.py`
+  finds (`AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`, a profile, a role; else unsigned requests).
 - GCS: application-default credentials (`GOOGLE_APPLICATION_CREDENTIALS`, gcloud's, the metadata
   server); `STORAGE_EMULATOR_HOST` (the emulator convention of Google's client libraries) is passed on to
-  TensorStore as `TENSORSTORE_GCS_HTTP_URL`, the variable it reads for the same thing.
+  TensorStore as `TENSORSTORE_GCS_HTTP_URL`, the variable it reads for the same thing, and without
+  credentials of its own an emulator is sent a fixed token (emulators accept any).
 
-A URL is never turned into a local path: `gs://b/run` stays a bucket location, and `gs:/b/run` (a URL that
-went through `pathlib.Path`) is an error rather than a directory named `gs:`.
+Bucket names are checked against the store's rules when a URL is parsed (`s3://b` is refused: S3 names
+have 3 to 63 characters), so a typo is reported before any request.
+
+A URL is never turned into a local path: `gs://bucket/run` stays a bucket location, and `gs:/bucket/run` (a
+URL that went through `pathlib.Path`) is an error rather than a directory named `gs:`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from meltemi.datastore.errors import BadUrlError, UnknownSchemeError
+from meltemi.datastore.errors import BadBucketNameError, BadUrlError, UnknownSchemeError
+from meltemi.datastore.storage.credentials import EMULATOR_TOKEN, gcs_credentials, s3_credentials
 
 Scheme = Literal["file", "gs", "s3", "memory"]
 SCHEMES: tuple[Scheme, ...] = ("file", "gs", "s3", "memory")
@@ -66,8 +70,8 @@ class Location:
 
     >>> Location.parse("s3://bucket/stores/web").url, Location.parse("s3://bucket/stores/web").bucket
     ('s3://bucket/stores/web', 'bucket')
-    >>> (Location.parse("gs://b/run") / "step-10/manifest.json").url
-    'gs://b/run/step-10/manifest.json'
+    >>> (Location.parse("gs://my-bucket/run") / "step-10/manifest.json").url
+    'gs://my-bucket/run/step-10/manifest.json'
     >>> Location.parse("/tmp/x") == Location.parse("file:///tmp/x"), Location.parse("/tmp/x").is_local
     (True, True)
     >>> Location.parse("hdfs://n/x")
@@ -114,6 +118,7 @@ class Location:
         bucket, _, key = rest.partition("/")
         if not bucket or re.search(r"\s", bucket):
             raise BadUrlError(f"{given}: no bucket name; write {scheme}://BUCKET/PATH")
+        check_bucket_name(scheme, bucket, given)
         return cls(scheme, bucket, key.strip("/"), given)
 
     def __str__(self) -> str:
@@ -157,9 +162,9 @@ class Location:
 
         >>> Location.parse("/data/store").kvstore_spec()
         {'driver': 'file', 'path': '/data/store/', 'context': {'file_io_sync': True}}
-        >>> spec = Location.parse("s3://b/x").kvstore_spec(Retries(4, 0.25, 2.0))
+        >>> spec = Location.parse("s3://bucket/x").kvstore_spec(Retries(4, 0.25, 2.0))
         >>> spec["bucket"], spec["path"], spec["context"]["s3_request_retries"]["initial_delay"]
-        ('b', 'x/', '0.25s')
+        ('bucket', 'x/', '0.25s')
         """
         spec: dict[str, Any] = {"driver": _DRIVERS[self.scheme], "path": self.path + "/" if self.path else ""}
         if self.scheme == "file":
@@ -169,9 +174,38 @@ class Location:
             spec |= {"bucket": self.bucket, "context": {"gcs_request_retries": retries.to_json()}}
         elif self.scheme == "s3":
             spec |= {"bucket": self.bucket} | s3_settings()
-            keys = "environment" if os.environ.get("AWS_ACCESS_KEY_ID") else "default"
+            keys = s3_credentials().kind
             spec["context"] = {"s3_request_retries": retries.to_json(), "aws_credentials": {"type": keys}}
         return spec
+
+
+_S3_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_GCS_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+_IP_ADDRESS = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+_RULES = {
+    "s3": "S3 bucket names have 3 to 63 characters: lowercase letters, digits, dots and hyphens, beginning "
+    "and ending with a letter or digit",
+    "gs": "GCS bucket names have 3 to 63 characters (222 with dots, 63 between them): lowercase letters, "
+    "digits, dashes, underscores and dots, beginning and ending with a letter or digit",
+}
+
+
+def check_bucket_name(scheme: str, bucket: str, given: str) -> None:
+    """Refuse a bucket name the store would refuse, saying its rules (TensorStore only says "invalid").
+
+    >>> check_bucket_name("s3", "meltemi-runs", "s3://meltemi-runs/x")
+    >>> check_bucket_name("s3", "b", "s3://b/run")
+    Traceback (most recent call last):
+    ...
+    meltemi.datastore.errors.BadBucketNameError: s3://b/run: 'b' is not a valid bucket name; S3 bucket names
+    have 3 to 63 characters: ...
+    """
+    pattern = _S3_NAME if scheme == "s3" else _GCS_NAME
+    valid = pattern.match(bucket) and ".." not in bucket and not _IP_ADDRESS.match(bucket)
+    if valid and scheme == "gs" and any(len(part) > 63 for part in bucket.split(".")):
+        valid = False
+    if not valid:
+        raise BadBucketNameError(f"{given}: {bucket!r} is not a valid bucket name; {_RULES[scheme]}")
 
 
 def s3_settings() -> dict[str, str]:
@@ -191,10 +225,13 @@ def s3_settings() -> dict[str, str]:
 
 
 def export_gcs_emulator() -> None:
-    """Point TensorStore at `STORAGE_EMULATOR_HOST` (unless `TENSORSTORE_GCS_HTTP_URL` says otherwise).
+    """Point TensorStore at `STORAGE_EMULATOR_HOST` (unless `TENSORSTORE_GCS_HTTP_URL` says otherwise), with
+    a fixed token when no credentials were given for it, as Google's clients go anonymous there.
 
-    TensorStore reads its variable for every request, so setting it here takes effect at once.
+    TensorStore reads its variables for every request, so setting them here takes effect at once.
     """
     host = os.environ.get("STORAGE_EMULATOR_HOST")
     if host and not os.environ.get("TENSORSTORE_GCS_HTTP_URL"):
         os.environ["TENSORSTORE_GCS_HTTP_URL"] = host if "://" in host else f"http://{host}"
+    if host and gcs_credentials().kind == "emulator":
+        os.environ["GOOGLE_AUTH_TOKEN_FOR_TESTING"] = EMULATOR_TOKEN

@@ -45,8 +45,8 @@ class TrainedModel:
 def run_of(step: Directory) -> Directory:
     """The run directory a ``step-N`` checkpoint belongs to (``<run>/checkpoints/step-N``).
 
-    >>> run_of(Directory("s3://b/runs/tiny/checkpoints/step-4")).where()
-    's3://b/runs/tiny'
+    >>> run_of(Directory("s3://my-bucket/runs/tiny/checkpoints/step-4")).where()
+    's3://my-bucket/runs/tiny'
     """
     location = step.location
     for _ in range(2):
