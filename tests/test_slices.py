@@ -103,6 +103,26 @@ def test_two_slices_train_like_one_process(uninterrupted, reference):
     assert_same_run(run_dir, reference)
 
 
+def test_the_launchers_summary_is_the_one_a_run_on_one_machine_prints(
+    uninterrupted, reference, config, capsys
+):
+    """A launch prints the first host's summary: held-out loss and paths, as a run on one machine does."""
+    from meltemi.trainer.cli import report
+
+    run_dir, results = uninterrupted
+    assert report(results[0].summary, config.model_copy(update={"trainer": config.trainer.model_copy(
+        update={"sample_prompt": None})}), str(run_dir)) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"steps: {STEPS}   tokens: ")
+    assert (
+        lines[1].startswith("held-out loss: ")
+        and "at step 0 -> " in lines[1]
+        and f"at step {STEPS}" in lines[1]
+    )
+    assert lines[2:] == [f"metrics: {run_dir / 'metrics.jsonl'}", f"loss curve: {run_dir / 'loss.png'}",
+                         f"last checkpoint: {run_dir / 'checkpoints' / f'step-{STEPS}'}"]  # fmt: skip
+
+
 def test_a_slice_that_comes_back_scales_the_run_up_at_a_checkpoint_without_redoing_a_step(
     cluster, config, reference, tmp_path
 ):

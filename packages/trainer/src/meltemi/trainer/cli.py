@@ -74,7 +74,9 @@ def main(
         if command.launch is not None:
             from meltemi.trainer.launch import launch_on_ray
 
-            return launch_on_ray(config, run_dir, launch, command.launch.address)
+            processes, summary = launch_on_ray(config, run_dir, launch, command.launch.address)
+            print(f"trained on {processes} processes")
+            return report(summary, config, run_dir)
         return train(config, run_dir, clock)
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -105,7 +107,11 @@ def train(config, run_dir: str, clock: StartupClock) -> int:
     from meltemi.trainer.trainer import Trainer
 
     clock.lap("imports")
-    summary = Trainer(config, run_dir, clock=clock).run()
+    return report(Trainer(config, run_dir, clock=clock).run(), config, run_dir)
+
+
+def report(summary, config, run_dir: str) -> int:
+    """Print how the run went (the same whether it ran here or on slices); the command's exit status."""
     if summary.already_trained:
         print(
             f"{run_dir} is already trained to step {summary.steps}: raise --trainer.num_train_steps to go on "

@@ -20,19 +20,30 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from meltemi.trainer.command import LaunchFlags
 from meltemi.trainer.config import RunConfig
 
+if TYPE_CHECKING:
+    from meltemi.trainer.trainer import RunSummary
+
 
 @dataclasses.dataclass(frozen=True)
 class HostResult:
-    """What one host reports when the run ends."""
+    """What one host reports when the run ends: its place in the job and the run's summary as it saw it."""
 
     process_index: int
     process_count: int
-    steps: int
-    stopped_by: str | None
+    summary: RunSummary
+
+    @property
+    def steps(self) -> int:
+        return self.summary.steps
+
+    @property
+    def stopped_by(self) -> str | None:
+        return self.summary.stopped_by
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +84,47 @@ class SliceLaunch:
             return self.slices
         return list(range(self.min_slices, self.slices + 1))
 
+    def device_counts(self) -> dict[int, int]:
+        """The devices of the job on each number of slices it may run on: a fake CPU host has
+        ``devices_per_host`` devices, an accelerator host its chips.
+
+        >>> SliceLaunch("cpu-2", slices=3, min_slices=2, devices_per_host=4).device_counts()
+        {2: 16, 3: 24}
+        """
+        from meltemi.raytpu import slice_type
+
+        kind = slice_type(self.slice_type)
+        per_host = self.devices_per_host if kind.name.startswith("cpu-") else kind.chips_per_host
+        counts = self.slice_counts()
+        return {n: n * kind.hosts * per_host for n in ([counts] if isinstance(counts, int) else counts)}
+
+
+def check_before_launch(config: RunConfig, run_dir: str, launch: SliceLaunch) -> None:
+    """What every host would check first, checked here before a cluster starts: the mesh, the batch and
+    the model's axes on the job's devices, for every number of slices it may run on, and the trackers
+    against the run directory. A ``TrainerError`` naming the field and the launch.
+
+    >>> from meltemi.trainer.config import RunConfig
+    >>> config = RunConfig.model_validate({"trainer": {"global_batch_size": 4}})
+    >>> check_before_launch(config, "runs/x", SliceLaunch("cpu-1", slices=2))
+    Traceback (most recent call last):
+    ...
+    meltemi.trainer.errors.MeshError: --launch ray on 2 slices of cpu-1 (8 devices): trainer.global_batch_size
+    4 does not split over the 8 data-parallel devices (trainer.mesh.replica x trainer.mesh.data)
+    """
+    from meltemi.datastore.storage import Location
+    from meltemi.trainer.errors import MeshError
+    from meltemi.trainer.run.trackers import check_trackers
+    from meltemi.trainer.step.mesh import check_device_count
+
+    check_trackers(config.trainer.trackers, Location.parse(run_dir))
+    for slices, devices in launch.device_counts().items():
+        try:
+            check_device_count(config, devices)
+        except MeshError as e:
+            where = f"{slices} slice{'s' if slices > 1 else ''} of {launch.slice_type} ({devices} devices)"
+            raise MeshError(f"--launch ray on {where}: {e}") from None
+
 
 def train_on_this_host(config: RunConfig, run_dir: str, devices_per_host: int, fake_cpu: bool) -> HostResult:
     """The workload of every host: fake CPU devices where there is no accelerator, join the job, train."""
@@ -89,7 +141,7 @@ def train_on_this_host(config: RunConfig, run_dir: str, devices_per_host: int, f
     from meltemi.trainer.trainer import Trainer
 
     summary = Trainer(config, run_dir).run()
-    return HostResult(jax.process_index(), jax.process_count(), summary.steps, summary.stopped_by)
+    return HostResult(jax.process_index(), jax.process_count(), summary)
 
 
 def train_on_slices(
@@ -177,10 +229,13 @@ def check_address(address: str) -> None:
         raise TrainerError(f"--address {address}: no Ray cluster answers there ({e})") from None
 
 
-def launch_on_ray(config: RunConfig, run_dir: str, launch: SliceLaunch, address: str | None) -> int:
-    """Train on slices: a local cluster of fake CPU slices, or the Ray cluster at ``address``; a silent
-    address is a one-line ``TrainerError``, and a config the run's checkpoint refuses a ``ConfigError``,
-    both before any cluster starts or any file is written. raytpu's event log goes to ``events.jsonl`` in a
+def launch_on_ray(
+    config: RunConfig, run_dir: str, launch: SliceLaunch, address: str | None
+) -> tuple[int, RunSummary]:
+    """Train on slices: a local cluster of fake CPU slices, or the Ray cluster at ``address``; the number of
+    processes and the run's summary (the first process's). A silent address is a one-line
+    ``TrainerError``, and a config the run's checkpoint or the job's devices refuse a ``ConfigError``, all
+    before any cluster starts or any file is written. raytpu's event log goes to ``events.jsonl`` in a
     local run directory, or under ``.cache/meltemi/events`` for a run in a bucket."""
     import contextlib
 
@@ -189,6 +244,7 @@ def launch_on_ray(config: RunConfig, run_dir: str, launch: SliceLaunch, address:
     from meltemi.trainer.errors import TrainerError
 
     config = continued_config(config, run_dir)  # a refused config: one line, no cluster, no file written
+    check_before_launch(config, run_dir, launch)
     if "://" in run_dir:
         events = Path(".cache/meltemi/events") / f"{run_dir.rstrip('/').rpartition('/')[2]}.jsonl"
     else:
@@ -210,6 +266,5 @@ def launch_on_ray(config: RunConfig, run_dir: str, launch: SliceLaunch, address:
             results = train_on_slices(config, run_dir, launch, event_log=str(events))
         except RaytpuError as e:
             raise TrainerError(" ".join(str(e).split())) from None
-    first = results[0]
-    print(f"trained on {first.process_count} processes to step {first.steps}; run directory {run_dir}")
-    return 0
+    first = min(results, key=lambda result: result.process_index)
+    return first.process_count, first.summary

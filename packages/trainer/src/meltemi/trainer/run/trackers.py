@@ -110,6 +110,17 @@ class WandbTracker:
         self._run.finish()
 
 
+def check_trackers(config: TrackersConfig, run_dir: Location) -> None:
+    """TensorBoard and W&B write local files, so they need a local run directory: a ``ConfigError`` naming
+    the field otherwise (checked before a launcher starts any host, and again when the trackers open)."""
+    for field, wanted in (("tensorboard", config.tensorboard), ("wandb", config.wandb is not None)):
+        if wanted and not run_dir.is_local:
+            raise ConfigError(
+                f"trainer.trackers.{field}: writes local files, but the run directory {run_dir} is "
+                "in a bucket; run without it (metrics.jsonl and loss.png are written there)"
+            )
+
+
 class Trackers:
     """Every configured tracker, logged to together."""
 
@@ -126,12 +137,7 @@ class Trackers:
         local = run.location.local_path
         flush_seconds = 0.0 if local is not None else BUCKET_FLUSH_SECONDS
         trackers: list[Tracker] = [JsonlTracker(run, METRICS, flush_seconds)]
-        for field, wanted in (("tensorboard", config.tensorboard), ("wandb", config.wandb is not None)):
-            if wanted and local is None:
-                raise ConfigError(
-                    f"trainer.trackers.{field}: writes local files, but the run directory {run.where()} is "
-                    "in a bucket; run without it (metrics.jsonl and loss.png are written there)"
-                )
+        check_trackers(config, run.location)
         if config.tensorboard:
             trackers.append(TensorBoardTracker(local / "tensorboard", first_step))
         if config.wandb is not None:

@@ -19,6 +19,8 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from meltemi.trainer.step.gloo_lines import drop_gloo_lines
+
 ENVIRONMENT = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 
 
@@ -35,6 +37,8 @@ def initialize_from_environment() -> bool:
         num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
         process_id=int(os.environ["JAX_PROCESS_ID"]),
     )
+    if jax.default_backend() == "cpu":  # gloo carries the collectives and announces every connection
+        drop_gloo_lines()
     connect_collectives()
     return True
 

@@ -81,6 +81,71 @@ def _devices_in_mesh_order(shape: dict[str, int], devices: Sequence[jax.Device])
     return np.asarray(devices).reshape(sizes)
 
 
+def axis_mappings(config: RunConfig) -> tuple[dict, dict]:
+    """The parameter and compute axis mappings: the defaults with the config's entries; a ``MeshError``
+    names an entry that maps to a mesh axis that does not exist."""
+    parameter = {**DEFAULT_PARAMETER_MAPPING}
+    parameter.update({k: _physical(v) for k, v in config.trainer.parameter_axis_mapping.items()})
+    compute = {**DEFAULT_COMPUTE_MAPPING}
+    compute.update({k: _physical(v) for k, v in config.trainer.compute_axis_mapping.items()})
+    for field, mapping in (("parameter_axis_mapping", parameter), ("compute_axis_mapping", compute)):
+        for logical, physical in mapping.items():
+            unknown = [
+                p
+                for p in ((physical,) if isinstance(physical, str) else physical or ())
+                if p not in MESH_AXES
+            ]
+            if unknown:
+                raise MeshError(
+                    f"trainer.{field}.{logical}: mesh axes {unknown} do not exist; use {list(MESH_AXES)}"
+                )
+    return parameter, compute
+
+
+def check_device_count(config: RunConfig, device_count: int) -> dict[str, int]:
+    """The mesh shape ``config`` takes on ``device_count`` devices, after checking, without any device,
+    that the mesh, the batch and the model's axes fit them (a ``MeshError`` naming the field): what a
+    launcher checks before it starts a cluster.
+
+    >>> check_device_count(RunConfig(), 8)
+    {'replica': 1, 'data': 8, 'model': 1}
+    """
+    shape = resolve_mesh_shape(config.trainer.mesh, device_count)
+    _check_fits(config, shape, *axis_mappings(config))
+    return shape
+
+
+def _devices_over(shape: dict[str, int], physical) -> int:
+    names = () if physical is None else (physical,) if isinstance(physical, str) else physical
+    return math.prod(shape[n] for n in names)
+
+
+def _check_fits(config: RunConfig, shape: dict[str, int], parameter: dict, compute: dict) -> None:
+    data_parallel = _devices_over(shape, compute.get("batch"))
+    for size in config.trainer.batch_sizes():
+        if size % data_parallel:
+            raise MeshError(
+                f"trainer.global_batch_size {size} does not split over the {data_parallel} data-parallel "
+                f"devices (trainer.mesh.replica x trainer.mesh.data)"
+            )
+        micro = config.trainer.microbatch_size
+        if micro is not None and (size % micro or micro % data_parallel):
+            raise MeshError(
+                f"trainer.microbatch_size {micro} must divide trainer.global_batch_size {size} and be a "
+                f"multiple of the {data_parallel} data-parallel devices"
+            )
+    model_axes = LlamaAxes.of(config.model)
+    axes = [getattr(model_axes, f.name) for f in dataclasses.fields(model_axes)]
+    for field, mapping in (("parameter_axis_mapping", parameter), ("compute_axis_mapping", compute)):
+        for axis in axes:
+            parts = _devices_over(shape, mapping.get(axis.name))
+            if axis.size % parts:
+                raise MeshError(
+                    f"model axis {axis.name!r} ({axis.size}) does not split over the {parts} devices "
+                    f"trainer.{field} maps it to ({mapping.get(axis.name)}): change the mesh or the mapping"
+                )
+
+
 @dataclasses.dataclass(frozen=True)
 class MeshPlan:
     """The mesh and the parameter and compute axis mappings, as one value the trainer passes around."""
@@ -92,26 +157,9 @@ class MeshPlan:
     @staticmethod
     def of(config: RunConfig, devices: Sequence[jax.Device] | None = None) -> MeshPlan:
         devices = list(devices if devices is not None else jax.devices())
-        shape = resolve_mesh_shape(config.trainer.mesh, len(devices))
+        shape = check_device_count(config, len(devices))
         mesh = Mesh(_devices_in_mesh_order(shape, devices), MESH_AXES, axis_types=(AxisType.Auto,) * 3)
-        parameter = {**DEFAULT_PARAMETER_MAPPING}
-        parameter.update({k: _physical(v) for k, v in config.trainer.parameter_axis_mapping.items()})
-        compute = {**DEFAULT_COMPUTE_MAPPING}
-        compute.update({k: _physical(v) for k, v in config.trainer.compute_axis_mapping.items()})
-        for field, mapping in (("parameter_axis_mapping", parameter), ("compute_axis_mapping", compute)):
-            for logical, physical in mapping.items():
-                unknown = [
-                    p
-                    for p in ((physical,) if isinstance(physical, str) else physical or ())
-                    if p not in MESH_AXES
-                ]
-                if unknown:
-                    raise MeshError(
-                        f"trainer.{field}.{logical}: mesh axes {unknown} do not exist; use {list(MESH_AXES)}"
-                    )
-        plan = MeshPlan(mesh, parameter, compute)
-        plan.check_fits(config)
-        return plan
+        return MeshPlan(mesh, *axis_mappings(config))
 
     @property
     def shape(self) -> dict[str, int]:
@@ -119,38 +167,11 @@ class MeshPlan:
 
     def devices_over(self, physical) -> int:
         """How many devices a mapping value (a mesh axis, several, or None) splits an axis over."""
-        names = () if physical is None else (physical,) if isinstance(physical, str) else physical
-        return math.prod(self.mesh.shape[n] for n in names)
+        return _devices_over(self.shape, physical)
 
     def check_fits(self, config: RunConfig) -> None:
         """A ``MeshError`` naming the field when the batch or a model axis does not split over its devices."""
-        data_parallel = self.devices_over(self.compute_mapping.get("batch"))
-        for size in config.trainer.batch_sizes():
-            if size % data_parallel:
-                raise MeshError(
-                    f"trainer.global_batch_size {size} does not split over the {data_parallel} data-parallel "
-                    f"devices (trainer.mesh.replica x trainer.mesh.data)"
-                )
-            micro = config.trainer.microbatch_size
-            if micro is not None and (size % micro or micro % data_parallel):
-                raise MeshError(
-                    f"trainer.microbatch_size {micro} must divide trainer.global_batch_size {size} and be a "
-                    f"multiple of the {data_parallel} data-parallel devices"
-                )
-        model_axes = LlamaAxes.of(config.model)
-        axes = [getattr(model_axes, f.name) for f in dataclasses.fields(model_axes)]
-        for field, mapping in (
-            ("parameter_axis_mapping", self.parameter_mapping),
-            ("compute_axis_mapping", self.compute_mapping),
-        ):
-            for axis in axes:
-                parts = self.devices_over(mapping.get(axis.name))
-                if axis.size % parts:
-                    raise MeshError(
-                        f"model axis {axis.name!r} ({axis.size}) does not split over the {parts} devices "
-                        f"trainer.{field} maps it to ({mapping.get(axis.name)}): change the mesh or the "
-                        "mapping"
-                    )
+        _check_fits(config, self.shape, self.parameter_mapping, self.compute_mapping)
 
     def sharding(self, axes: Sequence[hax.Axis], mapping: dict) -> NamedSharding:
         return NamedSharding(self.mesh, hax.partitioning.pspec_for_axis(tuple(axes), mapping))
