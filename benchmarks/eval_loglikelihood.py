@@ -8,9 +8,9 @@ both models' ``_loglikelihood_tokens`` (tokenizing is the same code in both and 
 them once to compile or warm up; then the two alternate for ``--rounds`` rounds and the medians are
 compared. The last line is ``ratio: <meltemi requests/s / hf requests/s>`` (goal: at least 1.0).
 
-    uv run --group eval python benchmarks/eval_loglikelihood.py [--requests 256] [--batch 16]
+    uv run --group eval --group torch python benchmarks/eval_loglikelihood.py [--requests 256] [--batch 16]
 
-Needs the ``eval`` group and torch (see pyproject.toml).
+Needs the ``eval`` group and the ``torch`` group (torch and accelerate; see pyproject.toml).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 trained checkpoints (accuracy rises), the ``meltemi`` model's log-likelihoods against the trainer's own
 losses, transformers' on the exported checkpoint and the harness's own ``hf`` model, and bad input.
 
-Needs the ``eval`` dependency group (lm-eval; the ``hf`` comparisons also torch and accelerate): CI
-installs them; see pyproject.toml.
+Needs the ``eval`` dependency group (lm-eval); the ``hf`` comparisons also the ``torch`` group (torch and
+accelerate): CI installs them; see pyproject.toml.
 """
 
 import json
@@ -192,7 +192,7 @@ def test_transformers_scores_the_export_the_same(run, meltemi_lm):
 
 def test_the_harness_hf_model_scores_the_export_as_meltemi_does(run, meltemi_lm):
     pytest.importorskip("torch", reason="torch is not installed: see pyproject.toml's torch group")
-    pytest.importorskip("accelerate", reason="accelerate is not installed: see pyproject.toml's eval group")
+    pytest.importorskip("accelerate", reason="accelerate is not installed: see pyproject.toml's torch group")
     from lm_eval.models.huggingface import HFLM
 
     hf_lm = HFLM(pretrained=str(run["hf"]), device="cpu", batch_size=8, dtype="float32")
