@@ -52,7 +52,9 @@ def test_a_url_is_never_made_a_local_path():
     assert str(Location.parse("gs://my-bucket/run") / "ckpt") == "gs://my-bucket/run/ckpt"
     with pytest.raises(BadUrlError) as caught:
         Location.parse("gs:/my-bucket/run")
-    assert str(caught.value) == "gs:/my-bucket/run: a URL needs two slashes after its scheme: gs://my-bucket/run"
+    assert (
+        str(caught.value) == "gs:/my-bucket/run: a URL needs two slashes after its scheme: gs://my-bucket/run"
+    )
 
 
 @pytest.mark.parametrize(
