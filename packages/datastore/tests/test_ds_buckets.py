@@ -13,7 +13,7 @@ import pytest
 import tensorstore as ts
 import zarr
 
-from meltemi.datastore import IncompleteStoreError, TokenStore, build_store
+from meltemi.datastore import IncompleteStoreError, TokenizerMismatchError, TokenStore, build_store
 from meltemi.datastore.errors import AccessDeniedError, NoSuchBucketError
 from meltemi.datastore.storage import Directory, storage_context
 from meltemi.datastore.testing import environ_with
@@ -125,6 +125,10 @@ def test_a_tokenizer_in_a_bucket_is_read_through_the_seam(s3, tokenizer_path, st
         Directory(url.rsplit("/", 1)[0]).write_bytes("tokenizer.json", f.read())
     built = build_store(stdlib_files[:2], url, tmp_path / "s", progress=False)
     assert TokenStore.open(built.out, tokenizer=tokenizer_path).num_docs == built.documents
+    assert TokenStore.open(built.out, tokenizer=url).num_docs == built.documents  # checked through the seam
+    Directory(url.rsplit("/", 1)[0]).write_text("other.json", '{"model": {"vocab": {}}}')
+    with pytest.raises(TokenizerMismatchError, match=r"other.json \(sha256 "):
+        TokenStore.open(built.out, tokenizer=url.replace("tokenizer.json", "other.json"))
     assert os.path.basename(url) == TokenStore.open(built.out).manifest["tokenizer"]["name"]
 
 

@@ -36,7 +36,7 @@ from meltemi.datastore.layout import (
     store_arrays,
 )
 from meltemi.datastore.shards import ShardedArray
-from meltemi.datastore.storage import Directory, Location, check_readable
+from meltemi.datastore.storage import Directory, Location, check_readable, read_object
 
 _HEX_HASH = re.compile(r"[0-9a-f]{64}")
 
@@ -192,18 +192,19 @@ class TokenStore:
         return self.manifest["content_sha256"]
 
     def check_tokenizer(self, tokenizer: str | os.PathLike) -> None:
-        """Raise `TokenizerMismatchError` unless `tokenizer` (path or hash) is the store's tokenizer."""
+        """Raise `TokenizerMismatchError` unless `tokenizer` (a SHA-256 hash, or a tokenizer.json's path or
+        URL, read through the storage seam like the store) is the store's tokenizer."""
         text = os.fspath(tokenizer)
         if _HEX_HASH.fullmatch(text):
             expected, given = text, f"the tokenizer with sha256 {text}"
-        elif os.path.isfile(text):
-            with open(text, encoding="utf-8") as f:
-                expected = canonical_tokenizer_hash(f.read())
-            given = f"{text} (sha256 {expected})"
         else:
-            raise DatastoreError(
-                f"expected tokenizer {text!r} is neither a tokenizer.json file nor a SHA-256 hash"
-            )
+            data = read_object(text)
+            if data is None:
+                raise DatastoreError(
+                    f"expected tokenizer {text!r} is neither a tokenizer.json file nor a SHA-256 hash"
+                )
+            expected = canonical_tokenizer_hash(data.decode("utf-8"))
+            given = f"{text} (sha256 {expected})"
         if expected != self.tokenizer_hash:
             built = self.manifest["tokenizer"]["name"]
             raise TokenizerMismatchError(
