@@ -10,12 +10,14 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 
 class EventLog:
-    """Structured events of one job, appended to a JSON-lines file (and kept in memory as ``events``).
+    """Structured events of one job, appended to a JSON-lines file (and kept in memory as ``events``), or
+    handed line by line to ``sink`` (a run directory in a bucket, say, which a file path cannot name).
 
     >>> import tempfile, pathlib
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "events.jsonl"
@@ -26,8 +28,17 @@ class EventLog:
     'preemption'
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, job: str = "") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        job: str = "",
+        sink: Callable[[str], None] | None = None,
+    ) -> None:
+        if path is not None and sink is not None:
+            raise ValueError("an event log goes to a file or to a sink, not both")
         self.path = Path(path) if path is not None else None
+        self.sink = sink
         self.job = job
         self.events: list[dict[str, Any]] = []
         if self.path is not None:
@@ -36,9 +47,12 @@ class EventLog:
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         record = {"time": round(time.time(), 3), "job": self.job, "event": event, **fields}
         self.events.append(record)
+        line = json.dumps(record, sort_keys=True, default=str)
         if self.path is not None:
             with self.path.open("a", encoding="utf-8") as out:
-                out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+                out.write(line + "\n")
+        if self.sink is not None:
+            self.sink(line)
         return record
 
 

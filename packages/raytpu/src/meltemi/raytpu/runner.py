@@ -93,7 +93,7 @@ def run_on_slices(
     acquire_timeout_s: float = 600.0,
     claim_wait_s: float = 10.0,
     poll_interval_s: float = 1.0,
-    event_log: EventLog | str | None = None,
+    event_log: EventLog | str | Callable[[str], None] | None = None,
     status: StatusLine | None = None,
     job_name: str | None = None,
 ) -> list[T]:
@@ -157,7 +157,7 @@ def run_on_slices(
         drain_timeout_s=drain_timeout_s,
         poll_interval_s=poll_interval_s,
         name=name,
-        log=event_log if isinstance(event_log, EventLog) else EventLog(event_log, job=name),
+        log=event_log if isinstance(event_log, EventLog) else _event_log(event_log, name),
         line=status or StatusLine(),
     )
     try:
@@ -400,3 +400,8 @@ def _cancel(refs: Sequence[ray.ObjectRef]) -> None:
 
 def _node_alive(node_id: str) -> bool:
     return any(node["NodeID"] == node_id and node.get("Alive") for node in ray.nodes())
+
+
+def _event_log(where: str | Callable[[str], None] | None, job: str) -> EventLog:
+    """The job's event log: to a file path, or to a callable that takes each line."""
+    return EventLog(sink=where, job=job) if callable(where) else EventLog(where, job=job)

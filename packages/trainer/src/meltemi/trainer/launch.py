@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -145,9 +146,13 @@ def train_on_this_host(config: RunConfig, run_dir: str, devices_per_host: int, f
 
 
 def train_on_slices(
-    config: RunConfig, run_dir: str | Path, launch: SliceLaunch, event_log: str | None = None
+    config: RunConfig,
+    run_dir: str | Path,
+    launch: SliceLaunch,
+    event_log: str | Callable[[str], None] | None = None,
 ):
-    """Run the training on slices through raytpu (connected to Ray already); each host's ``HostResult``."""
+    """Run the training on slices through raytpu (connected to Ray already); each host's ``HostResult``.
+    raytpu's events go to ``event_log``: a local file, or a callable given each line (``run_events``)."""
     from meltemi.raytpu import RetryPolicy, SliceJobError, run_on_slices, slice_type
 
     kind = slice_type(launch.slice_type)
@@ -215,6 +220,31 @@ def slice_launch(flags: LaunchFlags) -> SliceLaunch:
     return launch
 
 
+EVENTS = "events.jsonl"
+
+
+def run_events(run_dir: str) -> Callable[[str], None]:
+    """Where a launch's events go: ``events.jsonl`` in the run directory, through the storage seam, so a
+    run in a bucket keeps them with its checkpoints (a relaunch continues the log). Each line is written
+    at once (a job has a handful of events).
+
+    >>> write = run_events("memory://doc/run")
+    >>> write('{"event": "finished"}')
+    >>> from meltemi.datastore.storage import Directory
+    >>> Directory("memory://doc/run").read_text("events.jsonl")
+    '{"event": "finished"}\\n'
+    """
+    from meltemi.datastore.storage import Appender, Directory
+
+    log = Appender(Directory(run_dir), EVENTS)
+
+    def write(line: str) -> None:
+        log.append(line)
+        log.flush()
+
+    return write
+
+
 def check_address(address: str) -> None:
     """Ask ``--address`` once whether anything listens there (Ray itself would retry a silent address for
     minutes); a ``TrainerError`` naming it when nothing does."""
@@ -235,8 +265,8 @@ def launch_on_ray(
     """Train on slices: a local cluster of fake CPU slices, or the Ray cluster at ``address``; the number of
     processes and the run's summary (the first process's). A silent address is a one-line
     ``TrainerError``, and a config the run's checkpoint or the job's devices refuse a ``ConfigError``, all
-    before any cluster starts or any file is written. raytpu's event log goes to ``events.jsonl`` in a
-    local run directory, or under ``.cache/meltemi/events`` for a run in a bucket."""
+    before any cluster starts or any file is written. raytpu's event log goes to ``events.jsonl`` in the
+    run directory, local or in a bucket (``run_events``)."""
     import contextlib
 
     from meltemi.raytpu import LocalSliceCluster, RaytpuError
@@ -245,11 +275,7 @@ def launch_on_ray(
 
     config = continued_config(config, run_dir)  # a refused config: one line, no cluster, no file written
     check_before_launch(config, run_dir, launch)
-    if "://" in run_dir:
-        events = Path(".cache/meltemi/events") / f"{run_dir.rstrip('/').rpartition('/')[2]}.jsonl"
-    else:
-        events = Path(run_dir) / "events.jsonl"
-    events.parent.mkdir(parents=True, exist_ok=True)
+    events = run_events(run_dir)
     if address is not None:
         import ray
 
@@ -263,7 +289,7 @@ def launch_on_ray(
         cluster = LocalSliceCluster([(launch.slice_type, launch.slices)])
     with cluster:
         try:
-            results = train_on_slices(config, run_dir, launch, event_log=str(events))
+            results = train_on_slices(config, run_dir, launch, event_log=events)
         except RaytpuError as e:
             raise TrainerError(" ".join(str(e).split())) from None
     first = min(results, key=lambda result: result.process_index)
