@@ -57,6 +57,35 @@ def test_a_store_built_into_a_bucket_is_the_local_store_object_for_object(
     assert again.already_built
 
 
+@pytest.mark.parametrize("server", ["s3", "gcs"])
+def test_a_build_into_and_reads_from_a_flaky_bucket_retry_to_the_local_stores_bytes(
+    request, server, stdlib_files, tokenizer_path, local_reference, tree_bytes, monkeypatch
+):
+    """A store under load: one request in ten fails with a 503 on its way to the bucket (a proxy in front
+    of the server). TensorStore retries them with backoff; the store built is the local one object for
+    object, and every read gives the local tokens."""
+    from meltemi.datastore.storage import retried_requests
+    from meltemi.datastore.testing import start_faulty_proxy
+
+    fake = request.getfixturevalue(server)
+    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/stores/web"
+    proxy = start_faulty_proxy(fake.endpoint, rate=0.1, seed=3)
+    monkeypatch.setenv("AWS_ENDPOINT_URL" if server == "s3" else "STORAGE_EMULATOR_HOST", proxy.endpoint)
+    retried = retried_requests()
+    try:
+        build_store(
+            stdlib_files[:12], tokenizer_path, url, unit_bytes=20_000, chunk_tokens=500, progress=False
+        )
+        assert bucket_objects(url) == tree_bytes(local_reference)  # read through the proxy too
+        remote, local = TokenStore.open(url), TokenStore.open(local_reference)
+        starts = np.arange(0, local.num_tokens - 64, 997)
+        assert np.array_equal(remote.read_ranges(starts, 64), local.read_ranges(starts, 64))
+        assert all(np.array_equal(remote.doc(i), local.doc(i)) for i in range(0, local.num_docs, 3))
+    finally:
+        proxy.stop()
+    assert proxy.failed > 0 and retried_requests() - retried > 0
+
+
 KILL_AFTER_PARTS = 2
 
 

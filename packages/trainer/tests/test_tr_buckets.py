@@ -17,6 +17,7 @@ from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
 from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.checkpoint.trained_model import load_model
 from meltemi.trainer.checkpoint.verify import verify_run
+from meltemi.trainer.errors import CheckpointError
 from meltemi.trainer.generate.generation import sample_checkpoint
 from meltemi.trainer.generate.sampling import SamplingConfig
 from meltemi.trainer.hf import export_hf
@@ -157,3 +158,78 @@ def test_a_bad_run_url_is_one_line_naming_it_before_anything_is_written(case, s3
     for name, value in s3.environ.items():  # the server's own keys and endpoint again, to look
         monkeypatch.setenv(name, value)
     assert Directory(f"s3://{bucket}").list() == []  # nothing written: not even the probe stayed
+
+
+@pytest.fixture
+def flaky(request, monkeypatch):
+    """A bucket behind a proxy that fails 5% of requests with a 503 (a store under load), as the
+    standard environment's endpoint: each test's own server, proxy and bucket URL."""
+    from meltemi.datastore.testing import start_faulty_proxy
+
+    server = request.param
+    fake = request.getfixturevalue(server)
+    proxy = start_faulty_proxy(fake.endpoint, rate=0.05, seed=7)
+    monkeypatch.setenv("AWS_ENDPOINT_URL" if server == "s3" else "STORAGE_EMULATOR_HOST", proxy.endpoint)
+    yield proxy, f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/runs/flaky"
+    proxy.stop()
+
+
+@pytest.mark.parametrize("flaky", ["s3", "gcs"], indirect=True)
+def test_transient_storage_errors_are_retried_and_the_run_ends_bitwise_as_a_clean_one(
+    flaky, make_config, local_reference, capsys
+):
+    """Saves, restores and logs meet 503s at random; TensorStore retries them with backoff, the run (4 steps,
+    then resumed to 6) ends with the clean local run's bits, and the summary counts the retries."""
+    proxy, url = flaky
+    first = train(checkpointed(make_config, 4), url)
+    config = checkpointed(make_config, 6)
+    second = train(config, url)
+    failed_in_training = proxy.failed
+    assert second.resumed_from == Location.parse(f"{url}/checkpoints/step-4")
+    assert arrays(f"{url}/checkpoints/step-6") == arrays(local_reference / "checkpoints" / "step-6")
+    assert Directory(url).read_bytes("batches.jsonl") == (local_reference / "batches.jsonl").read_bytes()
+    assert 0 < first.storage_retries + second.storage_retries <= failed_in_training  # each one retried
+    from meltemi.trainer.cli import report
+
+    shown = max(first, second, key=lambda summary: summary.storage_retries)
+    capsys.readouterr()
+    report(
+        shown,
+        config.model_copy(update={"trainer": config.trainer.model_copy(update={"sample_prompt": None})}),
+        url,
+    )
+    assert (
+        f"storage: {shown.storage_retries} request(s) retried after transient errors\n"
+        in capsys.readouterr().out
+    )
+
+
+def test_a_persistent_failure_in_the_middle_of_a_save_leaves_no_committed_checkpoint(
+    s3, make_config, local_reference, monkeypatch
+):
+    """The store refuses every write under step-4 after the first few (permissions revoked mid-save): the
+    run stops with one line naming the checkpoint, step-4 is not committed, and the next start resumes
+    from step-2 to the clean run's bits."""
+    from meltemi.datastore.testing import start_faulty_proxy
+
+    proxy = start_faulty_proxy(s3.endpoint)
+    url = f"s3://{s3.make_bucket()}/runs/refused"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        proxy.refuse("PUT", "/runs/refused/checkpoints/step-4/", after=3)
+        with pytest.raises(CheckpointError) as caught:
+            train(checkpointed(make_config, 4), url)
+        message = str(caught.value)
+        assert (
+            message.startswith(f"writing a checkpoint under {url}/checkpoints failed: ")
+            and "\n" not in message
+        )
+        assert "access denied" in message
+        run = Directory(url)
+        assert run.exists("checkpoints/step-2/COMMITTED") and not run.exists("checkpoints/step-4/COMMITTED")
+        proxy.heal()
+        resumed = train(checkpointed(make_config, 6), url)
+        assert resumed.resumed_from == Location.parse(f"{url}/checkpoints/step-2")
+        assert arrays(f"{url}/checkpoints/step-6") == arrays(local_reference / "checkpoints" / "step-6")
+    finally:
+        proxy.stop()

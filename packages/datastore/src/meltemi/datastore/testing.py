@@ -167,6 +167,109 @@ def _list_by_key_range() -> None:
             handlers[server.GET] = listing
 
 
+@dataclass
+class FaultyProxy:
+    """A proxy on loopback in front of a storage server that fails some requests, as a flaky network or an
+    overloaded store does: each request with probability `rate` (a 503 and a "slow down" body, which
+    clients retry), and, once `refuse(...)` is called, every request whose method and path match (a 403:
+    a persistent failure that no retry mends). Point a client at `endpoint` instead of the server's.
+
+    `failed` counts the requests it failed; `seed` makes the sequence of coin flips repeatable.
+    """
+
+    endpoint: str
+    target: str
+    rate: float = 0.0
+    seed: int = 0
+    failed: int = 0
+    _refused: list[tuple[str, str, int]] = field(default_factory=list, repr=False)
+    _server: Any = field(default=None, repr=False)
+    _coin: Any = field(default=None, repr=False)
+
+    def refuse(self, method: str, path_contains: str, after: int = 0) -> None:
+        """From now on, refuse `method` requests whose path contains `path_contains`, once `after` of them
+        have gone through (a failure in the middle of a save)."""
+        self._refused.append((method, path_contains, after))
+
+    def heal(self) -> None:
+        """Stop refusing requests (the failure is over)."""
+        self._refused.clear()
+
+    def _verdict(self, method: str, path: str) -> int | None:
+        for i, (wanted, part, after) in enumerate(self._refused):
+            if method == wanted and part in path:
+                if after > 0:
+                    self._refused[i] = (wanted, part, after - 1)
+                    return None
+                return 403
+        return 503 if self._coin.random() < self.rate else None
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def start_faulty_proxy(target: str, rate: float = 0.0, seed: int = 0) -> FaultyProxy:
+    """Start a `FaultyProxy` in front of the server at `target` (an `http://host:port` endpoint)."""
+    import http.client
+    import random
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import urlsplit
+
+    upstream = urlsplit(target)
+    proxy = FaultyProxy("", target, rate, seed)
+    proxy._coin = random.Random(seed)
+    lock = threading.Lock()
+    hop_by_hop = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:  # quiet, as the servers are
+            pass
+
+        def _relay(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            with lock:
+                verdict = proxy._verdict(self.command, self.path)
+                proxy.failed += verdict is not None
+            if verdict is not None:
+                reply = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
+                if verdict == 403:
+                    reply = b"<Error><Code>AccessDenied</Code><Message>injected refusal</Message></Error>"
+                self.send_response(verdict)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+                return
+            connection = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in hop_by_hop}
+            connection.request(self.command, self.path, body=body, headers=headers)
+            response = connection.getresponse()
+            data = response.read()
+            self.send_response(response.status, response.reason)
+            for name, value in response.getheaders():
+                if name.lower() not in hop_by_hop | {"content-length"}:
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+            connection.close()
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _relay
+
+    server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="faulty-proxy", daemon=True).start()
+    proxy.endpoint = f"http://{LOOPBACK}:{server.server_address[1]}"
+    proxy._server = server
+    return proxy
+
+
 def _started(start, package: str):
     try:
         return start()

@@ -131,6 +131,8 @@ def report(summary, config, run_dir: str) -> int:
     print(summary.held_out_line() or "held-out loss: not evaluated")
     print(f"metrics: {summary.metrics_path}\nloss curve: {summary.plot_path}")
     print(f"last checkpoint: {summary.last_checkpoint}")
+    if summary.storage_retries:
+        print(f"storage: {summary.storage_retries} request(s) retried after transient errors")
     prompt = config.trainer.sample_prompt
     if summary.replies:
         print("\n".join(summary.reply_lines(prompt)))

@@ -20,7 +20,7 @@ import numpy as np
 
 import haliax_lite as hax
 from meltemi.datastore.errors import StorageError
-from meltemi.datastore.storage import Directory, Location
+from meltemi.datastore.storage import Directory, Location, retried_requests
 from meltemi.trainer import adapters
 from meltemi.trainer.checkpoint.checkpointer import Checkpointer
 from meltemi.trainer.checkpoint.resume import Start, starting_state
@@ -61,7 +61,8 @@ class RunSummary:
     ``session_steps``, ``session_tokens`` and ``tokens_per_second`` (evaluations not counted).
     ``stopped_by``: the signal (``"SIGTERM"``, ``"SIGINT"``) that stopped it early after a checkpoint (on
     every process of the run, whichever one it reached); ``exit_status`` the process's status for it.
-    ``already_trained``: the run directory held the finished run, so nothing was compiled or trained."""
+    ``already_trained``: the run directory held the finished run, so nothing was compiled or trained.
+    ``storage_retries``: this session's requests to buckets that met a transient error and were retried."""
 
     run_dir: Location
     steps: int
@@ -84,6 +85,7 @@ class RunSummary:
     already_trained: bool = False
     replies: tuple[tuple[str, str], ...] = ()
     chat: bool = False
+    storage_retries: int = 0
 
     def reply_lines(self, prompt: str) -> list[str]:
         """A chat run's replies to ``prompt`` (before fine-tuning, when this session began from the base, and
@@ -274,6 +276,7 @@ class Trainer:
         A config the run's checkpoint refuses (a ``ConfigError``) leaves the run directory as it was.
         """
         config, trainer = self.config, self.config.trainer
+        retried_before = retried_requests()
         check_run_dir(self.run_dir)
         trackers = Trackers([])
         progress = TrainingProgress(
@@ -357,6 +360,7 @@ class Trainer:
             session_steps=steps - start_step,
             session_tokens=loop.rate.total_tokens,
             replies=tuple(replies),
+            storage_retries=retried_requests() - retried_before,
         )
 
     def _summary(self, state: TrainState, evals: list[tuple[int, dict[str, float]]], **session) -> RunSummary:

@@ -22,7 +22,14 @@ from meltemi.datastore.storage.directory import (
     read_object,
     storage_context,
 )
-from meltemi.datastore.storage.location import DEFAULT_RETRIES, PROBE_RETRIES, SCHEMES, Location, Retries
+from meltemi.datastore.storage.location import (
+    DEFAULT_RETRIES,
+    PROBE_RETRIES,
+    SCHEMES,
+    Location,
+    Retries,
+    retried_requests,
+)
 
 __all__ = [
     "DEFAULT_RETRIES",
@@ -36,5 +43,6 @@ __all__ = [
     "check_writable",
     "read_appended",
     "read_object",
+    "retried_requests",
     "storage_context",
 ]

@@ -55,6 +55,24 @@ class Retries:
         }
 
 
+def retried_requests() -> int:
+    """How many requests to GCS and S3 this process has retried so far (TensorStore's counters): each one
+    met a transient error (a 5xx, throttling, a dropped connection) and was sent again.
+
+    >>> retried_requests() >= 0
+    True
+    """
+    import tensorstore as ts
+
+    names = ("/tensorstore/kvstore/s3/retries", "/tensorstore/kvstore/gcs/retries")
+    return sum(
+        int(value.get("value", 0))
+        for name in names
+        for metric in ts.experimental_collect_matching_metrics(name)
+        for value in metric.get("values", [])
+    )
+
+
 DEFAULT_RETRIES = Retries()
 PROBE_RETRIES = Retries(max_retries=3, initial_delay_s=0.1, max_delay_s=1.0)
 """A probe fails fast: an endpoint that does not answer three tries in about a second is reported."""
