@@ -49,10 +49,9 @@ def test_gcs_credentials_follow_application_default_credentials_and_emulators(tm
     assert kind({}) == "none" and kind({}, cloud="ec2") == "none"
     assert kind({}, cloud="gce") == "metadata"
     assert kind({"STORAGE_EMULATOR_HOST": "localhost:9023"}) == "emulator"
-    assert (
-        kind({"STORAGE_EMULATOR_HOST": "localhost:9023", "GOOGLE_APPLICATION_CREDENTIALS": str(key)})
-        == "file"
-    )
+    assert kind({"GOOGLE_APPLICATION_CREDENTIALS": str(key)}) == "file"
+    both = {"STORAGE_EMULATOR_HOST": "localhost:9023", "GOOGLE_APPLICATION_CREDENTIALS": str(key)}
+    assert kind(both) == "emulator"  # as Google's clients: anonymous there, whatever else is configured
     assert kind({"GOOGLE_AUTH_TOKEN_FOR_TESTING": "t", "GOOGLE_APPLICATION_CREDENTIALS": str(key)}) == "token"
     gcloud = tmp_path / "gcloud"
     gcloud.mkdir()

@@ -11,8 +11,8 @@ files those chains read, asks TensorStore only for what is there, and lets a ref
   `AWS_CONFIG_FILE`, `~/.aws/credentials` or `~/.aws/config`) or a web-identity role → AWS's default chain;
   a container role (`AWS_CONTAINER_CREDENTIALS_*`) → ECS's endpoint; an EC2 instance → its metadata
   service; otherwise unsigned (anonymous) requests, which public buckets and most emulators accept.
-- GCS: `GOOGLE_AUTH_TOKEN_FOR_TESTING` → that token; `GOOGLE_APPLICATION_CREDENTIALS` → that file; with
-  `STORAGE_EMULATOR_HOST` → anonymous, as Google's own clients do against an emulator; gcloud's
+- GCS: `GOOGLE_AUTH_TOKEN_FOR_TESTING` → that token; with `STORAGE_EMULATOR_HOST` → anonymous, as Google's
+  own clients are against an emulator; `GOOGLE_APPLICATION_CREDENTIALS` → that file; gcloud's
   application-default file → it; a Compute Engine VM → its metadata server; otherwise none.
 """
 
@@ -124,13 +124,13 @@ def gcs_credentials(
     home = Path.home() if home is None else home
     if env.get("GOOGLE_AUTH_TOKEN_FOR_TESTING"):
         return Credentials("token", "GOOGLE_AUTH_TOKEN_FOR_TESTING is set")
+    if env.get("STORAGE_EMULATOR_HOST"):  # Google's clients ignore application-default credentials there
+        return Credentials("emulator", f"STORAGE_EMULATOR_HOST is {env['STORAGE_EMULATOR_HOST']} (anonymous)")
     named = env.get("GOOGLE_APPLICATION_CREDENTIALS")
     if named:
         if not Path(named).expanduser().is_file():
             raise CredentialsError(f"GOOGLE_APPLICATION_CREDENTIALS names {named}, which is not a file")
         return Credentials("file", f"GOOGLE_APPLICATION_CREDENTIALS names {named}")
-    if env.get("STORAGE_EMULATOR_HOST"):
-        return Credentials("emulator", f"STORAGE_EMULATOR_HOST is {env['STORAGE_EMULATOR_HOST']} (anonymous)")
     gcloud = Path(env["CLOUDSDK_CONFIG"]) if env.get("CLOUDSDK_CONFIG") else home / ".config" / "gcloud"
     adc = gcloud / "application_default_credentials.json"
     if adc.is_file():
