@@ -225,3 +225,17 @@ def test_a_local_write_reaches_the_disk_before_it_returns(tmp_path):
     assert d.kvstore.spec(retain_context=True).to_json()["file_io_sync"] is True
     d.write_bytes("a/b.json", b"{}")
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b.json"]
+
+
+@pytest.mark.parametrize("doing", ["listing", "writing a probe object"])
+def test_a_404_from_a_listing_or_a_write_is_a_missing_bucket_and_from_a_read_is_no_error_of_its_own(doing):
+    from meltemi.datastore.storage.failures import storage_error
+
+    gone = ValueError("NOT_FOUND: The specified bucket does not exist. [http_response_code='404']")
+    error = storage_error("gs://meltemi-gone/run", doing, gone, writing=doing != "listing")
+    assert isinstance(error, NoSuchBucketError)
+    assert str(error) == (
+        f"gs://meltemi-gone/run: {doing} failed: the bucket 'meltemi-gone' does not exist "
+        "(NOT_FOUND: The specified bucket does not exist.)"
+    )
+    assert not isinstance(storage_error("gs://meltemi-gone/run", "reading", gone), NoSuchBucketError)

@@ -25,6 +25,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import pytest
@@ -154,13 +155,19 @@ class _KeyRange:
 
 def _list_by_key_range() -> None:
     """Teach the emulator the object-list parameters `startOffset` and `endOffset`, which TensorStore uses
-    to list a prefix and the emulator ignores (a listing of the whole bucket makes TensorStore abort)."""
+    to list a prefix and the emulator ignores (a listing of the whole bucket makes TensorStore abort), and
+    to answer a listing of a missing bucket as GCS does (a 404 with a JSON error, not an empty body)."""
     from gcp_storage_emulator import server
     from gcp_storage_emulator.handlers import objects
 
     def listing(request: Any, response: Any, storage: Any, *args: Any, **kwargs: Any) -> Any:
         start, end = (request.query.get(name, [""])[0] for name in ("startOffset", "endOffset"))
-        return objects.ls(request, response, _KeyRange(storage, start, end), *args, **kwargs)
+        listed = objects.ls(request, response, _KeyRange(storage, start, end), *args, **kwargs)
+        if response.status == HTTPStatus.NOT_FOUND:
+            missing = "The specified bucket does not exist."
+            error = {"code": 404, "message": missing, "errors": [{"reason": "notFound", "message": missing}]}
+            response.json({"error": error})
+        return listed
 
     for _, handlers in server.HANDLERS:
         if handlers.get(server.GET) is objects.ls:

@@ -51,7 +51,8 @@ def reason(error: BaseException) -> str:
 def storage_error(where: str, doing: str, error: BaseException, *, writing: bool = False) -> StorageError:
     """The `StorageError` for `error`, raised by TensorStore while `doing` something at `where`.
 
-    A 404 while writing means the bucket is missing (a missing key is not an error when reading).
+    A 404 while writing or listing means the bucket is missing (a missing key is not an error when reading,
+    an empty prefix lists nothing).
 
     >>> e = storage_error("s3://my-bucket/x", "writing", ValueError("NOT_FOUND: NoSuchBucket: none"))
     >>> type(e).__name__
@@ -62,7 +63,8 @@ def storage_error(where: str, doing: str, error: BaseException, *, writing: bool
     said = reason(error)
     lowered = said.lower()
     bucket = _bucket(where)
-    if "nosuchbucket" in lowered or (writing and lowered.startswith("not_found") and bucket):
+    listing = doing.startswith("listing")
+    if "nosuchbucket" in lowered or ((writing or listing) and lowered.startswith("not_found") and bucket):
         return NoSuchBucketError(f"{where}: {doing} failed: the bucket {bucket!r} does not exist ({said})")
     if any(word in lowered for word in _DENIED):
         return AccessDeniedError(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jax
 
-from meltemi.datastore.storage import Directory, Location
+from meltemi.datastore.storage import Directory, Location, check_readable
 from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
 from meltemi.trainer.checkpoint.format import MANIFEST, Manifest
 from meltemi.trainer.checkpoint.restore import restore
@@ -80,6 +80,7 @@ def checkpoints_at(location: str | os.PathLike | Location) -> list[Directory]:
     ...
     meltemi.trainer.errors.CheckpointError: /no/such/run does not exist
     """
+    check_readable(location)  # a missing bucket or refused credentials: one line, before anything else
     found = find_checkpoints(location)
     if found:
         return found
