@@ -28,7 +28,7 @@ import dataclasses
 import os
 from typing import Literal
 
-from meltemi.datastore.storage import Directory, Location
+from meltemi.datastore.storage import Directory, Location, check_readable
 from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
 from meltemi.trainer.checkpoint.digests import fingerprints, state_digest
 from meltemi.trainer.checkpoint.format import Manifest, as_directory, read_array
@@ -161,6 +161,7 @@ def verify_run(location: str | os.PathLike | Location) -> RunVerification:
     """Audit every checkpoint of a run directory, or one ``step-N`` directory (local or in a bucket); a
     location without any is a ``CheckpointError`` naming it."""
     place = as_directory(location)
+    check_readable(place.location)  # a missing bucket or refused credentials: one line first
     found = find_checkpoints(place)
     if not found:
         raise CheckpointError(f"{place.where()} holds no checkpoint (looked for step-N directories)")
