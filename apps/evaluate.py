@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-CHECKPOINT_HELP = (
-    "a run directory (its latest good checkpoint) or a step-N directory, local or in a bucket (required)"
-)
+from meltemi.trainer.generate.flags import add_checkpoint_flag
 
 
 def _limit(text: str) -> int | float:
@@ -31,7 +29,7 @@ def _limit(text: str) -> int | float:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+    add_checkpoint_flag(parser)
     parser.add_argument(
         "--tasks",
         required=True,

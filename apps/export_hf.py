@@ -15,9 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-CHECKPOINT_HELP = (
-    "a run directory (its latest good checkpoint) or a step-N directory, local or in a bucket (required)"
-)
+from meltemi.trainer.generate.flags import add_checkpoint_flag
 
 
 def _empty_bucket_prefix(target):
@@ -41,7 +39,7 @@ def _upload(local: Path, bucket) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+    add_checkpoint_flag(parser)
     parser.add_argument(
         "--out", required=True, help="the Hugging Face directory or URL to write, new or empty (required)"
     )

@@ -11,31 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-CHECKPOINT_HELP = (
-    "a run directory (its latest good checkpoint) or a step-N directory, local or in a bucket (required)"
-)
+from meltemi.trainer.generate.flags import add_checkpoint_flag, add_sampling_flags, sampling_settings
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+    add_checkpoint_flag(parser)
     parser.add_argument("--prompt", required=True, help="the text to continue (required)")
-    parser.add_argument(
-        "--max-new-tokens", type=int, default=64, help="the continuation's length at most (default 64)"
-    )
-    parser.add_argument(
-        "--temperature", type=float, default=0.8, help="0 is greedy; higher, more varied (default 0.8)"
-    )
-    parser.add_argument(
-        "--top-k", type=int, default=None, help="draw from the k likeliest tokens only (default: all)"
-    )
-    parser.add_argument(
-        "--top-p",
-        type=float,
-        default=None,
-        help="draw from the fewest tokens reaching probability p (default: all)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="the seed of the draws (default 0)")
+    add_sampling_flags(parser, max_new_tokens=64, temperature=0.8)
     args = parser.parse_args(argv)
 
     from meltemi.datastore import DatastoreError
@@ -44,7 +27,7 @@ def main(argv: list[str]) -> int:
     from meltemi.trainer.generate.sampling import SamplingConfig
 
     try:
-        settings = SamplingConfig(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)
+        settings = SamplingConfig(*sampling_settings(args))
         result, path = sample_checkpoint(
             args.checkpoint, [args.prompt], settings, warn=lambda m: print(m, file=sys.stderr)
         )
