@@ -129,6 +129,14 @@ def test_a_missing_tokenizer_is_named_before_anything_is_built(tmp_path):
         resolve_data(config)
     assert str(raised.value) == "data.tokenizer: no/t.json: no such file (a tokenizer.json, or stdlib)"
     assert not list(tmp_path.iterdir())
+    as_url = small("--data.corpus", "c.txt", "--data.tokenizer", f"file://{tmp_path}/no/t.json")
+    with pytest.raises(ConfigError, match=r"no/t.json: no such file"):  # a file:// URL is a local path too
+        resolve_data(as_url)
+    (tmp_path / "t.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"^data.stores: file:///no/store: no such token store"):
+        resolve_data(
+            small("--data.stores", "file:///no/store", "--data.tokenizer", f"file://{tmp_path}/t.json")
+        )
 
 
 def test_a_concrete_config_is_left_as_it_is():

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import tensorstore as ts
 
-from meltemi.datastore.storage import Directory, Location
+from meltemi.datastore.storage import Directory, Location, url_scheme
 
 Range = tuple[str, int, int]
 """A key (a path relative to the store), and the start and stop byte to read from it."""
@@ -45,7 +45,7 @@ class StoreFiles(Protocol):
 
 
 def is_url(location: str | os.PathLike) -> bool:
-    return "://" in os.fspath(location)
+    return url_scheme(location) is not None
 
 
 def open_files(location: str | os.PathLike | Location) -> StoreFiles:

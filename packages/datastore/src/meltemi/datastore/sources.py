@@ -21,6 +21,7 @@ from typing import Literal, TypeVar, get_args
 import fsspec
 
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
+from meltemi.datastore.storage import url_scheme
 
 InvalidUtf8 = Literal["error", "skip", "replace"]
 """What a build does with a document that is not UTF-8: stop naming it, leave it out, or replace its
@@ -123,7 +124,7 @@ _BUCKETS = ("gs", "s3")  # read through the storage seam (its credentials and er
 
 
 def _in_bucket(url: str) -> bool:
-    return url.partition("://")[0].lower() in _BUCKETS if "://" in url else False
+    return url_scheme(url) in _BUCKETS
 
 
 def open_input(url: str, whole: bool = False):

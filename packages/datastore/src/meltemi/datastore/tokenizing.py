@@ -25,7 +25,7 @@ from meltemi.datastore.errors import InputError
 from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
 from meltemi.datastore.long_documents import pieces_of
 from meltemi.datastore.sources import Piece, ReadNotes, ReadPolicy, read_documents, redact
-from meltemi.datastore.storage import SCHEMES, Directory, Location, read_object
+from meltemi.datastore.storage import SCHEMES, Directory, Location, read_object, url_scheme
 
 if TYPE_CHECKING:
     from meltemi.datastore.chat_build import ChatBuild
@@ -88,7 +88,7 @@ class TokenizerInfo:
 def _read_tokenizer(path: str) -> str:
     """A tokenizer.json's text: from a bucket or memory through the storage seam (its endpoints and
     credentials), from a local path or any other URL fsspec reads (`https://...`) through fsspec."""
-    scheme = path.partition("://")[0].lower() if "://" in path else "file"
+    scheme = url_scheme(path) or "file"
     if scheme in SCHEMES and scheme != "file":
         data = read_object(path)
         if data is None:

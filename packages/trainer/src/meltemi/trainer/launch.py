@@ -153,6 +153,7 @@ def train_on_slices(
 ):
     """Run the training on slices through raytpu (connected to Ray already); each host's ``HostResult``.
     raytpu's events go to ``event_log``: a local file, or a callable given each line (``run_events``)."""
+    from meltemi.datastore.storage import local_path_of
     from meltemi.raytpu import RetryPolicy, SliceJobError, run_on_slices, slice_type
 
     kind = slice_type(launch.slice_type)
@@ -161,7 +162,8 @@ def train_on_slices(
     def workload() -> HostResult:
         return train_on_this_host(config, where, launch.devices_per_host, fake_cpu)
 
-    where = str(run_dir) if "://" in str(run_dir) else str(Path(run_dir).resolve())  # a URL stays one
+    local = local_path_of(run_dir)
+    where = str(run_dir) if local is None else str(local.resolve())  # a URL stays one
 
     try:
         return run_on_slices(

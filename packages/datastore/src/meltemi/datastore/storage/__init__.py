@@ -28,7 +28,9 @@ from meltemi.datastore.storage.location import (
     SCHEMES,
     Location,
     Retries,
+    local_path_of,
     retried_requests,
+    url_scheme,
 )
 
 __all__ = [
@@ -41,8 +43,10 @@ __all__ = [
     "Retries",
     "check_readable",
     "check_writable",
+    "local_path_of",
     "read_appended",
     "read_object",
     "retried_requests",
+    "url_scheme",
     "storage_context",
 ]

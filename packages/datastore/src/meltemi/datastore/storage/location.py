@@ -226,6 +226,31 @@ def check_bucket_name(scheme: str, bucket: str, given: str) -> None:
         raise BadBucketNameError(f"{given}: {bucket!r} is not a valid bucket name; {_RULES[scheme]}")
 
 
+def url_scheme(text: str | os.PathLike) -> str | None:
+    """The scheme of a URL, lowercased (any scheme: the seam's, or one only fsspec reads, like `https`);
+    None for a local path. The one place a path is told from a URL.
+
+    >>> url_scheme("S3://bucket/x"), url_scheme("https://host/a.json"), url_scheme("runs/tiny")
+    ('s3', 'https', None)
+    """
+    match = _URL.match(os.fspath(text))
+    return match.group(1).lower() if match else None
+
+
+def local_path_of(text: str | os.PathLike) -> Path | None:
+    """The local path `text` names (a plain path or a `file://` URL), or None for any other URL.
+
+    >>> local_path_of("file:///data/tok.json"), local_path_of("gs://bucket/tok.json")
+    (PosixPath('/data/tok.json'), None)
+    >>> local_path_of("runs/tiny") == Path("runs/tiny").absolute()
+    True
+    """
+    scheme = url_scheme(text)
+    if scheme not in (None, "file"):
+        return None
+    return Location.parse(text).local_path
+
+
 def s3_settings() -> dict[str, str]:
     """The S3 spec members TensorStore does not take from the environment itself: endpoint and region.
 
@@ -250,6 +275,6 @@ def export_gcs_emulator() -> None:
     """
     host = os.environ.get("STORAGE_EMULATOR_HOST")
     if host and not os.environ.get("TENSORSTORE_GCS_HTTP_URL"):
-        os.environ["TENSORSTORE_GCS_HTTP_URL"] = host if "://" in host else f"http://{host}"
+        os.environ["TENSORSTORE_GCS_HTTP_URL"] = host if url_scheme(host) else f"http://{host}"
     if host and gcs_credentials().kind == "emulator":
         os.environ["GOOGLE_AUTH_TOKEN_FOR_TESTING"] = EMULATOR_TOKEN

@@ -21,8 +21,10 @@ from __future__ import annotations
 import hashlib
 import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 
+from meltemi.datastore.storage import local_path_of
 from meltemi.trainer.config import RunConfig, SourceConfig
 from meltemi.trainer.data.chat import chat_tokenizer, load_chat_template
 from meltemi.trainer.data.run_tokenizer import file_sha256
@@ -60,7 +62,7 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
     tokenizer = data.tokenizer
     if tokenizer == STDLIB:
         tokenizer = stdlib_tokenizer(config, say)
-    elif tokenizer is not None and "://" not in tokenizer and not Path(tokenizer).is_file():
+    elif tokenizer is not None and _missing(tokenizer, Path.is_file):
         raise ConfigError(f"data.tokenizer: {tokenizer}: no such file (a tokenizer.json, or stdlib)")
     model = config.model
     if any(source.format == "chat" for source in data.sources.values()):
@@ -80,11 +82,11 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
         tokenizer = extended.path
     if data.stores:
         for store in data.stores:
-            if "://" not in store and not Path(store).is_dir():
+            if _missing(store, Path.is_dir):
                 raise ConfigError(f"data.stores: {store}: no such token store (the directory does not exist)")
         sources = {name: {"store": store} for name, store in _store_names(data.stores).items()}
     elif data.corpus is not None:
-        if data.corpus != STDLIB and "://" not in data.corpus and not Path(data.corpus).exists():
+        if data.corpus != STDLIB and _missing(data.corpus, Path.exists):
             raise ConfigError(f"data.corpus: {data.corpus}: no such file or directory")
         if tokenizer is None:
             raise ConfigError(
@@ -147,7 +149,7 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
     corpus = source.corpus
     if corpus == STDLIB_CHAT:
         corpus = stdlib_chat_corpus(config, say)
-    elif "://" not in corpus and not Path(corpus).exists():
+    elif _missing(corpus, Path.exists):
         raise ConfigError(f"data.sources.{name}.corpus: {corpus}: no such file or directory")
     key = "\0".join([source.format, _resolved(corpus), file_sha256(tokenizer)])  # a copy finds the same store
     options = {}
@@ -209,7 +211,14 @@ def stdlib_chat_corpus(config: RunConfig, say) -> str:
 
 def _resolved(path: str) -> str:
     """A path made absolute (a URL as it is), so the same file names the same cached store."""
-    return path if "://" in path else Path(path).resolve().as_posix()
+    local = local_path_of(path)
+    return path if local is None else local.resolve().as_posix()
+
+
+def _missing(path: str, there: Callable[[Path], bool]) -> bool:
+    """Whether a local path (or `file://` URL) is not there as ``there`` wants; a URL is checked when read."""
+    local = local_path_of(path)
+    return local is not None and not there(local)
 
 
 def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, str]:

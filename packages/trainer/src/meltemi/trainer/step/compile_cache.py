@@ -84,7 +84,9 @@ def enable(choice: CacheChoice) -> CacheChoice:
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
-    if choice.directory is not None and "://" not in choice.directory:
+    from meltemi.datastore.storage import url_scheme
+
+    if choice.directory is not None and url_scheme(choice.directory) is None:
         try:
             os.makedirs(choice.directory, exist_ok=True)
         except OSError as e:
