@@ -56,7 +56,7 @@ class StopSignals:
         self.boundary = 0
         self._answered: tuple[str, float] | None = None  # the answering thread's own record of the first
         self._lock = threading.Lock()  # the answer's step and the loop's check agree on where to stop
-        self._wakeup: tuple[socket.socket, socket.socket, int] | None = None
+        self._wakeup: tuple[socket.socket, socket.socket, int, threading.Thread] | None = None
 
     def _handle(self, signum, frame) -> None:
         now = self._clock()
@@ -109,10 +109,11 @@ class StopSignals:
                 reader, writer = socket.socketpair()
                 writer.setblocking(False)
                 previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-                self._wakeup = (reader, writer, previous)
-                threading.Thread(
+                listener = threading.Thread(
                     target=self._listen, args=(reader,), name="meltemi-signals", daemon=True
-                ).start()
+                )
+                listener.start()
+                self._wakeup = (reader, writer, previous, listener)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -120,9 +121,12 @@ class StopSignals:
             signal.signal(sig, handler)
         self._previous.clear()
         if self._wakeup is not None:
-            reader, writer, previous = self._wakeup
+            reader, writer, previous, listener = self._wakeup
             signal.set_wakeup_fd(previous)
+            # The listener answers the signals already written before it sees the end: a second Ctrl-C
+            # whose KeyboardInterrupt brought us here is still said (a busy machine ran it after us).
             writer.close()
+            listener.join(timeout=1.0)
             reader.close()
             self._wakeup = None
 
