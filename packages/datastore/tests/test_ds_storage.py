@@ -232,7 +232,7 @@ def test_a_404_from_a_listing_or_a_write_is_a_missing_bucket_and_from_a_read_is_
     from meltemi.datastore.storage.failures import storage_error
 
     gone = ValueError("NOT_FOUND: The specified bucket does not exist. [http_response_code='404']")
-    error = storage_error("gs://meltemi-gone/run", doing, gone, writing=doing != "listing")
+    error = storage_error("gs://meltemi-gone/run", doing, gone, not_found_is_bucket=True)
     assert isinstance(error, NoSuchBucketError)
     assert str(error) == (
         f"gs://meltemi-gone/run: {doing} failed: the bucket 'meltemi-gone' does not exist "

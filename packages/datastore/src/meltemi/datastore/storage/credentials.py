@@ -18,6 +18,7 @@ files those chains read, asks TensorStore only for what is there, and lets a ref
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -145,8 +146,10 @@ def gcs_credentials(
     )
 
 
+@functools.cache
 def cloud_instance(dmi: Path = Path("/sys/class/dmi/id")) -> Cloud | None:
-    """The cloud whose VM this is, from the firmware's identity (no network request), or None.
+    """The cloud whose VM this is, from the firmware's identity (no network request), or None; read once
+    per process (every bucket location's spec asks).
 
     >>> cloud_instance(Path("/nowhere")) is None
     True
@@ -165,7 +168,7 @@ def cloud_instance(dmi: Path = Path("/sys/class/dmi/id")) -> Cloud | None:
     return None
 
 
-def hint(scheme: str) -> str:
+def hint(scheme: str | None) -> str:
     """What to add to a refused request's message: why nothing was signed, when nothing was found.
 
     >>> hint("memory")

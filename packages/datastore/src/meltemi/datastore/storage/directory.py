@@ -149,7 +149,7 @@ class Directory:
         try:
             self.kvstore.write(key, data).result()
         except ValueError as e:
-            raise storage_error(self.where(key), "writing", e, writing=True) from None
+            raise storage_error(self.where(key), "writing", e, not_found_is_bucket=True) from None
 
     def write_text(self, key: str, text: str) -> None:
         self.write_bytes(key, text.encode("utf-8"))
@@ -169,7 +169,7 @@ class Directory:
         try:
             keys = self.kvstore.list(_prefix_range(prefix)).result()
         except ValueError as e:
-            raise storage_error(self.where(prefix), "listing", e) from None
+            raise storage_error(self.where(prefix), "listing", e, not_found_is_bucket=True) from None
         # Filtered here too: some servers (the GCS emulator) ignore the range's bounds.
         return sorted(k for k in (key.decode("utf-8") for key in keys) if k.startswith(prefix))
 
@@ -178,14 +178,14 @@ class Directory:
         try:
             self.kvstore.write(key, None).result()
         except ValueError as e:
-            raise storage_error(self.where(key), "deleting", e, writing=True) from None
+            raise storage_error(self.where(key), "deleting", e, not_found_is_bucket=True) from None
 
     def delete_prefix(self, prefix: str = "") -> None:
         """Delete every object whose key starts with `prefix` (all of them for the empty prefix)."""
         try:
             self.kvstore.delete_range(_prefix_range(prefix)).result()
         except ValueError as e:
-            raise storage_error(self.where(prefix), "deleting", e, writing=True) from None
+            raise storage_error(self.where(prefix), "deleting", e, not_found_is_bucket=True) from None
         local = self.location.local_path
         if local is not None and prefix.endswith("/"):
             _remove_empty_directories(local / prefix)
@@ -230,7 +230,9 @@ def check_writable(location: str | os.PathLike | Location) -> Location:
             directory.kvstore.write(key, b"probe").result()  # not empty: the GCS emulator refuses those
             directory.kvstore.delete_range(_prefix_range(PROBE_PREFIX)).result()  # ours and any left behind
     except ValueError as e:
-        raise storage_error(directory.where(), "writing a probe object", e, writing=True) from None
+        raise storage_error(
+            directory.where(), "writing a probe object", e, not_found_is_bucket=True
+        ) from None
     return directory.location
 
 
@@ -247,7 +249,7 @@ def check_readable(location: str | os.PathLike | Location) -> Location:
         with native_log_held():
             directory.kvstore.list(_prefix_range(PROBE_PREFIX)).result()
     except ValueError as e:
-        raise storage_error(directory.where(), "listing", e) from None
+        raise storage_error(directory.where(), "listing", e, not_found_is_bucket=True) from None
     return directory.location
 
 

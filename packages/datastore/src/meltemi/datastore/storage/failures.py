@@ -17,6 +17,7 @@ from meltemi.datastore.errors import (
     UnreachableError,
 )
 from meltemi.datastore.storage.credentials import hint
+from meltemi.datastore.storage.location import url_scheme
 
 _DETAILS = re.compile(r"\s*\[[a-z_]+='.*", re.DOTALL)  # TensorStore's [http_response_code='404'] and so on
 _UNREACHABLE = (
@@ -48,11 +49,13 @@ def reason(error: BaseException) -> str:
     return " ".join(text.split())
 
 
-def storage_error(where: str, doing: str, error: BaseException, *, writing: bool = False) -> StorageError:
+def storage_error(
+    where: str, doing: str, error: BaseException, *, not_found_is_bucket: bool = False
+) -> StorageError:
     """The `StorageError` for `error`, raised by TensorStore while `doing` something at `where`.
 
-    A 404 while writing or listing means the bucket is missing (a missing key is not an error when reading,
-    an empty prefix lists nothing).
+    `not_found_is_bucket`: a 404 can only mean the bucket is missing, as when writing or listing (a missing
+    key is not an error when reading, an empty prefix lists nothing).
 
     >>> e = storage_error("s3://my-bucket/x", "writing", ValueError("NOT_FOUND: NoSuchBucket: none"))
     >>> type(e).__name__
@@ -63,13 +66,12 @@ def storage_error(where: str, doing: str, error: BaseException, *, writing: bool
     said = reason(error)
     lowered = said.lower()
     bucket = _bucket(where)
-    listing = doing.startswith("listing")
-    if "nosuchbucket" in lowered or ((writing or listing) and lowered.startswith("not_found") and bucket):
+    if "nosuchbucket" in lowered or (not_found_is_bucket and lowered.startswith("not_found") and bucket):
         return NoSuchBucketError(f"{where}: {doing} failed: the bucket {bucket!r} does not exist ({said})")
     if any(word in lowered for word in _DENIED):
         return AccessDeniedError(
             f"{where}: {doing} failed: access denied; check the credentials and their permissions ({said})"
-            f"{hint(where.partition(':')[0])}"
+            f"{hint(url_scheme(where))}"
         )
     if any(word in lowered for word in _UNREACHABLE):
         return UnreachableError(f"{where}: {doing} failed: the storage endpoint cannot be reached ({said})")
