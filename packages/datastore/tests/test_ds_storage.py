@@ -12,6 +12,7 @@ from meltemi.datastore.errors import (
     AccessDeniedError,
     BadUrlError,
     NoSuchBucketError,
+    OutOfRangeError,
     PathIsAFileError,
     StorageError,
     UnknownSchemeError,
@@ -101,6 +102,27 @@ def test_a_directory_reads_writes_lists_and_deletes_alike_on_every_backend(any_l
     d.delete("never-there")
     assert d.list() == ["xa"]
     assert check_readable(any_location) == d.location
+
+
+def test_a_byte_range_is_read_in_place_and_one_past_the_end_is_named_on_every_backend(any_location):
+    """What a reader of a file format in a bucket needs: any range of an object in one request, and a range
+    the object does not hold (a file cut short) one `OutOfRangeError` line naming it, whatever the store."""
+    d = Directory(any_location)
+    d.write_bytes("f.bin", bytes(range(100)))
+    assert d.read_range("f.bin", 0, 8) == bytes(range(8)) and d.read_range("f.bin", 90, 100) == bytes(
+        range(90, 100)
+    )
+    assert d.read_range("f.bin", 40, 40) == b"" and d.read_range("f.bin", 95) == bytes(range(95, 100))
+    assert d.read_range("f.bin", 100) == b"" and d.read_range("f.bin", 150) == b""
+    assert d.read_range("absent.bin", 0, 8) is None
+    for start, stop in [(96, 104), (100, 108), (200, 208)]:
+        with pytest.raises(OutOfRangeError) as caught:
+            d.read_range("f.bin", start, stop)
+        message = str(caught.value)
+        assert message.startswith(
+            f"{d.where('f.bin')}: reading bytes {start}..{stop} failed: the object is shorter"
+        )
+        assert "\n" not in message
 
 
 def test_a_probe_left_by_a_killed_process_is_removed_by_the_next_check(any_location):

@@ -113,3 +113,8 @@ class UnreachableError(StorageError):
 
 class PathIsAFileError(StorageError):
     """A local path that should be a directory is a file."""
+
+
+class OutOfRangeError(StorageError):
+    """A byte range was asked of an object that does not hold it (the object is shorter): a file cut
+    short, or a header that promises more bytes than follow it."""

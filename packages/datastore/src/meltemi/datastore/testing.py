@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -132,6 +133,7 @@ def start_gcs_server() -> GcsServer:
 
     logging.getLogger("gcp_storage_emulator").setLevel(logging.WARNING)
     _list_by_key_range()
+    _unsatisfiable_ranges()
     server = create_server(LOOPBACK, 0, in_memory=True)
     server.start()
     port = server._api._httpd.server_address[1]  # bound to port 0: the port the system chose
@@ -172,6 +174,38 @@ def _list_by_key_range() -> None:
     for _, handlers in server.HANDLERS:
         if handlers.get(server.GET) is objects.ls:
             handlers[server.GET] = listing
+
+
+def _unsatisfiable_ranges() -> None:
+    """Answer a read whose byte range starts at or past the object's end with a 416, as GCS does (the
+    emulator answers with a Content-Range that ends before it starts), so that reading past the end of an
+    object is the same error on every backend. Media reads of the JSON API (`alt=media`) go through the
+    same function."""
+    from gcp_storage_emulator import server
+    from gcp_storage_emulator.exceptions import NotFound
+    from gcp_storage_emulator.handlers import objects
+
+    original = objects.download
+    if getattr(original, "refuses_unsatisfiable_ranges", False):  # taught already (a second server)
+        return
+
+    def download(request: Any, response: Any, storage: Any, *args: Any, **kwargs: Any) -> Any:
+        asked = re.fullmatch(r"\s*bytes=(?P<start>[0-9]+)-[0-9]*", request.get_header("range", None) or "")
+        if asked:
+            try:
+                size = len(storage.get_file(request.params["bucket_name"], request.params["object_id"]))
+            except NotFound:  # the emulator's own download answers that
+                size = None
+            if size is not None and int(asked["start"]) >= size:
+                response.status = HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE
+                return None
+        return original(request, response, storage, *args, **kwargs)
+
+    download.refuses_unsatisfiable_ranges = True  # type: ignore[attr-defined]
+    objects.download = download
+    for _, handlers in server.HANDLERS:
+        if handlers.get(server.GET) is original:
+            handlers[server.GET] = download
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Any
 
 import tensorstore as ts
 
+from meltemi.datastore.errors import OutOfRangeError
 from meltemi.datastore.storage.failures import storage_error
 from meltemi.datastore.storage.location import DEFAULT_RETRIES, PROBE_RETRIES, Location, Retries
 from meltemi.datastore.storage.native_log import native_log_held
@@ -118,18 +119,30 @@ class Directory:
         return None if result.state == "missing" else bytes(result.value)
 
     def read_range(self, key: str, start: int, stop: int | None = None) -> bytes | None:
-        """Bytes `[start, stop)` of the object, `0 <= start`; None when there is no such object.
+        """Bytes `[start, stop)` of the object, `0 <= start`, in one ranged request; None when there is no
+        such object.
 
         With `stop` None, the bytes from `start` to the end (none when it starts past the end); with a
-        `stop`, a range the object does not hold is a `StorageError`."""
+        `stop`, a range the object does not hold is an `OutOfRangeError` (a file cut short).
+
+        >>> d = Directory("memory://doc/ranges")
+        >>> d.write_bytes("header", b"0123456789")
+        >>> d.read_range("header", 2, 5), d.read_range("header", 8), d.read_range("absent", 0, 4)
+        (b'234', b'89', None)
+        >>> d.read_range("header", 8, 12)
+        Traceback (most recent call last):
+        ...
+        meltemi.datastore.errors.OutOfRangeError: memory://doc/ranges/header: reading bytes 8..12 failed: ...
+        """
         if start < 0:
             raise ValueError(f"read_range: start must be at least 0, got {start}")
         try:
             result = self.kvstore.read(key, byte_range=slice(start, stop)).result()
         except ValueError as e:
-            if stop is None and str(e).startswith("OUT_OF_RANGE"):
+            error = storage_error(self.where(key), f"reading bytes {start}..{stop}", e)
+            if stop is None and isinstance(error, OutOfRangeError):
                 return b""
-            raise storage_error(self.where(key), f"reading bytes {start}..{stop}", e) from None
+            raise error from None
         return None if result.state == "missing" else bytes(result.value)
 
     def read_text(self, key: str) -> str | None:

@@ -12,6 +12,7 @@ import re
 from meltemi.datastore.errors import (
     AccessDeniedError,
     NoSuchBucketError,
+    OutOfRangeError,
     PathIsAFileError,
     StorageError,
     UnreachableError,
@@ -75,6 +76,8 @@ def storage_error(
         )
     if any(word in lowered for word in _UNREACHABLE):
         return UnreachableError(f"{where}: {doing} failed: the storage endpoint cannot be reached ({said})")
+    if lowered.startswith("out_of_range"):
+        return OutOfRangeError(f"{where}: {doing} failed: the object is shorter than that ({said})")
     if "not a directory" in lowered or "non-directory" in lowered:
         return PathIsAFileError(f"{where}: {doing} failed: a file is in the way of this directory ({said})")
     return StorageError(f"{where}: {doing} failed ({said})")
