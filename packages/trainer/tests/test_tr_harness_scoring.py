@@ -16,9 +16,10 @@ from meltemi.trainer import adapters
 from meltemi.trainer.config_io import load_config
 from meltemi.trainer.harness import build_tasks, scoring
 from meltemi.trainer.harness.errors import EvalError
-from meltemi.trainer.harness.scoring import TokenScorer, data_parallel_plan, place_model
+from meltemi.trainer.harness.scoring import TokenScorer
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.eval_step import make_eval_step
+from meltemi.trainer.step.mesh import inference_layout
 
 VOCAB, MAX_LEN = 128, 64
 CONFIG = load_config(None, [
@@ -101,10 +102,13 @@ def test_order_batch_size_and_padding_change_no_score(model, reference, order, b
         assert score.greedy == reference[i].greedy
 
 
-def test_rows_split_over_eight_devices_give_the_same_scores(model, reference):
-    plan = data_parallel_plan(jax.devices()[:8])
+def test_rows_and_parameters_split_over_eight_devices_give_the_same_scores(model, reference):
+    plan = inference_layout(CONFIG, jax.devices()[:8]).plan
     assert plan.shape["data"] == 8
-    scorer = TokenScorer(place_model(model, plan), batch_size=5, plan=plan)
+    sharded = jax.device_put(model, plan.parameter_shardings(model))
+    q_proj = sharded.layers.stacked.self_attn.q_proj.weight.array
+    assert {shard.data.size for shard in q_proj.addressable_shards} == {q_proj.size // 8}
+    scorer = TokenScorer(sharded, batch_size=5, plan=plan)
     assert scorer.rows == 8  # rounded up to a multiple of the devices
     for score, alone in zip(scorer.score(REQUESTS), reference, strict=True):
         assert score.logprob == pytest.approx(alone.logprob, abs=1e-4)

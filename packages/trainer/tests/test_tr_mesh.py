@@ -6,7 +6,7 @@ import pytest
 
 from meltemi.trainer.errors import MeshError
 from meltemi.trainer.plan.sharding_table import format_report, sharding_report
-from meltemi.trainer.step.mesh import MeshPlan
+from meltemi.trainer.step.mesh import MeshPlan, inference_layout
 from meltemi.trainer.trainer import Trainer
 
 
@@ -80,3 +80,25 @@ def test_a_mesh_that_does_not_fit_is_a_named_error_before_any_compile(
     with pytest.raises(MeshError, match=message):
         Trainer(config, run_dir, devices=jax.devices()[:8], progress=False)
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "devices", "shape", "reason"),
+    [
+        (["--trainer.mesh.data", "-1"], 8, (1, 8, 1), "the run's mesh (data 8)"),
+        (["--trainer.mesh.data", "4", "--trainer.mesh.model", "2"], 8, (1, 4, 2), "the run's mesh (data 4 x model 2)"),  # noqa: E501
+        (["--trainer.mesh.data", "1"], 8, (1, 8, 1), "chosen for the 8 devices present (data 8): the run's mesh does not fit them"),  # noqa: E501
+        (["--trainer.mesh.replica", "2", "--trainer.mesh.data", "16", "--trainer.mesh.model", "2"], 4, (1, 2, 2), "chosen for the 4 devices present (data 2 x model 2)"),  # noqa: E501
+        (["--trainer.mesh.data", "-1", "--trainer.mesh.model", "2"], 6, (1, 3, 2), "kept whole: embed (32) does not split over 3 devices"),  # noqa: E501
+    ],
+)  # fmt: skip
+def test_a_trained_model_is_laid_out_on_the_devices_present(make_config, overrides, devices, shape, reason):
+    config = make_config(*overrides)
+    layout = inference_layout(config, jax.devices()[:devices])
+    assert tuple(layout.plan.shape.values()) == shape
+    assert reason in layout.reason
+    assert layout.plan.compute_mapping["batch"] == ("replica", "data")
+    if "kept whole" in reason:
+        assert "embed" not in layout.plan.parameter_mapping  # replicated, since it cannot split evenly
+    else:
+        assert layout.plan.parameter_mapping["embed"] == "data"  # fully sharded, as the run stores it

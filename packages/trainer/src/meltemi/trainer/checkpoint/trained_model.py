@@ -1,9 +1,10 @@
-"""A trained model read back from its run: the latest good checkpoint's parameters on one device, its
-config, the run's own tokenizer (checked against the checkpoint) and its end-of-text token; what export,
-sampling and evaluation start from.
+"""A trained model read back from its run: the latest good checkpoint's parameters sharded over the devices
+(each process reading only what its devices hold: no device ever holds the whole model), its config, the
+run's own tokenizer (checked against the checkpoint) and its end-of-text token; what export, sampling and
+evaluation start from.
 
     trained = load_model("runs/tiny")
-    trained.model, trained.tokenizer, trained.end_of_text.id
+    trained.model, trained.layout.plan, trained.tokenizer, trained.end_of_text.id
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -24,18 +26,21 @@ from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text, run_tokenizer
 from meltemi.trainer.errors import CheckpointError
 from meltemi.trainer.model.llama import Llama
+from meltemi.trainer.step.mesh import InferenceLayout, inference_layout
 
 logger = logging.getLogger("meltemi.trainer")
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainedModel:
-    """A checkpoint's model and what using it needs: ``tokenizer`` is the run's copy (for checkpoints
-    older than the copy, the path their config names; None without one); ``chat`` a chat run's template
-    (None for a run that never saw a conversation)."""
+    """A checkpoint's model and what using it needs: ``layout`` is the mesh its parameters lie on (and the
+    axis mappings that run it); ``tokenizer`` the run's copy (for checkpoints older than the copy, the path
+    their config names; None without one); ``chat`` a chat run's template (None for a run that never saw a
+    conversation)."""
 
     config: RunConfig
     model: Llama
+    layout: InferenceLayout
     checkpoint: Location
     tokenizer: Path | None
     end_of_text: EndOfText
@@ -90,29 +95,39 @@ def checkpoints_at(location: str | os.PathLike | Location) -> list[Directory]:
     raise CheckpointError(f"{location} holds no checkpoint (looked for step-N directories)")
 
 
-def load_model(location: str | os.PathLike | Location, warn=logger.warning) -> TrainedModel:
+def abstract_model(config: RunConfig) -> Llama:
+    """The shapes and dtypes of ``config``'s model as its checkpoints hold it (nothing allocated)."""
+    import equinox as eqx
+
+    return eqx.filter_eval_shape(Llama.init, config.model, key=jax.random.key(0))
+
+
+def load_model(
+    location: str | os.PathLike | Location,
+    warn=logger.warning,
+    devices: Sequence[jax.Device] | None = None,
+) -> TrainedModel:
     """The model of a run directory's latest good checkpoint, or of a ``step-N`` directory (a local path or
-    a bucket URL), on this process's first device.
+    a bucket URL), restored onto ``devices`` (default: all) as ``inference_layout`` lays it out.
 
     A location without any checkpoint is a ``CheckpointError`` naming it; damaged ones are skipped with a
     warning, as a resumption skips them.
     """
-    import equinox as eqx
-
     from meltemi.trainer.config_io import validate
 
     found = checkpoints_at(location)
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     for path in found:
         try:
             manifest = inspect_checkpoint(path)
             config = validate(manifest.config, where=path.where(MANIFEST))
-            abstract = eqx.filter_eval_shape(Llama.init, config.model, key=jax.random.key(0))
-            shardings = jax.tree_util.tree_map(lambda _: device, abstract)
-            model = restore(path, manifest, abstract, shardings, prefix="model.")
+            layout = inference_layout(config, devices)
+            abstract = abstract_model(config)
+            model = restore(
+                path, manifest, abstract, layout.plan.parameter_shardings(abstract), prefix="model."
+            )
         except CheckpointError as e:
             warn(f"skipping checkpoint {e}")
             continue
         tokenizer, end = checkpoint_tokenizer(path, manifest)
-        return TrainedModel(config, model, path.location, tokenizer, end, manifest.chat)
+        return TrainedModel(config, model, layout, path.location, tokenizer, end, manifest.chat)
     raise CheckpointError(f"{location}: no checkpoint there reads back whole")

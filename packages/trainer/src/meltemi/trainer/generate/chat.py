@@ -75,9 +75,9 @@ def reply(
 
 
 class ChatSession:
-    """A conversation with a trained chat model: each ``say`` adds the user's message, renders the whole
-    conversation, and adds and returns the assistant's reply (``last`` keeps its tokens and why it
-    stopped)."""
+    """A conversation with a trained chat model (laid out by ``plan`` when given): each ``say`` adds the
+    user's message, renders the whole conversation, and adds and returns the assistant's reply (``last``
+    keeps its tokens and why it stopped)."""
 
     def __init__(
         self,
@@ -88,8 +88,9 @@ class ChatSession:
         settings: SamplingConfig,
         *,
         system: str | None = None,
+        plan: MeshPlan | None = None,
     ):
-        self.model, self.tokenizer, self.template = model, tokenizer, template
+        self.model, self.tokenizer, self.template, self.plan = model, tokenizer, template, plan
         self.stop_ids, self.settings, self.system = tuple(stop_ids), settings, system
         self.history: list[Message] = []
         self.last: Completion | None = None
@@ -116,12 +117,16 @@ class ChatSession:
         tokenizer = Tokenizer.from_file(str(trained.tokenizer))
         template = trained.chat.chat_template(str(trained.checkpoint))
         stops = trained.end_of_text.stop_ids
-        return cls(trained.model, tokenizer, template, stops, settings, system=system)
+        return cls(
+            trained.model, tokenizer, template, stops, settings, system=system, plan=trained.layout.plan
+        )
 
     def say(self, message: str) -> str:
         """The assistant's reply to ``message``, after everything said so far."""
         messages = conversation(message, self.system, self.history)
-        self.last = reply(self.model, self.tokenizer, self.template, messages, self.settings, self.stop_ids)
+        self.last = reply(
+            self.model, self.tokenizer, self.template, messages, self.settings, self.stop_ids, plan=self.plan
+        )
         text = self.last.text or ""
         self.history += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
         return text

@@ -45,7 +45,7 @@ from meltemi.trainer.data.run_tokenizer import end_of_text
 from meltemi.trainer.generate.generation import generate
 from meltemi.trainer.generate.sampling import SamplingConfig
 from meltemi.trainer.harness.errors import EvalError, NoTokenizerError
-from meltemi.trainer.harness.scoring import TokenScorer, data_parallel_plan, place_model
+from meltemi.trainer.harness.scoring import TokenScorer
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
 
@@ -75,8 +75,8 @@ class MeltemiLM(TemplateLM):
     ``plan`` and ``compute_dtype``).
 
     ``batch_size`` rows are scored per compiled call; ``max_length`` (default: the model's ``max_seq_len``)
-    bounds a row. A checkpoint is evaluated on every device, its parameters replicated and each batch's rows
-    split between them.
+    bounds a row. A checkpoint is evaluated on every device, its parameters sharded over them as
+    ``load_model`` lays them out and each batch's rows split between them.
     """
 
     def __init__(
@@ -131,10 +131,9 @@ class MeltemiLM(TemplateLM):
         trained = load_model(location)  # the run's copy of its tokenizer, and the run's end-of-text token
         compile_cache.enable_for(trained.config.trainer)
         tokenizer = read_tokenizer(trained.tokenizer, str(trained.checkpoint))
-        plan = data_parallel_plan()
         dtype = trained.config.trainer.compute_dtype
-        placed = place_model(trained.model, plan)
-        return placed, tokenizer, dtype, plan, trained.end_of_text, trained.chat
+        plan = trained.layout.plan
+        return trained.model, tokenizer, dtype, plan, trained.end_of_text, trained.chat
 
     # ---- what TemplateLM asks of a model -------------------------------------------------------------------
 

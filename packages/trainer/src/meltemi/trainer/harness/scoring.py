@@ -35,12 +35,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType, Mesh
 
 import haliax_lite as hax
 from meltemi.trainer.harness.errors import EvalError
 from meltemi.trainer.model.llama import Llama, cast_floating
-from meltemi.trainer.step.mesh import DATA_AXES, MESH_AXES, MeshPlan, placed
+from meltemi.trainer.step.mesh import MeshPlan, placed
 
 # How many times the scoring program was traced (compiled), by its shape (rows, positions, scored positions):
 # the proof of "a few shapes".
@@ -58,21 +57,10 @@ class Score:
     greedy: bool
 
 
-def data_parallel_plan(devices: Sequence[jax.Device] | None = None) -> MeshPlan:
-    """A mesh over ``devices`` (default: all) that replicates the parameters and splits the rows of each
-    batch over every device: how a checkpoint is evaluated outside its training run.
-
-    >>> data_parallel_plan(jax.devices()[:1]).shape
-    {'replica': 1, 'data': 1, 'model': 1}
-    """
-    devices = list(devices if devices is not None else jax.devices())
-    mesh = Mesh(np.asarray(devices).reshape(1, len(devices), 1), MESH_AXES, axis_types=(AxisType.Auto,) * 3)
-    return MeshPlan(mesh, parameter_mapping={}, compute_mapping={"batch": DATA_AXES})
-
-
-@eqx.filter_jit
-def _token_scores(model: Llama, ids, segments, positions, targets, compute_dtype: str):
-    """At each row's ``positions``: its target's log-probability and whether it is the argmax (float32)."""
+def token_scores(model: Llama, ids, segments, positions, targets, compute_dtype: str):
+    """At each row's ``positions``: its target's log-probability and whether it is the argmax (float32).
+    The scoring program (``ids`` and ``segments``: rows x positions; ``positions`` and ``targets``: rows x
+    scored positions), jitted here and compiled from shapes alone by the evaluation's dry run."""
     TRACES[(*ids.shape, positions.shape[1])] += 1
     compute = cast_floating(model, jnp.dtype(compute_dtype))
     named = hax.named(ids, ("batch", "position"))
@@ -87,6 +75,9 @@ def _token_scores(model: Llama, ids, segments, positions, targets, compute_dtype
     chosen = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     logprob = chosen - jax.nn.logsumexp(logits, axis=-1)
     return logprob, jnp.argmax(logits, axis=-1) == targets
+
+
+_token_scores = eqx.filter_jit(token_scores)
 
 
 class TokenScorer:
@@ -175,9 +166,3 @@ class TokenScorer:
             self.plan.compute_mapping,
         )
         return jax.device_put(array, sharding)
-
-
-def place_model(model: Llama, plan: MeshPlan) -> Llama:
-    """``model`` laid out on ``plan``'s mesh by its parameter mapping (replicated under
-    ``data_parallel_plan``)."""
-    return jax.device_put(model, plan.parameter_shardings(model))

@@ -120,6 +120,11 @@ def _devices_over(shape: dict[str, int], physical) -> int:
     return math.prod(shape[n] for n in names)
 
 
+def _model_axes(config: RunConfig) -> list[hax.Axis]:
+    model_axes = LlamaAxes.of(config.model)
+    return [getattr(model_axes, f.name) for f in dataclasses.fields(model_axes)]
+
+
 def _check_fits(config: RunConfig, shape: dict[str, int], parameter: dict, compute: dict) -> None:
     data_parallel = _devices_over(shape, compute.get("batch"))
     for size in config.trainer.batch_sizes():
@@ -134,10 +139,8 @@ def _check_fits(config: RunConfig, shape: dict[str, int], parameter: dict, compu
                 f"trainer.microbatch_size {micro} must divide trainer.global_batch_size {size} and be a "
                 f"multiple of the {data_parallel} data-parallel devices"
             )
-    model_axes = LlamaAxes.of(config.model)
-    axes = [getattr(model_axes, f.name) for f in dataclasses.fields(model_axes)]
     for field, mapping in (("parameter_axis_mapping", parameter), ("compute_axis_mapping", compute)):
-        for axis in axes:
+        for axis in _model_axes(config):
             parts = _devices_over(shape, mapping.get(axis.name))
             if axis.size % parts:
                 raise MeshError(
@@ -186,6 +189,56 @@ class MeshPlan:
     def compute_shardings(self, tree):
         """Shardings for a tree of (abstract) named arrays, laid out by the compute mapping."""
         return hax.partitioning.infer_resource_partitions(tree, self.compute_mapping, mesh=self.mesh)
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceLayout:
+    """Where a trained model is read onto to be used (evaluated, sampled, exported), and why: the run's
+    axis mappings on a mesh of the devices present."""
+
+    plan: MeshPlan
+    reason: str
+
+
+def _shown(shape: dict[str, int]) -> str:
+    return " x ".join(f"{axis} {size}" for axis, size in shape.items() if size > 1) or "one device"
+
+
+def inference_layout(config: RunConfig, devices: Sequence[jax.Device] | None = None) -> InferenceLayout:
+    """The layout of ``config``'s model on ``devices`` (default: all) for inference: the run's own mesh when
+    it fits the devices, else every device on the ``data`` axis (the run's ``model`` axis kept when it
+    divides them), the parameters sharded by the run's parameter mapping (fully sharded, never a whole copy
+    per device) and each batch's rows split over ``replica`` and ``data``. An axis of the model that does
+    not split over the devices its mapping names is kept whole, and the reason says so.
+
+    >>> from meltemi.trainer.config import RunConfig
+    >>> layout = inference_layout(RunConfig(), jax.devices()[:1])
+    >>> layout.plan.shape, layout.reason
+    ({'replica': 1, 'data': 1, 'model': 1}, "the run's mesh (one device)")
+    """
+    devices = list(devices if devices is not None else jax.devices())
+    count = len(devices)
+    try:
+        shape = resolve_mesh_shape(config.trainer.mesh, count)
+        reason = f"the run's mesh ({_shown(shape)})"
+    except MeshError:
+        model = config.trainer.mesh.model
+        model = model if model > 0 and count % model == 0 else 1
+        shape = {"replica": 1, "data": count // model, "model": model}
+        reason = f"chosen for the {count} devices present ({_shown(shape)}): the run's mesh does not fit them"
+    parameter, compute = axis_mappings(config)
+    compute["batch"] = DATA_AXES
+    kept_whole = []
+    for mapping in (parameter, compute):
+        for axis in _model_axes(config):
+            parts = _devices_over(shape, mapping.get(axis.name))
+            if axis.size % parts:
+                del mapping[axis.name]
+                kept_whole.append(f"{axis.name} ({axis.size}) does not split over {parts} devices")
+    if kept_whole:
+        reason += "; kept whole: " + ", ".join(dict.fromkeys(kept_whole))
+    mesh = Mesh(_devices_in_mesh_order(shape, devices), MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+    return InferenceLayout(MeshPlan(mesh, parameter, compute), reason)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,64 @@
+"""A trained model read back for use: sharded over every device (no device holds the whole model), the same
+parameters as on one device, and the same scores, samples and export."""
+
+import filecmp
+
+import jax
+import numpy as np
+import pytest
+
+from meltemi.trainer.checkpoint.trained_model import load_model
+from meltemi.trainer.generate.generation import generate
+from meltemi.trainer.generate.sampling import SamplingConfig
+from meltemi.trainer.harness.scoring import TokenScorer
+from meltemi.trainer.hf.export import export_hf
+
+REQUESTS = [([5, 9, 11, 40], [7, 8]), ([3] * 20, [100, 200, 300]), ([1, 2], [3])]
+
+
+@pytest.fixture
+def loaded(base):
+    """The base run (built once per session) loaded on the eight devices, as the apps load it, and on the
+    first device alone."""
+    return load_model(base), load_model(base, devices=jax.devices()[:1])
+
+
+def test_each_device_holds_an_eighth_of_every_parameter(loaded):
+    sharded, _ = loaded
+    assert sharded.layout.plan.shape == {"replica": 1, "data": 8, "model": 1}
+    assert "chosen for the 8 devices present" in sharded.layout.reason  # the run trained on one device
+    leaves = jax.tree.leaves(sharded.model)
+    assert leaves
+    for leaf in leaves:
+        assert len(leaf.addressable_shards) == 8
+        assert {shard.data.size for shard in leaf.addressable_shards} == {leaf.size // 8}
+
+
+def test_the_parameters_are_those_read_on_one_device(loaded):
+    sharded, alone = loaded
+    assert alone.layout.plan.shape == {"replica": 1, "data": 1, "model": 1}
+    for ours, theirs in zip(jax.tree.leaves(sharded.model), jax.tree.leaves(alone.model), strict=True):
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+def test_scores_and_greedy_samples_equal_the_single_device_ones(loaded):
+    sharded, alone = loaded
+    plan = sharded.layout.plan
+    spread = TokenScorer(sharded.model, batch_size=3, plan=plan).score(REQUESTS)
+    single = TokenScorer(alone.model, batch_size=3).score(REQUESTS)
+    for ours, theirs in zip(spread, single, strict=True):
+        assert ours.logprob == pytest.approx(theirs.logprob, rel=1e-5)
+        assert ours.greedy == theirs.greedy
+    greedy = SamplingConfig(max_new_tokens=12, temperature=0.0)
+    prompts = [[5, 9, 11, 40], [3, 4]]
+    ours = generate(sharded.model, prompts, greedy, plan=plan)
+    theirs = generate(alone.model, prompts, greedy)
+    assert [c.tokens for c in ours.completions] == [c.tokens for c in theirs.completions]
+
+
+def test_the_export_of_the_sharded_model_is_byte_for_byte_the_single_device_one(loaded, tmp_path):
+    sharded, alone = loaded
+    ours, theirs = export_hf(sharded.model, tmp_path / "ours"), export_hf(alone.model, tmp_path / "theirs")
+    names = sorted(p.name for p in theirs.iterdir())
+    match, mismatch, errors = filecmp.cmpfiles(ours, theirs, names, shallow=False)
+    assert (mismatch, errors) == ([], []) and match == names
