@@ -4,8 +4,13 @@
                             [--out results.json] [--batch-size 16]
     uv run apps/evaluate.py --checkpoint runs/tiny_sft --tasks TASKS --apply-chat-template
                             [--system-instruction TEXT] [--fewshot-as-multiturn]
+    uv run apps/evaluate.py --config configs/marin_8b.yaml --dry-run --hardware.chip "TPU v5e"
+                            --hardware.devices 16 [--batch-size 8] [--max-length N]
 
-``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory. ``--tasks`` takes
+``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory; its parameters are
+sharded over every device (never a whole copy on one). ``--dry-run`` plans without a checkpoint: the
+scoring program compiled from shapes on the target's devices (faked on this CPU), its memory per device
+against the chip's; exit status 2 when it does not fit. ``--tasks`` takes
 the harness's task, group or tag names and paths of task YAML files, comma-separated; ``meltemi_stdlib`` is
 every task that ships with the trainer (offline). Needs lm-eval: ``uv pip install 'meltemi-trainer[eval]'``
 (in this repository: see the README's "Evaluating"). Without network, set ``HF_DATASETS_OFFLINE=1`` so that a
@@ -17,7 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from meltemi.trainer.generate.flags import add_checkpoint_flag
+from meltemi.trainer.generate.flags import add_checkpoint_flag, parse_app_args
 
 
 def _limit(text: str) -> int | float:
@@ -29,11 +34,10 @@ def _limit(text: str) -> int | float:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_checkpoint_flag(parser)
+    add_checkpoint_flag(parser, dry_run=True)
     parser.add_argument(
         "--tasks",
-        required=True,
-        help="comma-separated task, group or tag names or task YAML paths (required)",
+        help="comma-separated task, group or tag names or task YAML paths (required but with --dry-run)",
     )
     parser.add_argument(
         "--limit", type=_limit, default=None, help="documents per task, below 1 a fraction (default: all)"
@@ -65,7 +69,15 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="few-shot examples as turns of the conversation (default: off)",
     )
-    args = parser.parse_args(argv)
+    args, overrides = parse_app_args(parser, argv, required=("tasks",))
+    if args.dry_run:
+        from meltemi.trainer.cli import plan_inference
+        from meltemi.trainer.harness.dry_run import plan_scoring
+
+        def planner(config, devices):
+            return plan_scoring(config, devices, batch_size=args.batch_size, max_length=args.max_length)
+
+        return plan_inference(args.config, overrides, args.devices, planner)
     specs = [spec.strip() for spec in args.tasks.split(",") if spec.strip()]
 
     from meltemi.trainer.checkpoint.trained_model import checkpoints_at

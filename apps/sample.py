@@ -1,9 +1,14 @@
 """Continue a prompt with a trained checkpoint; only the continuation goes to stdout.
 
     uv run apps/sample.py --checkpoint runs/tiny --prompt "def " [--max-new-tokens 64] [--temperature 0]
+    uv run apps/sample.py --config configs/marin_8b.yaml --dry-run --hardware.chip "TPU v5e"
+                          --hardware.devices 16 [--max-new-tokens 64]
 
 ``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
-bucket (``s3://``, ``gs://``); ``--temperature 0`` is greedy. Progress and the speed go to stderr.
+bucket (``s3://``, ``gs://``), its parameters sharded over every device; ``--temperature 0`` is greedy.
+Progress and the speed go to stderr. ``--dry-run`` plans without a checkpoint: the prefill of the longest
+prompt the context allows and the decode loop, compiled from shapes on the target's devices (faked on this
+CPU), their memory per device against the chip's; exit status 2 when they do not fit.
 """
 
 from __future__ import annotations
@@ -11,15 +16,28 @@ from __future__ import annotations
 import argparse
 import sys
 
-from meltemi.trainer.generate.flags import add_checkpoint_flag, add_sampling_flags, sampling_settings
+from meltemi.trainer.generate.flags import (
+    add_checkpoint_flag,
+    add_sampling_flags,
+    parse_app_args,
+    sampling_settings,
+)
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_checkpoint_flag(parser)
-    parser.add_argument("--prompt", required=True, help="the text to continue (required)")
+    add_checkpoint_flag(parser, dry_run=True)
+    parser.add_argument("--prompt", help="the text to continue (required but with --dry-run)")
     add_sampling_flags(parser, max_new_tokens=64, temperature=0.8)
-    args = parser.parse_args(argv)
+    args, overrides = parse_app_args(parser, argv, required=("prompt",))
+    if args.dry_run:
+        from meltemi.trainer.cli import plan_inference
+        from meltemi.trainer.generate.dry_run import plan_sampling
+
+        def planner(config, devices):
+            return plan_sampling(config, devices, max_new_tokens=args.max_new_tokens)
+
+        return plan_inference(args.config, overrides, args.devices, planner)
 
     from meltemi.datastore import DatastoreError
     from meltemi.trainer.errors import TrainerError

@@ -216,6 +216,59 @@ def test_a_dry_run_that_does_not_fit_says_by_how_much(tmp_path):
     assert re.search(limit, result.stderr, re.M)
 
 
+V5E_16 = ["--config", str(ROOT / "configs" / "marin_8b.yaml"), "--dry-run", "--hardware.chip", "TPU v5e",
+          "--hardware.devices", "16"]  # fmt: skip
+
+
+def test_evaluating_and_sampling_the_8b_are_planned_on_a_v5e_16_without_a_checkpoint(tmp_path):
+    """The issue's commands: the 8B's parameters fully sharded (1/16 each), every program under 16 GiB."""
+    per_device = f"parameters: 8,030,261,248 ({8_030_261_248 * 4 / 16 / 2**30:.2f} GiB per device)"
+    evaluation = app("evaluate.py", *V5E_16, cwd=tmp_path)
+    assert evaluation.returncode == 0, evaluation.stderr
+    assert "evaluation dry run: 16 devices (TPU v5e)" in evaluation.stdout and per_device in evaluation.stdout
+    assert "scoring (8 rows" not in evaluation.stdout  # the rows are rounded up to the 16 devices
+    assert re.search(
+        r"scoring \(16 rows x 4096 tokens, all 4096 scored\): .* peak [\d.]+ GiB", evaluation.stdout
+    )
+    assert re.search(r"largest [\d.]+ GiB against 16 GiB per TPU v5e: fits$", evaluation.stdout, re.M)
+    sampling = app("sample.py", *V5E_16, "--max-new-tokens", "128", cwd=tmp_path)
+    assert sampling.returncode == 0, sampling.stderr
+    assert per_device in sampling.stdout and "prefill (16 rows x 3968 prompt tokens)" in sampling.stdout
+    assert "decode (16 rows, a cache of 4096 tokens" in sampling.stdout and "fits" in sampling.stdout
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_an_evaluation_that_does_not_fit_says_by_how_much(tmp_path):
+    result = app("evaluate.py", *V5E_16, "--hardware.devices", "4", "--batch-size", "64", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "does NOT fit" in result.stdout
+    limit = r"^error: the plan needs [\d.]+ GiB more per device than it has: 16 GiB per TPU v5e$"
+    assert re.match(limit, result.stderr.strip()), result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "message"),
+    [
+        (["--dry-run", "--tasks", "x"], 2, "--dry-run needs --config: the run's YAML config to plan for"),
+        (["--checkpoint", "runs/x", "--tasks", "x", "--hardware.devices", "16"], 2, "unrecognized arguments: --hardware.devices 16 (config fields are set only with --dry-run)"),  # noqa: E501
+        (["--checkpoint", "runs/x", "--tasks", "x", "--devices", "16"], 2, "--devices: only with --dry-run"),
+        (["--tasks", "x"], 2, "the following arguments are required: --checkpoint"),
+        (["--checkpoint", "runs/x"], 2, "the following arguments are required: --tasks"),
+        (["--dry-run", "--config", "missing.yaml"], 1, "error: config file 'missing.yaml' does not exist"),
+        (["--dry-run", "--config", str(ROOT / "configs" / "marin_8b.yaml"), "--hardware.chips", "x"], 1, "error: hardware.chips: unknown key (did you mean hardware.chip?)"),  # noqa: E501
+        (["--dry-run", "--config", str(ROOT / "configs" / "marin_8b.yaml"), "--hardware.devices", "3"], 2, "error: the plan needs"),  # noqa: E501
+    ],
+)  # fmt: skip
+def test_bad_evaluation_flags_are_one_line(tmp_path, args, status, message):
+    """Usage errors exit 2 as argparse's own, bad config input 1; on 3 devices the 8B's embed axis (4096)
+    cannot split, so each device would hold it whole: the plan says so, and does not fit."""
+    result = app("evaluate.py", *args, cwd=tmp_path)
+    assert result.returncode == status
+    assert message in result.stderr.strip().splitlines()[-1], result.stderr
+    if "3" in args:
+        assert "kept whole: embed (4096) does not split over 3 devices" in result.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -306,7 +359,7 @@ def test_every_flag_of_the_other_apps_says_what_it_does_and_its_default(name, tm
     assert len(entries) >= 3
     for entry in entries:
         text = " ".join(entry.split())
-        assert "(required)" in text or "default" in text, f"{name}: {text}"
+        assert "(required" in text or "default" in text, f"{name}: {text}"
 
 
 @pytest.mark.parametrize("name", ["evaluate.py", "sample.py", "export_hf.py", "chat.py"])

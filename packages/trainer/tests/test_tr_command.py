@@ -80,16 +80,16 @@ def small(*overrides: str) -> RunConfig:
 def test_the_dry_run_checks_against_the_chip_or_the_memory_given():
     config = small("--hardware.chip", "A100-40GB")
     plan = plan_run(config, jax.devices()[:1])
-    assert plan.device_memory == 40 * 2**30 and plan.fits and plan.step_seconds > 0
+    assert plan.budget.device_memory == 40 * 2**30 and plan.fits and plan.step_seconds > 0
     tight = plan_run(
         small("--hardware.chip", "A100-40GB", "--hardware.memory_gib", str(2**-20)), jax.devices()[:1]
     )
-    assert tight.device_memory == 1024 and not tight.fits
-    assert tight.memory_limit == "9.54e-07 GiB per device (hardware.memory_gib)"  # not the chip's 40
+    assert tight.budget.device_memory == 1024 and not tight.fits
+    assert tight.budget.limit == "9.54e-07 GiB per device (hardware.memory_gib)"  # not the chip's 40
     assert "against 9.54e-07 GiB per device (hardware.memory_gib): does NOT fit" in format_plan(tight)
-    assert plan.memory_limit == "40 GiB per A100-40GB"
+    assert plan.budget.limit == "40 GiB per A100-40GB"
     unset = plan_run(small("--hardware.memory_gib", "2"), jax.devices()[:1])
-    assert unset.chip is None and unset.device_memory == 2 * 2**30 and unset.step_seconds is None
+    assert unset.chip is None and unset.budget.device_memory == 2 * 2**30 and unset.step_seconds is None
     with pytest.raises(ConfigError, match=r"^--mfu 0: the model FLOPs utilisation is a fraction in \(0, 1\]"):
         plan_run(config, jax.devices()[:1], mfu=0)
 

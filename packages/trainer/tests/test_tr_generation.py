@@ -46,7 +46,7 @@ def full_logits(model, row):
     return np.asarray(_logits(model, named([row])).array[0])
 
 
-# Generation runs it jitted (in `_prefill` and `_decode_chunk`); eagerly each op compiled on its own.
+# Generation runs it jitted (in `prefill` and `decode_chunk`); eagerly each op compiled on its own.
 jitted_forward_cached = eqx.filter_jit(forward_cached)
 
 
@@ -90,7 +90,7 @@ def test_padded_prompts_and_rows_reuse_one_program_and_change_no_token(model):
     with traces() as counted:
         padded = [generate(model, [p], settings, prompt_multiple=16, min_rows=4).completions for p in PROMPTS]
     assert [c[0].tokens for c in padded] == plain and all(len(c) == 1 for c in padded)
-    assert counted == {"_prefill": 1, "_decode_chunk": 1}  # prompts of 7, 2 and 4 tokens: one shape
+    assert counted == {"prefill": 1, "decode_chunk": 1}  # prompts of 7, 2 and 4 tokens: one shape
     with pytest.raises(GenerationError, match="^prompt_multiple must be a positive number, got 0$"):
         generate(model, PROMPTS, settings, prompt_multiple=0)
 
@@ -152,14 +152,14 @@ def traces() -> Iterator[Counter]:
         jax.monitoring.unregister_event_duration_listener(listen)
 
 
-PROGRAMS = ("_prefill", "_decode_chunk")
+PROGRAMS = ("prefill", "decode_chunk")
 
 
 def test_decoding_compiles_once_not_per_token_or_chunk(model):
     settings = SamplingConfig(max_new_tokens=29)  # a length no other test compiles for
     with traces() as first:
         generate(model, PROMPTS, settings, chunk=4)
-    assert first == {"_prefill": 1, "_decode_chunk": 1}  # the counter sees a new shape's programs
+    assert first == {"prefill": 1, "decode_chunk": 1}  # the counter sees a new shape's programs
     with traces() as again:
         generate(model, [[t + 1 for t in p] for p in PROMPTS], settings, chunk=4)  # same shapes, 8 chunks
         generate(model, [[7] * 7, [8], [9]], settings, chunk=4)

@@ -177,34 +177,38 @@ def print_sharding(config) -> int:
 
 def plan(config, command: Command) -> int:
     """The dry run: fake the target's devices on this CPU, compile the step from shapes, print the plan."""
-    mesh = config.trainer.mesh
-    sizes = (mesh.replica, mesh.data, mesh.model)
-    fixed = sizes[0] * sizes[1] * sizes[2] if min(sizes) > 0 else None
-    count = command.devices or config.hardware.devices or fixed
-    if not count:
-        raise TrainerError(
-            "--dry-run needs a device count: --devices N, hardware.devices, or a mesh without -1"
-        )
-    from meltemi.trainer.step.fake_devices import with_fake_devices
+    from meltemi.trainer.plan.target import planning_devices, target_device_count
 
-    os.environ["XLA_FLAGS"] = with_fake_devices(count)
-    import jax
-
+    devices = planning_devices(target_device_count(config, command.devices))
     from meltemi.trainer.plan.dry_run import format_plan, plan_run
 
-    jax.config.update("jax_platforms", "cpu")
-    if len(jax.devices()) < count:  # JAX started before the devices could be faked
-        raise TrainerError(
-            f"--dry-run for {count} devices: this process has {len(jax.devices())}; run it alone"
-        )
-    run = plan_run(config, jax.devices()[:count], mfu=0.5 if command.mfu is None else command.mfu)
+    run = plan_run(config, devices, mfu=0.5 if command.mfu is None else command.mfu)
     print(format_plan(run))
     if not run.fits:
-        over = (run.compiled.peak_bytes - run.device_memory) / 2**30
-        print(
-            f"error: the plan needs {over:.2f} GiB more per device than it has: {run.memory_limit}",
-            file=sys.stderr,
-        )
+        print(f"error: {run.budget.shortfall(run.compiled.peak_bytes)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def plan_inference(config_path: str, overrides: Sequence[str], devices: int | None, planner) -> int:
+    """An app's dry run (``evaluate.py``, ``sample.py``): the config loaded with its overrides, the target's
+    devices faked, ``planner(config, devices)``'s programs compiled from shapes and its plan printed; exit
+    status 2 when the largest does not fit the chip, 1 (one line) on a bad input."""
+    from meltemi.datastore import DatastoreError
+    from meltemi.trainer.config_io import load_config
+    from meltemi.trainer.plan.target import planning_devices, target_device_count
+
+    try:
+        config = load_config(config_path, overrides)
+        planned = planner(config, planning_devices(target_device_count(config, devices)))
+    except (TrainerError, DatastoreError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    from meltemi.trainer.plan.inference import format_inference_plan
+
+    print(format_inference_plan(planned))
+    if not planned.fits:
+        print(f"error: {planned.budget.shortfall(planned.peak_bytes)}", file=sys.stderr)
         return 2
     return 0
 

@@ -1,6 +1,7 @@
 """The flags the apps that read a trained model share (``sample.py``, ``chat.py``, ``export_hf.py``,
-``evaluate.py``): the checkpoint to read and, for the two that generate, the sampling settings, with one
-description and per-app defaults. Light to import, so ``--help`` answers before JAX loads.
+``evaluate.py``): the checkpoint to read, for the two that generate the sampling settings, and for the two
+that can plan without a checkpoint the dry run's; with one description and per-app defaults. Light to
+import, so ``--help`` answers before JAX loads.
 
 >>> import argparse
 >>> parser = argparse.ArgumentParser()
@@ -19,9 +20,63 @@ CHECKPOINT_HELP = (
 )
 
 
-def add_checkpoint_flag(parser: argparse.ArgumentParser) -> None:
-    """``--checkpoint``: the run or ``step-N`` directory to read (required)."""
-    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+def add_checkpoint_flag(parser: argparse.ArgumentParser, *, dry_run: bool = False) -> None:
+    """``--checkpoint``: the run or ``step-N`` directory to read (required; with ``dry_run``, the app also
+    takes the dry run's flags, and needs no checkpoint with them)."""
+    if not dry_run:
+        parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+        return
+    parser.add_argument(
+        "--checkpoint", help=CHECKPOINT_HELP.replace("(required)", "(required but with --dry-run)")
+    )
+    group = parser.add_argument_group(
+        "dry run",
+        "plan on the target's devices without a checkpoint; any --section.field VALUE overrides the config",
+    )
+    group.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="compile from shapes on fake CPU devices, print the memory (default: off)",
+    )
+    group.add_argument("--config", help="the run's YAML config (required with --dry-run)")
+    group.add_argument("--devices", type=int, help="devices to plan for (default: hardware.devices)")
+
+
+def parse_app_args(
+    parser: argparse.ArgumentParser, argv: list[str], *, required: tuple[str, ...] = ()
+) -> tuple[argparse.Namespace, list[str]]:
+    """``argv`` parsed, with the config overrides a dry run takes (``--section.field VALUE``) apart;
+    ``--checkpoint`` and the ``required`` flags are required without ``--dry-run``, ``--config`` with it, and
+    overrides only with it (each a usage error that exits 2, as argparse's own).
+
+    >>> parser = argparse.ArgumentParser()
+    >>> add_checkpoint_flag(parser, dry_run=True)
+    >>> parse_app_args(parser, ["--dry-run", "--config", "a.yaml", "--hardware.devices", "16"])[1]
+    ['--hardware.devices', '16']
+    """
+    args, overrides = parser.parse_known_args(argv)
+    if args.dry_run:
+        if args.config is None:
+            parser.error("--dry-run needs --config: the run's YAML config to plan for")
+        if args.devices is not None and args.devices < 1:
+            parser.error(f"--devices {args.devices}: must be positive")
+        stray = [word for word in overrides if word.startswith("-") and "." not in word]
+        if stray:
+            parser.error(f"unrecognized arguments: {' '.join(stray)}")
+        return args, overrides
+    if overrides:
+        parser.error(
+            f"unrecognized arguments: {' '.join(overrides)} (config fields are set only with --dry-run)"
+        )
+    planning = [f"--{flag}" for flag in ("config", "devices") if getattr(args, flag) is not None]
+    if planning:
+        parser.error(f"{', '.join(planning)}: only with --dry-run")
+    missing = [
+        f"--{flag.replace('_', '-')}" for flag in ("checkpoint", *required) if getattr(args, flag) is None
+    ]
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
+    return args, overrides
 
 
 def add_sampling_flags(parser: argparse.ArgumentParser, *, max_new_tokens: int, temperature: float) -> None:

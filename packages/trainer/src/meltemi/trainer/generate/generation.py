@@ -93,8 +93,9 @@ def _full_logits(model: Llama, tokens: jax.Array, pad: jax.Array, index) -> jax.
     return jax.lax.dynamic_index_in_dim(logits.array, index, axis=1, keepdims=False)
 
 
-@eqx.filter_jit
-def _prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) -> _Loop:
+def prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) -> _Loop:
+    """The prompts (``tokens[:, :prompt_len]``, left-padded from ``pad``) through the model: the loop's
+    first state, its cache filled (``use_cache``) and the next logits."""
     pad_named = hax.named(pad, ("batch",))
     if use_cache:
         Batch = hax.Axis("batch", tokens.shape[0])
@@ -108,10 +109,10 @@ def _prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) 
     return _Loop(tokens, pad, jnp.int32(prompt_len), done, logits, cache)
 
 
-@eqx.filter_jit(donate="all-except-first")
-def _decode_chunk(
+def decode_chunk(
     model: Llama, loop: _Loop, settings: SamplingConfig, eos: tuple[int, ...], chunk: int
 ) -> _Loop:
+    """Up to ``chunk`` more tokens for every row that has not ended (at ``eos`` or the buffer's end)."""
     end = loop.tokens.shape[1]
     filler = eos[0] if eos else 0
     pad = loop.pad
@@ -135,6 +136,10 @@ def _decode_chunk(
         return i + 1, _Loop(tokens, pad, s.t + 1, done, logits, cache)
 
     return jax.lax.while_loop(running, step, (jnp.int32(0), loop))[1]
+
+
+_prefill = eqx.filter_jit(prefill)
+_decode_chunk = eqx.filter_jit(decode_chunk, donate="all-except-first")
 
 
 def _tokenizer(tokenizer: Tokenizer | str | Path | None) -> Tokenizer | None:
@@ -285,7 +290,8 @@ def sample_checkpoint(
     location: str | Path, prompts: Sequence[str], settings: SamplingConfig | None = None, *, warn=None
 ) -> tuple[Generation, Path]:
     """Continue text prompts with a run directory's latest good checkpoint (or a ``step-N`` directory),
-    tokenized with the run's own tokenizer, stopping at the end-of-text token its checkpoint records."""
+    sharded over every device, tokenized with the run's own tokenizer, stopping at the end-of-text token
+    its checkpoint records."""
     from meltemi.trainer.checkpoint.trained_model import load_model
     from meltemi.trainer.step import compile_cache
 
@@ -299,5 +305,6 @@ def sample_checkpoint(
         settings,
         tokenizer=trained.tokenizer,
         eos_token_id=trained.end_of_text.stop_ids,
+        plan=trained.layout.plan,
     )
     return result, trained.checkpoint

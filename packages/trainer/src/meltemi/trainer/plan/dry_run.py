@@ -21,23 +21,23 @@ from collections.abc import Sequence
 
 import jax
 
-from meltemi.trainer.chips import Chip, chip_named
+from meltemi.trainer.chips import Chip
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import ConfigError
+from meltemi.trainer.plan.budget import GIB, MemoryBudget
 from meltemi.trainer.plan.sharding_table import ShardingReport, format_report, sharding_report
 from meltemi.trainer.step import compile_cache
 from meltemi.trainer.step.flops import flops_per_token
 from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.step.program import CompileReport, TrainProgram
 
-GIB = 2**30
-
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
-    """What a dry run found: sizes, FLOPs, the memory XLA planned per device, and whether it fits."""
+    """What a dry run found: sizes, FLOPs, the memory XLA planned per device, and whether it fits its
+    ``budget``."""
 
-    chip: Chip | None
+    budget: MemoryBudget
     devices: int
     layout: MeshPlan
     parameter_count: int
@@ -45,21 +45,16 @@ class RunPlan:
     tokens_per_step: int
     sharding: ShardingReport
     compiled: CompileReport
-    device_memory: int | None  # bytes: hardware.memory_gib, else the chip's
     mfu: float
     compile_cache: str = "compilation cache not used"  # where it was, and what it saved
-    memory_given: bool = False  # device_memory is hardware.memory_gib, not the chip's
+
+    @property
+    def chip(self) -> Chip | None:
+        return self.budget.chip
 
     @property
     def fits(self) -> bool:
-        return self.device_memory is None or self.compiled.peak_bytes <= self.device_memory
-
-    @property
-    def memory_limit(self) -> str:
-        """The memory per device the plan is checked against, saying where it came from: ``32 GiB per TPU
-        v4``, or ``40 GiB per device (hardware.memory_gib)``."""
-        where = "device (hardware.memory_gib)" if self.memory_given else self.chip.name
-        return f"{self.device_memory / GIB:.3g} GiB per {where}"
+        return self.budget.fits(self.compiled.peak_bytes)
 
     @property
     def step_seconds(self) -> float | None:
@@ -78,9 +73,6 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
     assuming ``mfu`` (a fraction in (0, 1]) of the chip's peak for the step time."""
     if not 0 < mfu <= 1:
         raise ConfigError(f"--mfu {mfu}: the model FLOPs utilisation is a fraction in (0, 1], e.g. 0.5")
-    hardware = config.hardware
-    chip = chip_named(hardware.chip) if hardware.chip is not None else None
-    memory_gib = hardware.memory_gib or (chip.memory_gib if chip else None)
     plan = MeshPlan.of(config, devices)
     program = TrainProgram(config, plan)
     cache = compile_cache.enable_for(config.trainer)
@@ -89,7 +81,7 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
     report = sharding_report(config, plan)
     rows = config.trainer.batch_sizes()[0]
     return RunPlan(
-        chip=chip,
+        budget=MemoryBudget.of(config.hardware),
         devices=plan.mesh.devices.size,
         layout=plan,
         parameter_count=report.parameter_count,
@@ -97,8 +89,6 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
         tokens_per_step=rows * config.data.seq_len,
         sharding=report,
         compiled=compiled,
-        device_memory=None if memory_gib is None else int(memory_gib * GIB),
-        memory_given=hardware.memory_gib is not None,
         mfu=mfu,
         compile_cache=cache.describe() + (f": {counted.describe()}" if cache.enabled else ""),
     )
@@ -121,12 +111,7 @@ def format_plan(run: RunPlan) -> str:
         f"  arguments {c.argument_bytes / GIB:.2f} GiB, temporaries {c.temp_bytes / GIB:.2f} GiB, outputs "
         f"not aliased {(c.output_bytes - c.alias_bytes) / GIB:.2f} GiB: peak {c.peak_bytes / GIB:.2f} GiB",
     ]
-    if run.device_memory is not None:
-        over = (c.peak_bytes - run.device_memory) / GIB
-        verdict = "fits" if run.fits else f"does NOT fit: {over:.2f} GiB over"
-        lines.append(f"  against {run.memory_limit}: {verdict}")
-    else:
-        lines.append("  no memory verdict: set hardware.chip or hardware.memory_gib")
+    lines.append("  " + run.budget.verdict(c.peak_bytes))
     if run.step_seconds is not None:
         lines.append(f"step time at {run.mfu:.0%} MFU: {run.step_seconds:.2f} s")
     lines.append(f"compiled ahead of time in {c.seconds:.1f} s (on this machine's CPU compiler)")

@@ -31,7 +31,8 @@ from meltemi.trainer.step.train_step import TrainState, init_state, make_train_s
 
 @dataclasses.dataclass(frozen=True)
 class CompileReport:
-    """What compiling the train step cost, and the per-device memory XLA planned for it."""
+    """What compiling a program (the train step, the scoring or sampling programs) cost, and the per-device
+    memory XLA planned for it."""
 
     seconds: float
     argument_bytes: int
@@ -43,6 +44,18 @@ class CompileReport:
     def peak_bytes(self) -> int:
         """Arguments, outputs not aliased to (donated) arguments, and temporaries: the step's footprint."""
         return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+
+    @staticmethod
+    def of(compiled: jax.stages.Compiled, seconds: float) -> CompileReport:
+        """The memory XLA planned for ``compiled`` (zeros where the backend does not say)."""
+        memory = compiled.memory_analysis()
+        return CompileReport(
+            seconds=seconds,
+            argument_bytes=int(getattr(memory, "argument_size_in_bytes", 0)),
+            output_bytes=int(getattr(memory, "output_size_in_bytes", 0)),
+            alias_bytes=int(getattr(memory, "alias_size_in_bytes", 0)),
+            temp_bytes=int(getattr(memory, "temp_size_in_bytes", 0)),
+        )
 
 
 class TrainProgram:
@@ -113,14 +126,7 @@ class TrainProgram:
         started = time.perf_counter()
         with jax.set_mesh(self.plan.mesh):
             compiled = self.jitted().lower(self.abstract_state(), self.abstract_batch(rows)).compile()
-        memory = compiled.memory_analysis()
-        report = CompileReport(
-            seconds=time.perf_counter() - started,
-            argument_bytes=int(getattr(memory, "argument_size_in_bytes", 0)),
-            output_bytes=int(getattr(memory, "output_size_in_bytes", 0)),
-            alias_bytes=int(getattr(memory, "alias_size_in_bytes", 0)),
-            temp_bytes=int(getattr(memory, "temp_size_in_bytes", 0)),
-        )
+        report = CompileReport.of(compiled, time.perf_counter() - started)
         self._compiled[rows] = compiled
         return compiled, report
 

@@ -1,0 +1,58 @@
+"""The memory per device a plan must fit in: ``hardware.memory_gib`` when set, else the chip's, else none
+(no verdict), with where the figure came from; one rule for every dry run (training, evaluation, sampling).
+
+>>> from meltemi.trainer.config import HardwareConfig
+>>> budget = MemoryBudget.of(HardwareConfig(chip="TPU v5e"))
+>>> budget.limit, budget.verdict(17 * 2**30)
+('16 GiB per TPU v5e', 'against 16 GiB per TPU v5e: does NOT fit: 1.00 GiB over')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from meltemi.trainer.chips import Chip, chip_named
+from meltemi.trainer.config import HardwareConfig
+
+GIB = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryBudget:
+    """``chip`` (None when unset), the ``device_memory`` in bytes a plan is checked against (None: no
+    check), and whether that figure was ``given`` (``hardware.memory_gib``) rather than the chip's."""
+
+    chip: Chip | None
+    device_memory: int | None
+    given: bool = False
+
+    @staticmethod
+    def of(hardware: HardwareConfig) -> MemoryBudget:
+        chip = chip_named(hardware.chip) if hardware.chip is not None else None
+        memory_gib = hardware.memory_gib or (chip.memory_gib if chip else None)
+        memory = None if memory_gib is None else int(memory_gib * GIB)
+        return MemoryBudget(chip, memory, hardware.memory_gib is not None)
+
+    def fits(self, peak_bytes: int) -> bool:
+        return self.device_memory is None or peak_bytes <= self.device_memory
+
+    @property
+    def limit(self) -> str:
+        """The memory per device, saying where it came from: ``32 GiB per TPU v4``, or ``40 GiB per device
+        (hardware.memory_gib)``."""
+        where = "device (hardware.memory_gib)" if self.given else self.chip.name
+        return f"{self.device_memory / GIB:.3g} GiB per {where}"
+
+    def verdict(self, peak_bytes: int) -> str:
+        """One line: whether ``peak_bytes`` fits, and by how much it does not."""
+        if self.device_memory is None:
+            return "no memory verdict: set hardware.chip or hardware.memory_gib"
+        over = (peak_bytes - self.device_memory) / GIB
+        return f"against {self.limit}: " + (
+            "fits" if self.fits(peak_bytes) else f"does NOT fit: {over:.2f} GiB over"
+        )
+
+    def shortfall(self, peak_bytes: int) -> str:
+        """The error line of a plan that does not fit."""
+        over = (peak_bytes - self.device_memory) / GIB
+        return f"the plan needs {over:.2f} GiB more per device than it has: {self.limit}"
