@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
 from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.command import parse_command
 from meltemi.trainer.config_io import dump_config
+from meltemi.trainer.step.cache_mirror import CacheMirror, MirrorChoice, choose_mirror
 from meltemi.trainer.step.compile_cache import CacheChoice, choose_cache, enable
 from meltemi.trainer.step.fake_devices import with_fake_devices
 
@@ -60,7 +62,7 @@ def cache_entries(directory: Path) -> set[str]:
     return {p.name for p in directory.glob("*-cache")}
 
 
-def train(config_path: Path, run_dir: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
+def train(config_path: Path, run_dir: Path | str, cache: Path, *extra: str) -> subprocess.CompletedProcess:
     """``python -m meltemi.trainer`` on one device with ``cache``, keeping every program it compiles (the
     suite's own cache settings are left out of its environment). With the trainer's 0.05 s threshold, a
     program compiling in about that long would be kept by one process and not by another, as load varies."""
@@ -80,8 +82,8 @@ def train(config_path: Path, run_dir: Path, cache: Path, *extra: str) -> subproc
     return done
 
 
-def final_arrays(run_dir: Path, step: int) -> dict[str, bytes]:
-    step_dir = run_dir / "checkpoints" / f"step-{step}"
+def final_arrays(run_dir: Path | str, step: int) -> dict[str, bytes]:
+    step_dir = f"{run_dir}/checkpoints/step-{step}"
     return {r.name: read_array(step_dir, r).tobytes() for r in inspect_checkpoint(step_dir).arrays}
 
 
@@ -109,3 +111,74 @@ def test_a_second_identical_process_loads_every_program_and_trains_to_the_same_b
     assert "compilation cache off (trainer.compile_cache: false)" in off.stderr
     assert not (tmp_path / "unused").exists()
     assert final_arrays(tmp_path / "off", 2) == final_arrays(tmp_path / "first", 2)
+
+
+def test_a_replacement_host_with_an_empty_cache_fetches_the_runs_programs_from_its_bucket(
+    s3, make_config, tmp_path
+):
+    """A run in a bucket mirrors its compiled programs beside it; a new host (another, empty local cache at
+    another path) resumes the preempted run with them: it fetches every one, compiles nothing, and trains
+    to the same bits."""
+    config_path = tmp_path / "config.yaml"
+    config = make_config("--trainer.num_train_steps", "4", "--trainer.checkpoint_every", "2")
+    config_path.write_text(dump_config(config))
+    bucket = s3.make_bucket()
+    run = f"s3://{bucket}/runs/tiny"
+    first = train(config_path, run, tmp_path / "host-1")
+    mirror = Directory(f"s3://{bucket}/meltemi-compile-cache")
+    written = cache_entries(tmp_path / "host-1")
+    assert {key for key in mirror.list()} == written and len(written) >= 2
+    assert f"mirrored in s3://{bucket}/meltemi-compile-cache (0 fetched, " in first.stderr
+
+    trained_by_the_first = final_arrays(run, 4)
+    preempted = Directory(f"{run}/checkpoints")
+    preempted.delete_prefix("step-4/")  # as if the host was lost before its last checkpoint
+    second = train(config_path, run, tmp_path / "host-2")
+    assert "resuming from" in second.stderr, second.stderr
+    assert cache_entries(tmp_path / "host-2") == written  # every program came from the bucket
+    ready = re.search(
+        r"^ready in [\d.]+ s: .*\((\d+) fetched, (\d+) uploaded\): reused (\d+)", second.stderr, re.M
+    )
+    assert ready, second.stderr
+    assert (int(ready.group(1)), int(ready.group(2))) == (len(written), 0)  # none compiled, none new
+    assert int(ready.group(3)) >= 1  # the train step at least
+    assert final_arrays(run, 4) == trained_by_the_first  # programs from the bucket: the same bits
+
+    preempted.delete_prefix("step-4/")
+    off = train(config_path, run, tmp_path / "host-3", "--trainer.compile_cache_mirror", "false")
+    assert "mirrored in" not in off.stderr and "cached" in off.stderr
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gcs"])
+def test_the_mirror_copies_only_whole_entries_each_way_once(request, scheme, tmp_path):
+    server = request.getfixturevalue(scheme)
+    url = f"{'gs' if scheme == 'gcs' else 's3'}://{server.make_bucket()}/meltemi-compile-cache"
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "a-cache").write_bytes(b"program a")
+    (here / "a-atime").write_bytes(b"12345678")  # JAX's own bookkeeping: never uploaded
+    (here / ".lockfile").write_bytes(b"")
+    assert CacheMirror(here, Directory(url)).push() == 1
+    Directory(url).write_bytes("b-cache", b"program b")
+    there = CacheMirror(tmp_path / "there", Directory(url))
+    assert there.pull() == 2 and there.pull() == 0 and there.push() == 0
+    assert sorted(p.name for p in (tmp_path / "there").iterdir()) == [
+        "a-atime",
+        "a-cache",
+        "b-atime",
+        "b-cache",
+    ]
+    assert (tmp_path / "there" / "b-cache").read_bytes() == b"program b"
+    assert sorted(Directory(url).list()) == ["a-cache", "b-cache"]
+
+
+def test_the_mirror_is_beside_the_run_in_its_bucket_unless_the_setting_says_otherwise():
+    run = Location.parse("gs://my-bucket/runs/8b")
+    assert choose_mirror(None, run) == MirrorChoice(
+        "gs://my-bucket/meltemi-compile-cache", "beside the run, in its bucket"
+    )
+    assert choose_mirror("s3://other/cache/", run) == MirrorChoice(
+        "s3://other/cache", "trainer.compile_cache_mirror"
+    )
+    assert choose_mirror(False, run).where is None
+    assert choose_mirror(None, Location.parse("runs/tiny")).where is None

@@ -287,6 +287,11 @@ class TrainerConfig(Section):
     compile_cache_dir: str | None = Field(
         None, description="where; default $JAX_COMPILATION_CACHE_DIR, else ~/.cache/meltemi/jax"
     )
+    compile_cache_mirror: str | bool | None = Field(
+        None,
+        description="a bucket folder the cache is copied to and from, so a new host starts warm; default "
+        "meltemi-compile-cache/ in the run directory's bucket (none for a local run); false: off",
+    )
 
     @field_validator("initialize_from", mode="before")
     @classmethod

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import haliax_lite as hax
-from meltemi.datastore.errors import StorageError
+from meltemi.datastore.errors import DatastoreError, StorageError
 from meltemi.datastore.storage import Directory, Location, retried_requests
 from meltemi.trainer import adapters
 from meltemi.trainer.checkpoint.checkpointer import Checkpointer
@@ -39,6 +39,7 @@ from meltemi.trainer.run.signals import StopSignals, exit_status
 from meltemi.trainer.run.startup import StartupClock
 from meltemi.trainer.run.trackers import BATCHES, METRICS, Trackers, read_metrics, rewind_record
 from meltemi.trainer.step import compile_cache
+from meltemi.trainer.step.cache_mirror import open_mirror
 from meltemi.trainer.step.distributed import wait_for_every_process
 from meltemi.trainer.step.eval_step import BatchSums, make_eval_step, summarize
 from meltemi.trainer.step.mesh import MeshPlan
@@ -155,6 +156,9 @@ class Trainer:
         self.run_files = Directory(self.run_dir)  # its small objects: config, metrics, plot
         self.clock = clock or StartupClock(started=time.perf_counter())
         self.compile_cache = compile_cache.enable_for(config.trainer)
+        self.cache_mirror = open_mirror(
+            config.trainer.compile_cache_mirror, self.run_dir, self.compile_cache.directory
+        )
         self.plan = MeshPlan.of(config, devices)
         self.data: RunData = open_data(config, jax.process_index(), jax.process_count())
         self.clock.lap("stores")
@@ -285,6 +289,7 @@ class Trainer:
         try:
             signals = StopSignals(say=progress.note, grace_s=ABANDON_GRACE_S)
             with progress, signals as stop, compile_cache.CacheCounter() as cached:
+                self._sync_cache_mirror("pull", progress.note)  # before anything compiles, on every host
                 initialize = initialize_from_base if config.trainer.initialize_from is not None else None
                 start = (
                     Start(state, None, None)
@@ -301,6 +306,7 @@ class Trainer:
                 self.clock.lap("run directory")
                 self.compile()
                 wait_for_every_process("train step compiled")
+                self._sync_cache_mirror("push", progress.note)
                 progress.note(self._compile_note())
                 self.clock.lap("train step compiled")
                 checkpointer = Checkpointer(
@@ -335,6 +341,7 @@ class Trainer:
                 loop.run(on_ready=lambda: progress.note(self.clock.line(self._cache_note(cached))))
                 if loop.stopped_by is None:
                     replies += self._chat_reply("after", loop.state.model)
+                self._sync_cache_mirror("push", progress.note)  # the eval and sampling programs too
         finally:
             trackers.close()
         records = read_metrics(self.run_dir / METRICS)
@@ -434,7 +441,20 @@ class Trainer:
     def _cache_note(self, cached: compile_cache.CacheCounter) -> str:
         if not self.compile_cache.enabled:
             return self.compile_cache.describe()
-        return f"{self.compile_cache.describe()}: {cached.describe()}"
+        mirror = "" if self.cache_mirror is None else f", {self.cache_mirror.describe()}"
+        return f"{self.compile_cache.describe()}{mirror}: {cached.describe()}"
+
+    def _sync_cache_mirror(self, direction: str, note) -> None:
+        """Fetch the bucket's compiled programs (``pull``, every process) or upload this host's (``push``,
+        the first process); a storage failure only costs the mirror, said once: the run goes on."""
+        mirror = self.cache_mirror
+        if mirror is None or (direction == "push" and not self.is_primary):
+            return
+        try:
+            mirror.pull() if direction == "pull" else mirror.push()
+        except DatastoreError as e:
+            note(f"compilation cache mirror off: {e}")
+            self.cache_mirror = None
 
     def _compile_note(self) -> str:
         r = self.compile_report

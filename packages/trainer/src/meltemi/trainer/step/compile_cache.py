@@ -104,6 +104,16 @@ def enable(choice: CacheChoice) -> CacheChoice:
     return choice
 
 
+def portable_keys() -> None:
+    """Make the cache's keys the same wherever the cache lies, so that its entries can move between hosts
+    (``cache_mirror``): JAX otherwise turns on XLA's GPU autotuning cache inside the cache directory, and
+    that directory's path, written into every program's compile options, becomes part of every key (two
+    hosts with another HOME would never share a program)."""
+    import jax
+
+    jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
+
+
 def enable_for(trainer: TrainerConfig) -> CacheChoice:
     """``enable`` the cache a config's ``trainer.compile_cache`` and ``trainer.compile_cache_dir`` ask for.
 
