@@ -13,13 +13,19 @@ Both restarts find Python's bytecode as a user's machine keeps it after its firs
 (as ``.ci/run`` does), every process compiles each module it imports again (over a second with JAX, the
 same for cold and warm); the first line says which case this is.
 
-    uv run python benchmarks/trainer_restart.py [--repeats 3] [--no-dry-run]
+With ``--bucket``, the run lives in a bucket on the S3 server (moto, on loopback) and each restart is a
+replacement host: an empty HOME, so an empty local cache. Cold: the bucket's compile-cache mirror is empty
+(a fresh folder each repeat); warm: another empty HOME, the mirror filled by the cold restart. The last line
+is then ``bucket restart ratio: <warm / cold>`` (target: at most 0.5).
+
+    uv run python benchmarks/trainer_restart.py [--repeats 3] [--no-dry-run] [--bucket]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import os
 import shutil
 import statistics
@@ -34,17 +40,25 @@ TINY = ["--trainer.num_train_steps", "4", "--trainer.checkpoint_every", "2", "--
 TINY += ["--trainer.eval_batches", "1"]
 
 
-def environment(cache: Path) -> dict[str, str]:
+def environment(cache: Path, home: Path | None = None) -> dict[str, str]:
+    """The user's environment with ``cache`` as the compilation cache; with ``home``, a new host's instead:
+    that HOME, and the cache where the trainer puts it by default (``~/.cache/meltemi/jax``)."""
     drop = ("JAX_PERSISTENT_CACHE", "JAX_COMPILATION", "XLA_FLAGS")  # the defaults, as a user gets them
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    if home is not None:
+        env.pop("XDG_CACHE_HOME", None)
+        return env | {"HOME": str(home)}
     return env | {"JAX_COMPILATION_CACHE_DIR": str(cache)}
 
 
-def seconds_to_ready(run_dir: Path, cache: Path) -> tuple[float, str]:
+def seconds_to_ready(
+    run_dir: Path | str, cache: Path, *extra: str, home: Path | None = None
+) -> tuple[float, str]:
     """Launch the tiny run's resume; the seconds until it says it is ready to step, and that line."""
-    command = [sys.executable, str(ROOT / "apps" / "pretrain.py"), "--run-dir", str(run_dir), *TINY]
+    command = [sys.executable, str(ROOT / "apps" / "pretrain.py"), "--run-dir", str(run_dir), *TINY, *extra]
     started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT, env=environment(cache), stderr=subprocess.PIPE, text=True)
+    env = environment(cache, home)
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     try:
         for line in process.stderr:
             if line.startswith("ready in"):
@@ -60,6 +74,42 @@ def restart(run_dir: Path) -> None:
     for step_dir in (run_dir / "checkpoints").glob("*step-*"):
         if step_dir.name != "step-2":
             shutil.rmtree(step_dir)
+
+
+def bucket_restarts(repeats: int, scratch: Path) -> None:
+    """Cold and warm restarts of the tiny run in a bucket, each on a new host (an empty HOME)."""
+    from meltemi.datastore.storage import Directory
+    from meltemi.datastore.testing import start_s3_server
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's line per request
+    server = start_s3_server()
+    os.environ.update(server.environ)
+    try:
+        bucket = server.make_bucket("restart")
+        run = f"s3://{bucket}/runs/tiny"
+        setup = subprocess.run(
+            [sys.executable, str(ROOT / "apps" / "pretrain.py"), "--run-dir", run, *TINY,
+             "--trainer.compile_cache_mirror", f"s3://{bucket}/setup-mirror"],
+            cwd=ROOT, env=environment(scratch / "setup-cache"), capture_output=True, text=True,
+        )  # fmt: skip
+        if setup.returncode != 0:
+            raise RuntimeError(setup.stderr)
+        checkpoints = Directory(f"{run}/checkpoints")
+        cold, warm = [], []
+        for repeat in range(repeats):
+            mirror = ["--trainer.compile_cache_mirror", f"s3://{bucket}/mirror-{repeat}"]
+            for kind, times in (("cold", cold), ("warm", warm)):
+                checkpoints.delete_prefix("step-4/")
+                home = scratch / f"home-{repeat}-{kind}"
+                home.mkdir()
+                seconds, line = seconds_to_ready(run, home, *mirror, home=home)
+                times.append(seconds)
+                print(f"bucket {kind} {seconds:5.1f} s  {line}")
+        cold_s, warm_s = statistics.median(cold), statistics.median(warm)
+        print(f"a new host's restart from s3:// (median): cold {cold_s:.1f} s, warm {warm_s:.1f} s")
+        print(f"bucket restart ratio: {warm_s / cold_s:.2f}")
+    finally:
+        server.stop()
 
 
 def dry_run_seconds(cache: Path) -> float:
@@ -88,10 +138,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="cold and warm restarts each")
     parser.add_argument("--no-dry-run", action="store_true", help="skip the 8B dry-run pair")
+    parser.add_argument(
+        "--bucket", action="store_true", help="new hosts restarting a run in a bucket instead"
+    )
     args = parser.parse_args()
     print(bytecode_state())
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
+        if args.bucket:
+            bucket_restarts(args.repeats, scratch)
+            return
         run_dir = scratch / "run"
         setup = subprocess.run(
             [sys.executable, str(ROOT / "apps" / "pretrain.py"), "--run-dir", str(run_dir), *TINY],
