@@ -104,3 +104,56 @@ def test_quantization_state_stays_out_of_state_dicts_and_models_stay_jittable():
     quantized = q.quantize_linear_layers(_layer(), q.QuantizationConfig(fp8=True, amax_history_length=2))
     assert sorted(hax.state_dict.to_state_dict(quantized)) == ["bias", "weight"]
     assert jax.jit(lambda m: m)(_layer()).weight.axes == (Out, Embed)  # the default op has no leaves
+
+
+def _current(tree):
+    return q.quantize_linear_layers(tree, q.QuantizationConfig(fp8=True, fp8_scaling="current"))
+
+
+def _unscaled_e4m3(x):
+    """What rounding through e4m3 without a scale would give (the control the scaled op must beat)."""
+    return jnp.clip(x, -448, 448).astype(jnp.float8_e4m3fn).astype(x.dtype)
+
+
+@pytest.mark.parametrize("magnitude", [1e-6, 1.0, 1e5])
+def test_fp8_current_scaling_is_close_to_float_at_any_magnitude(magnitude):
+    layer, x = _layer(), _x() * magnitude
+    error = _relative_error(_forward(_current(layer), x).array, _forward(layer, x).array)
+    assert 1e-4 < error < 0.08  # rounded (not exact), and as close as e4m3's 3 mantissa bits allow
+    if magnitude != 1.0:  # without the scale these inputs underflow or clip: the scale is what keeps them
+        assert _relative_error(_unscaled_e4m3(x.array), x.array) > 0.5
+
+
+def test_fp8_current_scaling_rounds_the_output_gradient_at_its_own_scale():
+    layer, x = _layer(), _x()
+
+    def loss(m, weight):  # a tiny loss: its output gradients (about 1e-9) lie far below e5m2's smallest
+        return weight * hax.sum(m(x) ** 2).scalar()
+
+    grad = eqx.filter_jit(eqx.filter_grad(loss))
+    reference, got = grad(layer, 1e-9).weight.array, grad(_current(layer), 1e-9).weight.array
+    assert 1e-4 < _relative_error(got, reference) < 0.15  # e5m2 keeps 2 mantissa bits
+
+
+def test_fp8_current_scaling_keeps_no_state_in_plain_or_stacked_models():
+    layer = _layer()
+    assert jax.tree_util.tree_structure(_current(layer).weight) == jax.tree_util.tree_structure(layer.weight)
+    assert len(jax.tree_util.tree_leaves(_current(layer))) == len(jax.tree_util.tree_leaves(layer))
+    Layers = hax.Axis("layers", 3)
+    stack = hax.nn.Stacked.init(Layers, hax.nn.Linear)(
+        Embed, Embed.alias("e2"), key=jax.random.split(jax.random.PRNGKey(0), 3)
+    )
+    quantized = _current(stack)
+    assert isinstance(quantized.stacked.dot_general, q.Fp8CurrentDotGeneralOp)
+    assert len(jax.tree_util.tree_leaves(quantized)) == len(jax.tree_util.tree_leaves(stack))
+    vmapped = eqx.filter_jit(lambda m, x: m.vmap(x))
+    assert _relative_error(vmapped(quantized, _x()).array, vmapped(stack, _x()).array) < 0.08
+    assert sorted(hax.state_dict.to_state_dict(quantized)) == sorted(hax.state_dict.to_state_dict(stack))
+
+
+def test_fp8_current_scaling_lets_a_non_finite_input_through_and_an_unknown_scaling_is_named():
+    layer, x = _layer(), _x()
+    poisoned = hax.named(x.array.at[0, 0].set(jnp.inf), x.axes)
+    assert not bool(jnp.all(jnp.isfinite(_forward(_current(layer), poisoned).array)))
+    with pytest.raises(q.QuantizationError, match="fp8_scaling must be 'delayed' or 'current', got 'later'"):
+        q.QuantizationConfig(fp8=True, fp8_scaling="later")

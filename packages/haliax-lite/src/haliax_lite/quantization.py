@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import warnings
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import equinox as eqx
 import jax
@@ -30,6 +30,7 @@ from .nn.scan import Stacked
 from .quantized_ops import (
     DefaultDotGeneralOp,
     DotGeneralOp,
+    Fp8CurrentDotGeneralOp,
     Fp8DotGeneralOp,
     Int8DotGeneralOp,
     OverwriteWithGradient,
@@ -38,6 +39,7 @@ from .quantized_ops import (
 __all__ = [
     "DefaultDotGeneralOp",
     "DotGeneralOp",
+    "Fp8CurrentDotGeneralOp",
     "Fp8DotGeneralOp",
     "Int8DotGeneralOp",
     "OverwriteWithGradient",
@@ -60,7 +62,9 @@ class QuantizationConfig:
 
     ``targets``: None (every layer), a list of layer names (the last part of the path, e.g. ``"q_proj"``)
     or a regular expression matched against the dotted path (``"blocks.stacked.mlp.*"``). ``fp8`` or
-    ``int8`` picks the format; ``amax_history_length`` and ``compute_dtype`` configure fp8.
+    ``int8`` picks the format; ``fp8_scaling`` (``"delayed"``: Haliax's, a history of largest magnitudes
+    kept in the model; ``"current"``: each tensor's own, no state), ``amax_history_length`` (delayed only)
+    and ``compute_dtype`` configure fp8.
     """
 
     targets: list[str] | tuple[str, ...] | str | None = None
@@ -68,10 +72,15 @@ class QuantizationConfig:
     compute_dtype: Any = None
     fp8: bool = False
     int8: bool = False
+    fp8_scaling: Literal["delayed", "current"] = "delayed"
 
     def __post_init__(self):
         if self.fp8 and self.int8:
             raise QuantizationError("QuantizationConfig: choose fp8 or int8, not both")
+        if self.fp8_scaling not in ("delayed", "current"):
+            raise QuantizationError(
+                f"QuantizationConfig: fp8_scaling must be 'delayed' or 'current', got {self.fp8_scaling!r}"
+            )
         if isinstance(self.targets, list):
             object.__setattr__(self, "targets", tuple(self.targets))
 
@@ -118,7 +127,9 @@ def _matches(names: list[str], config: QuantizationConfig) -> bool:
 def quantize_linear_layers(tree: T, config: QuantizationConfig) -> T:
     """``tree`` with every targeted ``Linear`` using an fp8 or int8 contraction (a warning, and ``tree``
     unchanged, when the config asks for neither)."""
-    if config.fp8:
+    if config.fp8 and config.fp8_scaling == "current":
+        make = lambda: Fp8CurrentDotGeneralOp.init(config.compute_dtype)  # noqa: E731
+    elif config.fp8:
         make = lambda: Fp8DotGeneralOp.init(config.amax_history_length, config.compute_dtype)  # noqa: E731
     elif config.int8:
         make = Int8DotGeneralOp.init

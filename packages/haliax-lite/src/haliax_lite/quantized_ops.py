@@ -7,6 +7,10 @@
   recent steps divided by the format's maximum. The new scales and histories come back as the op's
   "gradient" (it is an :class:`OverwriteWithGradient`), to be written over the op by
   ``hax.quantization.apply_updates``;
+- :class:`Fp8CurrentDotGeneralOp`: the same roundings with *current scaling*: each tensor's scale is its
+  own largest magnitude divided by the format's maximum, computed where it is rounded (one reduction per
+  tensor), so the op keeps no state and a model using it is a pytree of its weights only (what
+  Transformer Engine's current-scaling recipe and torchao's tensorwise scaling do);
 - :class:`Int8DotGeneralOp`: operands rounded to int8 with one scale per row of each operand (over the
   contracted dimensions), multiplied in int32; the backward pass is the float one (a straight-through
   estimator), so it needs no state.
@@ -33,6 +37,7 @@ from .serialization import ModuleWithStateDictSerialization
 __all__ = [
     "DefaultDotGeneralOp",
     "DotGeneralOp",
+    "Fp8CurrentDotGeneralOp",
     "Fp8DotGeneralOp",
     "Int8DotGeneralOp",
     "OverwriteWithGradient",
@@ -151,6 +156,76 @@ class Fp8DotGeneralOp(OverwriteWithGradient):
         k = _operand_fp8(dtype, jnp.asarray(rhs, dtype), self.kernel_scale, self.kernel_amax_history)
         y = jax.lax.dot_general(x, k, dimension_numbers, precision, preferred_element_type, **kwargs)
         return _output_grad_fp8(dtype, y, self.output_grad_scale, self.output_grad_amax_history)
+
+
+# --- fp8 with current scaling -------------------------------------------------------------------------
+
+
+def _current_round(x, fp8_dtype, compute_dtype):
+    """``x`` rounded to ``fp8_dtype`` at the scale its own largest magnitude gives (1 for an all-zero ``x``;
+    a NaN or infinite ``x`` stays non-finite, so a step that checks its loss still sees it)."""
+    amax = jnp.max(jnp.abs(x)).astype(jnp.float32)
+    largest = jnp.finfo(fp8_dtype).max.astype(jnp.float32)
+    scale = jnp.where(amax > 0, amax / largest, jnp.ones((), jnp.float32))
+    return _round_through(x, fp8_dtype, scale, compute_dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _operand_fp8_current(compute_dtype, x):
+    return _current_round(x, jnp.float8_e4m3fn, compute_dtype)
+
+
+def _operand_fp8_current_fwd(compute_dtype, x):
+    return _operand_fp8_current(compute_dtype, x), None
+
+
+def _operand_fp8_current_bwd(compute_dtype, residual, g):
+    return (g,)  # straight through: the contraction's own backward already saw the rounded operand
+
+
+_operand_fp8_current.defvjp(_operand_fp8_current_fwd, _operand_fp8_current_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _output_grad_fp8_current(compute_dtype, y):
+    return y
+
+
+def _output_grad_fp8_current_fwd(compute_dtype, y):
+    return y, None
+
+
+def _output_grad_fp8_current_bwd(compute_dtype, residual, g):
+    return (_current_round(g, jnp.float8_e5m2, compute_dtype),)
+
+
+_output_grad_fp8_current.defvjp(_output_grad_fp8_current_fwd, _output_grad_fp8_current_bwd)
+
+
+class Fp8CurrentDotGeneralOp(_Stateless):
+    """An fp8 contraction with current scaling: operands rounded through ``float8_e4m3fn`` and the output's
+    gradient through ``float8_e5m2``, each at the scale of its own largest magnitude. No state: nothing to
+    checkpoint or to keep out of the optimizer.
+
+    >>> import jax.numpy as jnp
+    >>> x, w = jnp.full((2, 3), 1e-6), jnp.full((3, 4), 3e4)
+    >>> y = Fp8CurrentDotGeneralOp.init()(x, w, (((1,), (0,)), ((), ())))  # both out of e4m3's range
+    >>> round(float(y[0, 0]), 6)
+    0.09
+    """
+
+    compute_dtype: Any = eqx.field(static=True, default=None)
+
+    @classmethod
+    def init(cls, compute_dtype=None) -> Fp8CurrentDotGeneralOp:
+        return cls(compute_dtype)
+
+    def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs):
+        dtype = self.compute_dtype if self.compute_dtype is not None else rhs.dtype
+        x = _operand_fp8_current(dtype, jnp.asarray(lhs, dtype))
+        k = _operand_fp8_current(dtype, jnp.asarray(rhs, dtype))
+        y = jax.lax.dot_general(x, k, dimension_numbers, precision, preferred_element_type, **kwargs)
+        return _output_grad_fp8_current(dtype, y)
 
 
 # --- int8 ---------------------------------------------------------------------------------------------
