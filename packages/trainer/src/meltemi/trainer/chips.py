@@ -68,6 +68,11 @@ CHIPS: dict[str, Chip] = {
 }
 
 
+# The chips whose matrix units multiply fp8 (NVIDIA Hopper, Ada and Blackwell): ``model.matmul_dtype: fp8``
+# planned for another chip is a config error, since there it would only be emulated.
+FP8_CHIPS = frozenset({"H100", "H200", "GH200", "B200", "L40S", "L4"})
+
+
 def chip_named(name: str) -> Chip:
     """The chip ``hardware.chip`` names: exactly one of :data:`CHIPS`, or a ``ConfigError`` listing them."""
     chip = CHIPS.get(name)

@@ -15,11 +15,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from meltemi.trainer.chips import CHIPS, unknown_chip
+from meltemi.trainer.chips import CHIPS, FP8_CHIPS, unknown_chip
 
 Remat = Literal["none", "full", "save_dots", "offload"]
 AttentionKernel = Literal["auto", "reference", "xla", "pallas", "splash", "cudnn"]
 LossKernel = Literal["auto", "reference", "xla", "pallas"]
+MatmulDtype = Literal["compute", "fp8"]
 FloatDtype = Literal["float32", "bfloat16", "float16"]
 InvalidUtf8 = Literal["error", "skip", "replace"]  # meltemi.datastore's policy for text that is not UTF-8
 PhysicalAxes = str | list[str] | None
@@ -68,6 +69,12 @@ class ModelConfig(Section):
         "auto", description="meltemi.kernels fused cross-entropy implementation"
     )
     cross_entropy_block_size: int = Field(4096, gt=0, description="vocabulary block of the fused loss")
+    matmul_dtype: MatmulDtype = Field(
+        "compute",
+        description="the decoder blocks' projections in the train and eval steps: compute "
+        "(trainer.compute_dtype) or fp8 (e4m3 operands, e5m2 gradients, current scaling); attention, the "
+        "loss, sampling and export stay in the compute dtype",
+    )
     z_loss_weight: float = Field(0.0, ge=0, description="weight of the z-loss (log-normalizer squared)")
 
     @model_validator(mode="after")
@@ -483,5 +490,16 @@ class RunConfig(Section):
                 f"data.seq_len ({self.data.seq_len}) is longer than model.max_seq_len "
                 f"({self.model.max_seq_len}), the positions the model is built for: lower data.seq_len or "
                 "raise model.max_seq_len"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fp8_on_a_chip_that_has_it(self) -> RunConfig:
+        chip = self.hardware.chip
+        if self.model.matmul_dtype == "fp8" and chip is not None and chip not in FP8_CHIPS:
+            with_fp8 = ", ".join(sorted(FP8_CHIPS))
+            raise ValueError(
+                f"model.matmul_dtype fp8 needs fp8 matmul units, which hardware.chip {chip!r} lacks (it "
+                f"would only emulate them, slower than compute); chips with them: {with_fp8}"
             )
         return self

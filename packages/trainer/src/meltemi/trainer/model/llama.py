@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 import haliax_lite as hax
 import haliax_lite.nn as hnn
+from haliax_lite import quantization
 from meltemi.trainer import adapters
 from meltemi.trainer.config import ModelConfig
 from meltemi.trainer.model.rotary import apply_rotary, rotary_at, rotary_tables
@@ -237,6 +238,31 @@ class Llama(eqx.Module):
         return hax.dot(
             hidden, self.unembedding().astype(hidden.dtype), axis="embed", preferred_element_type=jnp.float32
         )
+
+
+# The projections fp8 applies to (paths as haliax-lite's quantization matches them): every Linear of the
+# decoder blocks; the unembedding (the loss kernels' matmul) and attention's own products stay in compute.
+_BLOCK_PROJECTIONS = r"layers\.stacked\..*"
+
+
+def with_matmul_dtype(model: Llama, matmul_dtype: str) -> Llama:
+    """``model`` whose decoder blocks' projections multiply as ``matmul_dtype`` (``model.matmul_dtype``)
+    says: unchanged for ``compute``; for ``fp8``, operands rounded through ``float8_e4m3fn`` and output
+    gradients through ``float8_e5m2``, each at the scale of its own largest magnitude (haliax-lite's current
+    scaling, no state: the parameters, checkpoints and optimizer are the same as in compute).
+
+    >>> config = ModelConfig(vocab_size=16, hidden_dim=8, intermediate_dim=16, num_layers=1, num_heads=2,
+    ...                      num_kv_heads=1)
+    >>> fp8 = with_matmul_dtype(Llama.init(config, key=jax.random.key(0)), "fp8")
+    >>> type(fp8.layers.stacked.mlp.up_proj.dot_general).__name__
+    'Fp8CurrentDotGeneralOp'
+    """
+    if matmul_dtype == "compute":
+        return model
+    if matmul_dtype != "fp8":
+        raise ValueError(f"model.matmul_dtype must be compute or fp8, got {matmul_dtype!r}")
+    scaling = quantization.QuantizationConfig(targets=_BLOCK_PROJECTIONS, fp8=True, fp8_scaling="current")
+    return quantization.quantize_linear_layers(model, scaling)
 
 
 def cast_floating(tree, dtype):

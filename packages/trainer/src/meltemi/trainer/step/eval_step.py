@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from meltemi.trainer import adapters
 from meltemi.trainer.adapters import NamedBatch
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.model.llama import Llama, cast_floating
+from meltemi.trainer.model.llama import Llama, cast_floating, with_matmul_dtype
 
 
 @jax.tree_util.register_dataclass
@@ -33,7 +33,9 @@ def make_eval_step(config: RunConfig):
     m = config.model
 
     def eval_step(model: Llama, batch: NamedBatch, byte_lengths: jax.Array) -> BatchSums:
-        compute = cast_floating(model, jnp.dtype(config.trainer.compute_dtype))
+        compute = with_matmul_dtype(
+            cast_floating(model, jnp.dtype(config.trainer.compute_dtype)), m.matmul_dtype
+        )
         hidden = compute.hidden_states(batch.input_ids, batch.segment_ids, batch.positions)
         unembedding = compute.unembedding()
         _, lse = adapters.token_losses(

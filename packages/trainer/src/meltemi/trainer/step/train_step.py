@@ -17,7 +17,7 @@ import haliax_lite as hax
 from meltemi.trainer import adapters
 from meltemi.trainer.adapters import NamedBatch
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.model.llama import Llama, cast_floating
+from meltemi.trainer.model.llama import Llama, cast_floating, with_matmul_dtype
 from meltemi.trainer.step.optimizer import make_optimizer
 from meltemi.trainer.step.schedules import learning_rate_schedule
 
@@ -55,6 +55,7 @@ def _loss_terms(model: Llama, batch: NamedBatch, config: RunConfig, total: jax.A
     """This batch's share of the global mean loss (its token sum over ``total``), and of the z-loss."""
     m = config.model
     compute = cast_floating(model, jnp.dtype(config.trainer.compute_dtype))
+    compute = with_matmul_dtype(compute, m.matmul_dtype)
     hidden = compute.hidden_states(batch.input_ids, batch.segment_ids, batch.positions)
     mean, lse = adapters.token_losses(
         hidden,
