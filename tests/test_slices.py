@@ -1,7 +1,8 @@
 """Training on slices through Ray, on a local cluster of fake CPU slices (one host each, 2 devices per host):
-the same batches and the same end as one process; a killed host restarts the job, which resumes to the same
-bits as the run that was not interrupted; with ``min_slices`` a lost slice leaves the run on the rest, with
-the same data order, and a slice that comes back grows it again at a checkpoint."""
+the same batches and the same end as one process; a killed host of a run in a bucket (s3:// and gs://)
+restarts the job, which resumes to the same bits as the run that was not interrupted; with ``min_slices`` a
+lost slice leaves the run on the rest, with the same data order, and a slice that comes back grows it again
+at a checkpoint."""
 
 import json
 import subprocess
@@ -13,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from meltemi.datastore.storage import Directory
+from meltemi.datastore.testing import environ_with
 from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
 from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.config_io import dump_config
@@ -51,16 +54,25 @@ def reference(config, tmp_path_factory) -> Path:
     return root / "run"
 
 
+SLICES = 4  # every test below finds two free; the killed-host tests each lose one for good
+
+
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(s3_server, gcs_server):
+    """Four fake slices whose hosts reach both bucket emulators, as a cloud's hosts reach their buckets
+    (each host's environment: the raylets inherit it)."""
     from meltemi.raytpu import LocalSliceCluster
 
-    with LocalSliceCluster([("cpu-1", 3)]) as running:
-        yield running
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in environ_with(s3_server, gcs_server).items():
+            env.setenv(name, value)
+        env.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+        with LocalSliceCluster([("cpu-1", SLICES)]) as running:
+            yield running
 
 
-def final_arrays(run_dir: Path) -> dict[str, np.ndarray]:
-    step_dir = run_dir / "checkpoints" / f"step-{STEPS}"
+def final_arrays(run_dir: Path | str) -> dict[str, np.ndarray]:
+    step_dir = f"{run_dir}/checkpoints/step-{STEPS}"
     return {r.name: read_array(step_dir, r) for r in inspect_checkpoint(step_dir).arrays}
 
 
@@ -78,16 +90,17 @@ def assert_same_run(run_dir: Path, reference: Path) -> None:
 
 
 def launch(config, run_dir, slices, min_slices=None, **options):
-    from meltemi.trainer.launch import SliceLaunch, train_on_slices
+    """The launch ``--launch ray`` makes: its events into the run directory, local or in a bucket."""
+    from meltemi.trainer.launch import SliceLaunch, run_events, train_on_slices
 
     plan = SliceLaunch(
         "cpu-1", slices, min_slices=min_slices, devices_per_host=2, acquire_timeout_s=120, **options
     )
-    return train_on_slices(config, run_dir, plan, event_log=str(Path(run_dir) / "events.jsonl"))
+    return train_on_slices(config, run_dir, plan, event_log=run_events(str(run_dir)))
 
 
-def read_events(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+def read_events(run_dir: Path | str) -> list[dict]:
+    return [json.loads(line) for line in Directory(run_dir).read_text("events.jsonl").splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +142,8 @@ def test_a_slice_that_comes_back_scales_the_run_up_at_a_checkpoint_without_redoi
     from meltemi.raytpu import slice_type
     from meltemi.raytpu.claims import claim_slices, release
 
-    held = claim_slices(slice_type("cpu-1"), [2], job_name="someone-else", wait_s=30)
-    assert len(held) == 2, "the cluster's three slices should all be alive and free here"
+    held = claim_slices(slice_type("cpu-1"), [SLICES - 1], job_name="someone-else", wait_s=30)
+    assert len(held) == SLICES - 1, "the cluster's slices should all be alive and free here"
     run_dir = tmp_path / "run"
 
     def give_one_back_after_the_first_checkpoint():
@@ -168,14 +181,15 @@ def test_a_failing_workload_spends_its_failure_budget_then_ends_with_its_own_err
     assert events.count("host_failed") == 2 and events.count("retry") == 1 and events[-1] == "gave_up"
 
 
-def kill_after_first_checkpoint(cluster, run_dir: Path) -> threading.Thread:
+def kill_after_first_checkpoint(cluster, run_dir: Path | str) -> threading.Thread:
     """Once the run has committed a checkpoint, kill the host of a slice the job holds (not the head's)."""
+    run = Directory(run_dir)
 
     def watch():
         deadline = time.monotonic() + 300
-        while not (run_dir / "checkpoints" / "step-2" / "COMMITTED").exists() and time.monotonic() < deadline:
+        while not run.exists("checkpoints/step-2/COMMITTED") and time.monotonic() < deadline:
             time.sleep(0.05)
-        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+        events = read_events(run_dir)
         held = [e["slice"] for e in events if e["event"] == "slice_acquired" and e["slice"] != "cpu-1-0"]
         cluster.kill_host(cluster.node_ids(held[-1])[0])
 
@@ -184,22 +198,27 @@ def kill_after_first_checkpoint(cluster, run_dir: Path) -> threading.Thread:
     return watcher
 
 
-def test_a_killed_host_restarts_the_job_which_resumes_to_the_same_end(
-    cluster, config, reference, uninterrupted, tmp_path
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_a_killed_host_of_a_run_in_a_bucket_restarts_the_job_which_resumes_to_the_same_end(
+    cluster, config, reference, uninterrupted, s3_server, gcs_server, scheme
 ):
-    watcher = kill_after_first_checkpoint(cluster, tmp_path / "run")
-    results = launch(config, tmp_path / "run", slices=2)
+    """``--launch ray --run-dir s3://…`` (and ``gs://…``): every host reads and writes the run in the bucket;
+    a host killed after the first checkpoint restarts the job, which resumes from the bucket to the bits of
+    the local run that was not interrupted, its events kept beside the run."""
+    server = s3_server if scheme == "s3" else gcs_server
+    run = f"{scheme}://{server.make_bucket()}/runs/tiny"
+    watcher = kill_after_first_checkpoint(cluster, run)
+    results = launch(config, run, slices=2)
     watcher.join()
     assert results[0].steps == STEPS
-    assert_same_run(tmp_path / "run", reference)
+    hashes = Directory(run).read_text("batches.jsonl").splitlines()
+    assert set(hashes) == set((reference / "batches.jsonl").read_text().splitlines())  # redone steps: same
     # Against the same two-process run uninterrupted, the resumed run is equal to the bit.
     theirs = final_arrays(uninterrupted[0])
-    for name, value in final_arrays(tmp_path / "run").items():
+    for name, value in final_arrays(run).items():
         np.testing.assert_array_equal(value, theirs[name], err_msg=name)
-    events = [
-        json.loads(line)["event"] for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
-    ]
-    assert "slice_lost" in events and "retry" in events
+    events = [e["event"] for e in read_events(run)]
+    assert "slice_lost" in events and "retry" in events and events[-1] == "finished"
 
 
 def test_with_min_slices_a_lost_slice_leaves_the_run_on_the_rest(cluster, config, reference, tmp_path):
