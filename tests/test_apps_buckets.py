@@ -1,6 +1,7 @@
 """apps/ with a run in object storage (the S3 server and the GCS emulator on loopback, every test on both):
-export and sampling read a run directory in a bucket, the export goes to a bucket, and a bad URL is one
-line before any work.
+export and sampling read a run directory in a bucket, the export goes to a bucket (the local export's
+bytes, and a bucket prefix that is not empty refused in one line), and a bad URL is one line before any
+work.
 
 The run is trained in process (``Trainer`` on the run URL, as ``apps/pretrain.py --run-dir s3://...``
 does); the apps run as subprocesses with the server's standard environment (``AWS_ENDPOINT_URL`` and keys,
@@ -41,9 +42,14 @@ def test_export_and_sample_read_a_run_in_a_bucket_and_export_into_one(scheme, bu
     assert Directory(hf).read_bytes("tokenizer.json") == Directory(run).read_bytes("tokenizer.json")
     local = app("export_hf.py", "--checkpoint", run, "--out", "hf", cwd=tmp_path)
     assert local.returncode == 0, local.stderr
-    assert (tmp_path / "hf" / "model.safetensors").read_bytes() == Directory(hf).read_bytes(
-        "model.safetensors"
-    )
+    files = {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir()}
+    assert sorted(files) == sorted(objects)  # every file the same, byte for byte
+    assert all(Directory(hf).read_bytes(name) == data for name, data in files.items())
+
+    again = app("export_hf.py", "--checkpoint", run, "--out", hf, cwd=tmp_path)
+    assert again.returncode == 1 and again.stderr == f"error: {hf}: already holds objects; choose another\n"
+    assert all(Directory(hf).read_bytes(name) == data for name, data in files.items())
+    assert set(Directory(hf).list()) == objects  # the target as it was
 
     sampled = app("sample.py", "--checkpoint", run, "--prompt", "def ", "--max-new-tokens", "8",
                   "--temperature", "0", cwd=tmp_path)  # fmt: skip

@@ -136,6 +136,27 @@ def test_import_is_bitwise_equal_and_continues_training(run):
     assert summary.steps == 2 and summary.skipped_steps == 0
 
 
+def test_a_sharded_export_loads_in_transformers_with_every_tensor_of_the_single_file(
+    run, tmp_path, transformers
+):
+    """A bucket export is this local one byte for byte (``test_tr_hf_buckets``); transformers reads its
+    shards through the index to the same weights as the one-file export."""
+    from meltemi.trainer.hf.safetensors_reader import SafetensorsReader
+
+    out = export_hf(
+        run["model"], tmp_path / "sharded", tokenizer=run["config"].data.tokenizer, max_shard_bytes=2**17
+    )
+    assert (
+        len(list(out.glob("model-*-of-*.safetensors"))) >= 3
+        and (out / "model.safetensors.index.json").is_file()
+    )
+    loaded = transformers.LlamaForCausalLM.from_pretrained(out).state_dict()
+    single = SafetensorsReader(run["hf_dir"])
+    assert set(single) <= set(loaded)
+    for name in single:
+        assert loaded[name].numpy().tobytes() == single[name].tobytes(), name
+
+
 def test_a_bfloat16_export_loads_in_bfloat16(run, tmp_path, torch, transformers):
     out = export_hf(run["model"], tmp_path / "bf16", dtype="bfloat16")
     model = transformers.LlamaForCausalLM.from_pretrained(out)

@@ -9,7 +9,7 @@ import pytest
 import haliax_lite as hax
 from meltemi.trainer.config import ModelConfig
 from meltemi.trainer.hf import HfFormatError, export_hf, import_hf, layout
-from meltemi.trainer.hf.safetensors_files import SafetensorsReader
+from meltemi.trainer.hf.safetensors_reader import SafetensorsReader
 from meltemi.trainer.model.llama import Llama
 
 SMALL = ModelConfig(vocab_size=96, hidden_dim=32, intermediate_dim=48, num_layers=2, num_heads=4,

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from meltemi.trainer.config import ModelConfig, RopeScaling
 from meltemi.trainer.hf import HfFormatError, export_hf, hf_config, import_hf, model_config_from_hf
 from meltemi.trainer.hf.layout import hf_tensors
-from meltemi.trainer.hf.safetensors_files import SafetensorsReader, TensorPlan, write_safetensors
+from meltemi.trainer.hf.safetensors_files import TensorPlan, write_safetensors
+from meltemi.trainer.hf.safetensors_reader import SafetensorsReader
 from meltemi.trainer.model.llama import Llama, cast_floating
 from meltemi.trainer.trainer import Trainer
 
@@ -217,6 +218,80 @@ def test_broken_directories_are_named(tmp_path, exported):
         HfFormatError, match="neither model.safetensors nor model.safetensors.index.json is there"
     ):
         import_hf(exported, SMALL)
+
+
+def _rewrite_header(path, change) -> None:
+    """``path`` with its header's JSON changed by ``change`` (the tensors' bytes kept)."""
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    change(header)
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + length :])
+
+
+def _entry(name: str, field: str, value):
+    return lambda header: header[name].__setitem__(field, value)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda p: p.write_bytes(p.read_bytes()[:-1]),
+            r"it ends before byte \d+, where its last tensor ends",
+        ),
+        (
+            lambda p: p.write_bytes(p.read_bytes()[:5]),
+            "it ends before byte 8, where the header's length ends",
+        ),
+        (
+            lambda p: p.write_bytes(struct.pack("<Q", 2**40) + p.read_bytes()[8:]),
+            "a header of 1,099,511,627,776 bytes",
+        ),
+        (lambda p: p.write_bytes(struct.pack("<Q", 9) + b"{garbage!"), "its header is not JSON"),
+        (
+            lambda p: _rewrite_header(p, _entry("model.norm.weight", "dtype", "X32")),
+            "model.norm.weight: dtype 'X32' is not one of F64, F32",
+        ),
+        (
+            lambda p: _rewrite_header(p, _entry("model.embed_tokens.weight", "shape", [96, 31])),
+            r"model.embed_tokens.weight: bytes 0..12288 for shape \(96, 31\) in F32 \(11904\)",
+        ),
+        (
+            lambda p: _rewrite_header(p, _entry("model.norm.weight", "data_offsets", [0, 128])),
+            "bytes do not follow the previous tensor's",
+        ),
+    ],
+)
+def test_a_damaged_safetensors_file_is_named_before_any_tensor_is_read(exported, damage, message):
+    damage(exported / "model.safetensors")
+    with pytest.raises(
+        HfFormatError, match=r"model.safetensors: not a readable safetensors file \(.*" + message
+    ):
+        SafetensorsReader(exported)
+
+
+def test_an_index_that_names_what_is_not_there_is_named(tmp_path):
+    out = export_hf(Llama.init(SMALL, key=jax.random.key(7)), tmp_path / "hf", max_shard_bytes=20_000)
+    index_path = out / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    first = index["weight_map"]["model.embed_tokens.weight"]
+    index["weight_map"]["model.norm.weight"] = first
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(
+        HfFormatError, match=f"{first}: model.safetensors.index.json places model.norm.weight here"
+    ):
+        SafetensorsReader(out)
+    index["weight_map"]["model.norm.weight"] = "../elsewhere.safetensors"
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(HfFormatError, match="which names no file of the directory"):
+        SafetensorsReader(out)
+    del index["weight_map"]["model.norm.weight"]
+    index_path.write_text(json.dumps(index))
+    (out / first).unlink()
+    with pytest.raises(HfFormatError, match=f"{first}: listed in model.safetensors.index.json but missing"):
+        SafetensorsReader(out)
 
 
 def test_bad_export_requests_are_named(tmp_path, exported):

@@ -154,8 +154,11 @@ class Directory:
         data = self.read_bytes(key)
         return None if data is None else json.loads(data)
 
-    def write_bytes(self, key: str, data: bytes) -> None:
-        """Replace the object with `data`, atomically: a reader sees the old object or all of the new one."""
+    def write_bytes(self, key: str, data: bytes | bytearray) -> None:
+        """Replace the object with `data`, atomically: a reader sees the old object or all of the new one.
+
+        A `bytearray` is taken as it is (filled in place, it need not become `bytes` first); TensorStore
+        copies the object as it takes it, briefly holding twice its size more."""
         local = self.location.local_path
         if local is not None:
             _empty_abandoned_lock_file(local / key)

@@ -1,9 +1,14 @@
-"""Export a Llama to a Hugging Face directory that ``transformers``, vLLM and lm-eval load as they are.
+"""Export a Llama to a Hugging Face directory that ``transformers``, vLLM and lm-eval load as they are, on
+the local disk or straight into a bucket.
 
 The weights are streamed: each tensor is taken from the model (one layer's slice of a stacked array),
-copied to the host, cast and appended to its safetensors file before the next one is touched, so exporting
-an 8B model needs host memory for one tensor, not for the model. The directory is written aside and
-renamed into place, so a failed export leaves nothing half-written.
+copied to the host, cast and written before the next one is touched, so exporting an 8B model needs host
+memory for one tensor, not for the model (in a bucket, plus the shard being assembled: see
+``safetensors_files``). The target is checked first: a local directory that is new or empty, a bucket
+prefix that can be written and holds nothing. ``config.json`` is written last, so a reader that finds it
+finds a whole export. A local export is written aside (``<out>.partial``) and renamed into place, so a
+failed one leaves nothing; a failed export into a bucket never leaves ``config.json`` and deletes what it
+had written, as far as the store lets it.
 
 >>> import jax, tempfile
 >>> from meltemi.trainer.config import ModelConfig
@@ -12,37 +17,68 @@ renamed into place, so a failed export leaves nothing half-written.
 >>> out = export_hf(Llama.init(config, key=jax.random.key(0)), Path(tempfile.mkdtemp()) / "hf")
 >>> sorted(p.name for p in out.iterdir())
 ['config.json', 'generation_config.json', 'model.safetensors']
+>>> export_hf(Llama.init(config, key=jax.random.key(0)), "memory://doc/export/hf").url
+'memory://doc/export/hf'
+>>> Directory("memory://doc/export/hf").list()
+['config.json', 'generation_config.json', 'model.safetensors']
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from meltemi.datastore.errors import StorageError
+from meltemi.datastore.storage import Directory, Location, check_writable
 from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.hf.config_map import HfFormatError, hf_config
 from meltemi.trainer.hf.layout import hf_tensors, our_tensor, parameter_names
-from meltemi.trainer.hf.safetensors_files import TensorPlan, write_safetensors
+from meltemi.trainer.hf.safetensors_files import MAX_SHARD_BYTES, TensorPlan, write_safetensors
 from meltemi.trainer.hf.tokenizer_files import SpecialTokens, write_tokenizer_files
 from meltemi.trainer.model.llama import Llama
 
 DTYPES = ("float32", "bfloat16")
 
 
+def export_target(out_dir: str | os.PathLike | Location) -> Location:
+    """Where an export goes, checked before any work: a local directory that does not exist or is empty, or
+    a bucket prefix that can be written (probed: a ``StorageError`` naming the mistake) and holds no object;
+    an ``HfFormatError`` naming it otherwise.
+
+    >>> Directory("memory://doc/target/hf").write_text("notes.txt", "mine")
+    >>> export_target("memory://doc/target/hf")
+    Traceback (most recent call last):
+    ...
+    meltemi.trainer.hf.config_map.HfFormatError: memory://doc/target/hf: already holds objects; choose another
+    """
+    target = Location.parse(out_dir)
+    local = target.local_path
+    if local is not None:
+        if local.exists() and (not local.is_dir() or any(local.iterdir())):
+            raise HfFormatError(f"{target}: already exists and is not an empty directory; choose another")
+        return target
+    if Directory(check_writable(target)).list():
+        raise HfFormatError(f"{target}: already holds objects; choose another")
+    return target
+
+
 def export_hf(
     model: Llama,
-    out_dir: str | Path,
+    out_dir: str | os.PathLike | Location,
     *,
     tokenizer: str | Path | None = None,
     dtype: str = "float32",
     eos_token: str | None = None,
     stop_ids: Sequence[int] = (),
     chat: ChatRecord | None = None,
-    max_shard_bytes: int = 5 * 2**30,
-) -> Path:
-    """Write ``model`` as a Hugging Face Llama directory ``out_dir`` (which must not exist, or be empty).
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+) -> Path | Location:
+    """Write ``model`` as a Hugging Face Llama directory ``out_dir`` (a local path, new or empty, or an
+    empty bucket prefix: ``s3://``, ``gs://``); return it (a ``Path`` when local, else its ``Location``).
 
     ``config.json``, ``generation_config.json`` and the weights (``model.safetensors``, or shards of at most
     ``max_shard_bytes`` with ``model.safetensors.index.json``) in ``dtype`` (float32 or bfloat16); with a
@@ -50,60 +86,91 @@ def export_hf(
     ``eos_token`` (a checkpoint's record of it) or else the run's rule (``run_tokenizer.end_of_text``).
     ``stop_ids`` are every id generation stops at (a chat model's end of turn and end of text: all of them
     go into ``generation_config.json``'s ``eos_token_id``); ``chat`` (a chat run's record) puts its chat
-    template into ``tokenizer_config.json``. Returns ``out_dir``.
+    template into ``tokenizer_config.json``.
+
+    A failed export into a bucket leaves no ``config.json``; it deletes the objects it had written, and
+    those the store refuses to delete stay (whole shards and small files, never a part of one), so the
+    prefix is not empty and a new export there is refused until they are deleted.
     """
-    out_dir = Path(out_dir)
     if dtype not in DTYPES:
         raise HfFormatError(f"export dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise HfFormatError(f"{out_dir}: already exists and is not an empty directory; choose another")
-    staging = out_dir.with_name(out_dir.name + ".partial")
+    target = export_target(out_dir)
+    write = (model, tokenizer, dtype, eos_token, tuple(stop_ids), chat, max_shard_bytes)
+    local = target.local_path
+    if local is None:
+        bucket = _Recorded(target)
+        try:
+            _write(bucket, *write)
+        except BaseException:
+            bucket.delete_written()
+            raise
+        return target
+    staging = local.with_name(local.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        _write_staging(model, staging, tokenizer, dtype, eos_token, tuple(stop_ids), chat, max_shard_bytes)
+        _write(Directory(staging), *write)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    if out_dir.exists():
-        out_dir.rmdir()
-    staging.rename(out_dir)
-    return out_dir
+    if local.exists():
+        local.rmdir()
+    staging.rename(local)
+    return local
 
 
-def _write_staging(
+class _Recorded(Directory):
+    """A bucket prefix that remembers the keys written to it, to delete them when the export fails."""
+
+    def __init__(self, location: Location):
+        super().__init__(location)
+        self.written: list[str] = []
+
+    def write_bytes(self, key: str, data: bytes | bytearray) -> None:
+        self.written.append(key)  # before the request: a write that fails midway is deleted too
+        super().write_bytes(key, data)
+
+    def delete_written(self) -> None:
+        """Delete what was written, newest first; stop at the first delete the store refuses."""
+        with contextlib.suppress(StorageError):
+            for key in reversed(self.written):
+                self.delete(key)
+
+
+def _write(
+    out: Directory,
     model: Llama,
-    staging: Path,
-    tokenizer,
+    tokenizer: str | Path | None,
     dtype: str,
-    eos_token,
+    eos_token: str | None,
     stop_ids: tuple[int, ...],
     chat: ChatRecord | None,
     max_shard_bytes: int,
 ) -> None:
+    """Every file of the export into ``out``, ``config.json`` last."""
     config = model.config
     special = SpecialTokens(None, None)
     if tokenizer is not None:
         special = write_tokenizer_files(
-            tokenizer, staging, model_max_length=config.max_seq_len, eos_token=eos_token, chat=chat
+            tokenizer, out, model_max_length=config.max_seq_len, eos_token=eos_token, chat=chat
         )
     first = [] if special.eos_token_id is None else [special.eos_token_id]
     stops = list(dict.fromkeys(first + list(stop_ids)))
     eos = stops if len(stops) > 1 else special.eos_token_id  # one id as a number, as exports have always had
-    fields = hf_config(config, dtype=dtype, bos_token_id=special.bos_token_id, eos_token_id=eos)
-    _write_json(staging / "config.json", fields)
     generation = {"eos_token_id": eos, "do_sample": False}
     if special.bos_token_id is not None:
         generation["bos_token_id"] = special.bos_token_id
-    _write_json(staging / "generation_config.json", generation)
-    _write_weights(model, staging, dtype, max_shard_bytes)
+    _write_json(out, "generation_config.json", generation)
+    _write_weights(model, out, dtype, max_shard_bytes)
+    fields = hf_config(config, dtype=dtype, bos_token_id=special.bos_token_id, eos_token_id=eos)
+    _write_json(out, "config.json", fields)
 
 
-def _write_json(path: Path, fields: dict) -> None:
-    path.write_text(json.dumps(fields, indent=2) + "\n")
+def _write_json(out: Directory, key: str, fields: dict) -> None:
+    out.write_text(key, json.dumps(fields, indent=2) + "\n")
 
 
-def _write_weights(model: Llama, out_dir: Path, dtype: str, max_shard_bytes: int) -> None:
+def _write_weights(model: Llama, out: Directory, dtype: str, max_shard_bytes: int) -> None:
     """Each Hugging Face tensor from our parameter of the same name (never by position); a parameter of the
     model the table lacks, or one it names that the model lacks, is an ``HfFormatError`` naming it."""
     table = hf_tensors(model.config)
@@ -126,4 +193,4 @@ def _write_weights(model: Llama, out_dir: Path, dtype: str, max_shard_bytes: int
         return tensor.to_hf(array)
 
     plan = [TensorPlan(t.name, t.shape, dtype) for t in table.values()]
-    write_safetensors(out_dir, plan, fetch, max_shard_bytes=max_shard_bytes)
+    write_safetensors(out, plan, fetch, max_shard_bytes=max_shard_bytes)

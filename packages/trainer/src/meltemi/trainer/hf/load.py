@@ -1,16 +1,17 @@
 """Load a Hugging Face Llama directory into our model, or into a fresh train state to go on pretraining.
 
-Every tensor's shape is checked against the config from the safetensors headers before any data is read;
-a mismatch names the tensor and both shapes. Tensors are then read one at a time. Export then import gives
-the same bits (in the exported dtype).
+The directory is a local path or a bucket URL, read in place: ``config.json``, the safetensors headers,
+then one tensor at a time. Every tensor's shape is checked against the config from the headers before any
+data is read; a mismatch names the tensor and both shapes. Export then import gives the same bits (in the
+exported dtype).
 
->>> import jax, tempfile
+>>> import jax
 >>> from meltemi.trainer.config import ModelConfig
 >>> from meltemi.trainer.hf.export import export_hf
 >>> from meltemi.trainer.model.llama import Llama
 >>> config = ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2)
->>> out = export_hf(Llama.init(config, key=jax.random.key(0)), Path(tempfile.mkdtemp()) / "hf")
->>> loaded_config, model = import_hf(out, config)
+>>> out = export_hf(Llama.init(config, key=jax.random.key(0)), "memory://doc/import/hf")
+>>> loaded_config, model = import_hf("memory://doc/import/hf", config)
 >>> model.layers.stacked.self_attn.q_proj.weight.axes[0]
 Axis(name='layers', size=2)
 """
@@ -18,8 +19,8 @@ Axis(name='layers', size=2)
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -27,26 +28,35 @@ import jax.numpy as jnp
 import numpy as np
 
 import haliax_lite as hax
+from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.config import ModelConfig, RunConfig
 from meltemi.trainer.hf.config_map import HfFormatError, model_config_from_hf
 from meltemi.trainer.hf.layout import HfTensor, hf_tensors
-from meltemi.trainer.hf.safetensors_files import SafetensorsReader
+from meltemi.trainer.hf.safetensors_reader import SafetensorsReader
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.step.optimizer import make_optimizer
 from meltemi.trainer.step.train_step import TrainState
 
 
-def read_hf_config(directory: str | Path, base: ModelConfig | None = None) -> ModelConfig:
+def read_hf_config(
+    directory: str | os.PathLike | Location | Directory, base: ModelConfig | None = None
+) -> ModelConfig:
     """The ``ModelConfig`` of a Hugging Face directory's ``config.json`` (other fields from ``base``)."""
-    path = Path(directory) / "config.json"
+    directory = _directory(directory)
+    where = directory.where("config.json")
+    data = directory.read_bytes("config.json")
+    if data is None:
+        raise HfFormatError(f"{where}: missing; not a Hugging Face model directory")
     try:
-        fields = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise HfFormatError(f"{path}: missing; not a Hugging Face model directory") from None
+        fields = json.loads(data)
     except ValueError as error:
-        raise HfFormatError(f"{path}: not valid JSON ({error})") from None
-    return model_config_from_hf(fields, base, where=str(path))
+        raise HfFormatError(f"{where}: not valid JSON ({error})") from None
+    return model_config_from_hf(fields, base, where=where)
+
+
+def _directory(directory: str | os.PathLike | Location | Directory) -> Directory:
+    return directory if isinstance(directory, Directory) else Directory(directory)
 
 
 def check_shapes(table: dict[str, HfTensor], shapes: Mapping[str, tuple[int, ...]], where: str) -> None:
@@ -85,26 +95,30 @@ class _OursFromHf(Mapping[str, np.ndarray]):
 
 
 def import_hf(
-    directory: str | Path, config: ModelConfig | None = None, *, dtype: str = "float32"
+    directory: str | os.PathLike | Location | Directory,
+    config: ModelConfig | None = None,
+    *,
+    dtype: str = "float32",
 ) -> tuple[ModelConfig, Llama]:
-    """``(config, model)`` from a Hugging Face Llama directory, parameters in ``dtype``.
+    """``(config, model)`` from a Hugging Face Llama directory (a path or a bucket URL, read in place),
+    parameters in ``dtype``.
 
     With ``config``, the checkpoint must have exactly its model's tensors and shapes (its kernels and
     remat are kept); without, the config is ``config.json``'s.
     """
-    directory = Path(directory)
+    directory = _directory(directory)
     if config is None:
         config = read_hf_config(directory)
     reader = SafetensorsReader(directory)
     table = hf_tensors(config)
-    check_shapes(table, reader.shapes, str(directory))
+    check_shapes(table, reader.shapes, directory.where())
     template = eqx.filter_eval_shape(Llama.init, config, key=jax.random.key(0))
     model = hax.state_dict.from_state_dict(template, _OursFromHf(reader, table, jnp.dtype(dtype)))
     return config, model
 
 
 def train_state_from_hf(
-    directory: str | Path, config: RunConfig, *, plan: MeshPlan | None = None
+    directory: str | os.PathLike | Location | Directory, config: RunConfig, *, plan: MeshPlan | None = None
 ) -> TrainState:
     """A step-0 ``TrainState`` whose model is the checkpoint's (in ``trainer.param_dtype``), with a fresh
     optimizer state, to continue pretraining: ``Trainer(config, run_dir).run(state)``.

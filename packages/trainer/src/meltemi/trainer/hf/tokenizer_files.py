@@ -8,20 +8,21 @@ template (``chat_template`` in ``tokenizer_config.json``, with the special token
 >>> from meltemi.datastore.corpora import python_stdlib
 >>> out = Path(tempfile.mkdtemp())
 >>> path = corpora.train_tokenizer(sorted(python_stdlib())[:3], 300, out / "t.json")
->>> special = write_tokenizer_files(path, out / "hf", model_max_length=64)
->>> special.eos_token, special.eos_token_id is not None
-('<|endoftext|>', True)
+>>> hf = Directory("memory://doc/tokenizer/hf")
+>>> special = write_tokenizer_files(path, hf, model_max_length=64)
+>>> special.eos_token, special.eos_token_id is not None, hf.list()
+('<|endoftext|>', True, ['special_tokens_map.json', 'tokenizer.json', 'tokenizer_config.json'])
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from meltemi.datastore.storage import Directory
 from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import end_of_text
 from meltemi.trainer.hf.config_map import HfFormatError
@@ -55,22 +56,22 @@ def special_tokens(tokenizer_path: Path, eos_token: str | None = None) -> Specia
 
 def write_tokenizer_files(
     tokenizer_path: str | Path,
-    out_dir: Path,
+    out: Directory,
     *,
     model_max_length: int,
     eos_token: str | None = None,
     chat: ChatRecord | None = None,
 ) -> SpecialTokens:
-    """Copy ``tokenizer.json`` into ``out_dir`` with ``tokenizer_config.json`` and
-    ``special_tokens_map.json``; return the end-of-text token they name. With ``chat`` (a chat run's
-    record), ``tokenizer_config.json`` also holds its ``chat_template`` and the special tokens the template
-    renders (``bos_token``; ``eos_token`` is ``eos_token``, the end of a turn)."""
+    """Copy ``tokenizer.json`` into ``out`` (a local directory or a bucket prefix) with
+    ``tokenizer_config.json`` and ``special_tokens_map.json``; return the end-of-text token they name. With
+    ``chat`` (a chat run's record), ``tokenizer_config.json`` also holds its ``chat_template`` and the
+    special tokens the template renders (``bos_token``; ``eos_token`` is ``eos_token``, the end of a
+    turn)."""
     tokenizer_path = Path(tokenizer_path)
     if not tokenizer_path.is_file():
         raise HfFormatError(f"{tokenizer_path}: no such tokenizer file")
     special = special_tokens(tokenizer_path, eos_token)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(tokenizer_path, out_dir / "tokenizer.json")
+    out.write_bytes("tokenizer.json", tokenizer_path.read_bytes())
     tokens = {} if chat is None else {k: v for k, v in chat.special_tokens.items() if k != "eos_token"}
     tokens |= {} if special.eos_token is None else {"eos_token": special.eos_token}
     config = {
@@ -82,8 +83,8 @@ def write_tokenizer_files(
         **tokens,
         **({} if chat is None else {"chat_template": chat.template}),
     }
-    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (out_dir / "special_tokens_map.json").write_text(json.dumps(tokens, indent=2) + "\n")
+    out.write_text("tokenizer_config.json", json.dumps(config, indent=2) + "\n")
+    out.write_text("special_tokens_map.json", json.dumps(tokens, indent=2) + "\n")
     bos = tokens.get("bos_token")
     bos_id = None if bos is None else Tokenizer.from_file(str(tokenizer_path)).token_to_id(bos)
     return dataclasses.replace(special, bos_token=bos, bos_token_id=bos_id)

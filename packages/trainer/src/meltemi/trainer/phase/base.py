@@ -30,6 +30,7 @@ from meltemi.trainer.hf.load import read_hf_config
 
 FIELD = "trainer.initialize_from"
 HF_CONFIG = "config.json"
+TOKENIZER = "tokenizer.json"
 # What a base and the config it starts may differ in: the vocabulary (a chat template's tokens appended)
 # and the dtype parameters are kept in (cast on restore).
 MAY_DIFFER = ("model.vocab_size", "trainer.param_dtype")
@@ -38,7 +39,8 @@ MAY_DIFFER = ("model.vocab_size", "trainer.param_dtype")
 @dataclasses.dataclass(frozen=True)
 class Base:
     """Where a phase starts: a checkpoint (``step`` and its ``manifest``) or a Hugging Face directory
-    (``hf_dir``, local; a bucket's copied first), with the base's model shape and its tokenizer file."""
+    (``hf_dir``, local or in a bucket, read in place), with the base's model shape and its tokenizer file
+    (a local file: a bucket's ``tokenizer.json`` is copied, as the tokenizers library reads files)."""
 
     kind: Literal["checkpoint", "huggingface"]
     where: str
@@ -46,7 +48,7 @@ class Base:
     tokenizer: Path | None
     step: Directory | None = None
     manifest: Manifest | None = None
-    hf_dir: Path | None = None
+    hf_dir: Directory | None = None
 
 
 def locate_base(path: str, cache_dir: str | os.PathLike, warn=lambda _: None) -> Base:
@@ -56,13 +58,12 @@ def locate_base(path: str, cache_dir: str | os.PathLike, warn=lambda _: None) ->
     directory = Directory(path)
     found = find_checkpoints(directory)
     if not found and directory.exists(HF_CONFIG):
-        local = _local_copy(directory, cache_dir)
         try:
-            model = read_hf_config(local)
+            model = read_hf_config(directory)
         except HfFormatError as e:
             raise ConfigError(f"{FIELD}: {path}: {e}") from None
-        tokenizer = local / "tokenizer.json"
-        return Base("huggingface", path, model, tokenizer if tokenizer.is_file() else None, hf_dir=local)
+        tokenizer = _local_tokenizer(directory, cache_dir)
+        return Base("huggingface", path, model, tokenizer, hf_dir=directory)
     for step in found:
         try:
             manifest = inspect_checkpoint(step)
@@ -86,22 +87,19 @@ def locate_base(path: str, cache_dir: str | os.PathLike, warn=lambda _: None) ->
     )
 
 
-def _local_copy(directory: Directory, cache_dir: str | os.PathLike) -> Path:
-    """A Hugging Face directory as a local one: itself when local, else its files copied once under
-    ``cache_dir/bases`` (named by the URL), ``config.json`` last so a copy that holds it is whole."""
+def _local_tokenizer(directory: Directory, cache_dir: str | os.PathLike) -> Path | None:
+    """The Hugging Face directory's ``tokenizer.json`` as a local file (None when it has none): itself when
+    local, else a copy under ``cache_dir/bases`` (named by the URL), rewritten when the bucket's differs."""
     local = directory.location.local_path
     if local is not None:
-        return local
-    url = directory.where()
-    target = Directory(Path(cache_dir) / "bases" / hashlib.sha256(url.encode()).hexdigest()[:16])
-    if not target.exists(HF_CONFIG):
-        keys = sorted(directory.list(), key=lambda key: key == HF_CONFIG)
-        for key in keys:
-            data = directory.read_bytes(key)
-            if data is None:
-                raise CheckpointError(f"{FIELD}: {directory.where(key)} vanished while it was copied")
-            target.write_bytes(key, data)
-    return Path(target.where())
+        return local / TOKENIZER if (local / TOKENIZER).is_file() else None
+    data = directory.read_bytes(TOKENIZER)
+    if data is None:
+        return None
+    copy = Directory(Path(cache_dir) / "bases" / hashlib.sha256(directory.where().encode()).hexdigest()[:16])
+    if copy.read_bytes(TOKENIZER) != data:
+        copy.write_bytes(TOKENIZER, data)
+    return Path(copy.where(TOKENIZER))
 
 
 def check_shape(base: Base, config: RunConfig) -> None:
