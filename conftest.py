@@ -12,6 +12,7 @@ import functools
 import importlib
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,6 +52,11 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(ROOT / ".cache" / "meltem
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 * 2**30))  # also makes JAX lock the directory
 
+# A GPU test process allocates what it uses, not 75% of the GPU's memory as it starts (XLA's default): every
+# xdist worker is one, and the 17 workers of `-n auto` on a 16-core GPU machine cannot each have that much.
+# XLA_PYTHON_CLIENT_PREALLOCATE=true (or a memory fraction) set by the user still wins.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 # JAX compiles on first use, so wall-clock deadlines would only measure compilation: none. `ci` (CI=true)
 # runs 30 examples in a fixed order; `dev`, the default, 20 fresh ones each run. Tests that need more say
 # so; tests/test_hypothesis_profiles.py shows both budgets catch plausible bugs.
@@ -62,20 +68,64 @@ settings.load_profile("ci" if os.environ.get("CI") == "true" else os.environ.get
 
 _HARDWARE_MARKERS = ("gpu", "tpu")
 
+# The accelerators are found once per session, by the first process (the xdist controller, before it starts
+# its workers, which inherit its environment), and written here as the markers found, comma-separated ("" for
+# none). A worker reads them: JAX starting a GPU backend in each of 17 workers during collection, each
+# taking 75% of the memory, ended the session silently on a GPU machine. Set it yourself to skip detection.
+ACCELERATORS_VARIABLE = "MELTEMI_TEST_ACCELERATORS"
+
+_PROBE = """
+import jax
+for platform in ("gpu", "tpu"):
+    try:
+        if jax.devices(platform):
+            print(platform)
+    except RuntimeError:
+        pass
+"""
+
+
+def _jax_may_find_accelerators() -> bool:
+    """Whether an accelerator backend is installed for JAX (a PJRT plugin such as CUDA's or ROCm's, or
+    libtpu), which a CPU-only machine tells without starting JAX."""
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.metadata.entry_points(group="jax_plugins"):
+        return True
+    return any(importlib.util.find_spec(name) is not None for name in ("jax_plugins", "libtpu"))
+
+
+def _probe_accelerators() -> set[str]:
+    """The hardware markers whose devices JAX finds, asked in a child process that then exits, so no test
+    process holds a device it does not use (a TPU admits one process) or any GPU memory; a probe that
+    fails says so on stderr and finds none."""
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300
+        )
+    except subprocess.TimeoutExpired:
+        sys.stderr.write("conftest: JAX took over 300 s to list its devices; GPU and TPU tests are skipped\n")
+        return set()
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        sys.stderr.write(
+            f"conftest: JAX could not list its devices ({last}); GPU and TPU tests are skipped\n"
+        )
+        return set()
+    return set(done.stdout.split()) & set(_HARDWARE_MARKERS)
+
 
 def _available_accelerators() -> set[str]:
-    try:
-        import jax
-    except ImportError:
-        return set()
-    found = set()
-    for platform in _HARDWARE_MARKERS:
-        try:
-            if jax.devices(platform):
-                found.add(platform)
-        except RuntimeError:
-            pass
-    return found
+    """The hardware markers this session can run: found once (see ``ACCELERATORS_VARIABLE``), then read."""
+    if ACCELERATORS_VARIABLE not in os.environ:
+        count = os.environ.get("MELTEMI_COUNT_WORK")
+        if count:
+            _count_into(Path(count), "accelerators detected")
+        found = _probe_accelerators() if _jax_may_find_accelerators() else set()
+        os.environ[ACCELERATORS_VARIABLE] = ",".join(sorted(found))
+    return {name for name in os.environ[ACCELERATORS_VARIABLE].split(",") if name}
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -296,7 +346,12 @@ def _counting(original, log: Path, kind: str):
 def pytest_configure(config: pytest.Config) -> None:
     """With ``MELTEMI_COUNT_WORK`` set, append one line per expensive piece of work to that file: training
     runs, train-step compilations, Ray clusters, store builds and tokenizer trainings in the test processes,
-    and each trainer or app a test starts as a subprocess (counted by its command line)."""
+    and each trainer or app a test starts as a subprocess (counted by its command line).
+
+    The first process of the session (not an xdist worker) also finds the accelerators here, before any
+    worker starts (``ACCELERATORS_VARIABLE``)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _available_accelerators()
     target = os.environ.get("MELTEMI_COUNT_WORK")
     if not target:
         return

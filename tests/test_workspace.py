@@ -254,3 +254,54 @@ def test_a_worker_ends_once_its_session_is_over_with_every_result_and_teardown_d
     assert "FAILED test_inner.py::test_fails" in done.stdout, done.stdout
     assert "1 failed, 4 passed" in done.stdout, done.stdout
     assert (tmp_path / "ending.log").read_text().splitlines() == ["torn down"] * 2
+
+
+ACCELERATORS = """
+import os, pytest
+
+def test_records_what_its_worker_was_told():
+    with open(os.environ["SEEN_LOG"], "a") as log:
+        told = os.environ.get("MELTEMI_TEST_ACCELERATORS", "unset")
+        log.write(f"{told!r} {os.environ['XLA_PYTHON_CLIENT_PREALLOCATE']}\\n")
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("i", range(3))
+def test_on_a_gpu(i):
+    pass
+"""
+
+
+def test_accelerators_are_found_once_by_the_controller_and_workers_take_its_word(tmp_path):
+    """The root conftest finds the accelerators once, in the controller before its workers start, and hands
+    them to the workers in ``MELTEMI_TEST_ACCELERATORS``: here none, so the GPU tests are skipped; told
+    ``gpu``, the workers run them without asking JAX. Test processes do not preallocate GPU memory."""
+    import os
+
+    env = {**os.environ, "SEEN_LOG": str(tmp_path / "seen.log"), "MELTEMI_COUNT_WORK": str(tmp_path / "work")}
+    for name in ("MELTEMI_TEST_ACCELERATORS", "XLA_PYTHON_CLIENT_PREALLOCATE"):
+        env.pop(name, None)
+    found = run_inner_suite(tmp_path, ACCELERATORS, env)
+    assert found.returncode == 0 and "1 passed, 3 skipped" in found.stdout, found.stdout + found.stderr
+    assert (tmp_path / "seen.log").read_text() == "'' false\n"  # set by the controller, before the worker
+    assert (tmp_path / "work").read_text().splitlines().count("accelerators detected") == 1
+
+    (tmp_path / "seen.log").unlink()
+    told = run_inner_suite(tmp_path, ACCELERATORS, {**env, "MELTEMI_TEST_ACCELERATORS": "gpu"})
+    assert told.returncode == 0 and "4 passed" in told.stdout, told.stdout + told.stderr
+    assert (tmp_path / "seen.log").read_text() == "'gpu' false\n"
+    assert (tmp_path / "work").read_text().splitlines().count("accelerators detected") == 1
+
+
+def test_the_probe_asks_jax_in_a_child_process_and_finds_no_accelerator_on_this_cpu(tmp_path):
+    """What the controller runs where JAX has an accelerator backend installed (on a CPU-only machine it
+    is skipped): a child process that lists JAX's devices and exits. Here it must find none, quietly."""
+    import os
+    import subprocess
+    import sys
+
+    probe = "import conftest; print(sorted(conftest._probe_accelerators()))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    if "gpu" in done.stdout or "tpu" in done.stdout:
+        pytest.skip("this machine has an accelerator: the GPU tests themselves check the probe")
+    assert done.returncode == 0 and done.stdout == "[]\n" and "conftest:" not in done.stderr, done
