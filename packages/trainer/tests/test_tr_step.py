@@ -117,3 +117,21 @@ def test_the_compiled_step_holds_no_host_callback(make_config, run_dir):
     state = init_state(config, adapters.jax_key(0, "init"))
     text = jax.jit(make_train_step(config)).lower(state, first_batch(trainer)).as_text()
     assert "callback" not in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("matmul_dtype", ["compute", "fp8"])
+def test_a_bf16_step_of_the_tiny_model_on_a_gpu_matches_the_cpu(make_config, run_dir, matmul_dtype):
+    """One train step with bf16 compute on the GPU (its matmuls in fp8 too), against the same step on the
+    CPU: XLA's GPU and CPU programs differ in fusion and reduction order, so the losses agree to bf16's
+    precision, not bitwise."""
+    config = make_config("--trainer.compute_dtype", "bfloat16", "--model.matmul_dtype", matmul_dtype)
+    trainer = Trainer(config, run_dir, devices=jax.devices("cpu")[:1], progress=False)
+    batch = first_batch(trainer)
+    losses = []
+    for device in (jax.devices("gpu")[0], jax.devices("cpu")[0]):
+        state = jax.device_put(init_state(config, adapters.jax_key(0, "init")), device)
+        after, metrics = jax.jit(make_train_step(config))(state, jax.device_put(batch, device))
+        assert bool(metrics.applied) and int(after.step) == 1
+        losses.append(float(metrics.loss))
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-2)
