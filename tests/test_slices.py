@@ -221,17 +221,22 @@ def test_a_killed_host_of_a_run_in_a_bucket_restarts_the_job_which_resumes_to_th
     assert "slice_lost" in events and "retry" in events and events[-1] == "finished"
 
 
-def test_with_min_slices_a_lost_slice_leaves_the_run_on_the_rest(cluster, config, reference, tmp_path):
+def test_with_min_slices_a_lost_slice_leaves_a_run_in_a_bucket_on_the_rest(
+    cluster, config, reference, s3_server
+):
     others = [name for name in cluster.slice_names() if name != "cpu-1-0" and cluster.node_ids(name)]
     for name in others[1:]:  # two live slices, so that losing one leaves exactly one
         cluster.kill_host(cluster.node_ids(name)[0])
-    watcher = kill_after_first_checkpoint(cluster, tmp_path / "run")
-    results = launch(config, tmp_path / "run", slices=2, min_slices=1)
+    run = f"s3://{s3_server.make_bucket()}/runs/tiny"
+    watcher = kill_after_first_checkpoint(cluster, run)
+    results = launch(config, run, slices=2, min_slices=1)
     watcher.join()
     assert results[0].process_count == 1 and results[0].steps == STEPS
-    hashes = (tmp_path / "run" / "batches.jsonl").read_text().splitlines()
+    hashes = Directory(run).read_text("batches.jsonl").splitlines()
     expected = set((reference / "batches.jsonl").read_text().splitlines())
     assert set(hashes) == expected  # the same data order on fewer processes
+    events = [e["event"] for e in read_events(run)]
+    assert "slice_lost" in events and events[-1] == "finished"
 
 
 def test_more_slices_than_the_cluster_has_is_an_error_saying_what_there_is(cluster, config, tmp_path):
