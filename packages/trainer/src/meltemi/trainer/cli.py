@@ -64,12 +64,12 @@ def main(
             return print_sharding(config)
         name = Path(config_path).stem if config_path is not None else "default"
         run_dir = command.run_dir or str(Path("runs") / name)  # a URL stays a URL: never a Path
-        from meltemi.datastore.storage import Location
         from meltemi.trainer.phase.initialize import resolve_run
-        from meltemi.trainer.run.directory import check_run_dir
+        from meltemi.trainer.run_directory import RunDirectory
 
-        check_run_dir(Location.parse(run_dir))  # before the data is built: that may take a while
-        config = resolve_run(config, Location.parse(run_dir), say=lambda line: print(line, file=sys.stderr))
+        run = RunDirectory.of(run_dir)
+        run.check()  # before the data is built: that may take a while
+        config = resolve_run(config, run.location, say=lambda line: print(line, file=sys.stderr))
         clock.lap("config")
         if command.launch is not None:
             from meltemi.trainer.launch import launch_on_ray
@@ -77,7 +77,7 @@ def main(
             processes, summary = launch_on_ray(config, run_dir, launch, command.launch.address)
             print(f"trained on {processes} processes")
             return report(summary, config, run_dir)
-        return train(config, run_dir, clock)
+        return train(config, run, clock)
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -99,7 +99,7 @@ def exit_process(status: int) -> NoReturn:
     sys.exit(status)
 
 
-def train(config, run_dir: str, clock: StartupClock) -> int:
+def train(config, run, clock: StartupClock) -> int:
     """Train (or resume, or report the finished run) in ``run_dir`` and print the summary."""
     from meltemi.trainer.step.distributed import initialize_from_environment
 
@@ -107,7 +107,7 @@ def train(config, run_dir: str, clock: StartupClock) -> int:
     from meltemi.trainer.trainer import Trainer
 
     clock.lap("imports")
-    return report(Trainer(config, run_dir, clock=clock).run(), config, run_dir)
+    return report(Trainer(config, run, clock=clock).run(), config, str(run))
 
 
 def report(summary, config, run_dir: str) -> int:

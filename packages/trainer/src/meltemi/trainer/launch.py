@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from meltemi.trainer.command import LaunchFlags
 from meltemi.trainer.config import RunConfig
+from meltemi.trainer.run_directory import RunDirectory
 
 if TYPE_CHECKING:
     from meltemi.trainer.trainer import RunSummary
@@ -222,9 +223,6 @@ def slice_launch(flags: LaunchFlags) -> SliceLaunch:
     return launch
 
 
-EVENTS = "events.jsonl"
-
-
 def run_events(run_dir: str) -> Callable[[str], None]:
     """Where a launch's events go: ``events.jsonl`` in the run directory, through the storage seam, so a
     run in a bucket keeps them with its checkpoints (a relaunch continues the log). Each line is written
@@ -238,7 +236,7 @@ def run_events(run_dir: str) -> Callable[[str], None]:
     """
     from meltemi.datastore.storage import Appender, Directory
 
-    log = Appender(Directory(run_dir), EVENTS)
+    log = Appender(Directory(run_dir), RunDirectory.EVENTS)
 
     def write(line: str) -> None:
         log.append(line)

@@ -19,25 +19,26 @@ import jax.numpy as jnp
 import numpy as np
 
 import haliax_lite as hax
+from meltemi.datastore import BatchLoader
 from meltemi.datastore.errors import DatastoreError, StorageError
-from meltemi.datastore.storage import Directory, Location, retried_requests
+from meltemi.datastore.storage import Location, retried_requests
 from meltemi.trainer import adapters
 from meltemi.trainer.checkpoint.checkpointer import Checkpointer
 from meltemi.trainer.checkpoint.resume import Start, starting_state
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data.run_data import RunData, open_data
-from meltemi.trainer.data.run_tokenizer import TOKENIZER_FILE, TokenizerRecord, copy_into_run, file_sha256
+from meltemi.trainer.data.run_tokenizer import TokenizerRecord, copy_into_run, file_sha256
 from meltemi.trainer.errors import TrainerError
 from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
 from meltemi.trainer.phase.initialize import initialize_from_base, resolve_run
-from meltemi.trainer.run.directory import check_run_dir
 from meltemi.trainer.run.loop import StepLoop
-from meltemi.trainer.run.plots import LOSS_PLOT, plot_loss
+from meltemi.trainer.run.plots import plot_loss
 from meltemi.trainer.run.progress import TrainingProgress
 from meltemi.trainer.run.signals import StopSignals, exit_status
 from meltemi.trainer.run.startup import StartupClock
-from meltemi.trainer.run.trackers import BATCHES, METRICS, Trackers, read_metrics, rewind_record
+from meltemi.trainer.run.trackers import Trackers, read_metrics, rewind_record
+from meltemi.trainer.run_directory import RunDirectory
 from meltemi.trainer.step import compile_cache
 from meltemi.trainer.step.cache_mirror import open_mirror
 from meltemi.trainer.step.distributed import wait_for_every_process
@@ -142,18 +143,19 @@ class Trainer:
     def __init__(
         self,
         config: RunConfig,
-        run_dir: str | os.PathLike | Location,
+        run_dir: str | os.PathLike | Location | RunDirectory,
         *,
         devices: list[jax.Device] | None = None,
         progress: bool = True,
         clock: StartupClock | None = None,
     ):
-        self.run_dir = Location.parse(run_dir)  # a local directory or a bucket URL, never a URL made a Path
+        self.directory = RunDirectory.of(run_dir)  # a local directory or a bucket URL, never a URL made a Path
+        self.run_dir = self.directory.location
         config = resolve_run(
             config, self.run_dir
         )  # the base checked; stores, corpora, stdlib: concrete paths
         self.config, self.show_progress = config, progress
-        self.run_files = Directory(self.run_dir)  # its small objects: config, metrics, plot
+        self.run_files = self.directory.files  # its small objects: config, metrics, plot
         self.clock = clock or StartupClock(started=time.perf_counter())
         self.compile_cache = compile_cache.enable_for(config.trainer)
         self.cache_mirror = open_mirror(
@@ -193,6 +195,18 @@ class Trainer:
         return self._eval_fn
 
     # ---- data to devices ---------------------------------------------------------------------------------
+
+    @property
+    def mesh(self) -> jax.sharding.Mesh:
+        return self.plan.mesh
+
+    @property
+    def train_batches(self) -> BatchLoader:
+        return self.data.train
+
+    def train_step(self, state: TrainState, local: dict[str, np.ndarray], rows: int):
+        """One compiled step on this process's rows ``local`` of a global batch of ``rows`` rows."""
+        return self.program.step(state, self.global_batch(local, rows), rows)
 
     def global_batch(self, local: dict[str, np.ndarray], global_rows: int) -> adapters.NamedBatch:
         """This process's rows, assembled with the other processes' into one global named batch."""
@@ -250,13 +264,15 @@ class Trainer:
         must be the config's tokenizer), and its record returned for the checkpoints."""
         tokenizer = self.config.data.tokenizer
         if not self.is_primary:
-            record = None if tokenizer is None else TokenizerRecord(TOKENIZER_FILE, file_sha256(tokenizer))
+            record = (
+                None if tokenizer is None else TokenizerRecord(RunDirectory.TOKENIZER, file_sha256(tokenizer))
+            )
             return Trackers([]), record
         first_logged = start_step + 1 if start_step else 0
         try:
             record = None if tokenizer is None else copy_into_run(tokenizer, self.run_files, resumed=resumed)
-            self.run_files.write_text("config.yaml", dump_config(self.config))
-            for name, first in ((METRICS, first_logged), (BATCHES, start_step)):
+            self.run_files.write_text(RunDirectory.CONFIG, dump_config(self.config))
+            for name, first in ((RunDirectory.METRICS, first_logged), (RunDirectory.BATCHES, start_step)):
                 rewound = rewind_record(self.run_files, name, first)
                 if rewound is not None:
                     note(rewound.describe(self.run_files.where(name), first))
@@ -281,7 +297,7 @@ class Trainer:
         """
         config, trainer = self.config, self.config.trainer
         retried_before = retried_requests()
-        check_run_dir(self.run_dir)
+        self.directory.check()
         trackers = Trackers([])
         progress = TrainingProgress(
             trainer.num_train_steps, 0, enabled=self.show_progress and self.is_primary
@@ -344,11 +360,11 @@ class Trainer:
                 self._sync_cache_mirror("push", progress.note)  # the eval and sampling programs too
         finally:
             trackers.close()
-        records = read_metrics(self.run_dir / METRICS)
+        records = read_metrics(self.run_dir / RunDirectory.METRICS)
         plot = (
-            plot_loss(records, self.run_files, LOSS_PLOT)
+            plot_loss(records, self.run_files, RunDirectory.LOSS_PLOT)
             if self.is_primary
-            else self.run_files.where(LOSS_PLOT)
+            else self.directory.where(RunDirectory.LOSS_PLOT)
         )
         if self.downstream is not None and self.is_primary:  # eval.tasks: their metrics by step, beside it
             plot_downstream(records, self.run_files)
@@ -382,7 +398,7 @@ class Trainer:
             skipped_steps=int(jax.device_get(state.skipped_steps)),
             first_eval=evals[0][1] if evals else {},
             last_eval=evals[-1][1] if evals else {},
-            metrics_path=self.run_files.where(METRICS),
+            metrics_path=self.directory.where(RunDirectory.METRICS),
             first_eval_step=evals[0][0] if evals else None,
             last_eval_step=evals[-1][0] if evals else None,
             **session,
@@ -399,9 +415,9 @@ class Trainer:
         progress.note(f"already trained to step {step} (trainer.num_train_steps {last}): nothing to train")
         return self._summary(
             start.state,
-            _evaluations(read_metrics(self.run_dir / METRICS), step),
+            _evaluations(read_metrics(self.run_dir / RunDirectory.METRICS), step),
             tokens_per_second=0.0,
-            plot_path=self.run_files.where(LOSS_PLOT),
+            plot_path=self.directory.where(RunDirectory.LOSS_PLOT),
             last_checkpoint=start.resumed_from,
             stopped_by=None,
             checkpoint_seconds_blocked=0.0,

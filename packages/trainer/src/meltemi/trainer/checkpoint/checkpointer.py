@@ -40,6 +40,7 @@ from meltemi.trainer.config import TrainerConfig
 from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, TokenizerRecord
 from meltemi.trainer.errors import CheckpointError
+from meltemi.trainer.run_directory import RunDirectory
 from meltemi.trainer.step.distributed import gather_rows, wait_for_every_process
 
 STEP_PREFIX = "step-"
@@ -165,7 +166,7 @@ class Checkpointer:
         process_index: int = 0,
         process_count: int = 1,
     ):
-        self.root = Directory(Location.parse(run_dir) / "checkpoints")
+        self.root = RunDirectory.of(run_dir).checkpoints
         self.process_index, self.process_count = process_index, process_count
         self.is_primary = process_index == 0
         self.schedule = SaveSchedule(trainer.checkpoint_every, trainer.checkpoint_every_minutes)
@@ -327,7 +328,7 @@ def find_checkpoints(location: str | os.PathLike | Location | Directory) -> list
     place = as_directory(location)
     if place.location.name.startswith(STEP_PREFIX) and place.list(""):
         return [place]
-    root = place / "checkpoints" if place.list("checkpoints/") else place
+    root = place / RunDirectory.CHECKPOINTS if place.list(f"{RunDirectory.CHECKPOINTS}/") else place
     return [step for _, step in step_dirs(root)]
 
 

@@ -37,8 +37,7 @@ from tokenizers import Tokenizer
 
 from meltemi.datastore.storage import Directory, Location, read_object
 from meltemi.trainer.errors import CheckpointError, ConfigError, TrainerError
-
-TOKENIZER_FILE = "tokenizer.json"
+from meltemi.trainer.run_directory import RunDirectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,18 +131,18 @@ def copy_into_run(
     run = run_dir if isinstance(run_dir, Directory) else Directory(run_dir)
     data = tokenizer_bytes(tokenizer)
     digest = hashlib.sha256(data).hexdigest()
-    kept = run.read_bytes(TOKENIZER_FILE) if resumed else None
+    kept = run.read_bytes(RunDirectory.TOKENIZER) if resumed else None
     if kept is not None:
         kept_digest = hashlib.sha256(kept).hexdigest()
         if kept_digest != digest:
             raise ConfigError(
                 f"data.tokenizer: {tokenizer} (sha256 {digest[:12]}) is not the tokenizer this run was "
-                f"trained with ({run.where(TOKENIZER_FILE)}, sha256 {kept_digest[:12]}); resume with that "
-                "one, or start a new run"
+                f"trained with ({run.where(RunDirectory.TOKENIZER)}, sha256 {kept_digest[:12]}); resume "
+                "with that one, or start a new run"
             )
-        return TokenizerRecord(TOKENIZER_FILE, digest)
-    run.write_bytes(TOKENIZER_FILE, data)
-    return TokenizerRecord(TOKENIZER_FILE, digest)
+        return TokenizerRecord(RunDirectory.TOKENIZER, digest)
+    run.write_bytes(RunDirectory.TOKENIZER, data)
+    return TokenizerRecord(RunDirectory.TOKENIZER, digest)
 
 
 def run_tokenizer(run_dir: str | os.PathLike | Location | Directory, record: TokenizerRecord) -> Path:

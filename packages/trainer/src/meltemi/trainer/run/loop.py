@@ -13,30 +13,57 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import jax
+from jax.sharding import Mesh
 
+from meltemi.datastore import BatchLoader
 from meltemi.datastore.storage import Appender, Location
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import NonFiniteError
-from meltemi.trainer.run.trackers import BATCHES, BUCKET_FLUSH_SECONDS
+from meltemi.trainer.run.startup import StartupClock
+from meltemi.trainer.run.trackers import BUCKET_FLUSH_SECONDS
+from meltemi.trainer.run_directory import RunDirectory
 from meltemi.trainer.step.distributed import agree, batch_hash
 from meltemi.trainer.step.flops import flops_per_token, peak_flops_per_device
 from meltemi.trainer.step.train_step import StepMetrics, TrainState
 
 
-class StepLoop:
-    """Train ``run``'s state to the last step; ``stopped_by`` names the signal when it stopped early.
+class LoopRun(Protocol):
+    """What the step loop needs of the run it drives, and nothing more (the ``Trainer`` is one): its
+    config, where it is, its training batches, its compiled step and its held-out evaluation."""
 
-    ``run`` is the ``Trainer`` (its config, program, data, evaluation and run directory); ``saved`` is the
-    checkpoint the state was restored from (a stop before the first step saves nothing new)."""
+    config: RunConfig
+    directory: RunDirectory
+    is_primary: bool
+    clock: StartupClock
+
+    @property
+    def mesh(self) -> Mesh: ...
+
+    @property
+    def train_batches(self) -> BatchLoader: ...
+
+    def train_step(self, state: TrainState, local: dict, rows: int) -> tuple[TrainState, StepMetrics]:
+        """One step on this process's rows ``local`` of a global batch of ``rows`` rows."""
+        ...
+
+    def evaluate(self, state: TrainState) -> dict[str, float]: ...
+
+
+class StepLoop:
+    """Train ``job``'s state to the last step; ``stopped_by`` names the signal when it stopped early.
+
+    ``saved`` is the checkpoint the state was restored from (a stop before the first step saves nothing
+    new)."""
 
     def __init__(
-        self, run, state: TrainState, trackers, progress, checkpointer, stop, saved: Location | None
+        self, job: LoopRun, state: TrainState, trackers, progress, checkpointer, stop, saved: Location | None
     ):
-        self.t, self.state, self.trackers, self.progress = run, state, trackers, progress
+        self.job, self.state, self.trackers, self.progress = job, state, trackers, progress
         self.checkpointer, self.stop = checkpointer, stop
-        self.rate = Throughput(run.config, run.plan.mesh.devices.size)
+        self.rate = Throughput(job.config, job.mesh.devices.size)
         self.first_eval: dict[str, float] = {}
         self.last_eval: dict[str, float] = {}
         self.evaluations: list[tuple[int, dict[str, float]]] = []  # this session's, with their steps
@@ -47,7 +74,7 @@ class StepLoop:
 
     def _evaluate(self, step: int) -> dict[str, float]:
         self.rate.pause()
-        metrics = self.t.evaluate(self.state)
+        metrics = self.job.evaluate(self.state)
         self.trackers.log(metrics, step=step)
         self.evaluations.append((step, metrics))
         self.rate.resume()
@@ -61,7 +88,7 @@ class StepLoop:
     def _report(self, step: int, metrics: StepMetrics, rows: int, force: bool = False) -> None:
         """Check a finished step's metrics (one step behind the dispatch, so the device never waits); its
         ``rows`` count towards the throughput of the interval it is reported in."""
-        config = self.t.config.trainer
+        config = self.job.config.trainer
         self.rate.add(rows)
         values = jax.device_get(metrics)
         if not bool(values.applied):
@@ -97,11 +124,11 @@ class StepLoop:
     def _log_batch_hash(self, step: int, local: dict) -> None:
         """Append the global batch's hash to ``batches.jsonl``: the same for any number of processes."""
         digest = batch_hash(local)
-        if self.t.is_primary:
+        if self.job.is_primary:
             if self.batches is None:
-                local_run = self.t.run_dir.is_local
+                run = self.job.directory
                 self.batches = Appender(
-                    self.t.run_files, BATCHES, flush_seconds=0.0 if local_run else BUCKET_FLUSH_SECONDS
+                    run.files, run.BATCHES, flush_seconds=0.0 if run.is_local else BUCKET_FLUSH_SECONDS
                 )
             self.batches.append(json.dumps({"step": step, "hash": digest}))
 
@@ -123,7 +150,7 @@ class StepLoop:
     def _final_checkpoint(self) -> None:
         step = int(jax.device_get(self.state.step))
         try:
-            local = self.t.data.train.batch(step)
+            local = self.job.train_batches.batch(step)
         except IndexError:  # the data ends at the last step
             local = None
         self._checkpoint(local, wait=True)
@@ -161,18 +188,18 @@ class StepLoop:
 
     def run(self, on_ready: Callable[[], None] = lambda: None) -> None:
         """Train to the last step; ``on_ready`` is called once, just before the first step is dispatched."""
-        trainer = self.t.config.trainer
+        trainer = self.job.config.trainer
         profiler = trainer.profiler
         start = int(jax.device_get(self.state.step))
         self.stop.boundary = start
         self.progress.update_total(trainer.num_train_steps, start)
         if start == 0:
             self.first_eval = self._evaluate(0)
-            self.t.clock.lap("first evaluation")
+            self.job.clock.lap("first evaluation")
         on_ready()
         self.rate.resume()
-        with jax.set_mesh(self.t.plan.mesh):
-            for step, local in self.t.data.train.iterate(start, trainer.num_train_steps):
+        with jax.set_mesh(self.job.mesh):
+            for step, local in self.job.train_batches.iterate(start, trainer.num_train_steps):
                 stop, due = self._decide(step, start)
                 if stop is not None:
                     self._stop_at(step, start, stop, local)
@@ -180,11 +207,11 @@ class StepLoop:
                 if due:
                     self._checkpoint(local)
                 if profiler is not None and step == profiler.start_step:
-                    jax.profiler.start_trace(str(self.t.run_dir / "profile"))
-                rows = self.t.data.train.schedule.size(step)
+                    jax.profiler.start_trace(str(self.job.directory.profile))
+                rows = self.job.train_batches.schedule.size(step)
                 if trainer.log_batch_hashes:
                     self._log_batch_hash(step, local)
-                self.state, metrics = self.t.program.step(self.state, self.t.global_batch(local, rows), rows)
+                self.state, metrics = self.job.train_step(self.state, local, rows)
                 self._flush()
                 self.pending = (step, metrics, rows)
                 if profiler is not None and step == profiler.start_step + profiler.num_steps - 1:

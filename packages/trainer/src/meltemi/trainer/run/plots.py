@@ -6,11 +6,10 @@ import io
 from typing import Any
 
 from meltemi.datastore.storage import Directory
+from meltemi.trainer.run_directory import RunDirectory
 
-LOSS_PLOT = "loss.png"
 
-
-def plot_loss(records: list[dict[str, Any]], run: Directory, name: str = LOSS_PLOT) -> str:
+def plot_loss(records: list[dict[str, Any]], run: Directory, name: str = RunDirectory.LOSS_PLOT) -> str:
     """Draw ``train/loss`` and every ``eval/*/loss`` of ``records`` (``metrics.jsonl`` lines) to the PNG
     ``name`` in ``run`` (a local directory or a bucket); returns where it went.
 

@@ -29,9 +29,8 @@ from meltemi.datastore.storage import Appender, Directory, Location, read_append
 from meltemi.datastore.storage.appender import segment_key, segments
 from meltemi.trainer.config import TrackersConfig
 from meltemi.trainer.errors import ConfigError
+from meltemi.trainer.run_directory import RunDirectory
 
-METRICS = "metrics.jsonl"
-BATCHES = "batches.jsonl"
 BUCKET_FLUSH_SECONDS = 10.0
 """How long metrics wait before they reach a bucket's run directory (each flush rewrites an object)."""
 
@@ -54,7 +53,7 @@ class JsonlTracker:
     object); ``flush()`` writes them at once (before a checkpoint, so its step's record is never lost).
     """
 
-    def __init__(self, run: Directory, name: str = METRICS, flush_seconds: float = 0.0):
+    def __init__(self, run: Directory, name: str = RunDirectory.METRICS, flush_seconds: float = 0.0):
         self._log = Appender(run, name, flush_seconds=flush_seconds)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
@@ -136,7 +135,7 @@ class Trackers:
         local run directory (a ``ConfigError`` naming the field otherwise)."""
         local = run.location.local_path
         flush_seconds = 0.0 if local is not None else BUCKET_FLUSH_SECONDS
-        trackers: list[Tracker] = [JsonlTracker(run, METRICS, flush_seconds)]
+        trackers: list[Tracker] = [JsonlTracker(run, RunDirectory.METRICS, flush_seconds)]
         check_trackers(config, run.location)
         if config.tensorboard:
             trackers.append(TensorBoardTracker(local / "tensorboard", first_step))
