@@ -233,3 +233,19 @@ def test_a_persistent_failure_in_the_middle_of_a_save_leaves_no_committed_checkp
         assert arrays(f"{url}/checkpoints/step-6") == arrays(local_reference / "checkpoints" / "step-6")
     finally:
         proxy.stop()
+
+
+def test_a_run_directory_in_a_bucket_is_probed_once_per_process(s3, monkeypatch):
+    """The command checks the run directory before building data and the trainer checks it again: one
+    probe write between them (each a PUT, a LIST and a DELETE on a cloud's bucket)."""
+    import meltemi.trainer.run_directory as run_directory
+    from meltemi.trainer.run_directory import RunDirectory
+
+    probes = []
+    monkeypatch.setattr(run_directory, "check_writable", lambda where: probes.append(str(where)))
+    url = f"s3://{s3.make_bucket()}/runs/tiny"
+    RunDirectory.of(url).check()
+    RunDirectory.of(url).check()
+    assert probes == [url]
+    RunDirectory.of(f"{url}-other").check()
+    assert probes == [url, f"{url}-other"]
