@@ -311,6 +311,12 @@ def test_the_model_sharded_as_trained_exports_the_same_bytes(make_config, run_di
     sharded = trainer.initial_state().model
     assert len(sharded.layers.stacked.self_attn.q_proj.weight.array.sharding.device_set) == 4
     a = export_hf(sharded, tmp_path / "sharded")
+    # np.asarray of a sharded array keeps the host copy on it (jax's _npy_value): the model would hold one of
+    # its embedding, lm_head and norm as long as it lives, beside each tensor the export converts next.
+    held = [
+        leaf for leaf in jax.tree_util.tree_leaves(sharded) if getattr(leaf, "_npy_value", None) is not None
+    ]
+    assert held == []
     b = export_hf(jax.device_put(sharded, jax.devices()[0]), tmp_path / "local")
     assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
 

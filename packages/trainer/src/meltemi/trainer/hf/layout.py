@@ -64,12 +64,39 @@ class HfTensor:
     shape: tuple[int, ...]
 
     def to_hf(self, array: hax.NamedArray) -> np.ndarray:
-        """Our (per-layer) array as the Hugging Face tensor, on the host."""
-        return np.asarray(array.rearrange(tuple(a.name for a in self.axes)).array).reshape(self.shape)
+        """Our (per-layer) array as the Hugging Face tensor, on the host (``on_host``)."""
+        return on_host(array.rearrange(tuple(a.name for a in self.axes)).array).reshape(self.shape)
 
     def from_hf(self, array: np.ndarray) -> np.ndarray:
         """The Hugging Face tensor in our axis order (the inverse of ``to_hf``)."""
         return np.asarray(array).reshape(tuple(a.size for a in self.axes))
+
+
+def on_host(array: jax.Array) -> np.ndarray:
+    """``array`` as a host array, leaving no copy of it behind.
+
+    ``np.asarray`` keeps the host value it fetches on an array that lives on an accelerator or on several
+    devices (jax caches it, so the next fetch is free): a model's own parameter (the embedding) would then
+    hold a host copy as long as the model lives, beside each tensor an export converts next. So each of the
+    array's shards is copied onto the CPU device as an array of its own, which is read and dropped: an array
+    already whole on the CPU device is read in place, and nothing is left on the parameter.
+
+    >>> on_host(jax.numpy.arange(3.0)).tolist()
+    [0.0, 1.0, 2.0]
+    """
+    try:
+        cpu = jax.devices("cpu")[0]
+    except RuntimeError:  # no CPU backend (JAX_PLATFORMS leaves it out): jax's own fetch it is
+        return np.asarray(array)
+    if not array.is_fully_addressable:  # other processes hold part of it: jax's own fetch says what it can
+        return np.asarray(array)
+    shards = [shard for shard in array.addressable_shards if shard.replica_id == 0]
+    if len(shards) == 1:
+        return np.asarray(jax.device_put(shards[0].data, cpu))
+    out = np.empty(array.shape, array.dtype)
+    for shard in shards:
+        out[shard.index] = np.asarray(jax.device_put(shard.data, cpu))
+    return out
 
 
 def _matrix_shape(axes: tuple[hax.Axis, ...], rows: int) -> tuple[int, ...]:
