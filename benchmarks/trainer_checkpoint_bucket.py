@@ -8,14 +8,15 @@ arrays read one after another. Then the step loop: `--steps` steps with a checkp
 `--every` steps (`Checkpointer.save`, the trainer's path) against the same steps with none.
 
     uv run python benchmarks/trainer_checkpoint_bucket.py [--layers 8] [--hidden 384] [--steps 30]
-        [--latency-ms 30]
+        [--latency-ms 30] [--pin]
 
 A loopback server answers at once, and on this 2-core machine it computes on the cores the client uses, so
 requests in flight together are served no faster than one after another. ``--latency-ms`` makes the server
 wait that long before answering each request (without using a core), as a real bucket's time to first
 byte does (tens of milliseconds on GCS and S3): what concurrent restore is for. The server's CPU seconds
 per checkpoint are printed too (on a real bucket that work is not on the training machine), and the step
-loop checkpointing to ``memory://`` through the same code: the client's own share of the overhead.
+loop checkpointing to ``memory://`` through the same code: the client's own share of the overhead. ``--pin``
+puts the server on a core of its own and the training on the others, as a remote bucket's work is.
 
 The last lines are `ratio: ...`: restore throughput / raw GET throughput (target >= 0.7), sequential time /
 restore time (target >= 3), and step time with checkpoints / without (target <= 1.05).
@@ -58,14 +59,23 @@ sys.stdin.read()
 """
 
 
-def start_server(latency_seconds: float) -> tuple[subprocess.Popen, str]:
+def pin_server_core() -> tuple[set[int], set[int]] | None:
+    """The cores for the server (the last one) and for this process (the others), or None with fewer than
+    two: a remote bucket's work is not done on the training machine, so with ``--pin`` the server's is
+    kept off the cores the step computes on."""
+    cores = sorted(os.sched_getaffinity(0))
+    return None if len(cores) < 2 else ({cores[-1]}, set(cores[:-1]))
+
+
+def start_server(latency_seconds: float, core: set[int] | None = None) -> tuple[subprocess.Popen, str]:
     """moto's S3 server in a process of its own (so it does not share this one's interpreter lock),
-    answering each request after ``latency_seconds``."""
+    answering each request after ``latency_seconds``, on ``core`` when given."""
     process = subprocess.Popen(
         [sys.executable, "-c", SERVER, str(latency_seconds)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=None if core is None else lambda: os.sched_setaffinity(0, core),
     )
     endpoint = process.stdout.readline().strip()
     os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1", **TEST_KEYS})
@@ -106,14 +116,20 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3, help="restore measurements (the best is kept)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="the server's wait before each answer")
+    parser.add_argument(
+        "--pin", action="store_true", help="the server on a core of its own, the training on the others"
+    )
     args = parser.parse_args()
+    pinned = pin_server_core() if args.pin else None
+    if pinned is not None:
+        os.sched_setaffinity(0, pinned[1])  # before JAX starts its threads
     config = load_config("configs/tiny.yaml", [
         "--model.num_layers", str(args.layers), "--model.hidden_dim", str(args.hidden),
         "--model.intermediate_dim", str(3 * args.hidden), "--data.seq_len", "64", "--trainer.mesh.data", "1",
         "--trainer.checkpoint_every", str(args.every), "--model.attention", "xla",
         "--model.cross_entropy", "xla",
     ])  # fmt: skip
-    server, endpoint = start_server(args.latency_ms / 1e3)
+    server, endpoint = start_server(args.latency_ms / 1e3, None if pinned is None else pinned[0])
     try:
         run = f"s3://{make_bucket(endpoint)}/run"
         plan = MeshPlan.of(config, jax.devices()[:1])
@@ -171,6 +187,7 @@ def main() -> None:
     print(
         f"device: {jax.devices()[0].device_kind}; {len(manifest.arrays)} arrays, {len(keys)} objects, "
         f"{mib:.1f} MiB; the server answers after {args.latency_ms:g} ms"
+        + ("" if pinned is None else f", on core {min(pinned[0])}; the training on {sorted(pinned[1])}")
     )
     for name, seconds in best.items():
         print(f"{name}: {seconds:.2f} s ({mib / seconds:.0f} MiB/s)")
