@@ -170,7 +170,8 @@ def main(args) -> None:
     largest, total = max(tensors), sum(tensors)
     server, endpoint = start_server(0.0)
     try:
-        url = f"s3://{make_bucket(endpoint)}/hf/bench"
+        bucket_name = make_bucket(endpoint)
+        url = f"s3://{bucket_name}/hf/bench"
         local = Path(tempfile.mkdtemp()) / "hf"
         measured = {"local": run_side("local", str(local), args), "bucket": run_side("bucket", url, args)}
         files = {p.name: p.read_bytes() for p in local.iterdir()}
@@ -180,7 +181,7 @@ def main(args) -> None:
         shard = max(len(data) for name, data in files.items() if name.endswith(".safetensors"))
         shards = len([name for name in files if name.endswith(".safetensors")])
         files.clear()
-        put = run_side("put", f"s3://{make_bucket(endpoint)}/put", args, put_bytes=shard)
+        put = run_side("put", f"s3://{bucket_name}/put", args, put_bytes=shard)
     finally:
         server.kill()
     print(
