@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.ad_checkpoint import checkpoint_name as tag
 
 from meltemi import kernels
 from meltemi.trainer import adapters
@@ -82,11 +83,11 @@ def reference_step(config: RunConfig):
         shape = (1, cos.shape[0]) + (1,) * (x.ndim - 3) + (cos.shape[1],)
         return x * cos.reshape(shape).astype(x.dtype) + rotated * sin.reshape(shape).astype(x.dtype)
 
-    def block(x, layer, cos, sin, segments):
+    def block(x, layer, cos, sin, segments):  # tagged as the trainer's model is, for `save_dots`
         h = rms(x, layer["norm1"])
-        q = rotate(jnp.einsum("bse,ekgd->bskgd", h, layer["q"]), cos, sin)
-        k = rotate(jnp.einsum("bse,ekd->bskd", h, layer["k"]), cos, sin)
-        v = jnp.einsum("bse,ekd->bskd", h, layer["v"])
+        q = tag(rotate(jnp.einsum("bse,ekgd->bskgd", h, layer["q"]), cos, sin), "q")
+        k = tag(rotate(jnp.einsum("bse,ekd->bskd", h, layer["k"]), cos, sin), "k")
+        v = tag(jnp.einsum("bse,ekd->bskd", h, layer["v"]), "v")
         b, s, kv, g, d = q.shape
         att = kernels.attention(
             q.reshape(b, s, kv * g, d),
@@ -96,11 +97,11 @@ def reference_step(config: RunConfig):
             implementation=mc.attention,
             check_finite=False,
         ).reshape(b, s, kv, g, d)
-        x = x + jnp.einsum("bskgd,kgde->bse", att, layer["o"])
+        x = x + tag(jnp.einsum("bskgd,kgde->bse", tag(att, "attention"), layer["o"]), "attention_out")
         h = rms(x, layer["norm2"])
-        gate = jnp.einsum("bse,em->bsm", h, layer["gate"])
-        up = jnp.einsum("bse,em->bsm", h, layer["up"])
-        return x + jnp.einsum("bsm,me->bse", jax.nn.silu(gate) * up, layer["down"])
+        gate = tag(jnp.einsum("bse,em->bsm", h, layer["gate"]), "gate")
+        up = tag(jnp.einsum("bse,em->bsm", h, layer["up"]), "up")
+        return x + tag(jnp.einsum("bsm,me->bse", jax.nn.silu(gate) * up, layer["down"]), "mlp_out")
 
     def loss_fn(params, batch):
         p = jax.tree_util.tree_map(lambda x: x.astype(compute), params)
@@ -134,8 +135,33 @@ def reference_step(config: RunConfig):
         )
         return loss
 
+    def gradients(params, batch):
+        """The batch's loss and gradient, accumulated over ``trainer.microbatch_size`` rows at a time as the
+        trainer accumulates them (microbatch ``i`` takes rows ``i, i + count, ...``; each weighed by its
+        share of the trained targets). Without it this step would hold every row's activations at once:
+        the 1B shape's 64 rows, not its 8, which is what asked for 604 GiB without remat."""
+        micro, rows = config.trainer.microbatch_size, batch[0].shape[0]
+        if micro is None or micro >= rows:
+            return jax.value_and_grad(loss_fn)(params, batch)
+        count = rows // micro
+
+        def split(x):
+            return x.reshape(micro, count, *x.shape[1:]).swapaxes(0, 1)
+
+        total = batch[3].astype(jnp.float32).sum()
+
+        def accumulate(carry, one):
+            loss, grads = jax.value_and_grad(loss_fn)(params, one)
+            share = one[3].astype(jnp.float32).sum() / total
+            summed = jax.tree_util.tree_map(lambda a, g: a + share * g.astype(jnp.float32), carry[1], grads)
+            return (carry[0] + share * loss, summed), None
+
+        zeros = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+        (loss, grads), _ = jax.lax.scan(accumulate, (jnp.float32(0), zeros), tuple(map(split, batch)))
+        return loss, grads
+
     def step(params, opt_state, batch):
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        loss, grads = gradients(params, batch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -161,15 +187,57 @@ def batches(config: RunConfig, count: int, rows: int) -> list[dict[str, np.ndarr
     return out
 
 
+def memory_plans(config: RunConfig, plan: MeshPlan, rows: int) -> None:
+    """Both steps compiled from abstract shapes (nothing allocated: the 1B shape's state alone is 15 GiB)
+    and XLA's memory plan for each printed."""
+    with jax.set_mesh(plan.mesh):
+        key = jax.eval_shape(lambda: adapters.jax_key(config.trainer.seed, "init"))
+        state = jax.eval_shape(lambda k: init_state(config, k), key)
+        params = jax.eval_shape(reference_params, state)
+        optimizer, ref_step = reference_step(config)
+        opt_state = jax.eval_shape(optimizer.init, params)
+        shape = (rows, config.data.seq_len)
+        host = {
+            name: jax.ShapeDtypeStruct(shape, jnp.int32) for name in ("input_ids", "targets", "segment_ids")
+        }
+        host |= {
+            "positions": jax.ShapeDtypeStruct(shape, jnp.int32),
+            "loss_mask": jax.ShapeDtypeStruct(shape, bool),
+        }
+        host["source"] = jax.ShapeDtypeStruct(shape[:1], jnp.int32)
+        named = jax.eval_shape(adapters.named_batch, host)
+        plain = (host["input_ids"], host["targets"], host["segment_ids"], host["loss_mask"])
+        programs = {
+            "trainer step": jax.jit(make_train_step(config), donate_argnums=0).lower(state, named),
+            "plain JAX step": ref_step.lower(params, opt_state, plain),
+        }
+        for name, lowered in programs.items():
+            m = lowered.compile().memory_analysis()
+            print(
+                f"{name}: arguments {m.argument_size_in_bytes / 2**30:.2f} GiB, temporaries "
+                f"{m.temp_size_in_bytes / 2**30:.2f} GiB (remat {config.model.remat}, microbatch "
+                f"{config.trainer.microbatch_size}, batch {rows} x {config.data.seq_len}; XLA:"
+                f"{jax.devices()[0].platform}'s plan)"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/tiny.yaml")
     parser.add_argument("--rounds", type=int, default=5, help="alternations of the two steps")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per round and implementation")
+    parser.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="compile both steps and print XLA's memory plan for each, without running them",
+    )
     args, overrides = parser.parse_known_args()
     config = load_config(args.config, ["--trainer.mesh.data", "1", *overrides])
     plan = MeshPlan.of(config, jax.devices()[:1])
     rows = config.trainer.batch_sizes()[0]
+    if args.memory_only:
+        memory_plans(config, plan, rows)
+        return
     data = batches(config, args.steps, rows)
 
     with jax.set_mesh(plan.mesh):
