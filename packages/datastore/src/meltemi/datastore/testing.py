@@ -179,8 +179,10 @@ def _list_by_key_range() -> None:
 def _unsatisfiable_ranges() -> None:
     """Answer a read whose byte range starts at or past the object's end with a 416, as GCS does (the
     emulator answers with a Content-Range that ends before it starts), so that reading past the end of an
-    object is the same error on every backend. Media reads of the JSON API (`alt=media`) go through the
-    same function."""
+    object is the same error on every backend; and name the object's generation on every read
+    (`x-goog-generation`), as GCS does: TensorStore checks that reads of one object it has coalesced (the
+    shards of a chunk that several devices restore at once) saw one generation, and without it answers
+    "Malformed StorageGeneration". Media reads of the JSON API (`alt=media`) go through the same function."""
     from gcp_storage_emulator import server
     from gcp_storage_emulator.exceptions import NotFound
     from gcp_storage_emulator.handlers import objects
@@ -190,15 +192,17 @@ def _unsatisfiable_ranges() -> None:
         return
 
     def download(request: Any, response: Any, storage: Any, *args: Any, **kwargs: Any) -> Any:
+        bucket, name = request.params["bucket_name"], request.params["object_id"]
+        try:
+            size = len(storage.get_file(bucket, name))
+            generation = storage.get_file_obj(bucket, name)["generation"]
+        except NotFound:  # the emulator's own download answers that
+            return original(request, response, storage, *args, **kwargs)
         asked = re.fullmatch(r"\s*bytes=(?P<start>[0-9]+)-[0-9]*", request.get_header("range", None) or "")
-        if asked:
-            try:
-                size = len(storage.get_file(request.params["bucket_name"], request.params["object_id"]))
-            except NotFound:  # the emulator's own download answers that
-                size = None
-            if size is not None and int(asked["start"]) >= size:
-                response.status = HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE
-                return None
+        if asked and int(asked["start"]) >= size:
+            response.status = HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE
+            return None
+        response["x-goog-generation"] = str(generation)
         return original(request, response, storage, *args, **kwargs)
 
     download.refuses_unsatisfiable_ranges = True  # type: ignore[attr-defined]
