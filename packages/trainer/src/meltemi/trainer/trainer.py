@@ -149,7 +149,7 @@ class Trainer:
         progress: bool = True,
         clock: StartupClock | None = None,
     ):
-        self.directory = RunDirectory.of(run_dir)  # a local directory or a bucket URL, never a URL made a Path
+        self.directory = RunDirectory.of(run_dir)  # a local path or a bucket URL, never a Path made of one
         self.run_dir = self.directory.location
         config = resolve_run(
             config, self.run_dir
