@@ -190,7 +190,10 @@ def run_inner_suite(tmp_path: Path, source: str, env: dict[str, str]):
     import sys
 
     (tmp_path / "test_inner.py").write_text(source)
-    env = {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
+    # A session of its own: run from an xdist worker of this suite, it would otherwise inherit the worker's
+    # PYTEST_XDIST_* variables and its controller would take itself for a worker.
+    env = {name: value for name, value in env.items() if not name.startswith("PYTEST_XDIST")}
+    env |= {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist.plugin",
                "-p", "conftest", "-n", "2", "--dist", "loadgroup", "test_inner.py"]  # fmt: skip
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
