@@ -42,8 +42,7 @@ def plan_sampling(
         )
     layout = inference_layout(config, devices)
     plan = layout.plan
-    parallel = plan.devices_over(plan.compute_mapping.get("batch"))
-    rows = -(-rows // parallel) * parallel
+    rows = plan.whole_rows(rows)
     prompt_len = end - max_new_tokens
 
     def batch(*shape: int, dtype=jnp.int32) -> jax.ShapeDtypeStruct:

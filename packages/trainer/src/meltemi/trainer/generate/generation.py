@@ -239,8 +239,8 @@ def generate(
             f"the longest prompt ({prompt_len} tokens) plus max_new_tokens ({settings.max_new_tokens}) "
             f"exceeds model.max_seq_len ({config.max_seq_len})"
         )
-    multiple = 1 if plan is None else plan.devices_over(plan.compute_mapping.get("batch"))
-    rows = -(-max(len(ids), min_rows) // multiple) * multiple
+    rows = max(len(ids), min_rows)
+    rows = rows if plan is None else plan.whole_rows(rows)
     tokens = np.zeros((rows, end), np.int32)
     pad = np.full(rows, prompt_len - 1, np.int32)
     for i, prompt in enumerate(ids):

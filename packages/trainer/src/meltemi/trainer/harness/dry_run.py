@@ -42,8 +42,7 @@ def plan_scoring(
         )
     layout = inference_layout(config, devices)
     plan = layout.plan
-    parallel = plan.devices_over(plan.compute_mapping.get("batch"))
-    rows = -(-batch_size // parallel) * parallel
+    rows = plan.whole_rows(batch_size)
     sharding = plan.sharding((hax.Axis("batch", rows), hax.Axis("columns", length)), plan.compute_mapping)
     tokens = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sharding)
     score = functools.partial(token_scores, compute_dtype=config.trainer.compute_dtype)

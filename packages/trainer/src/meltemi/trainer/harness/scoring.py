@@ -103,8 +103,7 @@ class TokenScorer:
                 f"({model.config.max_seq_len})"
             )
         self.model, self.compute_dtype, self.plan = model, compute_dtype, plan
-        parallel = 1 if plan is None else plan.devices_over(plan.compute_mapping.get("batch"))
-        self.rows = -(-batch_size // parallel) * parallel  # a multiple of the data-parallel devices
+        self.rows = batch_size if plan is None else plan.whole_rows(batch_size)
 
     def bucket(self, length: int) -> int:
         """The padded length of a batch whose longest row has ``length`` input tokens."""

@@ -168,6 +168,16 @@ class MeshPlan:
     def shape(self) -> dict[str, int]:
         return dict(self.mesh.shape)
 
+    def whole_rows(self, rows: int) -> int:
+        """``rows`` rounded up to a multiple of the devices a batch's rows are split over (the compute
+        mapping's ``batch``), as a batch of inference requests is padded.
+
+        >>> MeshPlan.of(RunConfig(), devices=jax.devices()[:1]).whole_rows(5)
+        5
+        """
+        parallel = self.devices_over(self.compute_mapping.get("batch"))
+        return -(-rows // parallel) * parallel
+
     def devices_over(self, physical) -> int:
         """How many devices a mapping value (a mesh axis, several, or None) splits an axis over."""
         return _devices_over(self.shape, physical)
