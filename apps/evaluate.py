@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     add_checkpoint_flag(parser, dry_run=True)
     parser.add_argument(
         "--tasks",
-        help="comma-separated task, group or tag names or task YAML paths (required but with --dry-run)",
+        help="comma-separated task, group or tag names or task YAML paths (required unless --dry-run)",
     )
     parser.add_argument(
         "--limit", type=_limit, default=None, help="documents per task, below 1 a fraction (default: all)"

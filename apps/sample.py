@@ -27,7 +27,7 @@ from meltemi.trainer.generate.flags import (
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_checkpoint_flag(parser, dry_run=True)
-    parser.add_argument("--prompt", help="the text to continue (required but with --dry-run)")
+    parser.add_argument("--prompt", help="the text to continue (required unless --dry-run)")
     add_sampling_flags(parser, max_new_tokens=64, temperature=0.8)
     args, overrides = parse_app_args(parser, argv, required=("prompt",))
     if args.dry_run:

@@ -250,6 +250,7 @@ def test_an_evaluation_that_does_not_fit_says_by_how_much(tmp_path):
     ("args", "status", "message"),
     [
         (["--dry-run", "--tasks", "x"], 2, "--dry-run needs --config: the run's YAML config to plan for"),
+        (["--dry-run", "--config", "c.yaml", "--checkpoint", "runs/x"], 2, "--checkpoint: not with --dry-run, which plans from --config alone"),  # noqa: E501
         (["--checkpoint", "runs/x", "--tasks", "x", "--hardware.devices", "16"], 2, "unrecognized arguments: --hardware.devices 16 (config fields are set only with --dry-run)"),  # noqa: E501
         (["--checkpoint", "runs/x", "--tasks", "x", "--devices", "16"], 2, "--devices: only with --dry-run"),
         (["--tasks", "x"], 2, "the following arguments are required: --checkpoint"),

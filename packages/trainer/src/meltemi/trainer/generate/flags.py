@@ -27,7 +27,7 @@ def add_checkpoint_flag(parser: argparse.ArgumentParser, *, dry_run: bool = Fals
         parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
         return
     parser.add_argument(
-        "--checkpoint", help=CHECKPOINT_HELP.replace("(required)", "(required but with --dry-run)")
+        "--checkpoint", help=CHECKPOINT_HELP.replace("(required)", "(required unless --dry-run)")
     )
     group = parser.add_argument_group(
         "dry run",
@@ -58,6 +58,8 @@ def parse_app_args(
     if args.dry_run:
         if args.config is None:
             parser.error("--dry-run needs --config: the run's YAML config to plan for")
+        if args.checkpoint is not None:
+            parser.error("--checkpoint: not with --dry-run, which plans from --config alone")
         if args.devices is not None and args.devices < 1:
             parser.error(f"--devices {args.devices}: must be positive")
         stray = [word for word in overrides if word.startswith("-") and "." not in word]
