@@ -75,4 +75,4 @@ def plan_sampling(
         loop,
         donate_argnums=(1,),
     )
-    return plan_of("sampling", config, layout, [first, decode])
+    return plan_of("sampling", config, layout, model, [first, decode])

@@ -62,10 +62,17 @@ def parse_app_args(
             parser.error("--checkpoint: not with --dry-run, which plans from --config alone")
         if args.devices is not None and args.devices < 1:
             parser.error(f"--devices {args.devices}: must be positive")
-        stray = [word for word in overrides if word.startswith("-") and "." not in word]
-        if stray:
-            parser.error(f"unrecognized arguments: {' '.join(stray)}")
-        return args, overrides
+        from meltemi.trainer.command import parse_command
+        from meltemi.trainer.errors import ConfigError
+
+        try:  # the trainer's one command line tells overrides from flags, and names a word that is neither
+            command = parse_command(overrides)
+        except ConfigError as e:
+            parser.error(str(e))
+        flags = [word for word in overrides if word.startswith("--") and word not in command.overrides]
+        if flags:
+            parser.error(f"{', '.join(flags)}: not a flag of this command")
+        return args, list(command.overrides)
     if overrides:
         parser.error(
             f"unrecognized arguments: {' '.join(overrides)} (config fields are set only with --dry-run)"

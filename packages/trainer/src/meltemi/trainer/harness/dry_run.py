@@ -46,12 +46,8 @@ def plan_scoring(
     sharding = plan.sharding((hax.Axis("batch", rows), hax.Axis("columns", length)), plan.compute_mapping)
     tokens = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sharding)
     score = functools.partial(token_scores, compute_dtype=config.trainer.compute_dtype)
+    model = sharded_parameters(config, layout)
     program, _ = compile_program(
-        "scoring",
-        f"{rows} rows x {length} tokens, all {length} scored",
-        score,
-        layout,
-        sharded_parameters(config, layout),
-        *[tokens] * 4,
+        "scoring", f"{rows} rows x {length} tokens, all {length} scored", score, layout, model, *[tokens] * 4
     )
-    return plan_of("evaluation", config, layout, [program])
+    return plan_of("evaluation", config, layout, model, [program])

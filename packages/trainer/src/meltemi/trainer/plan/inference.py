@@ -88,11 +88,11 @@ def compile_program(
 
 
 def plan_of(
-    task: str, config: RunConfig, layout: InferenceLayout, programs: list[ProgramPlan]
+    task: str, config: RunConfig, layout: InferenceLayout, model: Llama, programs: list[ProgramPlan]
 ) -> InferencePlan:
-    """The record of a dry run whose ``programs`` were compiled for ``config``'s model on ``layout``."""
-    abstract = sharded_parameters(config, layout)
-    leaves = jax.tree.leaves(abstract)
+    """The record of a dry run whose ``programs`` were compiled for ``model`` (``sharded_parameters``: its
+    bytes per device are counted from their shardings) on ``layout``."""
+    leaves = jax.tree.leaves(model)
     per_device = sum(
         int(np.prod(leaf.sharding.shard_shape(leaf.shape), dtype=np.int64)) * leaf.dtype.itemsize
         for leaf in leaves
