@@ -19,6 +19,7 @@ from meltemi.datastore.errors import (
     IntegrityError,
     InvalidUtf8Error,
     SourceChangedError,
+    TokenizerFileError,
     TokenizerMismatchError,
 )
 from meltemi.datastore.feistel import FeistelPermutation
@@ -31,6 +32,7 @@ from meltemi.datastore.shuffle import ShuffledDataset
 from meltemi.datastore.splits import SequenceRange, hold_out
 from meltemi.datastore.store import TokenStore
 from meltemi.datastore.token_bytes import token_byte_lengths
+from meltemi.datastore.tokenizer_file import load_tokenizer
 
 __version__ = importlib.metadata.version("meltemi-datastore")
 
@@ -56,6 +58,7 @@ __all__ = [
     "ShuffledDataset",
     "SourceChangedError",
     "TokenStore",
+    "TokenizerFileError",
     "TokenizerMismatchError",
     "audit_store",
     "block_counts",
@@ -64,6 +67,7 @@ __all__ = [
     "derive_key",
     "hold_out",
     "hold_out_conversations",
+    "load_tokenizer",
     "pack_lengths",
     "python_stdlib",
     "token_byte_lengths",

@@ -52,6 +52,10 @@ class InvalidUtf8Error(InputError):
         return functools.partial(type(self), **where), self.args
 
 
+class TokenizerFileError(InputError):
+    """A `tokenizer.json` is missing, unreadable, or not a Hugging Face tokenizer (the message names it)."""
+
+
 class ChatTemplateError(DatastoreError):
     """A chat template cannot be used: bad Jinja syntax, no `{% generation %}` blocks where they are
     needed, or a render that fails (the message names the template's source and the line)."""

@@ -11,6 +11,8 @@ import os
 import numpy as np
 from tokenizers import Tokenizer
 
+from meltemi.datastore.tokenizer_file import load_tokenizer
+
 
 def _byte_level_alphabet() -> dict[str, int]:
     """The byte-level BPE alphabet's character for each byte (GPT-2's printable remapping), inverted."""
@@ -34,7 +36,8 @@ def _is_byte_level(tokenizer: Tokenizer) -> bool:
 
 
 def token_byte_lengths(tokenizer: str | os.PathLike | Tokenizer) -> np.ndarray:
-    """An int32 array, indexed by token id, of the bytes each token spells (special tokens: 0).
+    """An int32 array, indexed by token id, of the bytes each token spells (special tokens: 0); `tokenizer`
+    parsed, or a `tokenizer.json`'s path or URL.
 
     >>> import tempfile
     >>> from meltemi.datastore import corpora
@@ -46,7 +49,7 @@ def token_byte_lengths(tokenizer: str | os.PathLike | Tokenizer) -> np.ndarray:
     True
     """
     if not isinstance(tokenizer, Tokenizer):
-        tokenizer = Tokenizer.from_file(os.fspath(tokenizer))
+        tokenizer = load_tokenizer(tokenizer)
     special = {i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special}
     lengths = np.zeros(tokenizer.get_vocab_size(with_added_tokens=True), np.int32)
     alphabet = _byte_level_alphabet() if _is_byte_level(tokenizer) else None

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import fsspec
 import numpy as np
 from tokenizers import Tokenizer
 
@@ -25,7 +24,8 @@ from meltemi.datastore.errors import InputError
 from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
 from meltemi.datastore.long_documents import pieces_of
 from meltemi.datastore.sources import Piece, ReadNotes, ReadPolicy, read_documents, redact
-from meltemi.datastore.storage import SCHEMES, Directory, Location, read_object, url_scheme
+from meltemi.datastore.storage import Directory, Location
+from meltemi.datastore.tokenizer_file import parse_tokenizer, read_tokenizer_text
 
 if TYPE_CHECKING:
     from meltemi.datastore.chat_build import ChatBuild
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 ENCODE_BATCH = 512  # documents read before they are tokenized together
 BATCH_CHARACTERS = 1 << 20  # about the characters tokenized at once (and read before tokenizing)
-_TOKENIZERS: dict[str, Tokenizer] = {}  # parsed tokenizers by hash, so each process parses one once
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
 
 
@@ -55,22 +54,15 @@ class TokenizerInfo:
         eos_token: str | None = None,
         hints: Hints | None = None,
     ) -> TokenizerInfo:
-        """Read a `tokenizer.json` (local or fsspec URL) and find its end-of-document token; a missing one
-        is an error saying how to name one or go without, in the words of `hints`."""
+        """Read a `tokenizer.json` (a path, or any URL `tokenizer_file` reads) and find its end-of-document
+        token; a missing one is an error saying how to name one or go without, in the words of `hints`."""
         shown = redact(os.fspath(path))
-        try:
-            text = _read_tokenizer(os.fspath(path))
-            tokenizer = Tokenizer.from_str(text)
-        except FileNotFoundError:
-            raise InputError(f"tokenizer {shown!r}: no such file") from None
-        except Exception as e:
-            raise InputError(f"tokenizer {shown!r}: not a Hugging Face tokenizer.json ({e})") from None
+        text = read_tokenizer_text(path)
+        tokenizer = parse_tokenizer(text, shown)
         eos_id = _find_eos(tokenizer, shown, eos_token, hints or Hints()) if eos else None
-        sha256 = canonical_tokenizer_hash(text)
-        _TOKENIZERS.setdefault(sha256, tokenizer)
         return cls(
             name=Path(os.fspath(path)).name,
-            sha256=sha256,
+            sha256=canonical_tokenizer_hash(text),
             vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
             eos_id=eos_id,
             json=text,
@@ -83,19 +75,6 @@ class TokenizerInfo:
             "vocab_size": self.vocab_size,
             "eos_id": self.eos_id,
         }
-
-
-def _read_tokenizer(path: str) -> str:
-    """A tokenizer.json's text: from a bucket or memory through the storage seam (its endpoints and
-    credentials), from a local path or any other URL fsspec reads (`https://...`) through fsspec."""
-    scheme = url_scheme(path) or "file"
-    if scheme in SCHEMES and scheme != "file":
-        data = read_object(path)
-        if data is None:
-            raise FileNotFoundError(path)
-        return data.decode("utf-8")
-    with fsspec.open(path, "r", encoding="utf-8") as f:
-        return f.read()
 
 
 def _find_eos(tokenizer: Tokenizer, path: str, eos_token: str | None, hints: Hints) -> int:
@@ -111,9 +90,8 @@ def _find_eos(tokenizer: Tokenizer, path: str, eos_token: str | None, hints: Hin
 
 
 def tokenizer_of(info: TokenizerInfo) -> Tokenizer:
-    if info.sha256 not in _TOKENIZERS:
-        _TOKENIZERS[info.sha256] = Tokenizer.from_str(info.json)
-    return _TOKENIZERS[info.sha256]
+    """The parsed tokenizer `info` records (parsed once per process, in each worker too)."""
+    return parse_tokenizer(info.json, info.name, info.sha256)
 
 
 def encode_documents(tokenizer: Tokenizer, texts: list[str], eos_id: int | None, dtype: np.dtype):
