@@ -207,5 +207,5 @@ def test_bad_requests_are_named(model, tokenizer):
             generate(model, *args, settings, **kwargs)
     with pytest.raises(GenerationError, match="^stop_strings need the tokenizer"):
         generate(model, [[1]], SamplingConfig(stop_strings=("x",)))
-    with pytest.raises(GenerationError, match="not a tokenizer.json"):
+    with pytest.raises(GenerationError, match="test_tr_generation.py.: not a Hugging Face tokenizer.json"):
         generate(model, ["x"], settings, tokenizer=__file__)

@@ -28,7 +28,7 @@ from meltemi.trainer.checkpoint.resume import Start, starting_state
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data.run_data import RunData, open_data
-from meltemi.trainer.data.run_tokenizer import TokenizerRecord, copy_into_run, file_sha256
+from meltemi.trainer.data.run_tokenizer import TokenizerRecord, copy_into_run, file_sha256, tokenizer_at
 from meltemi.trainer.errors import TrainerError
 from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
 from meltemi.trainer.phase.initialize import initialize_from_base, resolve_run
@@ -438,14 +438,12 @@ class Trainer:
         )
         if prompt is None or chat is None or tokenizer is None:
             return []
-        from tokenizers import Tokenizer
-
         from meltemi.trainer.generate.chat import conversation, reply
         from meltemi.trainer.generate.sampling import SamplingConfig
 
         completion = reply(
             model,
-            Tokenizer.from_file(str(tokenizer)),
+            tokenizer_at(tokenizer),
             chat.chat_template(),
             conversation(prompt),
             SamplingConfig(max_new_tokens=min(96, self.config.model.max_seq_len // 2)),

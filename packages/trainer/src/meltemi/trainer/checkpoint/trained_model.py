@@ -13,11 +13,11 @@ import dataclasses
 import logging
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import jax
 
-from meltemi.datastore.storage import Directory, Location, check_readable
+from meltemi.datastore.errors import StorageError
+from meltemi.datastore.storage import Directory, Location, check_readable, read_object
 from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
 from meltemi.trainer.checkpoint.format import MANIFEST, Manifest
 from meltemi.trainer.checkpoint.restore import restore
@@ -34,15 +34,15 @@ logger = logging.getLogger("meltemi.trainer")
 @dataclasses.dataclass(frozen=True)
 class TrainedModel:
     """A checkpoint's model and what using it needs: ``layout`` is the mesh its parameters lie on (and the
-    axis mappings that run it); ``tokenizer`` the run's copy (for checkpoints older than the copy, the path
-    their config names; None without one); ``chat`` a chat run's template (None for a run that never saw a
-    conversation)."""
+    axis mappings that run it); ``tokenizer`` where the run's copy lies, a path or a URL in the run's bucket
+    (for checkpoints older than the copy, what their config names; None without one); ``chat`` a chat
+    run's template (None for a run that never saw a conversation)."""
 
     config: RunConfig
     model: Llama
     layout: InferenceLayout
     checkpoint: Location
-    tokenizer: Path | None
+    tokenizer: str | None
     end_of_text: EndOfText
     chat: ChatRecord | None = None
 
@@ -62,17 +62,23 @@ def run_of(step: Directory) -> Directory:
     return Directory(location)
 
 
-def checkpoint_tokenizer(step: Directory, manifest: Manifest) -> tuple[Path | None, EndOfText]:
-    """The tokenizer and end-of-text token of the checkpoint ``step`` (a ``CheckpointError`` when the
-    run's copy is missing or changed)."""
+def checkpoint_tokenizer(step: Directory, manifest: Manifest) -> tuple[str | None, EndOfText]:
+    """Where the tokenizer of the checkpoint ``step`` lies, and its end-of-text token (a
+    ``CheckpointError`` when the run's copy is missing or changed)."""
     if manifest.tokenizer is not None:
-        tokenizer: Path | None = run_tokenizer(run_of(step), manifest.tokenizer)
+        tokenizer = run_tokenizer(run_of(step), manifest.tokenizer)
     else:  # written before runs kept their tokenizer
-        named = manifest.config.get("data", {}).get("tokenizer")
-        tokenizer = None if named is None else Path(named)
+        tokenizer = manifest.config.get("data", {}).get("tokenizer")
     if manifest.end_of_text is not None:
         return tokenizer, manifest.end_of_text
-    return tokenizer, end_of_text(tokenizer if tokenizer is not None and tokenizer.is_file() else None)
+    return tokenizer, end_of_text(tokenizer if tokenizer is not None and _readable(tokenizer) else None)
+
+
+def _readable(location: str) -> bool:
+    try:
+        return read_object(location) is not None
+    except StorageError:  # a path an old config named, not a location here
+        return False
 
 
 def checkpoints_at(location: str | os.PathLike | Location) -> list[Directory]:

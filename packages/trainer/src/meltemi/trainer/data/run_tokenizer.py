@@ -15,12 +15,13 @@ and, in a chat run, also at the end-of-text token the text rule finds (``EndOfTe
 >>> import tempfile
 >>> from meltemi.datastore import corpora
 >>> from meltemi.datastore.corpora import python_stdlib
+>>> from pathlib import Path
 >>> out = Path(tempfile.mkdtemp())
 >>> path = corpora.train_tokenizer(sorted(python_stdlib())[:3], 300, out / "t.json")
 >>> end_of_text(path)
 EndOfText(token='<|endoftext|>', id=0, others=())
 >>> record = copy_into_run(path, out / "run", resumed=False)
->>> run_tokenizer(out / "run", record) == out / "run" / "tokenizer.json"
+>>> run_tokenizer(out / "run", record) == str(out / "run" / "tokenizer.json")
 True
 """
 
@@ -29,12 +30,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from meltemi.datastore import TokenizerFileError, load_tokenizer
 from meltemi.datastore.storage import Directory, Location, read_object
 from meltemi.trainer.errors import CheckpointError, ConfigError, TrainerError
 from meltemi.trainer.run_directory import RunDirectory
@@ -73,13 +73,26 @@ def file_sha256(path: str | os.PathLike | Location) -> str:
     return hashlib.sha256(tokenizer_bytes(path)).hexdigest()
 
 
-def _read(tokenizer: Tokenizer | str | os.PathLike) -> Tokenizer:
+def tokenizer_at(
+    tokenizer: Tokenizer | str | os.PathLike | Location,
+    error: type[TrainerError] = TrainerError,
+    field: str | None = None,
+) -> Tokenizer:
+    """The tokenizer a path or URL names (read through the storage seam, parsed once per process; shared:
+    copy it before changing it), or ``tokenizer`` itself when already parsed; a missing or broken file is
+    ``error`` (the stage's own kind), naming it (after ``field``, what named it, when given).
+
+    >>> tokenizer_at("memory://doc/nowhere/tokenizer.json")
+    Traceback (most recent call last):
+    ...
+    meltemi.trainer.errors.TrainerError: tokenizer 'memory://doc/nowhere/tokenizer.json': no such file
+    """
     if isinstance(tokenizer, Tokenizer):
         return tokenizer
     try:
-        return Tokenizer.from_file(os.fspath(tokenizer))
-    except Exception as error:  # tokenizers raises a bare Exception for unreadable files
-        raise TrainerError(f"{tokenizer}: not a tokenizer.json ({error})") from None
+        return load_tokenizer(tokenizer)
+    except TokenizerFileError as failure:
+        raise error(str(failure) if field is None else f"{field}: {failure}") from None
 
 
 def end_of_text(
@@ -93,7 +106,7 @@ def end_of_text(
     from meltemi.datastore.tokenizing import EOS_CANDIDATES
 
     recorded = [i for i in store_eos_ids if i is not None]
-    vocabulary = None if tokenizer is None else _read(tokenizer)
+    vocabulary = None if tokenizer is None else tokenizer_at(tokenizer)
     text = EndOfText(None, None)
     if recorded:
         text = EndOfText(None if vocabulary is None else vocabulary.id_to_token(recorded[0]), recorded[0])
@@ -145,10 +158,9 @@ def copy_into_run(
     return TokenizerRecord(RunDirectory.TOKENIZER, digest)
 
 
-def run_tokenizer(run_dir: str | os.PathLike | Location | Directory, record: TokenizerRecord) -> Path:
-    """The run's copy of its tokenizer, checked against the checkpoint's ``record``; a ``CheckpointError``
-    when it is missing or changed. A run in a bucket has its copy fetched into a local cache file (named by
-    its SHA-256), as the tokenizers library reads files."""
+def run_tokenizer(run_dir: str | os.PathLike | Location | Directory, record: TokenizerRecord) -> str:
+    """Where the run's copy of its tokenizer lies (a path, or a URL in the run's bucket), checked against the
+    checkpoint's ``record``; a ``CheckpointError`` when it is missing or changed."""
     run = run_dir if isinstance(run_dir, Directory) else Directory(run_dir)
     where = run.where(record.file)
     data = run.read_bytes(record.file)
@@ -163,10 +175,4 @@ def run_tokenizer(run_dir: str | os.PathLike | Location | Directory, record: Tok
             f"{where}: sha256 {found[:12]}, but the checkpoint was trained with sha256 {record.sha256[:12]}; "
             "put the run's own tokenizer back"
         )
-    local = run.location.local_path
-    if local is not None:
-        return local / record.file
-    cache = Directory(Path(tempfile.gettempdir()) / "meltemi-tokenizers")
-    if cache.read_bytes(f"{found}.json") != data:
-        cache.write_bytes(f"{found}.json", data)
-    return Path(cache.where(f"{found}.json"))
+    return where

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from tokenizers import Tokenizer
 
+from meltemi.trainer.data.run_tokenizer import tokenizer_at
 from meltemi.trainer.generate.generation import Completion, GenerationError, generate
 from meltemi.trainer.generate.sampling import SamplingConfig
 from meltemi.trainer.model.llama import Llama
@@ -114,7 +115,7 @@ class ChatSession:
             )
         if trained.tokenizer is None:
             raise GenerationError(f"{trained.checkpoint}: its run has no tokenizer to turn text into tokens")
-        tokenizer = Tokenizer.from_file(str(trained.tokenizer))
+        tokenizer = tokenizer_at(trained.tokenizer, GenerationError)
         template = trained.chat.chat_template(str(trained.checkpoint))
         stops = trained.end_of_text.stop_ids
         return cls(

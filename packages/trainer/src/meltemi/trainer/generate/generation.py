@@ -34,6 +34,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 import haliax_lite as hax
+from meltemi.trainer.data.run_tokenizer import tokenizer_at
 from meltemi.trainer.generate.sampling import GenerationError, SamplingConfig, next_tokens
 from meltemi.trainer.model.kv_cache import KVCache, forward_cached
 from meltemi.trainer.model.llama import Llama
@@ -143,12 +144,7 @@ _decode_chunk = eqx.filter_jit(decode_chunk, donate="all-except-first")
 
 
 def _tokenizer(tokenizer: Tokenizer | str | Path | None) -> Tokenizer | None:
-    if tokenizer is None or isinstance(tokenizer, Tokenizer):
-        return tokenizer
-    try:
-        return Tokenizer.from_file(str(tokenizer))
-    except Exception as error:  # tokenizers raises a bare Exception for unreadable files
-        raise GenerationError(f"{tokenizer}: not a tokenizer.json ({error})") from None
+    return None if tokenizer is None else tokenizer_at(tokenizer, GenerationError)
 
 
 def _prompt_ids(prompts, tokenizer: Tokenizer | None, vocab: int) -> list[list[int]]:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
@@ -41,7 +40,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tokenizers import Tokenizer
 
 from meltemi.trainer.data.chat import ChatRecord
-from meltemi.trainer.data.run_tokenizer import end_of_text
+from meltemi.trainer.data.run_tokenizer import end_of_text, tokenizer_at
 from meltemi.trainer.generate.generation import generate
 from meltemi.trainer.generate.sampling import SamplingConfig
 from meltemi.trainer.harness.errors import EvalError, NoTokenizerError
@@ -56,11 +55,7 @@ def read_tokenizer(path: str | os.PathLike | None, where: str) -> Tokenizer:
     """The tokenizer at ``path``; a ``NoTokenizerError`` naming ``where`` when there is none to read."""
     if path is None:
         raise NoTokenizerError(f"{where}: its config names no data.tokenizer to turn text into tokens")
-    try:
-        return Tokenizer.from_file(str(path))
-    except Exception as error:  # tokenizers raises a bare Exception for a missing or unreadable file
-        reason = "no such file" if not Path(path).is_file() else f"not a tokenizer.json ({error})"
-        raise NoTokenizerError(f"{where}: its tokenizer {path}: {reason}") from None
+    return tokenizer_at(path, NoTokenizerError, where)
 
 
 # generate_until pads each batch's prompts to a multiple of this many tokens (and every batch to the scorer's

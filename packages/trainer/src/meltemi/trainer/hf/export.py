@@ -70,7 +70,7 @@ def export_hf(
     model: Llama,
     out_dir: str | os.PathLike | Location,
     *,
-    tokenizer: str | Path | None = None,
+    tokenizer: str | Path | Location | None = None,
     dtype: str = "float32",
     eos_token: str | None = None,
     stop_ids: Sequence[int] = (),
@@ -82,7 +82,7 @@ def export_hf(
 
     ``config.json``, ``generation_config.json`` and the weights (``model.safetensors``, or shards of at most
     ``max_shard_bytes`` with ``model.safetensors.index.json``) in ``dtype`` (float32 or bfloat16); with a
-    ``tokenizer`` (its ``tokenizer.json``) also the tokenizer files, the end-of-text token being
+    ``tokenizer`` (its ``tokenizer.json``, a path or URL) also the tokenizer files, the end-of-text token being
     ``eos_token`` (a checkpoint's record of it) or else the run's rule (``run_tokenizer.end_of_text``).
     ``stop_ids`` are every id generation stops at (a chat model's end of turn and end of text: all of them
     go into ``generation_config.json``'s ``eos_token_id``); ``chat`` (a chat run's record) puts its chat
@@ -140,7 +140,7 @@ class _Recorded(Directory):
 def _write(
     out: Directory,
     model: Llama,
-    tokenizer: str | Path | None,
+    tokenizer: str | Path | Location | None,
     dtype: str,
     eos_token: str | None,
     stop_ids: tuple[int, ...],

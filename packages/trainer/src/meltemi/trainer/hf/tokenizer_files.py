@@ -6,6 +6,7 @@ template (``chat_template`` in ``tokenizer_config.json``, with the special token
 >>> import tempfile
 >>> from meltemi.datastore import corpora
 >>> from meltemi.datastore.corpora import python_stdlib
+>>> from pathlib import Path
 >>> out = Path(tempfile.mkdtemp())
 >>> path = corpora.train_tokenizer(sorted(python_stdlib())[:3], 300, out / "t.json")
 >>> hf = Directory("memory://doc/tokenizer/hf")
@@ -18,13 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
+import os
 
 from tokenizers import Tokenizer
 
-from meltemi.datastore.storage import Directory
+from meltemi.datastore.storage import Directory, Location, read_object
 from meltemi.trainer.data.chat import ChatRecord
-from meltemi.trainer.data.run_tokenizer import end_of_text
+from meltemi.trainer.data.run_tokenizer import end_of_text, tokenizer_at
 from meltemi.trainer.hf.config_map import HfFormatError
 
 
@@ -39,39 +40,39 @@ class SpecialTokens:
     bos_token_id: int | None = None
 
 
-def special_tokens(tokenizer_path: Path, eos_token: str | None = None) -> SpecialTokens:
+def special_tokens(
+    tokenizer_path: str | os.PathLike | Location, eos_token: str | None = None
+) -> SpecialTokens:
     """``eos_token`` (checked to exist), or the run's end-of-text rule (``run_tokenizer.end_of_text``)."""
-    try:
-        tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    except Exception as error:  # tokenizers raises a bare Exception for unreadable files
-        raise HfFormatError(f"{tokenizer_path}: not a tokenizer.json ({error})") from None
+    return _special_tokens(tokenizer_at(tokenizer_path, HfFormatError), eos_token, str(tokenizer_path))
+
+
+def _special_tokens(tokenizer: Tokenizer, eos_token: str | None, where: str) -> SpecialTokens:
     if eos_token is not None:
         token_id = tokenizer.token_to_id(eos_token)
         if token_id is None:
-            raise HfFormatError(f"{tokenizer_path}: the eos token {eos_token!r} is not in the vocabulary")
+            raise HfFormatError(f"{where}: the eos token {eos_token!r} is not in the vocabulary")
         return SpecialTokens(eos_token, token_id)
     found = end_of_text(tokenizer)
     return SpecialTokens(found.token, found.id)
 
 
 def write_tokenizer_files(
-    tokenizer_path: str | Path,
+    tokenizer_path: str | os.PathLike | Location,
     out: Directory,
     *,
     model_max_length: int,
     eos_token: str | None = None,
     chat: ChatRecord | None = None,
 ) -> SpecialTokens:
-    """Copy ``tokenizer.json`` into ``out`` (a local directory or a bucket prefix) with
+    """Copy ``tokenizer.json`` (a path or URL) into ``out`` (a local directory or a bucket prefix) with
     ``tokenizer_config.json`` and ``special_tokens_map.json``; return the end-of-text token they name. With
     ``chat`` (a chat run's record), ``tokenizer_config.json`` also holds its ``chat_template`` and the
     special tokens the template renders (``bos_token``; ``eos_token`` is ``eos_token``, the end of a
     turn)."""
-    tokenizer_path = Path(tokenizer_path)
-    if not tokenizer_path.is_file():
-        raise HfFormatError(f"{tokenizer_path}: no such tokenizer file")
-    special = special_tokens(tokenizer_path, eos_token)
-    out.write_bytes("tokenizer.json", tokenizer_path.read_bytes())
+    tokenizer = tokenizer_at(tokenizer_path, HfFormatError)
+    special = _special_tokens(tokenizer, eos_token, str(tokenizer_path))
+    out.write_bytes("tokenizer.json", read_object(tokenizer_path))
     tokens = {} if chat is None else {k: v for k, v in chat.special_tokens.items() if k != "eos_token"}
     tokens |= {} if special.eos_token is None else {"eos_token": special.eos_token}
     config = {
@@ -86,5 +87,5 @@ def write_tokenizer_files(
     out.write_text("tokenizer_config.json", json.dumps(config, indent=2) + "\n")
     out.write_text("special_tokens_map.json", json.dumps(tokens, indent=2) + "\n")
     bos = tokens.get("bos_token")
-    bos_id = None if bos is None else Tokenizer.from_file(str(tokenizer_path)).token_to_id(bos)
+    bos_id = None if bos is None else tokenizer.token_to_id(bos)
     return dataclasses.replace(special, bos_token=bos, bos_token_id=bos_id)

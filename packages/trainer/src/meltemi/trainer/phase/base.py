@@ -11,12 +11,7 @@ the same with tokens appended, as a chat template's are).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import os
-from pathlib import Path
 from typing import Literal
-
-from tokenizers import Tokenizer
 
 from meltemi.datastore.storage import Directory
 from meltemi.trainer.checkpoint.checkpointer import BREAKING_FIELDS, find_checkpoints, inspect_checkpoint
@@ -24,6 +19,7 @@ from meltemi.trainer.checkpoint.format import Manifest
 from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer
 from meltemi.trainer.config import ModelConfig, RunConfig
 from meltemi.trainer.config_io import validate
+from meltemi.trainer.data.run_tokenizer import tokenizer_at
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.hf.config_map import HfFormatError
 from meltemi.trainer.hf.load import read_hf_config
@@ -39,19 +35,19 @@ MAY_DIFFER = ("model.vocab_size", "trainer.param_dtype")
 @dataclasses.dataclass(frozen=True)
 class Base:
     """Where a phase starts: a checkpoint (``step`` and its ``manifest``) or a Hugging Face directory
-    (``hf_dir``, local or in a bucket, read in place), with the base's model shape and its tokenizer file
-    (a local file: a bucket's ``tokenizer.json`` is copied, as the tokenizers library reads files)."""
+    (``hf_dir``, local or in a bucket, read in place), with the base's model shape and where its tokenizer
+    file lies (a path, or a URL in the base's bucket; None when it has none)."""
 
     kind: Literal["checkpoint", "huggingface"]
     where: str
     model: ModelConfig
-    tokenizer: Path | None
+    tokenizer: str | None
     step: Directory | None = None
     manifest: Manifest | None = None
     hf_dir: Directory | None = None
 
 
-def locate_base(path: str, cache_dir: str | os.PathLike, warn=lambda _: None) -> Base:
+def locate_base(path: str, warn=lambda _: None) -> Base:
     """The base ``path`` names: a Hugging Face directory when it holds ``config.json`` and no checkpoint, else
     a run directory's latest readable checkpoint or a ``step-N`` directory; a ``CheckpointError`` naming
     ``path`` when it is neither."""
@@ -62,7 +58,7 @@ def locate_base(path: str, cache_dir: str | os.PathLike, warn=lambda _: None) ->
             model = read_hf_config(directory)
         except HfFormatError as e:
             raise ConfigError(f"{FIELD}: {path}: {e}") from None
-        tokenizer = _local_tokenizer(directory, cache_dir)
+        tokenizer = directory.where(TOKENIZER) if directory.exists(TOKENIZER) else None
         return Base("huggingface", path, model, tokenizer, hf_dir=directory)
     for step in found:
         try:
@@ -87,21 +83,6 @@ def locate_base(path: str, cache_dir: str | os.PathLike, warn=lambda _: None) ->
     )
 
 
-def _local_tokenizer(directory: Directory, cache_dir: str | os.PathLike) -> Path | None:
-    """The Hugging Face directory's ``tokenizer.json`` as a local file (None when it has none): itself when
-    local, else a copy under ``cache_dir/bases`` (named by the URL), rewritten when the bucket's differs."""
-    local = directory.location.local_path
-    if local is not None:
-        return local / TOKENIZER if (local / TOKENIZER).is_file() else None
-    data = directory.read_bytes(TOKENIZER)
-    if data is None:
-        return None
-    copy = Directory(Path(cache_dir) / "bases" / hashlib.sha256(directory.where().encode()).hexdigest()[:16])
-    if copy.read_bytes(TOKENIZER) != data:
-        copy.write_bytes(TOKENIZER, data)
-    return Path(copy.where(TOKENIZER))
-
-
 def check_shape(base: Base, config: RunConfig) -> None:
     """A ``ConfigError`` naming the first field of the model's shape the config sets unlike the base."""
     ours = config.model.model_dump(mode="json")
@@ -123,8 +104,10 @@ def check_tokenizer(base: Base, tokenizer: str, config: RunConfig) -> None:
     add tokens after them), and the config's vocabulary is the base's or that tokenizer's."""
     if base.tokenizer is None:
         return
-    theirs = Tokenizer.from_file(str(base.tokenizer)).get_vocab(with_added_tokens=True)
-    ours = _read_vocabulary(tokenizer)
+    theirs = tokenizer_at(base.tokenizer, ConfigError, f"the base {base.where}").get_vocab(
+        with_added_tokens=True
+    )
+    ours = tokenizer_at(tokenizer, ConfigError, "data.tokenizer").get_vocab(with_added_tokens=True)
     moved = next((token for token, i in theirs.items() if ours.get(token) != i), None)
     if moved is not None:
         raise ConfigError(
@@ -140,16 +123,3 @@ def check_tokenizer(base: Base, tokenizer: str, config: RunConfig) -> None:
             f"{vocab}; leave it "
             "at the base's (a chat template's new tokens grow it by themselves)"
         )
-
-
-def _read_vocabulary(tokenizer: str) -> dict[str, int]:
-    from meltemi.trainer.data.run_tokenizer import tokenizer_bytes
-
-    try:
-        return Tokenizer.from_str(tokenizer_bytes(tokenizer).decode("utf-8")).get_vocab(
-            with_added_tokens=True
-        )
-    except ConfigError:
-        raise
-    except Exception as error:  # tokenizers raises a bare Exception for what it cannot parse
-        raise ConfigError(f"data.tokenizer: {tokenizer} is not a tokenizer.json ({error})") from None

@@ -21,6 +21,7 @@ from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.checkpoint.resume import RunToStart, Start, continued_config
 from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer
 from meltemi.trainer.config import RunConfig
+from meltemi.trainer.data.run_tokenizer import tokenizer_at
 from meltemi.trainer.data.sources import STDLIB, resolve_data, stdlib_tokenizer
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.hf.load import import_hf
@@ -40,7 +41,7 @@ def resolve_base(config: RunConfig, say=lambda _: None, run_dir: str | Location 
     if own is not None:
         tokenizer = config.data.tokenizer or str(own)
         return config.model_copy(update={"data": config.data.model_copy(update={"tokenizer": tokenizer})})
-    base = locate_base(source.path, config.data.cache_dir)
+    base = locate_base(source.path)
     check_shape(base, config)
     tokenizer = config.data.tokenizer
     if tokenizer is None:
@@ -86,7 +87,7 @@ def initialize_from_base(run: RunToStart, warn) -> Start:
     when ``parameters_only`` is off), the vocabulary grown to the config's, the step reset as asked."""
     config, program = run.config, run.program
     source = config.trainer.initialize_from
-    base = locate_base(source.path, config.data.cache_dir, warn)
+    base = locate_base(source.path, warn)
     grows = config.model.vocab_size != base.model.vocab_size
     if not source.parameters_only:
         if base.kind != "checkpoint":
@@ -131,9 +132,7 @@ def _base_model(base: Base, run: RunToStart) -> Llama:
 
 def _added_tokens(run: RunToStart, base: Base) -> tuple[str, ...]:
     """The tokens whose rows the vocabulary grew by: the run tokenizer's ids from the base's size on."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(run.config.data.tokenizer))
+    tokenizer = tokenizer_at(run.config.data.tokenizer)
     return tuple(
         tokenizer.id_to_token(i) or f"<id {i}>"
         for i in range(base.model.vocab_size, run.config.model.vocab_size)
