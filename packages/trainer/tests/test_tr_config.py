@@ -86,6 +86,29 @@ def test_bad_files_are_one_line_errors(tmp_path):
     (tmp_path / "unsafe.yaml").write_text("model: !!python/object/apply:os.system ['true']\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(tmp_path / "unsafe.yaml")
+    with pytest.raises(ConfigError, match=f"^config file '{tmp_path}' is a directory$"):
+        load_config(tmp_path)
+    (tmp_path / "latin1.yaml").write_bytes(b"trainer: {seed: 1} # caf\xe9\n")
+    with pytest.raises(ConfigError, match="latin1.yaml' cannot be read: 'utf-8' codec"):
+        load_config(tmp_path / "latin1.yaml")
+
+
+@pytest.mark.parametrize("server", ["s3", "gcs"])
+def test_a_config_in_a_bucket_is_the_same_config_and_a_bad_url_one_line(request, server, tmp_path):
+    from meltemi.datastore.storage import Directory
+
+    fake = request.getfixturevalue(server)
+    bucket = Directory(f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/configs")
+    text = "trainer: {num_train_steps: 7}\nmodel: {hidden_dim: 48}\n"
+    bucket.write_text("run.yaml", text)
+    (tmp_path / "run.yaml").write_text(text)
+    overrides = ["--trainer.seed", "3"]
+    assert load_config(bucket.where("run.yaml"), overrides) == load_config(tmp_path / "run.yaml", overrides)
+    missing = bucket.where("nothing.yaml")
+    with pytest.raises(ConfigError, match=f"^config file '{missing}' does not exist$"):
+        load_config(missing)
+    with pytest.raises(ConfigError, match="^config file 'hdfs://x/run.yaml' cannot be read: .*unknown scheme"):
+        load_config("hdfs://x/run.yaml")
 
 
 def test_help_lists_every_field_with_its_default(capsys):

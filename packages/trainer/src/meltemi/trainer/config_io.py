@@ -16,13 +16,14 @@ import os
 import types
 import typing
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pydantic
 import yaml
 from pydantic import BaseModel
 
+from meltemi.datastore.errors import StorageError
+from meltemi.datastore.storage import Location, read_object
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import ConfigError
 
@@ -40,12 +41,22 @@ def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = ()) -
 
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    """The mapping in a YAML file; a missing, unreadable or non-mapping file is a ``ConfigError``."""
+    """The mapping in a YAML file (a path, or a URL read through the storage seam); a missing, unreadable or
+    non-mapping file is a ``ConfigError``.
+
+    >>> from meltemi.datastore.storage import Directory
+    >>> Directory("memory://doc/configs").write_text("run.yaml", "trainer: {seed: 3}")
+    >>> read_yaml("memory://doc/configs/run.yaml")
+    {'trainer': {'seed': 3}}
+    """
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file {os.fspath(path)!r} does not exist") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        data = read_object(path)
+        if data is None:
+            local = Location.parse(path).local_path
+            missing = "is a directory" if local is not None and local.is_dir() else "does not exist"
+            raise ConfigError(f"config file {os.fspath(path)!r} {missing}")
+        text = data.decode("utf-8")
+    except (StorageError, UnicodeDecodeError) as e:
         raise ConfigError(f"config file {os.fspath(path)!r} cannot be read: {e}") from None
     try:
         raw = yaml.safe_load(text)
