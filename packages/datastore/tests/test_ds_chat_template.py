@@ -7,6 +7,7 @@ datastore's own dependencies.
 
 import json
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -228,6 +229,36 @@ def test_a_tokenizer_config_without_a_usable_template_is_one_line_naming_it(tmp_
     _config(tmp_path, chat_template="{% if %}")
     with pytest.raises(ChatTemplateError, match=r"tokenizer_config\.json, line 1: Expected an expression"):
         ChatTemplate.from_tokenizer_config(tmp_path)
+
+
+def test_a_template_anywhere_the_seam_reads_is_the_template_of_the_local_files(any_location, tmp_path):
+    """A tokenizer directory (its config, legacy map and chat_template.jinja) or a Jinja file in a bucket
+    gives the template the same files give on disk; a location with none of them is one line naming it."""
+    from meltemi.datastore.chat_build import load_template
+    from meltemi.datastore.storage import Directory
+
+    files = {
+        "tokenizer_config.json": json.dumps(
+            {"chat_template": "config", "bos_token": "<a>", "eos_token": "<e>"}
+        ),
+        "special_tokens_map.json": json.dumps({"bos_token": {"content": "<s>"}}),
+        "chat_template.jinja": "{{ bos_token }}{{ eos_token }}{{ messages[0].content }}",
+    }
+    there = Directory(any_location)
+    for name, text in files.items():
+        there.write_text(f"hf/{name}", text)
+        (tmp_path / name).write_text(text)
+    there.write_text("t.jinja", files["chat_template.jinja"])
+    hi = [{"role": "user", "content": "hi"}]
+    local = load_template(str(tmp_path)).render(hi).text
+    assert local == "<s><e>hi"
+    for spec in (there.where("hf"), there.where("hf/tokenizer_config.json")):
+        template = load_template(spec)
+        assert template.render(hi).text == local and template.source == there.where("hf/chat_template.jinja")
+    assert load_template(there.where("t.jinja")).render(hi).text == BEGIN_OF_TEXT + END_OF_TURN + "hi"
+    missing = there.where("nothing")
+    with pytest.raises(ChatTemplateError, match=f"^chat template {re.escape(repr(missing))}: no such file"):
+        load_template(missing)
 
 
 def test_a_template_is_a_value_that_pickles_and_is_named_by_its_hash():

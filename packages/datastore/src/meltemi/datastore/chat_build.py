@@ -15,22 +15,23 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from meltemi.datastore.build_request import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
-from meltemi.datastore.chat_template import END_OF_TURN, ChatTemplate, assistant_mask
+from meltemi.datastore.chat_template import END_OF_TURN, TOKENIZER_CONFIG, ChatTemplate, assistant_mask
 from meltemi.datastore.conversations import Conversation
-from meltemi.datastore.errors import BadLineError, ChatTemplateError, InputError
+from meltemi.datastore.errors import BadLineError, ChatTemplateError, InputError, StorageError
 from meltemi.datastore.sources import ReadNotes, ReadPolicy
+from meltemi.datastore.storage import Location, read_object
 
 
 def load_template(spec: str | os.PathLike) -> ChatTemplate:
     """The chat template `spec` names: `llama3` (the shipped one), a tokenizer directory or its
-    `tokenizer_config.json` (its `chat_template` and special tokens), or a Jinja file.
+    `tokenizer_config.json` (its `chat_template` and special tokens), or a Jinja file; a path, or a URL of
+    the storage seam (a tokenizer directory in a bucket, say).
 
     >>> load_template("llama3").has_generation_blocks
     True
@@ -38,15 +39,28 @@ def load_template(spec: str | os.PathLike) -> ChatTemplate:
     text = os.fspath(spec)
     if text == SHIPPED_TEMPLATE:
         return ChatTemplate.llama3()
-    path = Path(text)
-    if path.is_dir() or path.name == "tokenizer_config.json":
-        return ChatTemplate.from_tokenizer_config(path)
-    if not path.is_file():
-        raise ChatTemplateError(
-            f"chat template {text!r}: no such file (give {SHIPPED_TEMPLATE}, a .jinja file, or a tokenizer "
-            "directory or its tokenizer_config.json)"
-        )
-    return ChatTemplate.from_file(path)
+    if text.rstrip("/").rpartition("/")[2] == TOKENIZER_CONFIG:
+        return ChatTemplate.from_tokenizer_config(text)
+    if _holds_object(text):
+        return ChatTemplate.from_file(text)
+    if _holds_object(f"{text.rstrip('/')}/{TOKENIZER_CONFIG}") or _is_local_directory(text):
+        return ChatTemplate.from_tokenizer_config(text)
+    raise ChatTemplateError(
+        f"chat template {text!r}: no such file (give {SHIPPED_TEMPLATE}, a .jinja file, or a tokenizer "
+        "directory or its tokenizer_config.json)"
+    )
+
+
+def _holds_object(location: str) -> bool:
+    try:
+        return read_object(location) is not None
+    except StorageError as e:
+        raise ChatTemplateError(f"chat template {location!r}: cannot be read ({e})") from None
+
+
+def _is_local_directory(location: str) -> bool:
+    local = Location.parse(location).local_path
+    return local is not None and local.is_dir()
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,6 +47,7 @@ _CONTINUE = (
 
 # The template variables transformers passes from a tokenizer's configuration: these names, any other
 # `*_token` holding a token, and the named `extra_special_tokens`.
+TOKENIZER_CONFIG = "tokenizer_config.json"
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 _GENERATION_TAG = re.compile(r"\{%[-+]?\s*generation\s*[-+]?%\}")
 _REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")  # names transformers fills from each other
@@ -108,7 +108,8 @@ class ChatTemplate:
     def from_file(
         cls, path: str | os.PathLike, special_tokens: Mapping[str, str] | None = None
     ) -> ChatTemplate:
-        """The template in a Jinja file, rendered with `special_tokens` (default: the shipped template's).
+        """The template in a Jinja file (a path or URL), rendered with `special_tokens` (default: the shipped
+        template's).
 
         >>> import pathlib, tempfile
         >>> path = pathlib.Path(tempfile.mkdtemp()) / "plain.jinja"
@@ -117,12 +118,13 @@ class ChatTemplate:
         'user: Hi\\n'
         """
         source = os.fspath(path)
-        text = _read_text(Path(source), f"chat template {source}")
+        text = _read_text(source, f"chat template {source}")
         return cls(text, source, LLAMA3_SPECIAL_TOKENS if special_tokens is None else special_tokens)
 
     @classmethod
     def from_tokenizer_config(cls, path: str | os.PathLike) -> ChatTemplate:
-        """The template of a Hugging Face tokenizer directory (or its `tokenizer_config.json`), as
+        """The template of a Hugging Face tokenizer directory (or its `tokenizer_config.json`; a path, or a
+        URL read through the storage seam), as
         transformers 5 loads it: `chat_template.jinja` beside the configuration when there is one, else the
         configuration's `chat_template` (a string, or a list of `{name, template}` whose `default` is used);
         with the configuration's special tokens (strings or `{"content": ...}`; those of a legacy
@@ -136,16 +138,19 @@ class ChatTemplate:
         >>> ChatTemplate.from_tokenizer_config(directory).render([{"role": "user", "content": "Hi"}]).text
         '<s>Hi'
         """
-        given = Path(path)
-        config_path = given / "tokenizer_config.json" if given.is_dir() else given
-        config, legacy = _read_config(config_path), config_path.parent / "special_tokens_map.json"
-        if "added_tokens_decoder" not in config and legacy.is_file():
-            config |= {k: v for k, v in _read_config(legacy).items() if k != "chat_template"}
+        given = os.fspath(path)
+        named_file = given.rstrip("/").rpartition("/")[2] == TOKENIZER_CONFIG or _object(given) is not None
+        config_path = given if named_file else f"{given.rstrip('/')}/{TOKENIZER_CONFIG}"
+        config = _read_config(config_path)
+        legacy_path = _beside(config_path, "special_tokens_map.json")
+        legacy = _object(legacy_path)
+        if "added_tokens_decoder" not in config and legacy is not None:
+            config |= {k: v for k, v in _parse_config(legacy, legacy_path).items() if k != "chat_template"}
         special_tokens = _special_tokens(config, config_path)
-        beside = config_path.parent / "chat_template.jinja"
-        if beside.is_file():
-            return cls(_read_text(beside, f"chat template {beside}"), str(beside), special_tokens)
-        return cls(_configured_template(config, config_path), str(config_path), special_tokens)
+        beside = _beside(config_path, "chat_template.jinja")
+        if (template := _object(beside)) is not None:
+            return cls(_decoded(template, f"chat template {beside}"), beside, special_tokens)
+        return cls(_configured_template(config, config_path), config_path, special_tokens)
 
     @property
     def sha256(self) -> str:
@@ -303,19 +308,45 @@ def _template_message(message: Mapping[str, Any]) -> dict[str, Any]:
     return aliased
 
 
-def _read_text(path: Path, what: str) -> str:
+def _object(location: str) -> bytes | None:
+    """The bytes of the file or object at `location` (a path or URL, through the storage seam); None when
+    there is none (a directory included)."""
+    from meltemi.datastore.errors import StorageError
+    from meltemi.datastore.storage import read_object
+
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ChatTemplateError(f"{what}: no such file") from None
+        return read_object(location)
+    except StorageError as e:
+        raise ChatTemplateError(f"{location}: cannot be read ({e})") from None
+
+
+def _beside(location: str, name: str) -> str:
+    """The file `name` in the directory (or bucket prefix) that holds `location`."""
+    parent, slash, _ = location.rstrip("/").rpartition("/")
+    return f"{parent}{slash}{name}" if slash else name
+
+
+def _decoded(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ChatTemplateError(f"{what}: not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise ChatTemplateError(f"{what}: cannot be read ({e.strerror or e})") from None
 
 
-def _read_config(path: Path) -> dict[str, Any]:
-    text = _read_text(path, f"tokenizer configuration {path}")
+def _read_text(location: str, what: str) -> str:
+    data = _object(location)
+    if data is None:
+        raise ChatTemplateError(f"{what}: no such file")
+    return _decoded(data, what)
+
+
+def _read_config(path: str) -> dict[str, Any]:
+    return _parse_config(_read_text(path, f"tokenizer configuration {path}"), path)
+
+
+def _parse_config(text: str | bytes, path: str) -> dict[str, Any]:
+    if isinstance(text, bytes):
+        text = _decoded(text, f"tokenizer configuration {path}")
     try:
         config = json.loads(text)
     except json.JSONDecodeError as e:
@@ -325,7 +356,7 @@ def _read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def _configured_template(config: Mapping[str, Any], path: Path) -> str:
+def _configured_template(config: Mapping[str, Any], path: str) -> str:
     """The configuration's `chat_template`: a string, or the one named `default` of a list of them."""
     found = config.get("chat_template")
     if found is None:
@@ -344,7 +375,7 @@ def _configured_template(config: Mapping[str, Any], path: Path) -> str:
     return named["default"]
 
 
-def _special_tokens(config: Mapping[str, Any], path: Path) -> dict[str, str]:
+def _special_tokens(config: Mapping[str, Any], path: str) -> dict[str, str]:
     """The special tokens transformers gives a template from a configuration: the named ones, any other
     `*_token` holding a token, and `extra_special_tokens` when it names its tokens."""
     extra = config.get("extra_special_tokens")
