@@ -14,7 +14,7 @@ import tensorstore as ts
 import zarr
 
 from meltemi.datastore import IncompleteStoreError, TokenizerMismatchError, TokenStore, build_store
-from meltemi.datastore.errors import AccessDeniedError, NoSuchBucketError
+from meltemi.datastore.errors import AccessDeniedError, InputError, NoSuchBucketError
 from meltemi.datastore.storage import Directory, storage_context
 from meltemi.datastore.testing import environ_with
 
@@ -193,6 +193,8 @@ def test_inputs_in_a_bucket_are_read_through_the_storage_seam_to_the_local_build
     )
     with pytest.raises(Exception, match=r"corpus/nothing'?: no such object, and no object under it"):
         build_store(f"{bucket}/corpus/nothing", tokenizer_path, tmp_path / "none", **options)
+    with pytest.raises(InputError, match=r"corpus/texts/\*\.py'?: a bucket URL cannot be a pattern"):
+        build_store(f"{bucket}/corpus/texts/*.py", tokenizer_path, tmp_path / "none", **options)
 
 
 @pytest.mark.parametrize("server", ["s3", "gcs"])

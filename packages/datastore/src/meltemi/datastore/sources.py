@@ -21,7 +21,7 @@ from typing import Literal, TypeVar, get_args
 import fsspec
 
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
-from meltemi.datastore.storage import url_scheme
+from meltemi.datastore.storage import Location, url_scheme
 
 InvalidUtf8 = Literal["error", "skip", "replace"]
 """What a build does with a document that is not UTF-8: stop naming it, leave it out, or replace its
@@ -166,7 +166,7 @@ def _resolve_in_bucket(item: str) -> list[str]:
     """The object a bucket URL names, or the objects under it as a prefix (a bucket has no globs)."""
     from meltemi.datastore.storage.inputs import list_objects
 
-    if any(c in item.partition("://")[2] for c in _GLOB_CHARS):
+    if any(c in Location.parse(item).path for c in _GLOB_CHARS):
         raise InputError(
             f"input {redact(item)!r}: a bucket URL cannot be a pattern; name an object or a prefix"
         )
