@@ -32,8 +32,6 @@ from meltemi.datastore.errors import StorageError
 from meltemi.datastore.storage import Directory, Location, check_readable, check_writable
 from meltemi.trainer.errors import TrainerError
 
-_CHECKED: set[str] = set()  # the buckets' run directories this process has probed
-
 
 @dataclasses.dataclass(frozen=True)
 class RunDirectory:
@@ -86,9 +84,8 @@ class RunDirectory:
                 check_readable(self.location)
             except StorageError as e:
                 raise TrainerError(f"run directory {self.location}: cannot write there ({e})") from None
-        elif str(self.location) not in _CHECKED:
-            check_writable(self.location)
-            _CHECKED.add(str(self.location))
+        else:
+            check_writable(self.location, once=True)
 
     def __str__(self) -> str:
         return str(self.location)

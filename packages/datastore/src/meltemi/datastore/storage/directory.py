@@ -230,16 +230,20 @@ def read_object(location: str | os.PathLike | Location) -> bytes | None:
     return Directory(Location(named.scheme, named.bucket, parent, shown)).read_bytes(key)
 
 
-def check_writable(location: str | os.PathLike | Location) -> Location:
+def check_writable(location: str | os.PathLike | Location, *, once: bool = False) -> Location:
     """Write and delete a probe object at `location`, failing fast with a `StorageError` that names the
     mistake (unknown scheme, no such bucket, refused credentials, unreachable endpoint, a file in the way).
     Probes a killed process left there are deleted too (deleting another process's probe first only makes
-    its own delete find nothing).
+    its own delete find nothing). With `once`, a location that passed is not probed again in this process
+    while the environment that picks endpoints and credentials is the same (a command and the library it
+    calls share one probe).
 
     >>> check_writable("memory://probe/run").url
     'memory://probe/run'
     """
     directory = Directory(location, PROBE_RETRIES)
+    if once and (directory.where(), _storage_environment()) in _WRITABLE:
+        return directory.location
     key = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
     try:
         with native_log_held():  # a client's own log lines: this probe's error says it in one
@@ -249,7 +253,19 @@ def check_writable(location: str | os.PathLike | Location) -> Location:
         raise storage_error(
             directory.where(), "writing a probe object", e, not_found_is_bucket=True
         ) from None
+    _WRITABLE.add(
+        (directory.where(), _storage_environment())
+    )  # as the probe left it (emulator variables set)
     return directory.location
+
+
+_WRITABLE: set[tuple[str, tuple[tuple[str, str], ...]]] = set()  # locations probed, with their environment
+_ENVIRONMENT_PREFIXES = ("AWS_", "GOOGLE_", "GCE_", "CLOUDSDK_", "STORAGE_EMULATOR_HOST", "TENSORSTORE_")
+
+
+def _storage_environment() -> tuple[tuple[str, str], ...]:
+    """The variables that choose a request's endpoint and credentials, as they are now."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENVIRONMENT_PREFIXES)))
 
 
 def check_readable(location: str | os.PathLike | Location) -> Location:

@@ -61,7 +61,7 @@ def export_target(out_dir: str | os.PathLike | Location) -> Location:
         if local.exists() and (not local.is_dir() or any(local.iterdir())):
             raise HfFormatError(f"{target}: already exists and is not an empty directory; choose another")
         return target
-    if Directory(check_writable(target)).list():
+    if Directory(check_writable(target, once=True)).list():  # the app's early check and this one: one probe
         raise HfFormatError(f"{target}: already holds objects; choose another")
     return target
 
@@ -82,8 +82,8 @@ def export_hf(
 
     ``config.json``, ``generation_config.json`` and the weights (``model.safetensors``, or shards of at most
     ``max_shard_bytes`` with ``model.safetensors.index.json``) in ``dtype`` (float32 or bfloat16); with a
-    ``tokenizer`` (its ``tokenizer.json``, a path or URL) also the tokenizer files, the end-of-text token being
-    ``eos_token`` (a checkpoint's record of it) or else the run's rule (``run_tokenizer.end_of_text``).
+    ``tokenizer`` (its ``tokenizer.json``, a path or URL) also the tokenizer files, the end-of-text token
+    being ``eos_token`` (a checkpoint's record of it) or else the run's rule (``run_tokenizer.end_of_text``).
     ``stop_ids`` are every id generation stops at (a chat model's end of turn and end of text: all of them
     go into ``generation_config.json``'s ``eos_token_id``); ``chat`` (a chat run's record) puts its chat
     template into ``tokenizer_config.json``.
