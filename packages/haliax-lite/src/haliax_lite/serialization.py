@@ -6,6 +6,8 @@ protocol): ``_state_dict_key_map`` renames fields (``None`` drops a level), and 
 ``{path}.{i}.{name in the block}``, the layout PyTorch and Hugging Face checkpoints use. ``iter_state_dict``
 yields the entries lazily, one array at a time, so an exporter never holds two copies of a large model;
 ``from_state_dict`` fills a template from any mapping (a lazy reader of a file, say), reading each entry once.
+A template whose abstract leaves carry shardings is read straight onto them: each device receives only its
+slice, so a model too large for one device loads onto a mesh leaf by leaf.
 
 >>> import jax, haliax_lite as hax
 >>> Layers, Embed, Mlp = hax.Axis("layers", 2), hax.Axis("embed", 3), hax.Axis("mlp", 4)
@@ -187,7 +189,10 @@ def from_state_dict(template: T, state_dict: Mapping[str, Any], prefix: str | No
     Entries the template does not name are ignored; a missing one, or one of another shape, is a
     ``StateDictError`` naming the entry (and both shapes). Each entry is read once, so ``state_dict`` may
     read lazily. Templates may be abstract (``jax.ShapeDtypeStruct`` leaves, from ``eqx.filter_eval_shape``).
-    Leaves that are not arrays (Python numbers) are read if present, else kept.
+    An abstract leaf with a ``sharding`` gets its entry placed straight onto that sharding from the host,
+    each device receiving only its slice (``jax.make_array_from_callback``, so each process places only what
+    its devices hold); any other leaf's entry becomes an array on the default device. Leaves that are not
+    arrays (Python numbers) are read if present, else kept.
 
     >>> import haliax_lite as hax
     >>> w = hax.zeros(hax.Axis("embed", 2))
@@ -195,6 +200,16 @@ def from_state_dict(template: T, state_dict: Mapping[str, Any], prefix: str | No
     Traceback (most recent call last):
     ...
     haliax_lite.serialization.StateDictError: w: the state dict has shape (3,), the template needs (2,)
+
+    Onto a mesh: the template's leaf carries the sharding the array is to have.
+
+    >>> from jax.sharding import NamedSharding, PartitionSpec
+    >>> Rows, Embed = hax.Axis("rows", 8), hax.Axis("embed", 2)
+    >>> rows = NamedSharding(jax.make_mesh((jax.device_count(),), ("data",)), PartitionSpec("data"))
+    >>> abstract = hax.NamedArray(jax.ShapeDtypeStruct((8, 2), jnp.float32, sharding=rows), (Rows, Embed))
+    >>> placed = from_state_dict({"w": abstract}, {"w": np.ones((8, 2))})["w"]
+    >>> placed.array.sharding == rows, len(placed.array.addressable_shards) == jax.device_count()
+    (True, True)
     """
     if _is_entry(template):
         leaves, treedef = [(None, template)], None
@@ -223,11 +238,36 @@ def read_entry(state_dict: Mapping[str, Any], name: str):
 
 
 def fill_leaf(leaf, value, name: str):
-    """``value`` in ``leaf``'s place (named with its axes); a :class:`StateDictError` if the shapes differ."""
+    """``value`` in ``leaf``'s place (named with its axes); a :class:`StateDictError` if the shapes differ.
+
+    An abstract ``leaf`` with a sharding gets ``value`` placed on it from the host (each device only its
+    slice); a :class:`_HostLeaf` gets it as a NumPy array; any other leaf, as an array on the default device.
+    """
     raw = leaf.array if is_named_array(leaf) else leaf
-    value = jnp.asarray(value)
+    sharding = _target_sharding(raw)
+    on_host = sharding is not None or isinstance(raw, _HostLeaf)
+    value = np.asarray(value) if on_host else jnp.asarray(value)
     if tuple(value.shape) != tuple(raw.shape):
         raise StateDictError(
             f"{name}: the state dict has shape {tuple(value.shape)}, the template needs {tuple(raw.shape)}"
         )
+    if sharding is not None:
+        value = _place(value, sharding)
     return NamedArray(value, leaf.axes) if is_named_array(leaf) else value
+
+
+class _HostLeaf(jax.ShapeDtypeStruct):
+    """An abstract template leaf that ``from_state_dict`` fills with a NumPy array on the host: how
+    ``Stacked`` reads a sharded leaf's blocks, to stack them on the host and place the whole once."""
+
+
+def _target_sharding(raw) -> jax.sharding.Sharding | None:
+    """The sharding an abstract template leaf asks its value to be placed on; None for any other leaf."""
+    if isinstance(raw, jax.ShapeDtypeStruct) and isinstance(raw.sharding, jax.sharding.Sharding):
+        return raw.sharding
+    return None
+
+
+def _place(value: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
+    """``value``, on the host, placed on ``sharding``: each of this process's devices gets only its slice."""
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])

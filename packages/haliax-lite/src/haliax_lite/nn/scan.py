@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import haliax_lite as hax
 from haliax_lite.checkpoint import ScanCheckpointPolicy as ScanCheckpointPolicy
@@ -31,6 +32,9 @@ from haliax_lite.nn.scan_protocols import BlockFoldable, FoldFunction, ModuleIni
 from haliax_lite.serialization import (
     ModuleWithStateDictSerialization,
     StateDictError,
+    _HostLeaf,
+    _place,
+    _target_sharding,
     from_state_dict,
     iter_state_dict,
     with_prefix,
@@ -190,7 +194,12 @@ class Stacked(_Repeated, Generic[M]):
                     yield key, leaf[i]
 
     def from_state_dict(self, state_dict, prefix: str | None = None) -> Stacked[M]:
-        """Read every block's entries (each once) and stack them along ``Block``."""
+        """Read every block's entries (each once) and stack them along ``Block``.
+
+        A leaf whose template is abstract with a sharding is stacked on the host (NumPy) and placed once on
+        that sharding, each device receiving only its slice: no block, and no whole leaf, on one device.
+        Other leaves are stacked from per-block arrays on the default device.
+        """
         _check_not_nested(self, prefix)
         template = jax.tree_util.tree_map(
             lambda leaf: _block_template(leaf, self.Block, prefix), self.stacked, is_leaf=_is_named
@@ -211,25 +220,40 @@ def _check_not_nested(stacked: Stacked, prefix: str | None) -> None:
 
 
 def _block_template(leaf, Block: hax.Axis, prefix: str | None):
-    """One block's abstract leaf: ``leaf`` without ``Block`` (an unnamed one: without its first dimension)."""
+    """One block's abstract leaf: ``leaf`` without ``Block`` (an unnamed one: without its first dimension),
+    read onto the host when ``leaf`` is to be placed on a sharding."""
     if _is_named(leaf):
         if Block.name not in leaf.shape:
             raise StateDictError(f"{prefix}: a Stacked leaf {leaf.axes} lacks the {Block.name!r} axis")
         axes = tuple(a for a in leaf.axes if a.name != Block.name)
-        return hax.NamedArray(jax.ShapeDtypeStruct(tuple(a.size for a in axes), leaf.dtype), axes)
+        return hax.NamedArray(_abstract_part(leaf.array, tuple(a.size for a in axes)), axes)
     if hasattr(leaf, "shape") and len(leaf.shape) >= 1:
-        return jax.ShapeDtypeStruct(tuple(leaf.shape[1:]), leaf.dtype)
+        return _abstract_part(leaf, tuple(leaf.shape[1:]))
     return leaf
+
+
+def _abstract_part(raw, shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
+    """A block's abstract ``shape`` of ``raw``, to be read onto the host when ``raw`` carries a sharding."""
+    kind = jax.ShapeDtypeStruct if _target_sharding(raw) is None else _HostLeaf
+    return kind(shape, raw.dtype)
 
 
 def _stack_like(leaf, parts):
     """Per-block values stacked back into ``leaf``'s layout."""
     if _is_named(leaf):
         index = [a.name for a in leaf.axes].index(_block_name(leaf, parts[0]))
-        return hax.NamedArray(jnp.stack([p.array for p in parts], axis=index), leaf.axes)
+        return hax.NamedArray(_stack_parts(leaf.array, [p.array for p in parts], index), leaf.axes)
     if hasattr(leaf, "shape") and len(leaf.shape) >= 1:
-        return jnp.stack(parts)
+        return _stack_parts(leaf, parts, 0)
     return parts[0]
+
+
+def _stack_parts(raw, parts: list, axis: int):
+    """``parts`` stacked along ``axis``: on the host and placed once when ``raw`` carries a sharding."""
+    sharding = _target_sharding(raw)
+    if sharding is None:
+        return jnp.stack(parts, axis=axis)
+    return _place(np.stack(parts, axis=axis), sharding)
 
 
 def _block_name(leaf, part) -> str:

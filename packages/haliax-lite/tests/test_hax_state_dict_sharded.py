@@ -1,0 +1,145 @@
+"""State dicts read onto a mesh: a template whose abstract leaves carry shardings is filled leaf by leaf,
+each device receiving only its slice (``Stacked`` leaves stacked on the host and placed once), to the same
+values as an unsharded load; no leaf, and no block of one, is ever put whole on one device."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec
+
+import haliax_lite as hax
+from haliax_lite.state_dict import StateDictError, from_state_dict, to_state_dict
+
+DEVICES = 8
+Layers, Embed, Mlp = hax.Axis("layers", DEVICES), hax.Axis("embed", 16), hax.Axis("mlp", 8)
+
+pytestmark = pytest.mark.skipif(
+    jax.device_count() < DEVICES, reason="needs the 8 fake CPU devices the root conftest sets up"
+)
+
+
+class Block(eqx.Module):
+    proj: hax.nn.Linear
+    norm: hax.nn.RmsNorm
+    scale: jax.Array
+
+    @staticmethod
+    def init(key):
+        return Block(hax.nn.Linear.init(Embed, Mlp, key=key), hax.nn.RmsNorm.init(Embed), jnp.ones(2))
+
+
+def make_model():
+    keys = jax.random.split(jax.random.key(0), Layers.size)
+    return {
+        "layers": hax.nn.Stacked.init(Layers, Block)(key=keys),
+        "seq": hax.nn.BlockSeq.init(Layers.resize(2), Block)(key=keys[:2]),
+        "head": jnp.arange(24.0).reshape(8, 3),
+    }
+
+
+def sharded_template(model, mapping: dict):
+    """``model``'s abstract leaves carrying the shardings ``mapping`` gives them on 8 devices (the unnamed
+    ``head`` split by its rows, the other unnamed leaves replicated)."""
+    mesh = jax.make_mesh((DEVICES,), ("data",))
+    abstract = eqx.filter_eval_shape(lambda: model)
+    shardings = hax.partitioning.infer_resource_partitions(abstract, mapping, mesh=mesh)
+    shardings["head"] = NamedSharding(mesh, PartitionSpec("data"))
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+
+
+def raw_leaves(tree) -> list:
+    leaves = jax.tree.leaves(tree, is_leaf=hax.is_named_array)
+    return [x.array if hax.is_named_array(x) else x for x in leaves]
+
+
+def is_split(leaf) -> bool:
+    return leaf.sharding.shard_shape(leaf.shape) != tuple(leaf.shape)
+
+
+MAPPINGS = {"embed over the devices": {"embed": "data"}, "layers over the devices": {"layers": "data"}}
+
+
+@pytest.mark.parametrize("mapping", MAPPINGS.values(), ids=MAPPINGS.keys())
+def test_every_leaf_is_read_onto_its_sharding_with_the_unsharded_values(mapping):
+    model = make_model()
+    flat = to_state_dict(model)
+    template = sharded_template(model, mapping)
+    placed = from_state_dict(template, flat)
+    unsharded = from_state_dict(eqx.filter_eval_shape(lambda: model), flat)
+    assert jax.tree.structure(placed) == jax.tree.structure(template)
+    for want, got, plain in zip(raw_leaves(template), raw_leaves(placed), raw_leaves(unsharded), strict=True):
+        assert got.sharding == want.sharding and got.shape == want.shape
+        assert len(got.addressable_shards) == DEVICES
+        for shard in got.addressable_shards:
+            assert shard.data.shape == want.sharding.shard_shape(want.shape)
+            assert shard.data.devices() == {shard.device}
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(plain))
+    # the sharded axis: each device holds an eighth of its rows
+    weight = placed["layers"].stacked.proj.weight
+    axis = weight.axes.index(Embed if "embed" in mapping else Layers)
+    sizes = {shard.data.shape[axis] for shard in weight.array.addressable_shards}
+    assert sizes == {weight.array.shape[axis] // DEVICES}
+    assert {shard.data.shape for shard in placed["head"].addressable_shards} == {(1, 3)}
+
+
+@pytest.fixture
+def whole_placements(monkeypatch) -> list[tuple[int, ...]]:
+    """The shape of every single-device array made by ``jnp.asarray``, ``jnp.array``, ``jnp.stack`` or
+    ``jax.device_put`` while the test runs (the default-device path of a state-dict load)."""
+    placements = []
+
+    def recording(function):
+        def record(*args, **kwargs):
+            result = function(*args, **kwargs)
+            if isinstance(result, jax.Array) and len(result.sharding.device_set) == 1:
+                placements.append(tuple(result.shape))
+            return result
+
+        return record
+
+    for module, name in ((jnp, "asarray"), (jnp, "array"), (jnp, "stack"), (jax, "device_put")):
+        monkeypatch.setattr(module, name, recording(getattr(module, name)))
+    return placements
+
+
+@pytest.mark.parametrize("mapping", MAPPINGS.values(), ids=MAPPINGS.keys())
+def test_no_split_leaf_nor_a_block_of_one_is_put_whole_on_one_device(mapping, whole_placements):
+    model = make_model()
+    flat = {name: np.asarray(value) for name, value in to_state_dict(model).items()}  # as read from a file
+    template = sharded_template(model, mapping)
+    split = [leaf for leaf in raw_leaves(template) if is_split(leaf)]
+    forbidden = {tuple(leaf.shape) for leaf in split} | {tuple(leaf.shape[1:]) for leaf in split}
+    assert len(split) >= 3  # the head, and the stacked leaves along the mapped axis
+    whole_placements.clear()
+    from_state_dict(template, flat)
+    assert not forbidden & set(whole_placements), f"placed whole on one device: {whole_placements}"
+
+
+def test_the_recorder_sees_an_unsharded_load(whole_placements):
+    """The check above can fail: the default-device path (an abstract template without shardings) records
+    each block's arrays and the stacked leaves."""
+    model = make_model()
+    from_state_dict(eqx.filter_eval_shape(lambda: model), to_state_dict(model))
+    assert (Layers.size, Mlp.size, Embed.size) in whole_placements  # a stacked leaf
+    assert (Mlp.size, Embed.size) in whole_placements  # a block of it
+
+
+@pytest.mark.parametrize("entry", ["layers.3.proj.weight", "seq.1.norm.weight", "head"])
+def test_a_shape_mismatch_is_the_same_error_on_a_sharded_template(entry):
+    model = make_model()
+    flat = to_state_dict(model)
+    flat[entry] = np.zeros((*np.shape(flat[entry])[:-1], 5), np.float32)
+    with pytest.raises(StateDictError) as plain:
+        from_state_dict(eqx.filter_eval_shape(lambda: model), flat)
+    with pytest.raises(StateDictError) as sharded:
+        from_state_dict(sharded_template(model, {"embed": "data"}), flat)
+    assert str(sharded.value) == str(plain.value) and str(plain.value).startswith(f"{entry}: ")
+
+
+def test_a_template_without_shardings_still_loads_onto_the_default_device():
+    model = make_model()
+    loaded = from_state_dict(eqx.filter_eval_shape(lambda: model), to_state_dict(model))
+    for leaf in raw_leaves(loaded):
+        assert leaf.devices() == {jax.devices()[0]} and isinstance(leaf, jax.Array)
