@@ -4,6 +4,7 @@ streaming, sharding, and errors that name the file, field or tensor."""
 import json
 import struct
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,11 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meltemi.trainer.config import ModelConfig, RopeScaling
-from meltemi.trainer.hf import HfFormatError, export_hf, hf_config, import_hf, model_config_from_hf
+from meltemi.trainer.hf import (
+    HfFormatError,
+    export_hf,
+    hf_config,
+    import_hf,
+    model_config_from_hf,
+    train_state_from_hf,
+)
 from meltemi.trainer.hf.layout import hf_tensors
 from meltemi.trainer.hf.safetensors_files import TensorPlan, write_safetensors
 from meltemi.trainer.hf.safetensors_reader import SafetensorsReader
 from meltemi.trainer.model.llama import Llama, cast_floating
+from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.trainer import Trainer
 
 SMALL = ModelConfig(
@@ -32,6 +41,11 @@ SMALL = ModelConfig(
 
 def leaves(model):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(model)]
+
+
+def named(tree) -> list:
+    """The NamedArrays of ``tree`` (or the NamedArray-wrapped shardings of a tree of them)."""
+    return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "axes"))
 
 
 def assert_bitwise(a, b):
@@ -339,3 +353,31 @@ def test_safetensors_files_round_trip_exactly_at_any_shard_size(tmp_path_factory
     assert reader.shapes == {t.name: t.shape for t in plan}
     for name, array in arrays.items():
         assert reader[name].dtype == array.dtype and reader[name].tobytes() == array.tobytes()
+
+
+@pytest.mark.parametrize("mesh", [("8", "1"), ("4", "2")], ids=["data 8", "data 4 x model 2"])
+def test_an_import_onto_a_plan_reads_every_parameter_sharded_as_the_plan_says(make_config, tmp_path, mesh):
+    """On 8 devices each parameter is read straight onto its sharding (each device holds its slice only:
+    an eighth of the ``embed`` rows on ``data`` 8), to the values of the single-device import; the train
+    state made from it has its optimizer state on the mesh too."""
+    config = make_config("--trainer.mesh.data", mesh[0], "--trainer.mesh.model", mesh[1])
+    plan = MeshPlan.of(config, devices=jax.devices()[:8])
+    out = export_hf(Llama.init(config.model, key=jax.random.key(6)), tmp_path / "hf")
+    _, sharded = import_hf(out, config.model, plan=plan)
+    _, whole = import_hf(out, config.model)
+    abstract = eqx.filter_eval_shape(Llama.init, config.model, key=jax.random.key(0))
+    expected = plan.parameter_shardings(abstract)
+    for leaf, want, plain in zip(named(sharded), named(expected), named(whole), strict=True):
+        assert leaf.array.sharding == want.array and leaf.axes == plain.axes
+        for shard in leaf.array.addressable_shards:
+            assert shard.data.shape == want.array.shard_shape(leaf.array.shape)
+        assert np.asarray(leaf.array).tobytes() == np.asarray(plain.array).tobytes()
+    q = sharded.layers.stacked.self_attn.q_proj.weight
+    embed = [a.name for a in q.axes].index("embed")
+    assert {s.data.shape[embed] for s in q.array.addressable_shards} == {32 // int(mesh[0])}
+    up = sharded.layers.stacked.mlp.up_proj.weight
+    mlp = [a.name for a in up.axes].index("mlp")
+    assert {s.data.shape[mlp] for s in up.array.addressable_shards} == {64 // int(mesh[1])}
+    state = train_state_from_hf(out, config, plan=plan)
+    for tree in (state.model, state.opt_state[1].mu):
+        assert tree.layers.stacked.self_attn.q_proj.weight.array.sharding == q.array.sharding

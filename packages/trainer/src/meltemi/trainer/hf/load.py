@@ -3,7 +3,8 @@
 The directory is a local path or a bucket URL, read in place: ``config.json``, the safetensors headers,
 then one tensor at a time. Every tensor's shape is checked against the config from the headers before any
 data is read; a mismatch names the tensor and both shapes. Export then import gives the same bits (in the
-exported dtype).
+exported dtype). Given the run's ``MeshPlan``, each tensor is placed straight onto the mesh as the plan lays
+the parameters out, each device receiving only its slice: no device ever holds the whole model.
 
 >>> import jax
 >>> from meltemi.trainer.config import ModelConfig
@@ -99,12 +100,15 @@ def import_hf(
     config: ModelConfig | None = None,
     *,
     dtype: str = "float32",
+    plan: MeshPlan | None = None,
 ) -> tuple[ModelConfig, Llama]:
     """``(config, model)`` from a Hugging Face Llama directory (a path or a bucket URL, read in place),
     parameters in ``dtype``.
 
     With ``config``, the checkpoint must have exactly its model's tensors and shapes (its kernels and
-    remat are kept); without, the config is ``config.json``'s.
+    remat are kept); without, the config is ``config.json``'s. With ``plan``, every parameter is read
+    onto the plan's mesh by its parameter mapping, tensor by tensor, each device receiving only its slice;
+    without, onto the default device.
     """
     directory = _directory(directory)
     if config is None:
@@ -113,6 +117,8 @@ def import_hf(
     table = hf_tensors(config)
     check_shapes(table, reader.shapes, directory.where())
     template = eqx.filter_eval_shape(Llama.init, config, key=jax.random.key(0))
+    if plan is not None:
+        template = plan.sharded_parameters(template)
     model = hax.state_dict.from_state_dict(template, _OursFromHf(reader, table, jnp.dtype(dtype)))
     return config, model
 
@@ -124,9 +130,9 @@ def train_state_from_hf(
     optimizer state, to continue pretraining: ``Trainer(config, run_dir).run(state)``.
 
     With ``plan`` (the trainer's ``MeshPlan``) the state is laid out by its parameter mapping, as the
-    trainer's step expects.
+    trainer's step expects: the parameters are read onto the mesh and the optimizer state is made there.
     """
-    _, model = import_hf(directory, config.model, dtype=config.trainer.param_dtype)
+    _, model = import_hf(directory, config.model, dtype=config.trainer.param_dtype, plan=plan)
     optimizer = make_optimizer(config.optimizer, model)
 
     def fresh(model: Llama) -> TrainState:  # in one program: every leaf its own buffer (the step donates)

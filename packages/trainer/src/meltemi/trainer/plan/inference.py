@@ -65,9 +65,7 @@ class InferencePlan:
 
 def sharded_parameters(config: RunConfig, layout: InferenceLayout) -> Llama:
     """``config``'s abstract parameters, each carrying the sharding ``load_model`` would give it."""
-    abstract = abstract_model(config)
-    shardings = layout.plan.parameter_shardings(abstract)
-    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+    return layout.plan.sharded_parameters(abstract_model(config))
 
 
 def compile_program(

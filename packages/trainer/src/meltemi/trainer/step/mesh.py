@@ -200,6 +200,14 @@ class MeshPlan:
         """Shardings for a tree of (abstract) named arrays, laid out by the compute mapping."""
         return hax.partitioning.infer_resource_partitions(tree, self.compute_mapping, mesh=self.mesh)
 
+    def sharded_parameters(self, abstract):
+        """``abstract`` (shapes, as from ``eqx.filter_eval_shape``) with each leaf carrying its parameter
+        sharding: a template that ``hax.state_dict.from_state_dict`` reads straight onto the mesh."""
+        shardings = self.parameter_shardings(abstract)
+        return jax.tree.map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class InferenceLayout:
