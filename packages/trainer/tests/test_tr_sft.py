@@ -70,6 +70,55 @@ def test_a_hugging_face_export_of_the_base_starts_the_same_parameters(sft_config
     assert state_arrays(start.state.model) == model_arrays(base / "checkpoints" / "step-2")
 
 
+def named(tree) -> list:
+    """The NamedArrays of ``tree`` (or the NamedArray-wrapped shardings of a tree of them)."""
+    return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "axes"))
+
+
+def record_single_device_arrays(monkeypatch) -> list[tuple[int, ...]]:
+    """The shapes of the single-device arrays ``jnp.asarray``, ``jnp.stack`` and ``jax.device_put`` make
+    from now on (how a model read whole onto the default device is made)."""
+    shapes = []
+
+    def recording(function):
+        def record(*args, **kwargs):
+            result = function(*args, **kwargs)
+            for leaf in jax.tree_util.tree_leaves(result):
+                sharding = getattr(leaf, "sharding", None)  # a tracer (inside jit) has none
+                if sharding is not None and len(sharding.device_set) == 1:
+                    shapes.append(tuple(leaf.shape))
+            return result
+
+        return record
+
+    for module, name in ((jax.numpy, "asarray"), (jax.numpy, "stack"), (jax, "device_put")):
+        monkeypatch.setattr(module, name, recording(getattr(module, name)))
+    return shapes
+
+
+def test_a_hugging_face_base_is_read_onto_the_runs_mesh_never_whole_on_one_device(sft_config, base, tmp_path):
+    """On 8 devices (data 4 x model 2) each of the base's tensors goes straight onto the run's mesh: the run
+    starts from the base's parameters bit for bit, each laid out as the run's state is, and trains."""
+    from meltemi.trainer.checkpoint.trained_model import load_model
+
+    trained = load_model(base)
+    hf = export_hf(trained.model, tmp_path / "hf", tokenizer=trained.tokenizer)
+    config = sft_config("--trainer.mesh.data", "4", "--trainer.mesh.model", "2", base=hf)
+    trainer = Trainer(config, tmp_path / "sft", devices=jax.devices()[:8], progress=False)
+    with pytest.MonkeyPatch.context() as patch:
+        made_whole = record_single_device_arrays(patch)
+        start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
+    assert state_arrays(start.state.model) == model_arrays(base / "checkpoints" / "step-2")
+    split = set()
+    shardings = trainer.program.state_shardings().model
+    for leaf, want in zip(named(start.state.model), named(shardings), strict=True):
+        assert leaf.array.sharding == want.array
+        if want.array.shard_shape(leaf.array.shape) != leaf.array.shape:
+            split.add(leaf.array.shape)
+    assert len(split) >= 5 and not split & set(made_whole), made_whole
+    assert trainer.run().steps == 2
+
+
 @pytest.fixture
 def plain_base(make_config, shared) -> Path:
     """A 2-step run whose tokenizer has no chat tokens (as a base pretrained before chat would have)."""

@@ -118,16 +118,15 @@ def _base_model(base: Base, run: RunToStart) -> Llama:
     """The base's parameters in the run's parameter dtype, laid out on the run's mesh as the base's
     vocabulary is (the rows it grows come after)."""
     config, program = run.config, run.program
-    dtype = jnp.dtype(config.trainer.param_dtype)
     shape = config.model.model_copy(update={"vocab_size": base.model.vocab_size})
+    if base.kind == "huggingface":  # read onto the mesh tensor by tensor, never whole on one device
+        return import_hf(base.hf_dir, shape, dtype=config.trainer.param_dtype, plan=program.plan)[1]
+    dtype = jnp.dtype(config.trainer.param_dtype)
     abstract = eqx.filter_eval_shape(
         lambda k: cast_floating(Llama.init(shape, key=k), dtype), jax.random.key(0)
     )
     shardings = program.plan.parameter_shardings(abstract)
-    if base.kind == "checkpoint":
-        return restore(base.step, base.manifest, abstract, shardings, prefix="model.")
-    _, loaded = import_hf(base.hf_dir, shape, dtype=config.trainer.param_dtype)
-    return jax.device_put(loaded, shardings)
+    return restore(base.step, base.manifest, abstract, shardings, prefix="model.")
 
 
 def _added_tokens(run: RunToStart, base: Base) -> tuple[str, ...]:
