@@ -3,7 +3,9 @@
 ``resolve_base`` runs before the data is built: it checks the config's model shape against the base's and
 gives the run the base's tokenizer when it names none, so that the chat stores are tokenized as the base
 was trained. ``initialize_from_base`` runs when the run has no checkpoint of its own: it restores the
-base's parameters onto the run's mesh (each process reading only what its devices hold), grows the
+base's parameters onto the run's mesh (from a checkpoint each process reads only what its devices hold; a
+Hugging Face base is read into each process's host memory a leaf at a time, every layer of a stacked leaf
+together, and each device is given only its slice), grows the
 vocabulary by the rows a chat template's new tokens need (each the mean of the base's rows), and starts
 the optimizer afresh at step 0, as ``trainer.initialize_from`` asks by default.
 """
