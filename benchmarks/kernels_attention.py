@@ -7,10 +7,15 @@ causal score matrix: ``3.5 * 4 * batch * heads * seq**2 * head_dim / 2``. Each f
 ``--repeats`` timed runs after a compile-and-warm-up run, inside one process, so ratios compare like with
 like. An implementation that fails (unsupported, out of memory) is reported as such, not skipped silently.
 
+``--documents N`` packs rows of about N documents (segment ids, random boundaries, the same for every
+implementation), as the trainer's batches hold them; cuDNN takes no segment ids and says so. FLOPs are
+counted as for whole rows either way, so TFLOP/s at the same shape compare times.
+
 Without a GPU the script says so and exits; ``--smoke`` runs tiny shapes on any backend to check it works
 (those numbers mean nothing).
 
-Run: ``uv run python benchmarks/kernels_attention.py [--seqs 2048 4096 8192] [--repeats 10]``
+Run: ``uv run python benchmarks/kernels_attention.py [--seqs 2048 4096 8192] [--repeats 10]``; the 1B step's
+shapes: ``--seqs 4096 --tokens 32768 --head-dim 64 [--documents 4]``
 """
 
 from __future__ import annotations
@@ -36,17 +41,34 @@ def flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> floa
     return 3.5 * forward
 
 
+def segment_ids(batch: int, seq: int, documents: int, seed: int) -> jax.Array | None:
+    """Rows of about ``documents`` documents (a boundary after each token with probability documents/seq),
+    or None (whole rows) when ``documents`` is 0."""
+    if documents <= 0:
+        return None
+    starts = jax.random.uniform(jax.random.PRNGKey(seed), (batch, seq)) < documents / seq
+    return jnp.cumsum(starts, axis=1).astype(jnp.int32)
+
+
 def step_function(implementation: str, causal: bool, config: PallasAttentionConfig):
-    def run(q, k, v):
+    def run(q, k, v, segments):
         if implementation == "pallas":
             spec = check_attention_inputs(
-                q, k, v, None, causal=causal, sliding_window=None, softmax_scale=None
+                q, k, v, segments, causal=causal, sliding_window=None, softmax_scale=None
             )
-            return pallas_attention(q, k, v, None, spec, config)
-        return attention(q, k, v, causal=causal, implementation=implementation, check_finite=False)
+            return pallas_attention(q, k, v, segments, spec, config)
+        return attention(
+            q,
+            k,
+            v,
+            causal=causal,
+            segment_ids=segments,
+            implementation=implementation,
+            check_finite=False,
+        )
 
-    def loss(q, k, v, d_out):
-        return jnp.sum(run(q, k, v).astype(jnp.float32) * d_out)
+    def loss(q, k, v, segments, d_out):
+        return jnp.sum(run(q, k, v, segments).astype(jnp.float32) * d_out)
 
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
 
@@ -70,6 +92,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--tokens", type=int, default=8192, help="tokens per step: batch = tokens // seq")
     parser.add_argument("--not-causal", action="store_true")
+    parser.add_argument(
+        "--documents", type=int, default=0, help="documents per row (segment ids); 0: whole rows"
+    )
     parser.add_argument(
         "--implementations", nargs="+", default=list(IMPLEMENTATIONS), choices=IMPLEMENTATIONS
     )
@@ -98,7 +123,8 @@ def main() -> None:
     )
     print(
         f"forward+backward, bfloat16, heads {args.heads}/{args.kv_heads}, head_dim {args.head_dim}, "
-        f"causal={causal}, {args.tokens} tokens per step where the sequence allows"
+        f"causal={causal}, {args.tokens} tokens per step where the sequence allows, "
+        + (f"rows of about {args.documents} documents (segment ids)" if args.documents else "whole rows")
     )
     for seq in args.seqs:
         batch = max(1, args.tokens // seq)
@@ -107,12 +133,13 @@ def main() -> None:
         k = jax.random.normal(keys[1], (batch, seq, args.kv_heads, args.head_dim), jnp.bfloat16)
         v = jax.random.normal(keys[2], (batch, seq, args.kv_heads, args.head_dim), jnp.bfloat16)
         d_out = jax.random.normal(keys[3], q.shape, jnp.float32)
+        segments = segment_ids(batch, seq, args.documents, seed=seq + 1)
         work = flops(batch, args.heads, seq, args.head_dim, causal)
         tflops = {}
         for implementation in args.implementations:
             try:
                 seconds = time_it(
-                    step_function(implementation, causal, config), (q, k, v, d_out), args.repeats
+                    step_function(implementation, causal, config), (q, k, v, segments, d_out), args.repeats
                 )
             except Exception as error:
                 reason = str(error).splitlines()[0]
