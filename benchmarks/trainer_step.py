@@ -6,6 +6,11 @@ layers stacked, `lax.scan` over them, `jnp.einsum` with hand-chosen layouts, `me
 and `cross_entropy`. Both
 steps run alternately in one process on the same batches; the last line is `ratio: <ours / reference>`.
 
+`--whole-rows` makes every row one document (no segment ids reach the attention kernel, so `auto` may pick
+cuDNN), as a step that trains without document masking would; the shipped trainer always keeps documents
+apart, so this is a measurement of the kernel's cost, not a setting. `--skip-reference` times the
+trainer's step alone (half the time: for comparing settings of the trainer among themselves).
+
     uv run python benchmarks/trainer_step.py                      # configs/tiny.yaml on this machine
     uv run python benchmarks/trainer_step.py --config configs/llama_1b.yaml --rounds 5   # on a GPU
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -168,13 +174,18 @@ def reference_step(config: RunConfig):
     return optimizer, jax.jit(step, donate_argnums=(0, 1))
 
 
-def batches(config: RunConfig, count: int, rows: int) -> list[dict[str, np.ndarray]]:
-    """Random token batches with several documents per row, as the token store would give."""
+def batches(
+    config: RunConfig, count: int, rows: int, whole_rows: bool = False
+) -> list[dict[str, np.ndarray]]:
+    """Random token batches with several documents per row, as the token store would give (or one document
+    per row: ``whole_rows``)."""
     rng = np.random.default_rng(0)
     out = []
     for _ in range(count):
         shape = (rows, config.data.seq_len)
         segments = np.cumsum(rng.random(shape) < 4 / config.data.seq_len, axis=1).astype(np.int32)
+        if whole_rows:
+            segments = np.zeros(shape, np.int32)
         out.append(
             {
                 "input_ids": rng.integers(0, config.model.vocab_size, shape, dtype=np.int32),
@@ -185,6 +196,18 @@ def batches(config: RunConfig, count: int, rows: int) -> list[dict[str, np.ndarr
             }
         )
     return out
+
+
+def attend_whole_rows() -> None:
+    """Make every ``meltemi.kernels.attention`` call in this process drop its segment ids, in the trainer's
+    model and in the reference alike: each row is then one causal sequence, and ``auto`` chooses as for
+    whole rows (cuDNN on a GPU). For this benchmark's ``--whole-rows`` only."""
+    attention = kernels.attention
+
+    def whole_rows(*args, segment_ids=None, **kwargs):
+        return attention(*args, **kwargs)
+
+    kernels.attention = whole_rows
 
 
 def memory_plans(config: RunConfig, plan: MeshPlan, rows: int) -> None:
@@ -221,6 +244,38 @@ def memory_plans(config: RunConfig, plan: MeshPlan, rows: int) -> None:
             )
 
 
+def reference_run(config: RunConfig, state, data: list[dict[str, np.ndarray]]) -> Callable[[], None]:
+    """The plain-JAX step, compiled, from the trainer's initial weights: a function that runs it once over
+    ``data`` (keeping its parameters and optimizer state between calls) and waits for the last loss."""
+    params = reference_params(state)
+    optimizer, ref_step = reference_step(config)
+    opt_state = optimizer.init(params)
+    plain = [(b["input_ids"], b["targets"], b["segment_ids"], b["loss_mask"]) for b in data]
+    compiled = ref_step.lower(params, opt_state, plain[0]).compile()
+
+    def run() -> None:
+        nonlocal params, opt_state
+        for b in plain:
+            params, opt_state, loss = compiled(params, opt_state, b)
+        jax.block_until_ready(loss)
+
+    return run
+
+
+def timed_rounds(runs: dict[str, Callable[[], None]], rounds: int, steps: int) -> dict[str, float]:
+    """Median seconds per step of each run (``steps`` steps a call), alternated round by round after one
+    warm-up call each."""
+    for run in runs.values():
+        run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            started = time.perf_counter()
+            run()
+            times[name].append((time.perf_counter() - started) / steps)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/tiny.yaml")
@@ -231,69 +286,68 @@ def main() -> None:
         action="store_true",
         help="compile both steps and print XLA's memory plan for each, without running them",
     )
+    parser.add_argument(
+        "--whole-rows",
+        action="store_true",
+        help="one document per row: attention without segment ids (cuDNN on a GPU), both steps",
+    )
+    parser.add_argument(
+        "--skip-reference", action="store_true", help="time the trainer's step only (no plain-JAX step)"
+    )
     args, overrides = parser.parse_known_args()
     config = load_config(args.config, ["--trainer.mesh.data", "1", *overrides])
     plan = MeshPlan.of(config, jax.devices()[:1])
     rows = config.trainer.batch_sizes()[0]
+    if args.whole_rows:
+        attend_whole_rows()
     if args.memory_only:
         memory_plans(config, plan, rows)
         return
-    data = batches(config, args.steps, rows)
+    data = batches(config, args.steps, rows, whole_rows=args.whole_rows)
 
     with jax.set_mesh(plan.mesh):
         state = jax.jit(lambda k: init_state(config, k))(adapters.jax_key(config.trainer.seed, "init"))
-        params = reference_params(state)
-        optimizer, ref_step = reference_step(config)
-        opt_state = optimizer.init(params)
-        ours = jax.jit(make_train_step(config), donate_argnums=0)
         named = [adapters.named_batch(b) for b in data]
-        plain = [(b["input_ids"], b["targets"], b["segment_ids"], b["loss_mask"]) for b in data]
-
         started = time.perf_counter()
-        compiled = ours.lower(state, named[0]).compile()
+        compiled = jax.jit(make_train_step(config), donate_argnums=0).lower(state, named[0]).compile()
         compile_seconds = time.perf_counter() - started
-        ref_compiled = ref_step.lower(params, opt_state, plain[0]).compile()
         memory = compiled.memory_analysis()
 
-        def run_ours(state):
+        def run_ours():
+            nonlocal state
             for b in named:
                 state, metrics = compiled(state, b)
             jax.block_until_ready(metrics.loss)
-            return state
 
-        def run_reference(params, opt_state):
-            for b in plain:
-                params, opt_state, loss = ref_compiled(params, opt_state, b)
-            jax.block_until_ready(loss)
-            return params, opt_state
-
-        state = run_ours(state)  # warm-up
-        params, opt_state = run_reference(params, opt_state)
-        times_ours, times_ref = [], []
-        for _ in range(args.rounds):
-            t = time.perf_counter()
-            state = run_ours(state)
-            times_ours.append((time.perf_counter() - t) / args.steps)
-            t = time.perf_counter()
-            params, opt_state = run_reference(params, opt_state)
-            times_ref.append((time.perf_counter() - t) / args.steps)
+        runs = {"trainer": run_ours}
+        if not args.skip_reference:
+            runs["reference"] = reference_run(config, state, data)
+        seconds = timed_rounds(runs, args.rounds, args.steps)
 
     tokens = rows * config.data.seq_len
-    ours_tps, ref_tps = tokens / statistics.median(times_ours), tokens / statistics.median(times_ref)
+    ours_tps = tokens / seconds["trainer"]
     flops = flops_per_token(config.model, config.data.seq_len) * ours_tps
     peak = peak_flops_per_device()
     print(
         f"device: {jax.devices()[0].device_kind}; config {args.config}; batch {rows} x {config.data.seq_len}"
+        + ("; whole rows (no segment ids)" if args.whole_rows else "")
     )
     print(f"compile: {compile_seconds:.1f} s")
     print(
         f"compiled memory per device: arguments {memory.argument_size_in_bytes / 2**20:.1f} MiB, "
         f"temporaries {memory.temp_size_in_bytes / 2**20:.1f} MiB"
     )
-    print(f"trainer step:   {ours_tps:,.0f} tokens/s ({statistics.median(times_ours) * 1e3:.1f} ms/step)")
-    print(f"plain JAX step: {ref_tps:,.0f} tokens/s ({statistics.median(times_ref) * 1e3:.1f} ms/step)")
+    print(f"trainer step:   {ours_tps:,.0f} tokens/s ({seconds['trainer'] * 1e3:.1f} ms/step)")
+    if "reference" in seconds:
+        ref_tps = tokens / seconds["reference"]
+        print(f"plain JAX step: {ref_tps:,.0f} tokens/s ({seconds['reference'] * 1e3:.1f} ms/step)")
+    else:
+        print("plain JAX step: not measured (--skip-reference)")
     print(f"model FLOP/s: {flops / 1e9:.1f} G" + (f"; MFU {flops / peak:.1%}" if peak else ""))
-    print(f"ratio: {ours_tps / ref_tps:.2f}")
+    if "reference" in seconds:
+        print(f"ratio: {ours_tps / ref_tps:.2f}")
+    else:
+        print("ratio: not measured (--skip-reference)")
 
 
 if __name__ == "__main__":
