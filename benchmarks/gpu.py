@@ -311,6 +311,8 @@ def table_rows(f: Figures) -> list[tuple[str, str, str]]:
 def packages_source(trainer_file: str) -> str:
     """Where the parts' ``meltemi`` packages come from: this checkout's files, or wheels installed elsewhere
     (with what ``gpu_prepare.py`` built them from, when ``.whl/built_from.txt`` says)."""
+    if not trainer_file.endswith(".py"):
+        return trainer_file  # why meltemi.trainer did not import
     if Path(trainer_file).resolve().is_relative_to(ROOT / "packages"):
         return "this checkout's packages/"
     built_from = ROOT / ".whl" / "built_from.txt"
@@ -318,23 +320,37 @@ def packages_source(trainer_file: str) -> str:
     return f"wheels installed in {Path(trainer_file).parents[2]}{source}"
 
 
+# Run in a subprocess: JAX's device and version, and where meltemi.trainer is imported from (or why not).
+PROBE = """
+import json
+import jax
+d = jax.devices()[0]
+try:
+    import meltemi.trainer
+    trainer = meltemi.trainer.__file__
+except Exception as error:
+    trainer = f"meltemi.trainer does not import: {error!r}"[:200]
+print(json.dumps([d.device_kind, d.platform, jax.__version__, trainer]))
+"""
+
+
 def environment(timeout_s: float = 120) -> dict[str, str]:
     """Device kind, JAX version and where our packages come from (from a subprocess, so this process holds
     no GPU memory), the NVIDIA driver, and the date."""
-    probe = (
-        "import jax, json, meltemi.trainer; d = jax.devices()[0]; "
-        "print(json.dumps([d.device_kind, d.platform, jax.__version__, meltemi.trainer.__file__]))"
-    )
-    facts = {"date": datetime.date.today().isoformat()}
+    facts = {"date": datetime.date.today().isoformat(), "platform": "unknown"}
     try:
-        out = subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=timeout_s, check=True
-        ).stdout.splitlines()[-1]
-        facts["device"], facts["platform"], facts["jax"], trainer_file = json.loads(out)
+        result = subprocess.run(
+            [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=timeout_s, check=True
+        )
+        facts["device"], facts["platform"], facts["jax"], trainer_file = json.loads(
+            result.stdout.splitlines()[-1]
+        )
         facts["packages"] = packages_source(trainer_file)
     except (subprocess.SubprocessError, IndexError, ValueError) as error:
-        unknown = f"unknown ({type(error).__name__})"
-        facts.update(device=unknown, platform=unknown, jax=unknown, packages=unknown)
+        stderr = getattr(error, "stderr", None) or ""
+        last = [line for line in stderr.splitlines() if line.strip()][-1:] or [type(error).__name__]
+        unknown = f"unknown (the probe failed: {last[0][:160]})"
+        facts.update(device=unknown, jax="unknown", packages="unknown")
     smi = shutil.which("nvidia-smi")
     if smi:
         query = [smi, "--query-gpu=driver_version", "--format=csv,noheader"]
@@ -400,8 +416,12 @@ def main() -> None:
     facts = environment()
     print(f"{facts['device']}; driver {facts['driver']}; jax {facts['jax']}; {facts['date']}", flush=True)
     print(f"our packages: {facts['packages']}", flush=True)
-    if facts["platform"] != "gpu" and not args.smoke:
+    if facts["platform"] not in ("gpu", "unknown") and not args.smoke:
         sys.exit(f"JAX sees no GPU here ({facts['platform']}): nothing measured. --smoke runs tiny shapes.")
+    if facts["packages"].startswith("meltemi.trainer does not import"):
+        sys.exit(
+            f"{facts['packages']}: nothing measured (on the GPU machine, install .whl first: README.md)."
+        )
     with open(args.out / "parts.log", "wb") as log:
         outcomes = run_all([every[n] for n in names], args.budget_s, started, log)
     table = render(facts, outcomes, args.budget_s, time.monotonic() - started, args.smoke)
