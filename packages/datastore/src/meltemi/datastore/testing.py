@@ -135,6 +135,9 @@ def start_gcs_server() -> GcsServer:
     _list_by_key_range()
     _unsatisfiable_ranges()
     server = create_server(LOOPBACK, 0, in_memory=True)
+    # In memory, the emulator's file of every object's metadata is never read back, yet it rewrote it whole
+    # (as indented JSON) on every write: quadratic in the objects a test process has written.
+    server._storage._write_config_to_file = lambda: None
     server.start()
     port = server._api._httpd.server_address[1]  # bound to port 0: the port the system chose
     return GcsServer(f"http://{LOOPBACK}:{port}", server)
