@@ -121,19 +121,25 @@ def test_a_build_into_a_bucket_killed_midway_resumes_to_the_same_bytes(
     assert bucket_objects(url) == tree_bytes(local)
 
 
+@pytest.mark.parametrize("server", ["s3", "gcs"])
 def test_a_missing_bucket_or_refused_keys_fail_before_any_tokenizing(
-    s3, stdlib_files, tokenizer_path, monkeypatch
+    request, server, stdlib_files, tokenizer_path, monkeypatch
 ):
     import meltemi.datastore.build as build
 
+    fake = request.getfixturevalue(server)
+    scheme = "s3" if server == "s3" else "gs"
     tokenized = []
     monkeypatch.setattr(build, "tokenize_units", lambda *a: tokenized.append(a) or [])
-    with pytest.raises(NoSuchBucketError, match=r"^s3://absent-bucket/x: writing a probe object failed"):
-        build_store(stdlib_files[:2], tokenizer_path, "s3://absent-bucket/x", progress=False)
-    url = f"s3://{s3.make_bucket()}/x"
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "unknown")
-    with s3.checking_credentials(), pytest.raises(AccessDeniedError, match=rf"^{url}: writing a probe"):
+    with pytest.raises(
+        NoSuchBucketError, match=rf"^{scheme}://absent-bucket/x: writing a probe object failed"
+    ):
+        build_store(stdlib_files[:2], tokenizer_path, f"{scheme}://absent-bucket/x", progress=False)
+    url = f"{scheme}://{fake.make_bucket()}/x"
+    if server == "s3":
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "unknown")
+    with fake.checking_credentials(), pytest.raises(AccessDeniedError, match=rf"^{url}: writing a probe"):
         build_store(stdlib_files[:2], tokenizer_path, url, progress=False)
     assert tokenized == []
 

@@ -209,3 +209,25 @@ def test_without_credentials_a_bucket_error_is_one_line_for_s3_and_gcs(s3_server
         stderr_of(emulator, "info", f"gs://{bucket}/x")
         == f"error: gs://{bucket}/x is not a token store (it has no manifest.json)\n"
     )
+
+
+@pytest.mark.parametrize("server", ["s3", "gcs"])
+def test_a_bucket_that_refuses_anonymous_requests_says_that_no_credentials_were_found(
+    request, server, tmp_path
+):
+    fake = request.getfixturevalue(f"{server}_server")
+    bare = without_credentials(tmp_path)
+    if server == "s3":
+        url, doing = f"s3://{fake.make_bucket()}/x", "listing"
+        env = bare | {"AWS_ENDPOINT_URL": fake.endpoint, "AWS_REGION": "us-east-1"}
+        found = "no AWS credentials were found (no AWS_ACCESS_KEY_ID, AWS_PROFILE"
+    else:  # TensorStore's own variable: nothing says "emulator", so requests go without a token; its look
+        # for a metadata server goes to a proxy where nothing listens (GCE_METADATA_ROOT would say one is)
+        url, doing = f"gs://{fake.make_bucket()}/x", "reading"
+        nowhere = {"http_proxy": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+        env = bare | nowhere | {"TENSORSTORE_GCS_HTTP_URL": fake.endpoint}
+        found = "no Google credentials were found (no GOOGLE_APPLICATION_CREDENTIALS"
+    with fake.checking_credentials():
+        said = stderr_of(env, "info", url)
+    assert said.startswith(f"error: {url}: {doing} failed: access denied; check the credentials"), said
+    assert found in said and said.count("\n") == 1, said

@@ -10,6 +10,10 @@ user would set (`AWS_ENDPOINT_URL` and keys; `STORAGE_EMULATOR_HOST`), so the co
 server as it finds a real one. Each test makes its own bucket (`make_bucket`, a unique name), so tests
 sharing a server never see each other's objects; a subprocess gets `os.environ | server.environ`.
 
+Both refuse what the real stores refuse when told to check credentials (`checking_credentials`): S3 unknown
+keys and unsigned requests (403), GCS any bearer token but the one named (401). `FaultyProxy` fails
+requests between a client and either server.
+
 The servers are development dependencies (`moto[server]`, `gcp-storage-emulator`), imported only when a
 fixture starts one: where they are not installed (the datastore's wheel tested alone) the tests that use
 them are skipped, saying so, and everything else runs.
@@ -18,6 +22,7 @@ them are skipped, saying so, and everything else runs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -51,6 +56,7 @@ class S3Server:
 
     endpoint: str
     _server: Any = field(repr=False)
+    _checking: list[bool] = field(default_factory=lambda: [False], repr=False)  # shared with its WSGI app
 
     @property
     def environ(self) -> dict[str, str]:
@@ -73,11 +79,14 @@ class S3Server:
 
     @contextlib.contextmanager
     def checking_credentials(self) -> Iterator[None]:
-        """Make the server refuse unknown access keys (moto accepts any by default) within the block."""
+        """Make the server refuse unknown access keys (moto accepts any by default) and unsigned requests
+        (403, AccessDenied, as a private bucket does) within the block."""
         previous = self._post("/moto-api/reset-auth", b"0")["PREVIOUS_INITIAL_NO_AUTH_ACTION_COUNT"]
+        self._checking[0] = True
         try:
             yield
         finally:
+            self._checking[0] = False
             self._post("/moto-api/reset-auth", str(previous).encode())
 
     def _post(self, path: str, data: bytes) -> dict[str, Any]:
@@ -97,31 +106,101 @@ def start_s3_server() -> S3Server:
     server = ThreadedMotoServer(ip_address=LOOPBACK, port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    return S3Server(f"http://{host}:{port}", server)
+    checking = [False]
+    server._server.app = _refusing_unsigned(server._server.app, checking)
+    return S3Server(f"http://{host}:{port}", server, checking)
+
+
+def _refusing_unsigned(app: Any, checking: list[bool]) -> Any:
+    """moto's WSGI app, answering an unsigned request with S3's 403 (AccessDenied) while it checks
+    credentials: moto itself fails on one with a 500 (it reads the missing Authorization header)."""
+    denied = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+
+    def refusing(environ: dict[str, Any], start_response: Any) -> Any:
+        signed = "HTTP_AUTHORIZATION" in environ or "X-Amz-Signature" in environ.get("QUERY_STRING", "")
+        if not checking[0] or signed or environ.get("PATH_INFO", "").startswith("/moto-api/"):
+            return app(environ, start_response)
+        start_response(
+            "403 Forbidden", [("Content-Type", "application/xml"), ("Content-Length", str(len(denied)))]
+        )
+        return [denied]
+
+    return refusing
+
+
+@dataclass
+class _TokenGate:
+    """What the GCS emulator asks of a request's bearer token: nothing (`required` None), or exactly that
+    token; `seen` is every token a request carried."""
+
+    required: str | None = None
+    seen: set[str] = field(default_factory=set)
+
+    def refusal(self, authorization: str | None) -> dict[str, Any] | None:
+        """The error GCS answers a request with this `Authorization` header with (a 401), or None."""
+        scheme, _, token = (authorization or "").partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
+        if token:
+            self.seen.add(token)
+        if self.required is None or token == self.required:
+            return None
+        if token:
+            said, reason = "Invalid Credentials", "authError"
+        else:
+            said = "Anonymous caller does not have storage.objects.list access to the Google Cloud Storage"
+            said += " bucket."
+            reason = "required"
+        where = {"domain": "global", "reason": reason, "locationType": "header", "location": "Authorization"}
+        return {"error": {"code": 401, "message": said, "errors": [{"message": said} | where]}}
 
 
 @dataclass
 class GcsServer:
     """gcp-storage-emulator's GCS server in this process; `environ` points Google's clients (and, through
-    the storage seam, TensorStore) at it, as a user does: the seam sends an emulator anonymous requests."""
+    the storage seam, TensorStore) at it, as a user does: the seam sends an emulator anonymous requests.
+
+    It accepts any bearer token unless `checking_credentials` says which; `bearer_tokens` are those it saw.
+    """
 
     endpoint: str
     _server: Any = field(repr=False)
+    _gate: _TokenGate = field(default_factory=_TokenGate, repr=False)
 
     @property
     def environ(self) -> dict[str, str]:
         return {"STORAGE_EMULATOR_HOST": self.endpoint}
 
+    @property
+    def bearer_tokens(self) -> set[str]:
+        """Every bearer token a request to the emulator has carried."""
+        return set(self._gate.seen)
+
     def make_bucket(self, prefix: str = "meltemi") -> str:
         """Create a bucket with a unique name and return the name."""
         name = unique_bucket(prefix)
+        headers = {"Content-Type": "application/json"}
+        if self._gate.required is not None:
+            headers["Authorization"] = f"Bearer {self._gate.required}"
         request = urllib.request.Request(
             f"{self.endpoint}/storage/v1/b?project=meltemi-test",
             data=json.dumps({"name": name}).encode(),
-            headers={"Content-Type": "application/json"},
+            headers=headers,
         )
         urllib.request.urlopen(request).close()
         return name
+
+    @contextlib.contextmanager
+    def checking_credentials(self, token: str = "meltemi-test-token") -> Iterator[None]:
+        """Within the block, refuse every request that does not carry `token` as its bearer token, as GCS
+        refuses a wrong or missing token: a 401 with GCS's JSON error ("Invalid Credentials", or an
+        anonymous caller's). The emulator accepts any token by default, and the seam sends it a fixed one
+        (`credentials.EMULATOR_TOKEN`), so a request from this process is refused unless `token` is that.
+        """
+        previous, self._gate.required = self._gate.required, token
+        try:
+            yield
+        finally:
+            self._gate.required = previous
 
     def stop(self) -> None:
         self._server.stop()
@@ -139,8 +218,48 @@ def start_gcs_server() -> GcsServer:
     # (as indented JSON) on every write: quadratic in the objects a test process has written.
     server._storage._write_config_to_file = lambda: None
     server.start()
-    port = server._api._httpd.server_address[1]  # bound to port 0: the port the system chose
-    return GcsServer(f"http://{LOOPBACK}:{port}", server)
+    httpd = server._api._httpd
+    port = httpd.server_address[1]  # bound to port 0: the port the system chose
+    gate = _TokenGate()
+    httpd.RequestHandlerClass = _gated_handler(httpd.RequestHandlerClass, gate)
+    return GcsServer(f"http://{LOOPBACK}:{port}", server, gate)
+
+
+def _gated_handler(handler: Any, gate: _TokenGate) -> Any:
+    """The emulator's request handler (`functools.partial(RequestHandler, storage)`), asking `gate` first."""
+    base = handler.func
+
+    class Gated(base):
+        def _refused(self) -> bool:
+            refusal = gate.refusal(self.headers.get("Authorization"))
+            if refusal is None:
+                return False
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))  # the body, unread, would reset
+            body = json.dumps(refusal).encode()
+            self.send_response(HTTPStatus.UNAUTHORIZED)
+            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("WWW-Authenticate", 'Bearer realm="https://accounts.google.com/"')
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return True
+
+        def do_GET(self) -> None:
+            self._refused() or base.do_GET(self)
+
+        def do_POST(self) -> None:
+            self._refused() or base.do_POST(self)
+
+        def do_PUT(self) -> None:
+            self._refused() or base.do_PUT(self)
+
+        def do_PATCH(self) -> None:
+            self._refused() or base.do_PATCH(self)
+
+        def do_DELETE(self) -> None:
+            self._refused() or base.do_DELETE(self)
+
+    return functools.partial(Gated, *handler.args, **handler.keywords)
 
 
 class _KeyRange:

@@ -272,6 +272,8 @@ def check_readable(location: str | os.PathLike | Location) -> Location:
     """List (at most one key of) `location`, failing fast with a `StorageError` that names the mistake.
 
     An empty or absent prefix is readable: whether what the caller wants is there is its own question.
+    In a GCS bucket one key is read too (none is there: a missing object is no error): TensorStore's GCS
+    listing drops an error the server answers with (a refused token lists nothing), its reads do not.
 
     >>> check_readable("memory://probe/nothing-here").url
     'memory://probe/nothing-here'
@@ -282,6 +284,12 @@ def check_readable(location: str | os.PathLike | Location) -> Location:
             directory.kvstore.list(_prefix_range(PROBE_PREFIX)).result()
     except ValueError as e:
         raise storage_error(directory.where(), "listing", e, not_found_is_bucket=True) from None
+    if directory.location.scheme == "gs":
+        try:
+            with native_log_held():
+                directory.kvstore.read(f"{PROBE_PREFIX}read").result()
+        except ValueError as e:
+            raise storage_error(directory.where(), "reading", e) from None
     return directory.location
 
 
