@@ -168,16 +168,26 @@ def cloud_instance(dmi: Path = Path("/sys/class/dmi/id")) -> Cloud | None:
     return None
 
 
+def decided(scheme: str | None) -> Credentials | None:
+    """The credentials a request to a bucket of `scheme` carries now; None for other schemes, or when the
+    environment names credentials that cannot be used (`CredentialsError`, said before any request).
+
+    >>> decided("memory") is None
+    True
+    """
+    if scheme not in ("s3", "gs"):
+        return None
+    try:
+        return s3_credentials() if scheme == "s3" else gcs_credentials()
+    except CredentialsError:
+        return None
+
+
 def hint(scheme: str | None) -> str:
     """What to add to a refused request's message: why nothing was signed, when nothing was found.
 
     >>> hint("memory")
     ''
     """
-    if scheme not in ("s3", "gs"):
-        return ""
-    try:
-        found = s3_credentials() if scheme == "s3" else gcs_credentials()
-    except CredentialsError:
-        return ""
-    return "" if found.found else f"; {found.reason}"
+    found = decided(scheme)
+    return "" if found is None or found.found else f"; {found.reason}"

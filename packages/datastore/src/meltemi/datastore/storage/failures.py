@@ -2,7 +2,11 @@
 
 TensorStore raises `ValueError` with an absl status (`NOT_FOUND: NoSuchBucket: ... [http_response_body=
 '<xml...>']`). `storage_error` keeps the status and its first sentence, drops the response body and
-headers, and picks the `StorageError` subclass that names the mistake.
+headers, and picks the `StorageError` subclass that names the mistake. Credentials that are exchanged for
+an access token first (a service account's key, a gcloud login) can be refused by the token endpoint before
+any request reaches the bucket; TensorStore then says only "Bad Request [HTTP code 400]", and the OAuth
+error in the response body (RFC 6749: `{"error": "invalid_grant", "error_description": ...}`) is what
+tells it from the store's own refusal.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from meltemi.datastore.errors import (
     StorageError,
     UnreachableError,
 )
-from meltemi.datastore.storage.credentials import hint
+from meltemi.datastore.storage.credentials import decided, hint
 from meltemi.datastore.storage.location import url_scheme
 
+_OAUTH_ERROR = re.compile(r'"error"\s*:\s*"(?P<error>[a-z_]+)"')  # a token endpoint's; a store's is an object
+_OAUTH_DESCRIPTION = re.compile(r'"error_description"\s*:\s*"(?P<description>[^"\\]*)"')
 _DETAILS = re.compile(r"\s*\[[a-z_]+='.*", re.DOTALL)  # TensorStore's [http_response_code='404'] and so on
 _UNREACHABLE = (
     "could not connect",
@@ -64,6 +70,13 @@ def storage_error(
     >>> str(e)
     "s3://my-bucket/x: writing failed: the bucket 'my-bucket' does not exist (NOT_FOUND: NoSuchBucket: none)"
     """
+    refused = _token_refusal(str(error))
+    if refused:
+        found = decided(url_scheme(where))
+        return AccessDeniedError(
+            f"{where}: {doing} failed: the credentials were refused: the token endpoint answered {refused}"
+            f"{f'; {found.reason}' if found and found.found else ''}"
+        )
     said = reason(error)
     lowered = said.lower()
     bucket = _bucket(where)
@@ -81,6 +94,24 @@ def storage_error(
     if "not a directory" in lowered or "non-directory" in lowered:
         return PathIsAFileError(f"{where}: {doing} failed: a file is in the way of this directory ({said})")
     return StorageError(f"{where}: {doing} failed ({said})")
+
+
+def _token_refusal(text: str) -> str | None:
+    r"""The OAuth error a token endpoint refused credentials with, from TensorStore's message (the response
+    body it quotes, its quotes escaped), or None when the error is not a token endpoint's.
+
+    >>> body = '{\"error\": \"invalid_grant\", \"error_description\": \"Invalid JWT Signature.\"}'
+    >>> _token_refusal(f"Bad Request [HTTP code 400] [http_response_body='{body}']")
+    'invalid_grant (Invalid JWT Signature.)'
+    >>> _token_refusal("PERMISSION_DENIED: no [http_response_body='{\"error\": {\"code\": 401}}']") is None
+    True
+    """
+    body = text.partition("http_response_body=")[2].replace('\\"', '"')
+    error = _OAUTH_ERROR.search(body)
+    if error is None:
+        return None
+    description = _OAUTH_DESCRIPTION.search(body)
+    return f"{error['error']} ({description['description']})" if description else error["error"]
 
 
 def _bucket(where: str) -> str | None:
