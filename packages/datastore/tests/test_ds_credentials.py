@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from meltemi.datastore.errors import BadBucketNameError, CredentialsError
 from meltemi.datastore.storage import Location
-from meltemi.datastore.storage.credentials import gcs_credentials, s3_credentials
+from meltemi.datastore.storage.credentials import Credentials, gcs_credentials, s3_credentials
 from meltemi.datastore.storage.failures import storage_error
 from meltemi.datastore.storage.native_log import native_log_held
 
@@ -231,3 +231,43 @@ def test_a_bucket_that_refuses_anonymous_requests_says_that_no_credentials_were_
         said = stderr_of(env, "info", url)
     assert said.startswith(f"error: {url}: {doing} failed: access denied; check the credentials"), said
     assert found in said and said.count("\n") == 1, said
+
+
+def test_a_service_account_file_named_by_google_application_credentials_is_what_gcs_requests_carry(
+    gcs_server, google_oauth, stdlib_files, tokenizer_path, tmp_path
+):
+    """Application-default credentials as Google's clients find them: TensorStore signs a JWT with the key
+    that GOOGLE_APPLICATION_CREDENTIALS names, exchanges it at Google's token endpoint (on loopback: reached
+    through HTTPS_PROXY, trusted through a test CA) and carries the token it is given to the store (the
+    emulator, through TENSORSTORE_GCS_HTTP_URL, requiring exactly that token). A key the endpoint refuses
+    is one line naming the URL, the refusal and the file."""
+    key = google_oauth.service_account(tmp_path / "service-account.json")
+    env = (
+        without_credentials(tmp_path)
+        | google_oauth.environ(gcs_server)
+        | {"GCE_METADATA_ROOT": "127.0.0.1:9"}
+    )
+    with_key = env | {"GOOGLE_APPLICATION_CREDENTIALS": str(key)}
+    decided = gcs_credentials(with_key, home=tmp_path / "home", cloud=None)
+    assert decided == Credentials("file", f"GOOGLE_APPLICATION_CREDENTIALS names {key}")
+    url = f"gs://{gcs_server.make_bucket()}/stores/web"
+    build = [sys.executable, "-m", "meltemi.datastore", "build", "--input", *stdlib_files[:2]]
+    build += ["--tokenizer", tokenizer_path, "--out", url]
+    issued = google_oauth.issued
+    with gcs_server.checking_credentials(google_oauth.token):
+        built = subprocess.run(build, env=with_key, capture_output=True, text=True, timeout=120)
+        info = subprocess.run(
+            [sys.executable, "-m", "meltemi.datastore", "info", url],
+            env=with_key, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        foreign = google_oauth.service_account(tmp_path / "foreign.json", known=False)
+        refused = stderr_of(env | {"GOOGLE_APPLICATION_CREDENTIALS": str(foreign)}, "info", url)
+    assert built.returncode == 0 and built.stdout.startswith(f"{url}: built "), built.stderr
+    assert info.returncode == 0 and url in info.stdout, info.stderr
+    assert (
+        google_oauth.issued - issued >= 2 and google_oauth.token in gcs_server.bearer_tokens
+    )  # each process
+    assert refused == (
+        f"error: {url}: listing failed: the credentials were refused: the token endpoint answered "
+        f"invalid_grant (Invalid JWT Signature.); GOOGLE_APPLICATION_CREDENTIALS names {foreign}\n"
+    )
