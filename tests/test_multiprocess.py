@@ -1,7 +1,7 @@
 """One run, several processes: two JAX processes of 2 CPU devices each (collectives over Gloo) train like one
 process of 4 — the same batches step by step, and the final checkpoint equal — and, killed, resume to the
 bits of the two-process run that was never killed: with the run directory on a shared disk, or on the S3
-server (loopback) with nothing else shared, each process in its own scratch directory.
+server or the GCS emulator (loopback) with nothing else shared, each process in its own scratch directory.
 
 Each process reads only its own rows of every batch and writes only its own shards of every checkpoint;
 the first process commits the checkpoint once every process has written.
@@ -166,10 +166,12 @@ def launch_in_scratch(config_path: Path, url: str, scratch: Path) -> list[subpro
     return launched
 
 
+@pytest.mark.parametrize("server", ["s3", "gcs"])
 def test_a_two_process_run_in_a_bucket_killed_and_relaunched_ends_bitwise_as_one_never_killed(
-    s3, config_path, two, tmp_path
+    request, server, config_path, two, tmp_path
 ):
-    url = f"s3://{s3.make_bucket()}/killed"
+    fake = request.getfixturevalue(server)  # its environment set: the processes inherit it
+    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/killed"
     first = launch_in_scratch(config_path, url, tmp_path / "killed")
     run = Directory(url)
     deadline = time.monotonic() + 300
