@@ -131,8 +131,8 @@ def test_an_uncommitted_step_left_by_a_killed_writer_is_removed_by_the_next_comm
     assert run.exists("checkpoints/step-2/COMMITTED")
 
 
-# GCS's unreachable endpoint is the seam's test (test_ds_storage): a Trainer lists the run's checkpoints with
-# the full retry budget before its probe, so an endpoint that refuses connections costs about 6 minutes.
+# GCS's unreachable endpoint is the seam's test (test_ds_storage): through a Trainer, with the emulator
+# started in this process, that case spent TensorStore's whole retry budget (6 minutes); not yet understood.
 @pytest.mark.parametrize(
     ("server", "case"),
     [("s3", "unknown scheme"), ("s3", "missing bucket"), ("s3", "wrong credentials"),

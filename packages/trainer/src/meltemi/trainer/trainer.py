@@ -151,6 +151,7 @@ class Trainer:
     ):
         self.directory = RunDirectory.of(run_dir)  # a local path or a bucket URL, never a Path made of one
         self.run_dir = self.directory.location
+        self.directory.check()  # a bad bucket or endpoint: one line before its checkpoints are listed
         config = resolve_run(
             config, self.run_dir
         )  # the base checked; stores, corpora, stdlib: concrete paths
