@@ -177,8 +177,10 @@ def test_an_object_written_after_a_killed_writer_is_only_the_new_bytes(tmp_path)
     assert read_appended(d, "metrics.jsonl") == b'{"step": 1}\n{"step": 2}\n'
 
 
-def test_a_log_in_a_bucket_is_plain_segments_rewritten_not_appended(s3):
-    d = Directory(f"s3://{s3.make_bucket()}/run")
+@pytest.mark.parametrize("server", ["s3", "gcs"])
+def test_a_log_in_a_bucket_is_plain_segments_rewritten_not_appended(request, server):
+    fake = request.getfixturevalue(server)
+    d = Directory(f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/run")
     with Appender(d, "metrics.jsonl", segment_bytes=32) as log:
         for step in range(6):
             log.append(f'{{"step": {step}}}')

@@ -88,3 +88,11 @@ def sft_config(make_config, base, chat_data):
 
 
 from meltemi.datastore.testing import gcs, gcs_server, s3, s3_server  # noqa: E402, F401  (server fixtures)
+
+
+@pytest.fixture(params=["s3", "gcs"])
+def bucket(request) -> str:
+    """A fresh, empty bucket on each emulator (the S3 server, the GCS emulator): its URL, ``s3://…`` or
+    ``gs://…``."""
+    server = request.getfixturevalue(request.param)
+    return f"{'s3' if request.param == 's3' else 'gs'}://{server.make_bucket()}"

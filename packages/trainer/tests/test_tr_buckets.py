@@ -107,8 +107,8 @@ def test_a_run_in_a_bucket_trains_resumes_exports_and_samples_like_a_local_one(
     assert used == trained.checkpoint and result.completions[0].text == local.completions[0].text
 
 
-def test_a_checkpoint_without_its_marker_is_invisible_and_cleaned_up(s3, make_config, capsys):
-    url = f"s3://{s3.make_bucket()}/run"
+def test_a_checkpoint_without_its_marker_is_invisible_and_cleaned_up(bucket, make_config, capsys):
+    url = f"{bucket}/run"
     train(checkpointed(make_config, 4), url)
     run = Directory(url)
     run.delete("checkpoints/step-4/COMMITTED")  # as if the writer died before its last PUT
@@ -122,8 +122,8 @@ def test_a_checkpoint_without_its_marker_is_invisible_and_cleaned_up(s3, make_co
     assert run.exists("checkpoints/step-4/COMMITTED")  # written again, whole, and committed
 
 
-def test_an_uncommitted_step_left_by_a_killed_writer_is_removed_by_the_next_commit(s3, make_config):
-    url = f"s3://{s3.make_bucket()}/run"
+def test_an_uncommitted_step_left_by_a_killed_writer_is_removed_by_the_next_commit(bucket, make_config):
+    url = f"{bucket}/run"
     run = Directory(url)
     run.write_text("checkpoints/step-9/model.norm.weight/c/0", "half a shard")  # a killed attempt's leftovers
     train(checkpointed(make_config, 2), url)

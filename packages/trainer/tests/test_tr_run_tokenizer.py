@@ -103,10 +103,12 @@ def test_resuming_with_another_tokenizer_is_refused_and_leaves_the_runs_copy(cor
     assert copy_into_run(other, run, resumed=False).sha256 == file_sha256(other)  # a new run: replaced
 
 
-def test_a_tokenizer_in_a_bucket_serves_every_stage_as_the_local_file_does(s3, make_config, corpus, tmp_path):
-    """Named by an s3:// URL, the tokenizer opens the run's stores, is copied into the run, and tokenizes
-    for sampling, evaluation, the end-of-text rule and the export, as the same file on disk does; nothing
-    of it lands on the local disk but the run's own copy."""
+def test_a_tokenizer_in_a_bucket_serves_every_stage_as_the_local_file_does(
+    bucket, make_config, corpus, tmp_path
+):
+    """Named by a bucket URL (s3:// or gs://), the tokenizer opens the run's stores, is copied into the run,
+    and tokenizes for sampling, evaluation, the end-of-text rule and the export, as the same file on disk
+    does; nothing of it lands on the local disk but the run's own copy."""
     from meltemi.datastore.storage import Directory
     from meltemi.trainer.generate.generation import generate
     from meltemi.trainer.generate.sampling import SamplingConfig
@@ -114,9 +116,9 @@ def test_a_tokenizer_in_a_bucket_serves_every_stage_as_the_local_file_does(s3, m
     from meltemi.trainer.hf import export_hf
 
     local = corpus["tokenizer"]
-    bucket = Directory(f"s3://{s3.make_bucket()}/tokenizers")
-    bucket.write_bytes("tokenizer.json", Path(local).read_bytes())
-    url = bucket.where("tokenizer.json")
+    there = Directory(f"{bucket}/tokenizers")
+    there.write_bytes("tokenizer.json", Path(local).read_bytes())
+    url = there.where("tokenizer.json")
     config = make_config("--trainer.num_train_steps", "2", "--data.tokenizer", url)
     Trainer(config, tmp_path / "run", devices=jax.devices()[:1], progress=False).run()
     assert (tmp_path / "run" / "tokenizer.json").read_bytes() == Path(local).read_bytes()
@@ -127,6 +129,6 @@ def test_a_tokenizer_in_a_bucket_serves_every_stage_as_the_local_file_does(s3, m
     assert texts[0] == texts[1]
     assert read_tokenizer(url, "here").get_vocab() == Tokenizer.from_file(local).get_vocab()
     assert end_of_text(url) == end_of_text(local) and special_tokens(url) == special_tokens(local)
-    out = export_hf(model, f"{bucket.where()}/hf", tokenizer=url)
+    out = export_hf(model, f"{there.where()}/hf", tokenizer=url)
     assert Directory(out).read_bytes("tokenizer.json") == Path(local).read_bytes()
     assert sorted(p.name for p in tmp_path.rglob("*.json") if "run" not in p.parts) == []

@@ -280,10 +280,10 @@ def test_pretraining_can_restart_positions_at_each_document(make_config, tmp_pat
 
 
 @pytest.mark.parametrize("kind", ["run", "hf"])
-def test_a_base_in_a_bucket_starts_the_same_parameters(sft_config, base, s3, tmp_path, kind):
-    """A base run, or its Hugging Face export, uploaded to a bucket (the S3 server on loopback): read through
-    the storage seam, the same step-0 parameters as the base on disk. A Hugging Face base is read in place,
-    its tokenizer too: nothing of it is copied to the local disk."""
+def test_a_base_in_a_bucket_starts_the_same_parameters(sft_config, base, bucket, tmp_path, kind):
+    """A base run, or its Hugging Face export, uploaded to a bucket (either emulator on loopback): read
+    through the storage seam, the same step-0 parameters as the base on disk. A Hugging Face base is read
+    in place, its tokenizer too: nothing of it is copied to the local disk."""
     from meltemi.datastore.storage import Directory
     from meltemi.trainer.checkpoint.trained_model import load_model
 
@@ -291,10 +291,10 @@ def test_a_base_in_a_bucket_starts_the_same_parameters(sft_config, base, s3, tmp
     if kind == "hf":
         trained = load_model(base)
         local = export_hf(trained.model, tmp_path / "hf", tokenizer=trained.tokenizer)
-    url = f"s3://{s3.make_bucket()}/{kind}"
-    bucket = Directory(url)
+    url = f"{bucket}/{kind}"
+    there = Directory(url)
     for path in sorted(p for p in Path(local).rglob("*") if p.is_file()):
-        bucket.write_bytes(path.relative_to(local).as_posix(), path.read_bytes())
+        there.write_bytes(path.relative_to(local).as_posix(), path.read_bytes())
     config = sft_config("--data.cache_dir", str(tmp_path / "cache"), base=url)
     trainer = Trainer(config, tmp_path / "sft", devices=jax.devices()[:1], progress=False)
     start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
