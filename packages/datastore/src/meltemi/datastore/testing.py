@@ -384,7 +384,7 @@ def start_faulty_proxy(target: str, rate: float = 0.0, seed: int = 0) -> FaultyP
     import http.client
     import random
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
     from urllib.parse import urlsplit
 
     upstream = urlsplit(target)
@@ -432,12 +432,22 @@ def start_faulty_proxy(target: str, rate: float = 0.0, seed: int = 0) -> FaultyP
 
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _relay
 
-    server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="faulty-proxy", daemon=True).start()
+    server = _serve_on_loopback(Handler, "faulty-proxy")
     proxy.endpoint = f"http://{LOOPBACK}:{server.server_address[1]}"
     proxy._server = server
     return proxy
+
+
+def _serve_on_loopback(handler: type, name: str):
+    """A threaded HTTP server (``http.server``'s) on a free loopback port, serving from a daemon thread
+    named ``name``."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer((LOOPBACK, 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name=name, daemon=True).start()
+    return server
 
 
 GOOGLE_TOKEN_URL = "https://www.googleapis.com/oauth2/v4/token"
@@ -568,7 +578,7 @@ def start_google_oauth(directory: Path) -> GoogleOAuth:
     import datetime
     import ssl
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
     from urllib.parse import parse_qs, urlsplit
 
     from cryptography import x509
@@ -661,9 +671,7 @@ def start_google_oauth(directory: Path) -> GoogleOAuth:
 
         do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = _refuse
 
-    server = ThreadingHTTPServer((LOOPBACK, 0), Proxy)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="google-oauth", daemon=True).start()
+    server = _serve_on_loopback(Proxy, "google-oauth")
     oauth.proxy = f"http://{LOOPBACK}:{server.server_address[1]}"
     oauth._server = server
     return oauth
