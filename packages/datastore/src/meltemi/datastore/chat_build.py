@@ -21,11 +21,17 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from meltemi.datastore.build_request import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
-from meltemi.datastore.chat_template import END_OF_TURN, TOKENIZER_CONFIG, ChatTemplate, assistant_mask
+from meltemi.datastore.chat_template import (
+    END_OF_TURN,
+    TOKENIZER_CONFIG,
+    ChatTemplate,
+    assistant_mask,
+    file_bytes,
+)
 from meltemi.datastore.conversations import Conversation
-from meltemi.datastore.errors import BadLineError, ChatTemplateError, InputError, StorageError
+from meltemi.datastore.errors import BadLineError, ChatTemplateError, InputError
 from meltemi.datastore.sources import ReadNotes, ReadPolicy
-from meltemi.datastore.storage import Location, read_object
+from meltemi.datastore.storage import Location
 
 
 def load_template(spec: str | os.PathLike) -> ChatTemplate:
@@ -41,21 +47,14 @@ def load_template(spec: str | os.PathLike) -> ChatTemplate:
         return ChatTemplate.llama3()
     if text.rstrip("/").rpartition("/")[2] == TOKENIZER_CONFIG:
         return ChatTemplate.from_tokenizer_config(text)
-    if _holds_object(text):
+    if file_bytes(text) is not None:
         return ChatTemplate.from_file(text)
-    if _holds_object(f"{text.rstrip('/')}/{TOKENIZER_CONFIG}") or _is_local_directory(text):
+    if file_bytes(f"{text.rstrip('/')}/{TOKENIZER_CONFIG}") is not None or _is_local_directory(text):
         return ChatTemplate.from_tokenizer_config(text)
     raise ChatTemplateError(
         f"chat template {text!r}: no such file (give {SHIPPED_TEMPLATE}, a .jinja file, or a tokenizer "
         "directory or its tokenizer_config.json)"
     )
-
-
-def _holds_object(location: str) -> bool:
-    try:
-        return read_object(location) is not None
-    except StorageError as e:
-        raise ChatTemplateError(f"chat template {location!r}: cannot be read ({e})") from None
 
 
 def _is_local_directory(location: str) -> bool:

@@ -139,16 +139,16 @@ class ChatTemplate:
         '<s>Hi'
         """
         given = os.fspath(path)
-        named_file = given.rstrip("/").rpartition("/")[2] == TOKENIZER_CONFIG or _object(given) is not None
+        named_file = given.rstrip("/").rpartition("/")[2] == TOKENIZER_CONFIG or file_bytes(given) is not None
         config_path = given if named_file else f"{given.rstrip('/')}/{TOKENIZER_CONFIG}"
         config = _read_config(config_path)
         legacy_path = _beside(config_path, "special_tokens_map.json")
-        legacy = _object(legacy_path)
+        legacy = file_bytes(legacy_path)
         if "added_tokens_decoder" not in config and legacy is not None:
             config |= {k: v for k, v in _parse_config(legacy, legacy_path).items() if k != "chat_template"}
         special_tokens = _special_tokens(config, config_path)
         beside = _beside(config_path, "chat_template.jinja")
-        if (template := _object(beside)) is not None:
+        if (template := file_bytes(beside)) is not None:
             return cls(_decoded(template, f"chat template {beside}"), beside, special_tokens)
         return cls(_configured_template(config, config_path), config_path, special_tokens)
 
@@ -308,7 +308,7 @@ def _template_message(message: Mapping[str, Any]) -> dict[str, Any]:
     return aliased
 
 
-def _object(location: str) -> bytes | None:
+def file_bytes(location: str) -> bytes | None:
     """The bytes of the file or object at `location` (a path or URL, through the storage seam); None when
     there is none (a directory included)."""
     from meltemi.datastore.errors import StorageError
@@ -334,7 +334,7 @@ def _decoded(data: bytes, what: str) -> str:
 
 
 def _read_text(location: str, what: str) -> str:
-    data = _object(location)
+    data = file_bytes(location)
     if data is None:
         raise ChatTemplateError(f"{what}: no such file")
     return _decoded(data, what)

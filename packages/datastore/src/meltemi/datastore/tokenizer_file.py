@@ -58,9 +58,7 @@ def parse_tokenizer(text: str, where: str, digest: str | None = None) -> Tokeniz
         digest = digest or canonical_tokenizer_hash(text)
         if digest not in _PARSED:
             _PARSED[digest] = Tokenizer.from_str(text)
-    except (
-        Exception
-    ) as error:  # tokenizers raises a bare Exception for what it cannot parse (json: ValueError)
+    except Exception as error:  # json: ValueError; tokenizers: a bare Exception
         raise TokenizerFileError(f"tokenizer {where!r}: {_NOT_A_TOKENIZER} ({error})") from None
     return _PARSED[digest]
 

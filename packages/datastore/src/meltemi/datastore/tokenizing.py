@@ -58,11 +58,12 @@ class TokenizerInfo:
         token; a missing one is an error saying how to name one or go without, in the words of `hints`."""
         shown = redact(os.fspath(path))
         text = read_tokenizer_text(path)
-        tokenizer = parse_tokenizer(text, shown)
+        sha256 = canonical_tokenizer_hash(text)
+        tokenizer = parse_tokenizer(text, shown, sha256)
         eos_id = _find_eos(tokenizer, shown, eos_token, hints or Hints()) if eos else None
         return cls(
             name=Path(os.fspath(path)).name,
-            sha256=canonical_tokenizer_hash(text),
+            sha256=sha256,
             vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
             eos_id=eos_id,
             json=text,

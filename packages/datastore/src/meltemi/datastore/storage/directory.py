@@ -253,9 +253,7 @@ def check_writable(location: str | os.PathLike | Location, *, once: bool = False
         raise storage_error(
             directory.where(), "writing a probe object", e, not_found_is_bucket=True
         ) from None
-    _WRITABLE.add(
-        (directory.where(), _storage_environment())
-    )  # as the probe left it (emulator variables set)
+    _WRITABLE.add((directory.where(), _storage_environment()))  # as the probe left it (emulator variables)
     return directory.location
 
 
