@@ -8,7 +8,7 @@ arrays read one after another. Then the step loop: `--steps` steps with a checkp
 `--every` steps (`Checkpointer.save`, the trainer's path) against the same steps with none.
 
     uv run python benchmarks/trainer_checkpoint_bucket.py [--layers 8] [--hidden 384] [--steps 30]
-        [--latency-ms 30] [--pin]
+        [--latency-ms 30] [--pin] [--rounds 3]
 
 A loopback server answers at once, and on this 2-core machine it computes on the cores the client uses, so
 requests in flight together are served no faster than one after another. ``--latency-ms`` makes the server
@@ -19,13 +19,16 @@ loop checkpointing to ``memory://`` through the same code: the client's own shar
 puts the server on a core of its own and the training on the others, as a remote bucket's work is.
 
 The last lines are `ratio: ...`: restore throughput / raw GET throughput (target >= 0.7), sequential time /
-restore time (target >= 3), and step time with checkpoints / without (target <= 1.05).
+restore time (target >= 3), and step time with checkpoints / without (target <= 1.05). ``--rounds N`` runs
+the three step loops (none, the bucket, ``memory://``) N times, interleaved, and keeps each one's median, so
+that a slower minute of a shared machine does not fall on one kind.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -115,6 +118,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3, help="restore measurements (the best is kept)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="step loops of each kind, interleaved (the median is kept)"
+    )
     parser.add_argument("--latency-ms", type=float, default=0.0, help="the server's wait before each answer")
     parser.add_argument(
         "--pin", action="store_true", help="the server on a core of its own, the training on the others"
@@ -177,9 +183,15 @@ def main() -> None:
                 return (time.perf_counter() - started) / args.steps, cpu_seconds(server.pid) - cpu
 
             loop(None)  # warm
-            (without, idle_cpu), (with_saves, saving_cpu) = loop(None), loop(checkpointer)
-            with_memory, _ = loop(in_memory)
-            server_cpu = saving_cpu - idle_cpu
+            kinds = {"without": None, "bucket": checkpointer, "memory": in_memory}
+            rounds = [{kind: loop(saver) for kind, saver in kinds.items()} for _ in range(args.rounds)]
+            without, with_saves, with_memory = (
+                statistics.median(r[kind][0] for r in rounds) for kind in kinds
+            )
+            server_cpu = statistics.median(r["bucket"][1] - r["without"][1] for r in rounds)
+            spread = {
+                kind: [f"{r[kind][0] / r['without'][0]:.3f}" for r in rounds] for kind in ("bucket", "memory")
+            }
     finally:
         server.stdin.close()
         server.wait()
@@ -201,6 +213,8 @@ def main() -> None:
     print(
         f"step with one every {args.every} to memory:// (the client's work alone): {with_memory * 1e3:.0f} ms"
     )
+    if args.rounds > 1:
+        print(f"each round's ratios (to the bucket; to memory://): {spread['bucket']}; {spread['memory']}")
     print(f"ratio: step with checkpoints / without {with_saves / without:.3f} (target <= 1.05)")
     print(f"ratio: step with checkpoints to memory:// / without {with_memory / without:.3f}")
 
