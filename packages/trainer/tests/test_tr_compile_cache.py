@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -155,10 +156,11 @@ def test_the_mirror_copies_only_whole_entries_each_way_once(request, scheme, tmp
     url = f"{'gs' if scheme == 'gcs' else 's3'}://{server.make_bucket()}/meltemi-compile-cache"
     here = tmp_path / "here"
     here.mkdir()
+    mirror = CacheMirror(here, Directory(url))
     (here / "a-cache").write_bytes(b"program a")
-    (here / "a-atime").write_bytes(b"12345678")  # JAX's own bookkeeping: never uploaded
+    (here / "a-atime").write_bytes(time.time_ns().to_bytes(8, "little"))  # JAX's bookkeeping: not uploaded
     (here / ".lockfile").write_bytes(b"")
-    assert CacheMirror(here, Directory(url)).push() == 1
+    assert mirror.push() == 1
     Directory(url).write_bytes("b-cache", b"program b")
     there = CacheMirror(tmp_path / "there", Directory(url))
     assert there.pull() == 2 and there.pull() == 0 and there.push() == 0
@@ -170,6 +172,24 @@ def test_the_mirror_copies_only_whole_entries_each_way_once(request, scheme, tmp
     ]
     assert (tmp_path / "there" / "b-cache").read_bytes() == b"program b"
     assert sorted(Directory(url).list()) == ["a-cache", "b-cache"]
+
+
+def test_the_mirror_uploads_only_the_programs_this_run_used(s3, tmp_path):
+    """A shared local cache holds other runs' programs too: only the entries JAX stamped since the mirror
+    opened (compiled or loaded by this run) go to the bucket; without JAX's stamps (no eviction) every one."""
+    url = f"s3://{s3.make_bucket()}/meltemi-compile-cache"
+    here = tmp_path / "here"
+    here.mkdir()
+    for key in ("other-run", "compiled", "loaded", "unstamped"):
+        (here / f"{key}-cache").write_bytes(key.encode())
+    stamp = {key: here / f"{key}-atime" for key in ("other-run", "compiled", "loaded")}
+    stamp["other-run"].write_bytes(time.time_ns().to_bytes(8, "little"))
+    stamp["loaded"].write_bytes(time.time_ns().to_bytes(8, "little"))
+    mirror = CacheMirror(here, Directory(url))
+    for key in ("compiled", "loaded"):
+        stamp[key].write_bytes(time.time_ns().to_bytes(8, "little"))
+    assert mirror.push() == 3
+    assert sorted(Directory(url).list()) == ["compiled-cache", "loaded-cache", "unstamped-cache"]
 
 
 def test_the_mirror_is_beside_the_run_in_its_bucket_unless_the_setting_says_otherwise():

@@ -5,10 +5,13 @@ JAX reads and writes its persistent cache on local disk (``compile_cache``); the
 (``<key>-cache`` files, one compiled program each, named by JAX's hash of the program, the devices and the
 flags, made the same on every host: ``compile_cache.portable_keys``) through the storage seam: ``pull``
 fetches the bucket's entries the local cache lacks before anything compiles, ``push`` uploads the local
-entries the bucket lacks once the programs are compiled (the first process only). An entry is written aside
-and renamed into the local cache with its access time beside it, as JAX writes its own, so a process
-reading the cache meanwhile sees a whole entry or none. Where the mirror is, is a decision with a reason
-(``choose_mirror``): ``trainer.compile_cache_mirror`` when it names a URL, off when it is false, else
+entries the bucket lacks once the programs are compiled (the first process only): those this run used, the
+entries whose access time JAX stamped (``<key>-atime``, on every write and load) since the mirror opened, not
+every program a shared local cache holds from other runs (up to its 8 GiB). A cache JAX keeps no access
+times for (``JAX_COMPILATION_CACHE_MAX_SIZE=-1``) cannot tell: all of its entries are pushed. An entry is
+written aside and renamed into the local cache with its access time beside it, as JAX writes its own, so a
+process reading the cache meanwhile sees a whole entry or none. Where the mirror is, is a decision with a
+reason (``choose_mirror``): ``trainer.compile_cache_mirror`` when it names a URL, off when it is false, else
 ``meltemi-compile-cache/`` at the root of the run directory's bucket (none for a local run directory).
 
 >>> import tempfile
@@ -61,9 +64,19 @@ class CacheMirror:
     """The local cache directory ``local`` mirrored in the bucket folder ``remote``; ``fetched`` and
     ``uploaded`` count what this process copied."""
 
-    def __init__(self, local: str | os.PathLike, remote: Directory):
+    def __init__(self, local: str | os.PathLike, remote: Directory, *, opened_ns: int | None = None):
         self.local, self.remote = Path(local), remote
         self.fetched = self.uploaded = 0
+        self.opened_ns = time.time_ns() if opened_ns is None else opened_ns
+
+    def _used(self, entry: Path) -> bool:
+        """Whether this run used a local entry: JAX stamped its access time since the mirror opened (or
+        keeps no access times, and it cannot be told)."""
+        stamp = entry.with_name(entry.name.removesuffix(ENTRY) + ACCESS_TIME)
+        try:
+            return int.from_bytes(stamp.read_bytes()[:8], "little") >= self.opened_ns
+        except FileNotFoundError:
+            return True
 
     def _remote_entries(self) -> set[str]:
         return {key for key in self.remote.list() if key.endswith(ENTRY) and "/" not in key}
@@ -91,13 +104,13 @@ class CacheMirror:
         return count
 
     def push(self) -> int:
-        """Upload the local entries the bucket lacks; how many."""
+        """Upload the local entries this run used that the bucket lacks; how many."""
         if not self.local.is_dir():
             return 0
         there = self._remote_entries()
         count = 0
         for path in sorted(self.local.glob(f"*{ENTRY}")):
-            if path.name not in there:
+            if path.name not in there and self._used(path):
                 self.remote.write_bytes(path.name, path.read_bytes())
                 count += 1
         self.uploaded += count
