@@ -64,17 +64,20 @@ class CacheMirror:
     """The local cache directory ``local`` mirrored in the bucket folder ``remote``; ``fetched`` and
     ``uploaded`` count what this process copied."""
 
-    def __init__(self, local: str | os.PathLike, remote: Directory, *, opened_ns: int | None = None):
+    def __init__(self, local: str | os.PathLike, remote: Directory):
         self.local, self.remote = Path(local), remote
         self.fetched = self.uploaded = 0
-        self.opened_ns = time.time_ns() if opened_ns is None else opened_ns
+        self.opened_ns = time.time_ns()
 
-    def _used(self, entry: Path) -> bool:
+    def _stamp(self, key: str) -> Path:
+        """The local access-time file of the entry ``key`` (JAX's bookkeeping beside it)."""
+        return self.local / (key.removesuffix(ENTRY) + ACCESS_TIME)
+
+    def _used(self, key: str) -> bool:
         """Whether this run used a local entry: JAX stamped its access time since the mirror opened (or
         keeps no access times, and it cannot be told)."""
-        stamp = entry.with_name(entry.name.removesuffix(ENTRY) + ACCESS_TIME)
         try:
-            return int.from_bytes(stamp.read_bytes()[:8], "little") >= self.opened_ns
+            return int.from_bytes(self._stamp(key).read_bytes()[:8], "little") >= self.opened_ns
         except FileNotFoundError:
             return True
 
@@ -94,8 +97,7 @@ class CacheMirror:
                 continue
             aside = self.local / f".{key}.{os.getpid()}.partial"
             aside.write_bytes(data)
-            stamp = self.local / (key.removesuffix(ENTRY) + ACCESS_TIME)
-            stamp.write_bytes(
+            self._stamp(key).write_bytes(
                 time.time_ns().to_bytes(8, "little")
             )  # before the entry: JAX's eviction reads it
             os.replace(aside, target)
@@ -110,7 +112,7 @@ class CacheMirror:
         there = self._remote_entries()
         count = 0
         for path in sorted(self.local.glob(f"*{ENTRY}")):
-            if path.name not in there and self._used(path):
+            if path.name not in there and self._used(path.name):
                 self.remote.write_bytes(path.name, path.read_bytes())
                 count += 1
         self.uploaded += count
