@@ -60,11 +60,16 @@ class SamplingConfig:
 
 
 def filter_logits(logits: jax.Array, config: SamplingConfig) -> jax.Array:
-    """``logits`` (rows, vocab) scaled by the temperature, with what top-k and top-p drop set to -inf."""
-    logits = logits.astype(jnp.float32) / config.temperature
+    """``logits`` (rows, vocab) scaled by the temperature, with what top-k and top-p drop set to -inf.
+
+    Top-k compares the logits before scaling: dividing can round two distinct logits to one value (or
+    flush a tiny one to zero), which would keep a token ranked below the k-th.
+    """
+    logits = logits.astype(jnp.float32)
     if config.top_k is not None and config.top_k < logits.shape[-1]:
         kth = jax.lax.top_k(logits, config.top_k)[0][..., -1:]
         logits = jnp.where(logits < kth, -jnp.inf, logits)
+    logits = logits / config.temperature
     if config.top_p is not None and config.top_p < 1:
         ordered = jnp.sort(logits, axis=-1)[..., ::-1]
         probs = jax.nn.softmax(ordered, axis=-1)
