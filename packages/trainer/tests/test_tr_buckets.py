@@ -216,19 +216,27 @@ def test_transient_storage_errors_are_retried_and_the_run_ends_bitwise_as_a_clea
     )
 
 
+@pytest.mark.parametrize("server", ["s3", "gcs"])
 def test_a_persistent_failure_in_the_middle_of_a_save_leaves_no_committed_checkpoint(
-    s3, make_config, local_reference, monkeypatch
+    request, server, make_config, local_reference, monkeypatch
 ):
     """The store refuses every write under step-4 after the first few (permissions revoked mid-save): the
     run stops with one line naming the checkpoint, step-4 is not committed, and the next start resumes
     from step-2 to the clean run's bits."""
     from meltemi.datastore.testing import start_faulty_proxy
 
-    proxy = start_faulty_proxy(s3.endpoint)
-    url = f"s3://{s3.make_bucket()}/runs/refused"
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    fake = request.getfixturevalue(server)
+    proxy = start_faulty_proxy(fake.endpoint)
+    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/runs/refused"
+    if server == "s3":
+        write, step_4 = "PUT", "/runs/refused/checkpoints/step-4/"
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    else:  # an upload names its object in the query, escaped
+        write, step_4 = "POST", "name=runs%2Frefused%2Fcheckpoints%2Fstep-4%2F"
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.endpoint)
+        monkeypatch.delenv("TENSORSTORE_GCS_HTTP_URL", raising=False)  # the seam sets it from the above
     try:
-        proxy.refuse("PUT", "/runs/refused/checkpoints/step-4/", after=3)
+        proxy.refuse(write, step_4, after=3)
         with pytest.raises(CheckpointError) as caught:
             train(checkpointed(make_config, 4), url)
         message = str(caught.value)

@@ -97,7 +97,7 @@ def test_a_second_identical_process_loads_every_program_and_trains_to_the_same_b
     written = cache_entries(cache)
     # The init, train and eval programs and every smaller one.
     names = {entry.rsplit("-", 2)[0] for entry in written}
-    assert {"jit_in_mapping", "jit_fingerprint_sums"} <= names, sorted(written)
+    assert {"jit_in_mapping", "jit_array_sums"} <= names, sorted(written)
     assert re.search(
         rf"compilation cache {cache} \(\$JAX_COMPILATION_CACHE_DIR\): cached \d+ new", first.stderr
     )

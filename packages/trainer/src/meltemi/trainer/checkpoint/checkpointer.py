@@ -119,11 +119,11 @@ class _HostCopy:
     records: list[ArrayRecord]
     shards: list[list[tuple[tuple[slice, ...], np.ndarray]]]
     next_batch: str | None
-    sums: jax.Array  # digests.fingerprint_sums of the whole arrays, computed on the devices
+    sums: list[jax.Array]  # digests.fingerprint_sums of the whole arrays, computed on the devices
 
     def fingerprints(self) -> list[str]:
         """Each array's fingerprint (the sums are reduced across processes: every process has them all)."""
-        return [describe(row) for row in np.asarray(self.sums.addressable_data(0))]
+        return [describe(sums) for sums in self.sums]
 
 
 def _host_copy(state, next_batch: str | None) -> _HostCopy:

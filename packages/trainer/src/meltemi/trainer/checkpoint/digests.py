@@ -5,8 +5,14 @@ An array's fingerprint is two 32-bit sums, modulo 2**32, of a mixing function of
 its position in the whole array (row-major). Sums modulo 2**32 do not depend on the order of their terms,
 so XLA computes them where the array lives, sharded as it is (one fused pass; on several processes, one
 reduction across them), and a checkpoint's fingerprints cost a few milliseconds of the devices' time instead
-of seconds of the host's. A changed, swapped or moved element changes a sum (but for a 2**-64 chance); it is
-an audit of equality, not a cryptographic MAC.
+of seconds of the host's. When every array lives on one device, each array's sums are one small program of
+their own: XLA's CPU backend ran the same reductions gathered into one program three times slower (0.30 s
+against 0.085 s for a 234 MiB state on one core). Arrays spread over devices keep one program for them all
+(``fingerprint_sums``): their reductions cross devices, and several such programs in flight at once aborted
+XLA's CPU runtime (8 devices in one process) and deadlocked Gloo's collectives (two processes).
+
+A changed, swapped or moved element changes a sum (but for a 2**-64 chance); it is an audit of equality,
+not a cryptographic MAC.
 
 >>> import numpy as np
 >>> x = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -61,22 +67,41 @@ def _sums(x: jax.Array) -> jax.Array:
 
 
 @jax.jit
-def fingerprint_sums(arrays: Sequence[jax.Array]) -> jax.Array:
-    """The two sums of each array, as a ``(len(arrays), 2)`` uint32 array (computed asynchronously, where
-    the arrays are; ``describe`` turns a row into the fingerprint)."""
-    return jnp.stack([_sums(x) for x in arrays]) if arrays else jnp.zeros((0, 2), jnp.uint32)
+def array_sums(x: jax.Array) -> jax.Array:
+    """The two sums of an array, a ``(2,)`` uint32 array, computed asynchronously where the array is
+    (``describe`` turns them into the fingerprint)."""
+    return _sums(x)
 
 
-def describe(sums: np.ndarray) -> str:
-    """The fingerprint (16 hex digits) of an array from its row of ``fingerprint_sums``."""
-    first, second = (int(s) for s in sums)
+@jax.jit
+def _gathered_sums(arrays: Sequence[jax.Array]) -> list[jax.Array]:
+    return [_sums(x) for x in arrays]
+
+
+def _on_one_device(x: jax.Array | np.ndarray) -> bool:
+    return not isinstance(x, jax.Array) or len(x.sharding.device_set) == 1
+
+
+def fingerprint_sums(arrays: Sequence[jax.Array | np.ndarray]) -> list[jax.Array]:
+    """The sums of each array (as ``array_sums``), every one dispatched before any is awaited: a program
+    per array when each lives on one device, else one program for them all."""
+    arrays = list(arrays)
+    if all(_on_one_device(x) for x in arrays):
+        return [array_sums(x) for x in arrays]
+    return _gathered_sums(arrays)
+
+
+def describe(sums: jax.Array | np.ndarray) -> str:
+    """The fingerprint (16 hex digits) of an array from its ``array_sums`` (replicated: with several
+    processes every process holds them whole)."""
+    values = sums.addressable_data(0) if isinstance(sums, jax.Array) else sums
+    first, second = (int(s) for s in np.asarray(values))
     return f"{first:08x}{second:08x}"
 
 
 def fingerprints(arrays: Sequence[jax.Array | np.ndarray]) -> list[str]:
     """The fingerprint of each array (JAX or NumPy), waiting for them."""
-    sums = fingerprint_sums(list(arrays))
-    return [describe(row) for row in np.asarray(sums.addressable_data(0))]
+    return [describe(sums) for sums in fingerprint_sums(arrays)]
 
 
 def state_digest(fingerprints: Iterable[tuple[str, str]]) -> str:
