@@ -256,16 +256,18 @@ def test_bad_input_is_one_line_and_writes_nothing(run, no_tokenizer_checkpoint, 
     assert not out.exists()
 
 
-def test_results_go_to_a_bucket_and_a_missing_one_is_named_before_any_work(run, s3, tmp_path):
+@pytest.mark.parametrize("server", ["s3", "gcs"])
+def test_results_go_to_a_bucket_and_a_missing_one_is_named_before_any_work(run, request, server, tmp_path):
     from meltemi.datastore.storage import Directory
 
-    bucket = s3.make_bucket()
+    scheme = "s3" if server == "s3" else "gs"
+    bucket = f"{scheme}://{request.getfixturevalue(server).make_bucket()}"
     args = ("--checkpoint", str(run["trained"]), "--tasks", "stdlib_return", "--limit", "8")
-    result = evaluate_app(*args, "--out", f"s3://{bucket}/evals/results.json", cwd=tmp_path)
+    result = evaluate_app(*args, "--out", f"{bucket}/evals/results.json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    written = json.loads(Directory(f"s3://{bucket}/evals").read_text("results.json"))
+    written = json.loads(Directory(f"{bucket}/evals").read_text("results.json"))
     assert 0 <= written["results"]["stdlib_return"]["acc,none"] <= 1
-    missing = evaluate_app(*args, "--out", "s3://absent-bucket/results.json", cwd=tmp_path)
+    missing = evaluate_app(*args, "--out", f"{scheme}://absent-bucket/results.json", cwd=tmp_path)
     assert missing.returncode == 1
     last = missing.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "absent-bucket" in last, missing.stderr

@@ -154,8 +154,12 @@ def test_the_cli_says_a_bad_bucket_in_one_line(s3):
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
-def test_a_tokenizer_in_a_bucket_is_read_through_the_seam(s3, tokenizer_path, stdlib_files, tmp_path):
-    url = f"s3://{s3.make_bucket()}/tokenizers/tokenizer.json"
+@pytest.mark.parametrize("server", ["s3", "gcs"])
+def test_a_tokenizer_in_a_bucket_is_read_through_the_seam(
+    request, server, tokenizer_path, stdlib_files, tmp_path
+):
+    fake = request.getfixturevalue(server)
+    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/tokenizers/tokenizer.json"
     with open(tokenizer_path, "rb") as f:
         Directory(url.rsplit("/", 1)[0]).write_bytes("tokenizer.json", f.read())
     built = build_store(stdlib_files[:2], url, tmp_path / "s", progress=False)

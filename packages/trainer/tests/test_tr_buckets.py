@@ -255,7 +255,8 @@ def test_a_persistent_failure_in_the_middle_of_a_save_leaves_no_committed_checkp
         proxy.stop()
 
 
-def test_a_run_directory_in_a_bucket_is_probed_once_per_process(s3, monkeypatch):
+@pytest.mark.parametrize("server", ["s3", "gcs"])
+def test_a_run_directory_in_a_bucket_is_probed_once_per_process(request, server, monkeypatch):
     """The command checks the run directory before building data and the trainer checks it again: one
     probe write between them (each a PUT, a LIST and a DELETE on a cloud's bucket)."""
     import meltemi.datastore.storage.directory as directory_module
@@ -265,7 +266,8 @@ def test_a_run_directory_in_a_bucket_is_probed_once_per_process(s3, monkeypatch)
     real = directory_module.uuid  # a uuid4 names each probe object: counted in this module alone
     counting = types.SimpleNamespace(uuid4=lambda: probes.append(1) or real.uuid4())
     monkeypatch.setattr(directory_module, "uuid", counting)
-    url = f"s3://{s3.make_bucket()}/runs/tiny"
+    fake = request.getfixturevalue(server)
+    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/runs/tiny"
     RunDirectory.of(url).check()
     RunDirectory.of(url).check()
     assert len(probes) == 1
