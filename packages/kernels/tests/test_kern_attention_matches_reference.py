@@ -53,8 +53,8 @@ def make_inputs(problem):
     segment_ids = None
     if problem["layout"] == "scattered":
         segment_ids = rng.integers(-1, 3, size=(batch, seq)).astype(np.int32)
-    elif problem["layout"].startswith("documents"):
-        starts = rng.integers(0, 2, size=(batch, seq))
+    elif "documents" in problem["layout"]:
+        starts = rng.random((batch, seq)) < (0.05 if problem["layout"].startswith("long") else 0.5)
         segment_ids = np.cumsum(starts, axis=1)
         if problem["layout"].endswith("padding"):
             tail = rng.integers(0, seq + 1, size=batch)
@@ -123,13 +123,18 @@ def test_splash_interpreted_matches_reference():
     assert_matches_reference("splash", problem)
 
 
-@pytest.mark.parametrize("implementation", ["xla", "pallas"])
-def test_blockwise_versions_cross_many_blocks(implementation):
-    """Small tiles over a longer sequence exercise the online softmax and the block skipping of each loop."""
+@pytest.mark.parametrize(
+    ("implementation", "layout", "window"),
+    [("xla", "documents", 29), ("pallas", "documents", 29), ("pallas", "long documents+padding", None),
+     ("pallas", "scattered", None)],
+)  # fmt: skip
+def test_blockwise_versions_cross_many_blocks(implementation, layout, window):
+    """Small tiles over a longer sequence exercise the online softmax and the block skipping of each loop:
+    by position (causal, window) and by document (short ones, a few long ones and padding, scattered ids)."""
     q, k, v, segment_ids, d_out = make_inputs(
-        dict(shape=(1, 75, 1, 2, 16), dtype=jnp.float32, causal=True, window=None, layout="documents", seed=3)
+        dict(shape=(2, 75, 1, 2, 16), dtype=jnp.float32, causal=True, window=None, layout=layout, seed=3)
     )
-    spec = MaskSpec(causal=True, sliding_window=29, softmax_scale=0.25)
+    spec = MaskSpec(causal=True, sliding_window=window, softmax_scale=0.25)
     if implementation == "xla":
         blocked = functools.partial(xla_attention, block_size=16)
     else:

@@ -11,7 +11,9 @@ when all of these hold:
 - the key lies inside the true sequence (``j < seq_len``), since blocked versions pad the sequence.
 
 The block-range helpers bound the loops of blocked implementations to the blocks that can hold a visible
-pair; they use ``lax`` integer ops so they also run inside Pallas kernels.
+pair; they use ``lax`` integer ops so they also run inside Pallas kernels. ``segment_block_ranges`` bounds
+them by documents too, computed outside a kernel from the segment ids: with packed documents the work then
+shrinks with their number, as splash attention's block mask does on TPU.
 """
 
 from __future__ import annotations
@@ -99,3 +101,44 @@ def query_block_range(
     if sliding_window is not None:
         hi = jnp.minimum(hi, lax.div(last_k + sliding_window - 1, block_q) + 1).astype(jnp.int32)
     return lo, hi
+
+
+def _block_extents(segment_ids: jax.Array, block: int) -> tuple[jax.Array, jax.Array]:
+    """The least and greatest non-negative segment id of each block of ``block`` positions (a block of only
+    padding gets an empty extent: least above greatest)."""
+    batch, length = segment_ids.shape
+    ids = segment_ids.reshape(batch, length // block, block)
+    real = ids >= 0
+    least = jnp.min(jnp.where(real, ids, jnp.iinfo(jnp.int32).max), axis=-1)
+    greatest = jnp.max(jnp.where(real, ids, -1), axis=-1)
+    return least, greatest
+
+
+def segment_block_ranges(segment_ids: jax.Array, row_block: int, column_block: int) -> jax.Array:
+    """For each block of ``row_block`` positions, the half-open range of ``column_block`` blocks whose
+    segment ids can meet its own, as ``(batch, row blocks, 2)`` int32 ``[first, end)``.
+
+    Blocks meet when the ranges of their non-negative ids overlap, so every pair of tokens of one segment
+    lies inside the range whatever the ids' order (blocks between may be visited for nothing when
+    documents are not contiguous); a block of only padding gets an empty range. Queries and keys share the
+    ids (self-attention): rows may be query blocks and columns key blocks, or the other way round.
+
+    >>> import jax.numpy as jnp
+    >>> ids = jnp.array([[0, 0, 0, 0, 1, 1, 2, 2, 2, 2, -1, -1]], jnp.int32)  # three documents, padding
+    >>> segment_block_ranges(ids, 4, 2)[0].tolist()
+    [[0, 2], [2, 5], [3, 5]]
+    """
+    length = segment_ids.shape[1]
+    if length % row_block or length % column_block:
+        raise ValueError(f"length {length} is not whole blocks of {row_block} and {column_block}")
+    row_least, row_greatest = _block_extents(segment_ids, row_block)
+    column_least, column_greatest = _block_extents(segment_ids, column_block)
+    meets = (row_least[:, :, None] <= column_greatest[:, None, :]) & (
+        column_least[:, None, :] <= row_greatest[:, :, None]
+    )
+    columns = meets.shape[-1]
+    any_column = jnp.any(meets, axis=-1)
+    first = jnp.argmax(meets, axis=-1)
+    end = columns - jnp.argmax(meets[..., ::-1], axis=-1)
+    ranges = jnp.stack([first, end], axis=-1)
+    return jnp.where(any_column[..., None], ranges, 0).astype(jnp.int32)

@@ -4,7 +4,9 @@ Three kernels, FlashAttention-2 style. The forward runs one program per (batch, 
 streams key/value blocks through an online softmax, writing the output and the log-normalizer. The backward
 recomputes probabilities block by block: one kernel per key block accumulates dK and dV over the query
 blocks that see it, another per query block accumulates dQ. Loops visit only the blocks the mask leaves
-visible (causal, sliding window).
+visible: causal and sliding-window bounds from the block's position, document bounds from the segment ids
+(``segment_block_ranges``, computed before the launch and read by each program as two integers), so the
+work on rows of packed documents shrinks with their number.
 
 The wrapper pads the sequence to whole blocks and the head dimension to a power of two (Triton tiles are
 powers of two); padded keys are masked by position or segment. Grouped-query attention maps each query
@@ -23,7 +25,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from meltemi.kernels._blocking import pad_axis, pad_sequence, round_up
-from meltemi.kernels._masking import allowed, key_block_range, query_block_range
+from meltemi.kernels._masking import allowed, key_block_range, query_block_range, segment_block_ranges
 from meltemi.kernels._pallas_launch import MIN_TILE, Launcher, check_launch_settings, fit_tile
 from meltemi.kernels.mask_spec import MaskSpec
 
@@ -137,13 +139,23 @@ def _visible(plan, q_start, k_start, q_size, k_size, q_seg_ref, k_seg_ref):
     )
 
 
+def _within(lo, hi, range_ref):
+    """The loop bounds ``[lo, hi)`` narrowed to the documents' range of blocks (never reversed)."""
+    lo = jnp.maximum(lo, range_ref[0])
+    return lo, jnp.maximum(lo, jnp.minimum(hi, range_ref[1]))
+
+
+# Each program's own ``[first, end)`` from ``segment_block_ranges``: every grid is (batch, head, block).
+_RANGE_SPEC = pl.BlockSpec((None, None, 2), lambda b, h, i: (b, i, 0))
+
+
 def _matmul(a, b, contract_a: int, contract_b: int):
     return lax.dot_general(
         a, b, (((contract_a,), (contract_b,)), ((), ())), preferred_element_type=jnp.float32
     )
 
 
-def _forward_kernel(plan, q_ref, k_ref, v_ref, seg_ref, out_ref, lse_ref):
+def _forward_kernel(plan, q_ref, k_ref, v_ref, seg_ref, range_ref, out_ref, lse_ref):
     bq, bk = plan.block_q, plan.block_k
     q_block = pl.program_id(2)
     q_start = q_block * bq
@@ -177,7 +189,7 @@ def _forward_kernel(plan, q_ref, k_ref, v_ref, seg_ref, out_ref, lse_ref):
         causal=plan.spec.causal,
         sliding_window=plan.spec.sliding_window,
     )
-    acc, row_max, normalizer = lax.fori_loop(lo, hi, step, init)
+    acc, row_max, normalizer = lax.fori_loop(*_within(lo, hi, range_ref), step, init)
     nonempty = normalizer > 0
     safe = jnp.where(nonempty, normalizer, 1.0)
     out_ref[...] = (acc / safe[:, None]).astype(out_ref.dtype)
@@ -195,6 +207,7 @@ def _forward(plan: _Plan, q, k, v, segment_ids):
             pl.BlockSpec((None, padded, None, dim), lambda b, h, i: (b, 0, h // group, 0)),
             pl.BlockSpec((None, padded, None, dim), lambda b, h, i: (b, 0, h // group, 0)),
             pl.BlockSpec((None, padded), lambda b, h, i: (b, 0)),
+            _RANGE_SPEC,
         ],
         out_specs=[
             pl.BlockSpec((None, bq, None, dim), lambda b, h, i: (b, i, h, 0)),
@@ -205,7 +218,7 @@ def _forward(plan: _Plan, q, k, v, segment_ids):
             jax.ShapeDtypeStruct((batch, heads, padded), jnp.float32),
         ],
         name="meltemi_flash_forward",
-    )(q, k, v, segment_ids)
+    )(q, k, v, segment_ids, segment_block_ranges(segment_ids, bq, plan.block_k))
 
 
 def _score_gradients(plan, q, k, v, d_out, lse, delta, visible):
@@ -218,7 +231,7 @@ def _score_gradients(plan, q, k, v, d_out, lse, delta, visible):
 
 
 def _key_value_gradient_kernel(
-    plan, q_ref, k_ref, v_ref, seg_ref, d_out_ref, lse_ref, delta_ref, dk_ref, dv_ref
+    plan, q_ref, k_ref, v_ref, seg_ref, range_ref, d_out_ref, lse_ref, delta_ref, dk_ref, dv_ref
 ):
     bq, bk = plan.backward_block_q, plan.backward_block_k
     k_block = pl.program_id(2)
@@ -248,12 +261,14 @@ def _key_value_gradient_kernel(
         sliding_window=plan.spec.sliding_window,
     )
     zeros = jnp.zeros(k.shape, jnp.float32)
-    dk, dv = lax.fori_loop(lo, hi, step, (zeros, zeros))
+    dk, dv = lax.fori_loop(*_within(lo, hi, range_ref), step, (zeros, zeros))
     dk_ref[...] = dk
     dv_ref[...] = dv
 
 
-def _query_gradient_kernel(plan, q_ref, k_ref, v_ref, seg_ref, d_out_ref, lse_ref, delta_ref, dq_ref):
+def _query_gradient_kernel(
+    plan, q_ref, k_ref, v_ref, seg_ref, range_ref, d_out_ref, lse_ref, delta_ref, dq_ref
+):
     bq, bk = plan.backward_block_q, plan.backward_block_k
     q_block = pl.program_id(2)
     q_start = q_block * bq
@@ -278,7 +293,7 @@ def _query_gradient_kernel(plan, q_ref, k_ref, v_ref, seg_ref, d_out_ref, lse_re
         causal=plan.spec.causal,
         sliding_window=plan.spec.sliding_window,
     )
-    dq = lax.fori_loop(lo, hi, step, jnp.zeros(q.shape, jnp.float32))
+    dq = lax.fori_loop(*_within(lo, hi, range_ref), step, jnp.zeros(q.shape, jnp.float32))
     dq_ref[...] = dq.astype(dq_ref.dtype)
 
 
@@ -295,22 +310,22 @@ def _backward(plan: _Plan, q, k, v, segment_ids, lse, delta, d_out):
     dk, dv = plan.launch(
         functools.partial(_key_value_gradient_kernel, plan),
         grid=(batch, heads, padded // bk),
-        in_specs=[whole_q, kv_tile, kv_tile, segments, whole_q, whole_stats, whole_stats],
+        in_specs=[whole_q, kv_tile, kv_tile, segments, _RANGE_SPEC, whole_q, whole_stats, whole_stats],
         out_specs=[per_head_tile, per_head_tile],
         out_shape=[per_head, per_head],
         name="meltemi_flash_backward_kv",
-    )(q, k, v, segment_ids, d_out, lse, delta)
+    )(q, k, v, segment_ids, segment_block_ranges(segment_ids, bk, bq), d_out, lse, delta)
 
     q_tile = pl.BlockSpec((None, bq, None, dim), lambda b, h, i: (b, i, h, 0))
     stats_tile = pl.BlockSpec((None, None, bq), lambda b, h, i: (b, h, i))
     dq = plan.launch(
         functools.partial(_query_gradient_kernel, plan),
         grid=(batch, heads, padded // bq),
-        in_specs=[q_tile, whole_kv, whole_kv, segments, q_tile, stats_tile, stats_tile],
+        in_specs=[q_tile, whole_kv, whole_kv, segments, _RANGE_SPEC, q_tile, stats_tile, stats_tile],
         out_specs=q_tile,
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         name="meltemi_flash_backward_q",
-    )(q, k, v, segment_ids, d_out, lse, delta)
+    )(q, k, v, segment_ids, segment_block_ranges(segment_ids, bq, bk), d_out, lse, delta)
 
     kv_heads = k.shape[2]
     dk = dk.reshape(batch, padded, kv_heads, group, dim).sum(axis=3).astype(k.dtype)
