@@ -89,16 +89,18 @@ def test_a_build_into_and_reads_from_a_flaky_bucket_retry_to_the_local_stores_by
 KILL_AFTER_PARTS = 2
 
 
+@pytest.mark.parametrize("server", ["s3", "gcs"])
 def test_a_build_into_a_bucket_killed_midway_resumes_to_the_same_bytes(
-    s3, tmp_path, stdlib_files, tokenizer_path, tree_bytes
+    request, server, tmp_path, stdlib_files, tokenizer_path, tree_bytes
 ):
+    fake = request.getfixturevalue(server)
     files = stdlib_files[:12]
     local = tmp_path / "local"
     build_store(files, tokenizer_path, local, unit_bytes=4_000, progress=False)
-    url = f"s3://{s3.make_bucket()}/stores/killed"
+    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/stores/killed"
     command = [sys.executable, "-m", "meltemi.datastore", "build", "--input", *files]
     command += ["--tokenizer", tokenizer_path, "--out", url, "--unit-bytes", "4000"]
-    env = environ_with(s3) | {"PYTHONUNBUFFERED": "1"}
+    env = environ_with(fake) | {"PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     parts = Directory(url)
     deadline = time.monotonic() + 120
