@@ -103,6 +103,61 @@ def query_block_range(
     return lo, hi
 
 
+def whole_key_block_range(
+    q_block: jax.Array,
+    block_q: int,
+    block_k: int,
+    num_k_blocks: int,
+    *,
+    causal: bool,
+    sliding_window: int | None,
+    seq_len: int | None,
+) -> tuple[jax.Array, jax.Array]:
+    """The half-open range of key blocks that every query of query block ``q_block`` sees whole, by
+    position alone (causal, window, true length): a loop may skip the mask there. It may be empty
+    (``lo >= hi``)."""
+    first_q = q_block * block_q
+    last_q = first_q + block_q - 1
+    lo = jnp.int32(0)
+    hi = jnp.int32(num_k_blocks)
+    if causal:  # the block's last key at or before the first query
+        hi = jnp.minimum(hi, lax.div(first_q + 1, block_k))
+    if sliding_window is not None:  # its first key within the window of the last query
+        lo = jnp.maximum(lo, lax.div(jnp.maximum(last_q - sliding_window + block_k, 0), block_k))
+        if not causal:  # and its last key within the window ahead of the first query
+            hi = jnp.minimum(hi, lax.div(jnp.maximum(first_q + sliding_window, 0), block_k))
+    if seq_len is not None:  # no padded key in it
+        hi = jnp.minimum(hi, seq_len // block_k)
+    return lo.astype(jnp.int32), hi.astype(jnp.int32)
+
+
+def whole_query_block_range(
+    k_block: jax.Array,
+    block_q: int,
+    block_k: int,
+    num_q_blocks: int,
+    *,
+    causal: bool,
+    sliding_window: int | None,
+    seq_len: int | None,
+) -> tuple[jax.Array, jax.Array]:
+    """The half-open range of query blocks every query of which sees all of key block ``k_block``, by
+    position alone; it may be empty (``lo >= hi``)."""
+    first_k = k_block * block_k
+    last_k = first_k + block_k - 1
+    lo = jnp.int32(0)
+    hi = jnp.int32(num_q_blocks)
+    if causal:  # the block's first query at or after the last key
+        lo = jnp.maximum(lo, lax.div(last_k + block_q - 1, block_q))
+    if sliding_window is not None:  # its last query within the window of the first key
+        hi = jnp.minimum(hi, lax.div(jnp.maximum(first_k + sliding_window, 0), block_q))
+        if not causal:  # and its first query within the window behind the last key
+            lo = jnp.maximum(lo, lax.div(jnp.maximum(last_k - sliding_window + block_q, 0), block_q))
+    if seq_len is not None:  # a key block holding padding is never whole
+        hi = jnp.where(last_k < seq_len, hi, 0)
+    return lo.astype(jnp.int32), hi.astype(jnp.int32)
+
+
 def _block_extents(segment_ids: jax.Array, block: int) -> tuple[jax.Array, jax.Array]:
     """The least and greatest non-negative segment id of each block of ``block`` positions (a block of only
     padding gets an empty extent: least above greatest)."""
@@ -114,19 +169,48 @@ def _block_extents(segment_ids: jax.Array, block: int) -> tuple[jax.Array, jax.A
     return least, greatest
 
 
+def _span(flags: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``[first, last + 1)`` of the true values along the last axis (``[0, 0)`` if none)."""
+    columns = flags.shape[-1]
+    found = jnp.any(flags, axis=-1)
+    first = jnp.argmax(flags, axis=-1)
+    end = columns - jnp.argmax(flags[..., ::-1], axis=-1)
+    return jnp.where(found, first, 0), jnp.where(found, end, 0)
+
+
+def _first_run(flags: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``[first, end)`` of the first run of true values along the last axis (``[0, 0)`` if none)."""
+    columns = flags.shape[-1]
+    first = jnp.argmax(flags, axis=-1)
+    after = (jnp.arange(columns) >= first[..., None]) & ~flags
+    end = jnp.where(jnp.any(after, axis=-1), jnp.argmax(after, axis=-1), columns)
+    found = jnp.any(flags, axis=-1)
+    return jnp.where(found, first, 0), jnp.where(found, end, 0)
+
+
+def _uniform_segment(segment_ids: jax.Array, block: int) -> jax.Array:
+    """Each block's segment id when all of its tokens carry the same non-negative one, else -1."""
+    batch, length = segment_ids.shape
+    ids = segment_ids.reshape(batch, length // block, block)
+    least, greatest = jnp.min(ids, axis=-1), jnp.max(ids, axis=-1)
+    return jnp.where((least == greatest) & (least >= 0), least, -1)
+
+
 def segment_block_ranges(segment_ids: jax.Array, row_block: int, column_block: int) -> jax.Array:
-    """For each block of ``row_block`` positions, the half-open range of ``column_block`` blocks whose
-    segment ids can meet its own, as ``(batch, row blocks, 2)`` int32 ``[first, end)``.
+    """For each block of ``row_block`` positions, two half-open ranges of ``column_block`` blocks, as
+    ``(batch, row blocks, 4)`` int32 ``[first, end, whole_first, whole_end]``: the blocks whose segment
+    ids can meet its own, and within them a run of blocks wholly in the row block's one document (empty
+    unless the row block lies wholly in one), where no pair needs the documents' mask.
 
     Blocks meet when the ranges of their non-negative ids overlap, so every pair of tokens of one segment
-    lies inside the range whatever the ids' order (blocks between may be visited for nothing when
+    lies inside ``[first, end)`` whatever the ids' order (blocks between may be visited for nothing when
     documents are not contiguous); a block of only padding gets an empty range. Queries and keys share the
     ids (self-attention): rows may be query blocks and columns key blocks, or the other way round.
 
     >>> import jax.numpy as jnp
     >>> ids = jnp.array([[0, 0, 0, 0, 1, 1, 2, 2, 2, 2, -1, -1]], jnp.int32)  # three documents, padding
     >>> segment_block_ranges(ids, 4, 2)[0].tolist()
-    [[0, 2], [2, 5], [3, 5]]
+    [[0, 2, 0, 2], [2, 5, 0, 0], [3, 5, 0, 0]]
     """
     length = segment_ids.shape[1]
     if length % row_block or length % column_block:
@@ -136,9 +220,6 @@ def segment_block_ranges(segment_ids: jax.Array, row_block: int, column_block: i
     meets = (row_least[:, :, None] <= column_greatest[:, None, :]) & (
         column_least[:, None, :] <= row_greatest[:, :, None]
     )
-    columns = meets.shape[-1]
-    any_column = jnp.any(meets, axis=-1)
-    first = jnp.argmax(meets, axis=-1)
-    end = columns - jnp.argmax(meets[..., ::-1], axis=-1)
-    ranges = jnp.stack([first, end], axis=-1)
-    return jnp.where(any_column[..., None], ranges, 0).astype(jnp.int32)
+    row_segment = _uniform_segment(segment_ids, row_block)[:, :, None]
+    whole = (row_segment >= 0) & (_uniform_segment(segment_ids, column_block)[:, None, :] == row_segment)
+    return jnp.stack([*_span(meets), *_first_run(whole)], axis=-1).astype(jnp.int32)

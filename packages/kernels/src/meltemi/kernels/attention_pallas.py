@@ -5,8 +5,10 @@ streams key/value blocks through an online softmax, writing the output and the l
 recomputes probabilities block by block: one kernel per key block accumulates dK and dV over the query
 blocks that see it, another per query block accumulates dQ. Loops visit only the blocks the mask leaves
 visible: causal and sliding-window bounds from the block's position, document bounds from the segment ids
-(``segment_block_ranges``, computed before the launch and read by each program as two integers), so the
-work on rows of packed documents shrinks with their number.
+(``segment_block_ranges``, computed before the launch and read by each program as four integers), so the
+work on rows of packed documents shrinks with their number. Each loop runs in three parts: the blocks that
+are visible whole (below the diagonal, inside the window and the true length, in the block's one document)
+skip the mask's arithmetic; only the blocks before and after them compute it.
 
 The wrapper pads the sequence to whole blocks and the head dimension to a power of two (Triton tiles are
 powers of two); padded keys are masked by position or segment. Grouped-query attention maps each query
@@ -25,7 +27,14 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from meltemi.kernels._blocking import pad_axis, pad_sequence, round_up
-from meltemi.kernels._masking import allowed, key_block_range, query_block_range, segment_block_ranges
+from meltemi.kernels._masking import (
+    allowed,
+    key_block_range,
+    query_block_range,
+    segment_block_ranges,
+    whole_key_block_range,
+    whole_query_block_range,
+)
 from meltemi.kernels._pallas_launch import MIN_TILE, Launcher, check_launch_settings, fit_tile
 from meltemi.kernels.mask_spec import MaskSpec
 
@@ -139,14 +148,21 @@ def _visible(plan, q_start, k_start, q_size, k_size, q_seg_ref, k_seg_ref):
     )
 
 
-def _within(lo, hi, range_ref):
-    """The loop bounds ``[lo, hi)`` narrowed to the documents' range of blocks (never reversed)."""
-    lo = jnp.maximum(lo, range_ref[0])
-    return lo, jnp.maximum(lo, jnp.minimum(hi, range_ref[1]))
+def _three_loops(body, carry, visible: tuple, whole: tuple, range_ref):
+    """Run ``body(index, carry, masked)`` over the visible blocks ``[lo, hi)`` narrowed to the documents'
+    range: unmasked over those visible whole (by position, ``whole``, and by document), masked over the rest.
+    """
+    lo = jnp.maximum(visible[0], range_ref[0])
+    hi = jnp.maximum(lo, jnp.minimum(visible[1], range_ref[1]))
+    whole_lo = jnp.clip(jnp.maximum(whole[0], range_ref[2]), lo, hi)
+    whole_hi = jnp.clip(jnp.minimum(whole[1], range_ref[3]), whole_lo, hi)
+    carry = lax.fori_loop(lo, whole_lo, functools.partial(body, masked=True), carry)
+    carry = lax.fori_loop(whole_lo, whole_hi, functools.partial(body, masked=False), carry)
+    return lax.fori_loop(whole_hi, hi, functools.partial(body, masked=True), carry)
 
 
-# Each program's own ``[first, end)`` from ``segment_block_ranges``: every grid is (batch, head, block).
-_RANGE_SPEC = pl.BlockSpec((None, None, 2), lambda b, h, i: (b, i, 0))
+# Each program's own row of ``segment_block_ranges``: every grid is (batch, head, block).
+_RANGE_SPEC = pl.BlockSpec((None, None, 4), lambda b, h, i: (b, i, 0))
 
 
 def _matmul(a, b, contract_a: int, contract_b: int):
@@ -155,19 +171,37 @@ def _matmul(a, b, contract_a: int, contract_b: int):
     )
 
 
+def _key_blocks(plan, q_block, bq: int, bk: int) -> tuple[tuple, tuple]:
+    """Query block ``q_block``'s visible key blocks and those visible whole, by position."""
+    mask = {"causal": plan.spec.causal, "sliding_window": plan.spec.sliding_window}
+    visible = key_block_range(q_block, bq, bk, plan.padded_len // bk, **mask)
+    whole = whole_key_block_range(q_block, bq, bk, plan.padded_len // bk, **mask, seq_len=plan.key_limit)
+    return visible, whole
+
+
+def _query_blocks(plan, k_block, bq: int, bk: int) -> tuple[tuple, tuple]:
+    """Key block ``k_block``'s query blocks that see some of it and those that see all of it, by position."""
+    mask = {"causal": plan.spec.causal, "sliding_window": plan.spec.sliding_window}
+    visible = query_block_range(k_block, bq, bk, plan.padded_len // bq, **mask)
+    whole = whole_query_block_range(k_block, bq, bk, plan.padded_len // bq, **mask, seq_len=plan.key_limit)
+    return visible, whole
+
+
 def _forward_kernel(plan, q_ref, k_ref, v_ref, seg_ref, range_ref, out_ref, lse_ref):
     bq, bk = plan.block_q, plan.block_k
     q_block = pl.program_id(2)
     q_start = q_block * bq
     q = q_ref[...]
 
-    def step(j, carry):
+    def step(j, carry, masked: bool):
         acc, row_max, normalizer = carry
         k_start = pl.multiple_of(j * bk, bk)
         k = k_ref[pl.ds(k_start, bk), :]
         v = v_ref[pl.ds(k_start, bk), :]
         scores = _matmul(q, k, 1, 1) * plan.spec.softmax_scale
-        scores = jnp.where(_visible(plan, q_start, k_start, bq, bk, seg_ref, seg_ref), scores, -jnp.inf)
+        if masked:
+            visible = _visible(plan, q_start, k_start, bq, bk, seg_ref, seg_ref)
+            scores = jnp.where(visible, scores, -jnp.inf)
         new_max = jnp.maximum(row_max, jnp.max(scores, axis=1))
         shift = jnp.where(new_max == -jnp.inf, 0.0, new_max)
         rescale = jnp.exp(row_max - shift)
@@ -181,15 +215,7 @@ def _forward_kernel(plan, q_ref, k_ref, v_ref, seg_ref, range_ref, out_ref, lse_
         jnp.full((bq,), -jnp.inf, jnp.float32),
         jnp.zeros((bq,), jnp.float32),
     )
-    lo, hi = key_block_range(
-        q_block,
-        bq,
-        bk,
-        plan.padded_len // bk,
-        causal=plan.spec.causal,
-        sliding_window=plan.spec.sliding_window,
-    )
-    acc, row_max, normalizer = lax.fori_loop(*_within(lo, hi, range_ref), step, init)
+    acc, row_max, normalizer = _three_loops(step, init, *_key_blocks(plan, q_block, bq, bk), range_ref)
     nonempty = normalizer > 0
     safe = jnp.where(nonempty, normalizer, 1.0)
     out_ref[...] = (acc / safe[:, None]).astype(out_ref.dtype)
@@ -222,9 +248,12 @@ def _forward(plan: _Plan, q, k, v, segment_ids):
 
 
 def _score_gradients(plan, q, k, v, d_out, lse, delta, visible):
-    """Probabilities and score gradients of one tile, recomputed from the saved log-normalizer."""
+    """Probabilities and score gradients of one tile, recomputed from the saved log-normalizer
+    (``visible``: the tile's mask, or None when every pair is visible)."""
     scores = _matmul(q, k, 1, 1) * plan.spec.softmax_scale
-    probabilities = jnp.where(visible, jnp.exp(scores - lse[:, None]), 0.0)
+    probabilities = jnp.exp(scores - lse[:, None])
+    if visible is not None:
+        probabilities = jnp.where(visible, probabilities, 0.0)
     d_prob = _matmul(d_out, v, 1, 1)
     d_scores = probabilities * (d_prob - delta[:, None]) * plan.spec.softmax_scale
     return probabilities, d_scores
@@ -239,12 +268,12 @@ def _key_value_gradient_kernel(
     k = k_ref[...]
     v = v_ref[...]
 
-    def step(i, carry):
+    def step(i, carry, masked: bool):
         dk, dv = carry
         q_start = pl.multiple_of(i * bq, bq)
         q = q_ref[pl.ds(q_start, bq), :]
         d_out = d_out_ref[pl.ds(q_start, bq), :]
-        visible = _visible(plan, q_start, k_start, bq, bk, seg_ref, seg_ref)
+        visible = _visible(plan, q_start, k_start, bq, bk, seg_ref, seg_ref) if masked else None
         probabilities, d_scores = _score_gradients(
             plan, q, k, v, d_out, lse_ref[pl.ds(q_start, bq)], delta_ref[pl.ds(q_start, bq)], visible
         )
@@ -252,16 +281,8 @@ def _key_value_gradient_kernel(
         dk = dk + _matmul(d_scores.astype(q.dtype), q, 0, 0)
         return dk, dv
 
-    lo, hi = query_block_range(
-        k_block,
-        bq,
-        bk,
-        plan.padded_len // bq,
-        causal=plan.spec.causal,
-        sliding_window=plan.spec.sliding_window,
-    )
     zeros = jnp.zeros(k.shape, jnp.float32)
-    dk, dv = lax.fori_loop(*_within(lo, hi, range_ref), step, (zeros, zeros))
+    dk, dv = _three_loops(step, (zeros, zeros), *_query_blocks(plan, k_block, bq, bk), range_ref)
     dk_ref[...] = dk
     dv_ref[...] = dv
 
@@ -277,23 +298,15 @@ def _query_gradient_kernel(
     lse = lse_ref[...]
     delta = delta_ref[...]
 
-    def step(j, dq):
+    def step(j, dq, masked: bool):
         k_start = pl.multiple_of(j * bk, bk)
         k = k_ref[pl.ds(k_start, bk), :]
         v = v_ref[pl.ds(k_start, bk), :]
-        visible = _visible(plan, q_start, k_start, bq, bk, seg_ref, seg_ref)
+        visible = _visible(plan, q_start, k_start, bq, bk, seg_ref, seg_ref) if masked else None
         _, d_scores = _score_gradients(plan, q, k, v, d_out, lse, delta, visible)
         return dq + _matmul(d_scores.astype(k.dtype), k, 1, 0)
 
-    lo, hi = key_block_range(
-        q_block,
-        bq,
-        bk,
-        plan.padded_len // bk,
-        causal=plan.spec.causal,
-        sliding_window=plan.spec.sliding_window,
-    )
-    dq = lax.fori_loop(*_within(lo, hi, range_ref), step, jnp.zeros(q.shape, jnp.float32))
+    dq = _three_loops(step, jnp.zeros(q.shape, jnp.float32), *_key_blocks(plan, q_block, bq, bk), range_ref)
     dq_ref[...] = dq.astype(dq_ref.dtype)
 
 
