@@ -57,6 +57,12 @@ def allowed(
     return mask
 
 
+def _extent(block: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
+    """The first and last position of block number ``block`` of ``size`` positions."""
+    first = block * size
+    return first, first + size - 1
+
+
 def key_block_range(
     q_block: jax.Array,
     block_q: int,
@@ -67,10 +73,8 @@ def key_block_range(
     sliding_window: int | None,
 ) -> tuple[jax.Array, jax.Array]:
     """The half-open range of key blocks that query block ``q_block`` can see."""
-    first_q = q_block * block_q
-    last_q = first_q + block_q - 1
-    lo = jnp.int32(0)
-    hi = jnp.int32(num_k_blocks)
+    first_q, last_q = _extent(q_block, block_q)
+    lo, hi = jnp.int32(0), jnp.int32(num_k_blocks)
     if sliding_window is not None:
         lo = lax.div(jnp.maximum(first_q - sliding_window + 1, 0), block_k).astype(jnp.int32)
         if not causal:
@@ -90,10 +94,8 @@ def query_block_range(
     sliding_window: int | None,
 ) -> tuple[jax.Array, jax.Array]:
     """The half-open range of query blocks that can see key block ``k_block``."""
-    first_k = k_block * block_k
-    last_k = first_k + block_k - 1
-    lo = jnp.int32(0)
-    hi = jnp.int32(num_q_blocks)
+    first_k, last_k = _extent(k_block, block_k)
+    lo, hi = jnp.int32(0), jnp.int32(num_q_blocks)
     if causal:
         lo = lax.div(first_k, block_q).astype(jnp.int32)
     elif sliding_window is not None:
@@ -116,10 +118,8 @@ def whole_key_block_range(
     """The half-open range of key blocks that every query of query block ``q_block`` sees whole, by
     position alone (causal, window, true length): a loop may skip the mask there. It may be empty
     (``lo >= hi``)."""
-    first_q = q_block * block_q
-    last_q = first_q + block_q - 1
-    lo = jnp.int32(0)
-    hi = jnp.int32(num_k_blocks)
+    first_q, last_q = _extent(q_block, block_q)
+    lo, hi = jnp.int32(0), jnp.int32(num_k_blocks)
     if causal:  # the block's last key at or before the first query
         hi = jnp.minimum(hi, lax.div(first_q + 1, block_k))
     if sliding_window is not None:  # its first key within the window of the last query
@@ -143,10 +143,8 @@ def whole_query_block_range(
 ) -> tuple[jax.Array, jax.Array]:
     """The half-open range of query blocks every query of which sees all of key block ``k_block``, by
     position alone; it may be empty (``lo >= hi``)."""
-    first_k = k_block * block_k
-    last_k = first_k + block_k - 1
-    lo = jnp.int32(0)
-    hi = jnp.int32(num_q_blocks)
+    first_k, last_k = _extent(k_block, block_k)
+    lo, hi = jnp.int32(0), jnp.int32(num_q_blocks)
     if causal:  # the block's first query at or after the last key
         lo = jnp.maximum(lo, lax.div(last_k + block_q - 1, block_q))
     if sliding_window is not None:  # its last query within the window of the first key
