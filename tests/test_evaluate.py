@@ -260,8 +260,8 @@ def test_bad_input_is_one_line_and_writes_nothing(run, no_tokenizer_checkpoint, 
 def test_results_go_to_a_bucket_and_a_missing_one_is_named_before_any_work(run, request, server, tmp_path):
     from meltemi.datastore.storage import Directory
 
-    scheme = "s3" if server == "s3" else "gs"
-    bucket = f"{scheme}://{request.getfixturevalue(server).make_bucket()}"
+    fake = request.getfixturevalue(server)
+    scheme, bucket = fake.scheme, fake.bucket_url()
     args = ("--checkpoint", str(run["trained"]), "--tasks", "stdlib_return", "--limit", "8")
     result = evaluate_app(*args, "--out", f"{bucket}/evals/results.json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

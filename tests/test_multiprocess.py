@@ -171,7 +171,7 @@ def test_a_two_process_run_in_a_bucket_killed_and_relaunched_ends_bitwise_as_one
     request, server, config_path, two, tmp_path
 ):
     fake = request.getfixturevalue(server)  # its environment set: the processes inherit it
-    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/killed"
+    url = f"{fake.bucket_url()}/killed"
     first = launch_in_scratch(config_path, url, tmp_path / "killed")
     run = Directory(url)
     deadline = time.monotonic() + 300

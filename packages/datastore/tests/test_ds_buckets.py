@@ -37,7 +37,7 @@ def test_a_store_built_into_a_bucket_is_the_local_store_object_for_object(
     request, server, stdlib_files, tokenizer_path, local_reference, tree_bytes
 ):
     fake = request.getfixturevalue(server)
-    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/stores/web"
+    url = f"{fake.bucket_url()}/stores/web"
     report = build_store(
         stdlib_files[:12], tokenizer_path, url, unit_bytes=20_000, chunk_tokens=500, progress=False
     )
@@ -68,9 +68,9 @@ def test_a_build_into_and_reads_from_a_flaky_bucket_retry_to_the_local_stores_by
     from meltemi.datastore.testing import start_faulty_proxy
 
     fake = request.getfixturevalue(server)
-    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/stores/web"
+    url = f"{fake.bucket_url()}/stores/web"
     proxy = start_faulty_proxy(fake.endpoint, rate=0.1, seed=3)
-    monkeypatch.setenv("AWS_ENDPOINT_URL" if server == "s3" else "STORAGE_EMULATOR_HOST", proxy.endpoint)
+    monkeypatch.setenv(fake.endpoint_variable, proxy.endpoint)
     retried = retried_requests()
     try:
         build_store(
@@ -97,7 +97,7 @@ def test_a_build_into_a_bucket_killed_midway_resumes_to_the_same_bytes(
     files = stdlib_files[:12]
     local = tmp_path / "local"
     build_store(files, tokenizer_path, local, unit_bytes=4_000, progress=False)
-    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/stores/killed"
+    url = f"{fake.bucket_url()}/stores/killed"
     command = [sys.executable, "-m", "meltemi.datastore", "build", "--input", *files]
     command += ["--tokenizer", tokenizer_path, "--out", url, "--unit-bytes", "4000"]
     env = environ_with(fake) | {"PYTHONUNBUFFERED": "1"}
@@ -130,7 +130,7 @@ def test_a_missing_bucket_or_refused_keys_fail_before_any_tokenizing(
     import meltemi.datastore.build as build
 
     fake = request.getfixturevalue(server)
-    scheme = "s3" if server == "s3" else "gs"
+    scheme = fake.scheme
     tokenized = []
     monkeypatch.setattr(build, "tokenize_units", lambda *a: tokenized.append(a) or [])
     with pytest.raises(
@@ -161,7 +161,7 @@ def test_a_tokenizer_in_a_bucket_is_read_through_the_seam(
     request, server, tokenizer_path, stdlib_files, tmp_path
 ):
     fake = request.getfixturevalue(server)
-    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/tokenizers/tokenizer.json"
+    url = f"{fake.bucket_url()}/tokenizers/tokenizer.json"
     with open(tokenizer_path, "rb") as f:
         Directory(url.rsplit("/", 1)[0]).write_bytes("tokenizer.json", f.read())
     built = build_store(stdlib_files[:2], url, tmp_path / "s", progress=False)
@@ -182,7 +182,7 @@ def test_inputs_in_a_bucket_are_read_through_the_storage_seam_to_the_local_build
     from meltemi.datastore.stdlib_chat import stdlib_chat
 
     fake = request.getfixturevalue(server)
-    bucket = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}"
+    bucket = f"{fake.bucket_url()}"
     chat = stdlib_chat(tmp_path / "chat.jsonl", files=stdlib_files[:15])
     texts = [tmp_path / "texts" / name for name in ("a.py", "b.py")]
     (tmp_path / "texts").mkdir()
@@ -220,7 +220,7 @@ def test_slices_of_one_chunk_read_at_once_each_get_their_values(request, server)
     from meltemi.datastore.storage import Location, storage_context
 
     fake = request.getfixturevalue(server)
-    location = Location.parse(f"{'gs' if server == 'gcs' else 's3'}://{fake.make_bucket()}/array")
+    location = Location.parse(f"{fake.bucket_url()}/array")
     metadata = {
         "shape": [16, 32],
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [16, 32]}},

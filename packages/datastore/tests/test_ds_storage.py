@@ -180,7 +180,7 @@ def test_an_object_written_after_a_killed_writer_is_only_the_new_bytes(tmp_path)
 @pytest.mark.parametrize("server", ["s3", "gcs"])
 def test_a_log_in_a_bucket_is_plain_segments_rewritten_not_appended(request, server):
     fake = request.getfixturevalue(server)
-    d = Directory(f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/run")
+    d = Directory(f"{fake.bucket_url()}/run")
     with Appender(d, "metrics.jsonl", segment_bytes=32) as log:
         for step in range(6):
             log.append(f'{{"step": {step}}}')
@@ -213,7 +213,7 @@ def test_a_missing_bucket_is_one_line_naming_it(s3, gcs):
 @pytest.mark.parametrize("server", ["s3", "gcs"])
 def test_refused_credentials_are_one_line_naming_the_url(request, server, monkeypatch):
     fake = request.getfixturevalue(server)
-    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/run"
+    url = f"{fake.bucket_url()}/run"
     if server == "s3":
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "not-a-key-the-server-knows")
         refused, read = "InvalidAccessKeyId", "listing"

@@ -74,7 +74,7 @@ def test_a_run_in_a_bucket_trains_resumes_exports_and_samples_like_a_local_one(
     request, server, make_config, local_reference, tmp_path, capsys
 ):
     fake = request.getfixturevalue(server)
-    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/runs/tiny"
+    url = f"{fake.bucket_url()}/runs/tiny"
     first = train(checkpointed(make_config, 4), url)
     assert first.steps == 4 and first.last_checkpoint == Location.parse(f"{url}/checkpoints/step-4")
     run = Directory(url)
@@ -141,7 +141,7 @@ def test_a_bad_run_url_is_one_line_naming_it_before_anything_is_written(
     request, server, case, make_config, monkeypatch
 ):
     fake = request.getfixturevalue(server)
-    scheme, bucket = "s3" if server == "s3" else "gs", fake.make_bucket()
+    scheme, bucket = fake.scheme, fake.make_bucket()
     url, expected = f"{scheme}://{bucket}/run", None
     if case == "unknown scheme":
         url, expected = "hdfs://namenode/run", UnknownSchemeError
@@ -181,8 +181,8 @@ def flaky(request, monkeypatch):
     server = request.param
     fake = request.getfixturevalue(server)
     proxy = start_faulty_proxy(fake.endpoint, rate=0.05, seed=7)
-    monkeypatch.setenv("AWS_ENDPOINT_URL" if server == "s3" else "STORAGE_EMULATOR_HOST", proxy.endpoint)
-    yield proxy, f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/runs/flaky"
+    monkeypatch.setenv(fake.endpoint_variable, proxy.endpoint)
+    yield proxy, f"{fake.bucket_url()}/runs/flaky"
     proxy.stop()
 
 
@@ -227,14 +227,12 @@ def test_a_persistent_failure_in_the_middle_of_a_save_leaves_no_committed_checkp
 
     fake = request.getfixturevalue(server)
     proxy = start_faulty_proxy(fake.endpoint)
-    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/runs/refused"
+    url = f"{fake.bucket_url()}/runs/refused"
+    monkeypatch.setenv(fake.endpoint_variable, proxy.endpoint)
     if server == "s3":
         write, step_4 = "PUT", "/runs/refused/checkpoints/step-4/"
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
     else:  # an upload names its object in the query, escaped
         write, step_4 = "POST", "name=runs%2Frefused%2Fcheckpoints%2Fstep-4%2F"
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.endpoint)
-        monkeypatch.delenv("TENSORSTORE_GCS_HTTP_URL", raising=False)  # the seam sets it from the above
     try:
         proxy.refuse(write, step_4, after=3)
         with pytest.raises(CheckpointError) as caught:
@@ -267,7 +265,7 @@ def test_a_run_directory_in_a_bucket_is_probed_once_per_process(request, server,
     counting = types.SimpleNamespace(uuid4=lambda: probes.append(1) or real.uuid4())
     monkeypatch.setattr(directory_module, "uuid", counting)
     fake = request.getfixturevalue(server)
-    url = f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/runs/tiny"
+    url = f"{fake.bucket_url()}/runs/tiny"
     RunDirectory.of(url).check()
     RunDirectory.of(url).check()
     assert len(probes) == 1

@@ -153,7 +153,7 @@ def test_a_replacement_host_with_an_empty_cache_fetches_the_runs_programs_from_i
 @pytest.mark.parametrize("scheme", ["s3", "gcs"])
 def test_the_mirror_copies_only_whole_entries_each_way_once(request, scheme, tmp_path):
     server = request.getfixturevalue(scheme)
-    url = f"{'gs' if scheme == 'gcs' else 's3'}://{server.make_bucket()}/meltemi-compile-cache"
+    url = f"{server.bucket_url()}/meltemi-compile-cache"
     here = tmp_path / "here"
     here.mkdir()
     mirror = CacheMirror(here, Directory(url))

@@ -98,7 +98,7 @@ def test_a_config_in_a_bucket_is_the_same_config_and_a_bad_url_one_line(request,
     from meltemi.datastore.storage import Directory
 
     fake = request.getfixturevalue(server)
-    bucket = Directory(f"{'s3' if server == 's3' else 'gs'}://{fake.make_bucket()}/configs")
+    bucket = Directory(f"{fake.bucket_url()}/configs")
     text = "trainer: {num_train_steps: 7}\nmodel: {hidden_dim: 48}\n"
     bucket.write_text("run.yaml", text)
     (tmp_path / "run.yaml").write_text(text)

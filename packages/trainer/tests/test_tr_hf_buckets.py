@@ -88,7 +88,7 @@ def test_an_export_refused_midway_never_leaves_config_json(server, monkeypatch, 
 
     fake, scheme = server
     proxy = start_faulty_proxy(fake.endpoint)
-    monkeypatch.setenv("AWS_ENDPOINT_URL" if scheme == "s3" else "STORAGE_EMULATOR_HOST", proxy.endpoint)
+    monkeypatch.setenv(fake.endpoint_variable, proxy.endpoint)
     url = f"{scheme}://{fake.make_bucket()}/exports/refused"
     try:
         proxy.refuse("PUT" if scheme == "s3" else "POST", "model-00003-of-")

@@ -23,6 +23,7 @@ the tests that use them are skipped, saying so, and everything else runs.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import functools
 import json
@@ -35,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -53,17 +54,35 @@ def unique_bucket(prefix: str = "meltemi") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
+class _LoopbackStore(abc.ABC):
+    """What the S3 server and the GCS emulator share: a URL scheme, the standard variable through which a
+    client finds the endpoint (a test points it at a proxy), and new buckets."""
+
+    scheme: ClassVar[str]
+    endpoint_variable: ClassVar[str]
+
+    @abc.abstractmethod
+    def make_bucket(self, prefix: str = "meltemi") -> str:
+        """Create a bucket with a unique name and return the name."""
+
+    def bucket_url(self, prefix: str = "meltemi") -> str:
+        """A new bucket's URL (``make_bucket``'s name under this server's scheme)."""
+        return f"{self.scheme}://{self.make_bucket(prefix)}"
+
+
 @dataclass
-class S3Server:
+class S3Server(_LoopbackStore):
     """moto's S3 server in this process; `environ` is what a user of an S3-compatible store sets."""
 
     endpoint: str
     _server: Any = field(repr=False)
     _checking: list[bool] = field(default_factory=lambda: [False], repr=False)  # shared with its WSGI app
+    scheme: ClassVar[str] = "s3"
+    endpoint_variable: ClassVar[str] = "AWS_ENDPOINT_URL"
 
     @property
     def environ(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": "us-east-1"} | TEST_KEYS
+        return {self.endpoint_variable: self.endpoint, "AWS_REGION": "us-east-1"} | TEST_KEYS
 
     def make_bucket(self, prefix: str = "meltemi") -> str:
         """Create a bucket with a unique name and return the name."""
@@ -158,7 +177,7 @@ class _TokenGate:
 
 
 @dataclass
-class GcsServer:
+class GcsServer(_LoopbackStore):
     """gcp-storage-emulator's GCS server in this process; `environ` points Google's clients (and, through
     the storage seam, TensorStore) at it, as a user does: the seam sends an emulator anonymous requests.
 
@@ -168,10 +187,12 @@ class GcsServer:
     endpoint: str
     _server: Any = field(repr=False)
     _gate: _TokenGate = field(default_factory=_TokenGate, repr=False)
+    scheme: ClassVar[str] = "gs"
+    endpoint_variable: ClassVar[str] = "STORAGE_EMULATOR_HOST"
 
     @property
     def environ(self) -> dict[str, str]:
-        return {"STORAGE_EMULATOR_HOST": self.endpoint}
+        return {self.endpoint_variable: self.endpoint}
 
     @property
     def bearer_tokens(self) -> set[str]:

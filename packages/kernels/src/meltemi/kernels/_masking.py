@@ -156,11 +156,16 @@ def whole_query_block_range(
     return lo.astype(jnp.int32), hi.astype(jnp.int32)
 
 
+def _by_block(segment_ids: jax.Array, block: int) -> jax.Array:
+    """``(batch, length)`` ids as ``(batch, blocks, block)``."""
+    batch, length = segment_ids.shape
+    return segment_ids.reshape(batch, length // block, block)
+
+
 def _block_extents(segment_ids: jax.Array, block: int) -> tuple[jax.Array, jax.Array]:
     """The least and greatest non-negative segment id of each block of ``block`` positions (a block of only
     padding gets an empty extent: least above greatest)."""
-    batch, length = segment_ids.shape
-    ids = segment_ids.reshape(batch, length // block, block)
+    ids = _by_block(segment_ids, block)
     real = ids >= 0
     least = jnp.min(jnp.where(real, ids, jnp.iinfo(jnp.int32).max), axis=-1)
     greatest = jnp.max(jnp.where(real, ids, -1), axis=-1)
@@ -177,19 +182,16 @@ def _span(flags: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def _first_run(flags: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``[first, end)`` of the first run of true values along the last axis (``[0, 0)`` if none)."""
-    columns = flags.shape[-1]
-    first = jnp.argmax(flags, axis=-1)
-    after = (jnp.arange(columns) >= first[..., None]) & ~flags
-    end = jnp.where(jnp.any(after, axis=-1), jnp.argmax(after, axis=-1), columns)
-    found = jnp.any(flags, axis=-1)
-    return jnp.where(found, first, 0), jnp.where(found, end, 0)
+    """``[first, end)`` of the first run of true values along the last axis (``[0, 0)`` if none: every
+    value is then a false one at or after 0)."""
+    first, _ = _span(flags)
+    after = (jnp.arange(flags.shape[-1]) >= first[..., None]) & ~flags
+    return first, jnp.where(jnp.any(after, axis=-1), jnp.argmax(after, axis=-1), flags.shape[-1])
 
 
 def _uniform_segment(segment_ids: jax.Array, block: int) -> jax.Array:
     """Each block's segment id when all of its tokens carry the same non-negative one, else -1."""
-    batch, length = segment_ids.shape
-    ids = segment_ids.reshape(batch, length // block, block)
+    ids = _by_block(segment_ids, block)
     least, greatest = jnp.min(ids, axis=-1), jnp.max(ids, axis=-1)
     return jnp.where((least == greatest) & (least >= 0), least, -1)
 
