@@ -12,8 +12,9 @@ skip the mask's arithmetic; only the blocks before and after them compute it.
 
 The wrapper pads the sequence to whole blocks and the head dimension to a power of two (Triton tiles are
 powers of two); padded keys are masked by position or segment. Grouped-query attention maps each query
-head to its key/value head in the block index maps; dK and dV are produced per query head in float32 and
-summed over each group afterwards.
+head to its key/value head in the block index maps; the dK/dV kernel runs one program per key/value head and
+key block and loops over the query heads of its group, so dK and dV are accumulated in float32 in registers
+and written once, in the keys' dtype (no per-query-head float32 copies to sum afterwards).
 """
 
 from __future__ import annotations
@@ -262,29 +263,35 @@ def _score_gradients(plan, q, k, v, d_out, lse, delta, visible):
 def _key_value_gradient_kernel(
     plan, q_ref, k_ref, v_ref, seg_ref, range_ref, d_out_ref, lse_ref, delta_ref, dk_ref, dv_ref
 ):
+    """dK and dV of one key block of one key/value head, summed over the query heads that share it."""
     bq, bk = plan.backward_block_q, plan.backward_block_k
     k_block = pl.program_id(2)
     k_start = k_block * bk
     k = k_ref[...]
     v = v_ref[...]
+    blocks = _query_blocks(plan, k_block, bq, bk)
 
-    def step(i, carry, masked: bool):
-        dk, dv = carry
-        q_start = pl.multiple_of(i * bq, bq)
-        q = q_ref[pl.ds(q_start, bq), :]
-        d_out = d_out_ref[pl.ds(q_start, bq), :]
-        visible = _visible(plan, q_start, k_start, bq, bk, seg_ref, seg_ref) if masked else None
-        probabilities, d_scores = _score_gradients(
-            plan, q, k, v, d_out, lse_ref[pl.ds(q_start, bq)], delta_ref[pl.ds(q_start, bq)], visible
-        )
-        dv = dv + _matmul(probabilities.astype(d_out.dtype), d_out, 0, 0)
-        dk = dk + _matmul(d_scores.astype(q.dtype), q, 0, 0)
-        return dk, dv
+    def query_head(head, carry):
+        def step(i, carry, masked: bool):
+            dk, dv = carry
+            q_start = pl.multiple_of(i * bq, bq)
+            rows = pl.ds(q_start, bq)
+            q = q_ref[rows, head, :]
+            d_out = d_out_ref[rows, head, :]
+            visible = _visible(plan, q_start, k_start, bq, bk, seg_ref, seg_ref) if masked else None
+            probabilities, d_scores = _score_gradients(
+                plan, q, k, v, d_out, lse_ref[head, rows], delta_ref[head, rows], visible
+            )
+            dv = dv + _matmul(probabilities.astype(d_out.dtype), d_out, 0, 0)
+            dk = dk + _matmul(d_scores.astype(q.dtype), q, 0, 0)
+            return dk, dv
+
+        return _three_loops(step, carry, *blocks, range_ref)
 
     zeros = jnp.zeros(k.shape, jnp.float32)
-    dk, dv = _three_loops(step, (zeros, zeros), *_query_blocks(plan, k_block, bq, bk), range_ref)
-    dk_ref[...] = dk
-    dv_ref[...] = dv
+    dk, dv = lax.fori_loop(0, plan.group, query_head, (zeros, zeros))
+    dk_ref[...] = dk.astype(dk_ref.dtype)
+    dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
 def _query_gradient_kernel(
@@ -313,22 +320,21 @@ def _query_gradient_kernel(
 def _backward(plan: _Plan, q, k, v, segment_ids, lse, delta, d_out):
     batch, padded, heads, dim = q.shape
     bq, bk, group = plan.backward_block_q, plan.backward_block_k, plan.group
-    whole_q = pl.BlockSpec((None, padded, None, dim), lambda b, h, j: (b, 0, h, 0))
-    whole_kv = pl.BlockSpec((None, padded, None, dim), lambda b, h, j: (b, 0, h // group, 0))
-    whole_stats = pl.BlockSpec((None, None, padded), lambda b, h, j: (b, h, 0))
     segments = pl.BlockSpec((None, padded), lambda b, h, j: (b, 0))
-    kv_tile = pl.BlockSpec((None, bk, None, dim), lambda b, h, j: (b, j, h // group, 0))
-    per_head_tile = pl.BlockSpec((None, bk, None, dim), lambda b, h, j: (b, j, h, 0))
-    per_head = jax.ShapeDtypeStruct((batch, padded, heads, dim), jnp.float32)
+    # dK/dV: one program per key/value head and key block, over every query head of its group.
+    group_rows = pl.BlockSpec((None, padded, group, dim), lambda b, h, j: (b, 0, h, 0))
+    group_stats = pl.BlockSpec((None, group, padded), lambda b, h, j: (b, h, 0))
+    kv_tile = pl.BlockSpec((None, bk, None, dim), lambda b, h, j: (b, j, h, 0))
     dk, dv = plan.launch(
         functools.partial(_key_value_gradient_kernel, plan),
-        grid=(batch, heads, padded // bk),
-        in_specs=[whole_q, kv_tile, kv_tile, segments, _RANGE_SPEC, whole_q, whole_stats, whole_stats],
-        out_specs=[per_head_tile, per_head_tile],
-        out_shape=[per_head, per_head],
+        grid=(batch, k.shape[2], padded // bk),
+        in_specs=[group_rows, kv_tile, kv_tile, segments, _RANGE_SPEC, group_rows, group_stats, group_stats],
+        out_specs=[kv_tile, kv_tile],
+        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
         name="meltemi_flash_backward_kv",
     )(q, k, v, segment_ids, segment_block_ranges(segment_ids, bk, bq), d_out, lse, delta)
 
+    whole_kv = pl.BlockSpec((None, padded, None, dim), lambda b, h, i: (b, 0, h // group, 0))
     q_tile = pl.BlockSpec((None, bq, None, dim), lambda b, h, i: (b, i, h, 0))
     stats_tile = pl.BlockSpec((None, None, bq), lambda b, h, i: (b, h, i))
     dq = plan.launch(
@@ -339,10 +345,6 @@ def _backward(plan: _Plan, q, k, v, segment_ids, lse, delta, d_out):
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         name="meltemi_flash_backward_q",
     )(q, k, v, segment_ids, segment_block_ranges(segment_ids, bq, bk), d_out, lse, delta)
-
-    kv_heads = k.shape[2]
-    dk = dk.reshape(batch, padded, kv_heads, group, dim).sum(axis=3).astype(k.dtype)
-    dv = dv.reshape(batch, padded, kv_heads, group, dim).sum(axis=3).astype(v.dtype)
     return dq, dk, dv
 
 
