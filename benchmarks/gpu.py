@@ -10,7 +10,9 @@ The parts, in order of priority, each a subprocess of another benchmark script:
 - ``attention-documents``, ``attention-whole``: ``kernels_attention.py`` at the 1B step's shapes (4,096-token
   rows, 8 of them, 32/8 heads, head size 64, bf16, causal), with segment ids (~4 documents a row) and without;
 - ``remat-save_dots``, ``remat-offload``, ``remat-none``: the trainer's step at the other remat policies;
-- ``fp8``: ``fp8_step.py``, bf16 then fp8 matmuls, shortened to ``--fp8-steps`` steps.
+- ``fp8``: ``fp8_step.py``, bf16 then fp8 matmuls, shortened to ``--fp8-steps`` steps;
+- ``attention-blocks``: the Pallas kernel with segment ids at other tile sizes, warps and stages
+  (``PALLAS_SWEEP``), each against cuDNN on whole rows, so its defaults can be chosen at the model's shapes.
 
 Also available by ``--parts``: ``torch-eager``, ``torch-no-checkpointing``. ``--torch-microbatch N`` runs
 the PyTorch steps in microbatches of N rows (the config's 8 by default, as the trainer), should they not fit.
@@ -61,6 +63,18 @@ ATTENTION_SHAPE = (
     *("--repeats", "5"),
 )
 REMAT_POLICIES = ("save_dots", "offload", "none")
+# Tile settings beside the default 128,64,64,64 (Q,K,BACKWARD_Q,BACKWARD_K[,WARPS[,STAGES]]): wider or
+# narrower tiles per pass, 8 warps (the forward and dK/dV kernels sit at the 255-register ceiling at 4), and
+# a third pipeline stage.
+PALLAS_SWEEP = (
+    "128,128,64,64",
+    "64,64,64,64",
+    "128,64,128,64",
+    "128,64,64,128",
+    "128,128,128,128",
+    "128,64,64,64,8",
+    "128,64,64,64,4,3",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,19 +109,19 @@ def plan(smoke: bool, fp8_steps: int, torch_microbatch: int | None) -> list[Part
     torch += ("--trainer.microbatch_size", str(torch_microbatch)) if torch_microbatch else ()
     fp8 = ("benchmarks/fp8_step.py", "--config", CONFIG, "--steps", str(fp8_steps))
     fp8 += ("--rows", "4", *SMOKE_MODEL, "--trainer.microbatch_size", "2") if smoke else ()
+    documents = (*attention, "--documents", "4", "--implementations")
     remat = {p: (*trainer, "--steps", "1", "--skip-reference", "--model.remat", p) for p in REMAT_POLICIES}
     return [
         Part("trainer-shipped", (*trainer, "--steps", "2"), 75),
         Part("torch", torch, 90, jax=False),
         Part("trainer-whole-rows", (*trainer, "--steps", "1", "--whole-rows", "--skip-reference"), 35),
-        Part(
-            "attention-documents", (*attention, "--documents", "4", "--implementations", "pallas", "xla"), 30
-        ),
+        Part("attention-documents", (*documents, "pallas", "xla"), 30),
         Part("attention-whole", (*attention, "--implementations", "pallas", "cudnn", "xla"), 30),
         Part("remat-save_dots", remat["save_dots"], 35),
         Part("remat-offload", remat["offload"], 35),
         Part("fp8", fp8, 100),
-        Part("remat-none", remat["none"], 35),  # last: the likeliest to run out of memory
+        Part("remat-none", remat["none"], 35),  # the likeliest to run out of memory
+        Part("attention-blocks", (*documents, "pallas", "--pallas-blocks", *PALLAS_SWEEP), 60),
         Part("torch-eager", (*torch, "--eager"), 60, jax=False, default=False),
         Part("torch-no-checkpointing", (*torch, "--no-checkpointing"), 80, jax=False, default=False),
     ]
@@ -256,6 +270,16 @@ class Figures:
             Figure(None, f"not measured: failed: {failed.group(3)[:160]}") if failed else self.why_not(part)
         )
 
+    def sweep(self, part: str) -> list[tuple[str, Figure]]:
+        """Every ``pallas[…]`` setting a kernels_attention.py part timed, with its figure (or failure)."""
+        outcome = self.outcomes.get(part)
+        if not outcome or outcome.status != "ok":
+            return []
+        labels = dict.fromkeys(
+            re.findall(r"^\s*seq\s+\d+ batch\s+\d+\s+(pallas\[[\d,]+\]):", outcome.output, re.M)
+        )
+        return [(name, self.attention(part, re.escape(name))) for name in labels]
+
     def fp8(self, name: str) -> tuple[Figure, Figure]:
         """(tokens/s with MFU and loss, mean loss of the last 10 steps) of ``bfloat16`` or ``fp8`` in the fp8
         part's table."""
@@ -296,8 +320,16 @@ def table_rows(f: Figures) -> list[tuple[str, str, str]]:
             ratio(cudnn, documents),
             "≥ 0.9",
         ),
-        ("remat full (as shipped)", f.step("trainer-shipped"), ""),
     ]
+    rows += [
+        (
+            f"{attention}: {name}, ~4 documents a row; cuDNN's time / its",
+            f"{figure.text}; {ratio(cudnn, figure)}",
+            "",
+        )
+        for name, figure in f.sweep("attention-blocks")
+    ] or [(f"{attention}: other Pallas tiles, ~4 documents a row", f.why_not("attention-blocks").text, "")]
+    rows += [("remat full (as shipped)", f.step("trainer-shipped"), "")]
     rows += [(f"remat {p}", f.step(f"remat-{p}"), "") for p in REMAT_POLICIES]
     rows += [
         ("bf16 matmuls (fp8_step.py)", bf16.text, ""),

@@ -11,11 +11,19 @@ like. An implementation that fails (unsupported, out of memory) is reported as s
 implementation), as the trainer's batches hold them; cuDNN takes no segment ids and says so. FLOPs are
 counted as for whole rows either way, so TFLOP/s at the same shape compare times.
 
+``--pallas-blocks`` times the Pallas kernel at several tile settings in the same process (each
+``Q,K,BACKWARD_Q,BACKWARD_K[,WARPS[,STAGES]]``), so a GPU session chooses its defaults at the model's own
+shapes. ``--memory`` compiles each implementation's forward+backward without running it and prints XLA's
+plan of its temporaries beside the reference's; it needs no GPU (on a CPU the Pallas kernel is interpreted,
+so its figure is that program's, not a GPU's, though the kernel's inputs and outputs are the same).
+
 Without a GPU the script says so and exits; ``--smoke`` runs tiny shapes on any backend to check it works
 (those numbers mean nothing).
 
 Run: ``uv run python benchmarks/kernels_attention.py [--seqs 2048 4096 8192] [--repeats 10]``; the 1B step's
-shapes: ``--seqs 4096 --tokens 32768 --head-dim 64 [--documents 4]``
+shapes: ``--seqs 4096 --tokens 32768 --head-dim 64 [--documents 4]``; a sweep there: ``--documents 4
+--implementations cudnn --pallas-blocks 128,64,64,64 128,128,64,64 64,64,64,64,4,3``; temporaries on any
+machine: ``--seqs 4096 --tokens 32768 --head-dim 64 --documents 4 --memory``
 """
 
 from __future__ import annotations
@@ -48,6 +56,26 @@ def segment_ids(batch: int, seq: int, documents: int, seed: int) -> jax.Array | 
         return None
     starts = jax.random.uniform(jax.random.PRNGKey(seed), (batch, seq)) < documents / seq
     return jnp.cumsum(starts, axis=1).astype(jnp.int32)
+
+
+def pallas_blocks(text: str) -> PallasAttentionConfig:
+    """``Q,K,BACKWARD_Q,BACKWARD_K[,WARPS[,STAGES]]`` as a config (argparse's type: a bad one is named)."""
+    try:
+        numbers = [int(part) for part in text.split(",")]
+        if len(numbers) not in (4, 5, 6):
+            raise ValueError("four to six integers")
+        names = ("block_q", "block_k", "backward_block_q", "backward_block_k", "num_warps", "num_stages")
+        return PallasAttentionConfig(**dict(zip(names, numbers, strict=False)))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"--pallas-blocks {text!r}: expected Q,K,BACKWARD_Q,BACKWARD_K[,WARPS[,STAGES]] ({error})"
+        ) from None
+
+
+def label(config: PallasAttentionConfig) -> str:
+    tiles = (config.block_q, config.block_k, config.backward_block_q, config.backward_block_k)
+    launch = (config.num_warps, config.num_stages) if config.num_warps else ()
+    return "pallas[" + ",".join(str(n) for n in (*tiles, *launch)) + "]"
 
 
 def step_function(implementation: str, causal: bool, config: PallasAttentionConfig):
@@ -101,12 +129,23 @@ def main() -> None:
     parser.add_argument("--block-q", type=int, default=128)
     parser.add_argument("--block-k", type=int, default=64)
     parser.add_argument("--backward-block", type=int, default=64)
+    parser.add_argument(
+        "--pallas-blocks",
+        type=pallas_blocks,
+        nargs="+",
+        default=[],
+        metavar="Q,K,BQ,BK[,WARPS[,STAGES]]",
+        help="also time the Pallas kernel at each of these tile settings",
+    )
+    parser.add_argument(
+        "--memory", action="store_true", help="print XLA's plan of each step's temporaries instead of timing"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on any backend, to test the script")
     args = parser.parse_args()
 
     device = jax.devices()[0]
     print(f"device: {device.platform} ({device.device_kind}); jax {jax.__version__}; {datetime.date.today()}")
-    if device.platform != "gpu" and not args.smoke:
+    if device.platform != "gpu" and not (args.smoke or args.memory):
         print("No GPU is present: attention speed figures are left open (run this on a GPU).")
         sys.exit(0)
     if args.smoke:
@@ -121,6 +160,8 @@ def main() -> None:
         backward_block_q=args.backward_block,
         backward_block_k=args.backward_block,
     )
+    runs = [(name, config) for name in args.implementations]
+    runs += [(label(blocks), blocks) for blocks in args.pallas_blocks]
     print(
         f"forward+backward, bfloat16, heads {args.heads}/{args.kv_heads}, head_dim {args.head_dim}, "
         f"causal={causal}, {args.tokens} tokens per step where the sequence allows, "
@@ -128,6 +169,9 @@ def main() -> None:
     )
     for seq in args.seqs:
         batch = max(1, args.tokens // seq)
+        if args.memory:
+            report_memory(runs, causal, batch, seq, args)
+            continue
         keys = jax.random.split(jax.random.PRNGKey(seq), 4)
         q = jax.random.normal(keys[0], (batch, seq, args.heads, args.head_dim), jnp.bfloat16)
         k = jax.random.normal(keys[1], (batch, seq, args.kv_heads, args.head_dim), jnp.bfloat16)
@@ -136,23 +180,49 @@ def main() -> None:
         segments = segment_ids(batch, seq, args.documents, seed=seq + 1)
         work = flops(batch, args.heads, seq, args.head_dim, causal)
         tflops = {}
-        for implementation in args.implementations:
+        for name, run_config in runs:
+            implementation = "pallas" if name.startswith("pallas") else name
             try:
                 seconds = time_it(
-                    step_function(implementation, causal, config), (q, k, v, segments, d_out), args.repeats
+                    step_function(implementation, causal, run_config),
+                    (q, k, v, segments, d_out),
+                    args.repeats,
                 )
             except Exception as error:
                 reason = str(error).splitlines()[0]
-                print(f"  seq {seq:6d} batch {batch:3d} {implementation:>9}: failed: {reason}")
+                print(f"  seq {seq:6d} batch {batch:3d} {name:>9}: failed: {reason}")
                 continue
-            tflops[implementation] = work / seconds / 1e12
+            tflops[name] = work / seconds / 1e12
             print(
-                f"  seq {seq:6d} batch {batch:3d} {implementation:>9}: {seconds * 1e3:9.3f} ms "
-                f"{tflops[implementation]:8.2f} TFLOP/s"
+                f"  seq {seq:6d} batch {batch:3d} {name:>9}: {seconds * 1e3:9.3f} ms "
+                f"{tflops[name]:8.2f} TFLOP/s"
             )
-        for other in ("cudnn", "xla"):
-            if "pallas" in tflops and other in tflops:
-                print(f"  seq {seq:6d} pallas / {other}: {tflops['pallas'] / tflops[other]:.2f}x")
+        for name in (n for n in tflops if n.startswith("pallas")):
+            for other in ("cudnn", "xla"):
+                if other in tflops:
+                    print(f"  seq {seq:6d} {name} / {other}: {tflops[name] / tflops[other]:.2f}x")
+
+
+def report_memory(runs, causal: bool, batch: int, seq: int, args: argparse.Namespace) -> None:
+    """Compile each run's forward+backward from abstract shapes and print its temporaries (XLA's plan)."""
+    q = jax.ShapeDtypeStruct((batch, seq, args.heads, args.head_dim), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((batch, seq, args.kv_heads, args.head_dim), jnp.bfloat16)
+    segments = jax.ShapeDtypeStruct((batch, seq), jnp.int32) if args.documents else None
+    d_out = jax.ShapeDtypeStruct(q.shape, jnp.float32)
+    temporaries = {}
+    for name, run_config in runs:
+        implementation = "pallas" if name.startswith("pallas") else name
+        try:
+            compiled = step_function(implementation, causal, run_config).trace(q, kv, kv, segments, d_out)
+            plan = compiled.lower().compile().memory_analysis()
+        except Exception as error:
+            print(f"  seq {seq:6d} batch {batch:3d} {name:>9}: failed: {str(error).splitlines()[0]}")
+            continue
+        temporaries[name] = plan.temp_size_in_bytes
+        print(f"  seq {seq:6d} batch {batch:3d} {name:>9}: temporaries {temporaries[name] / 2**20:10.1f} MiB")
+    if "reference" in temporaries:
+        for name, size in temporaries.items():
+            print(f"  seq {seq:6d} {name} / reference: {size / temporaries['reference']:.3f}")
 
 
 if __name__ == "__main__":
