@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .core import NamedArray, is_named_array
+from .host_placement import HostLeaf, place_from_host, target_sharding
 
 __all__ = [
     "ModuleWithStateDictSerialization",
@@ -241,33 +242,16 @@ def fill_leaf(leaf, value, name: str):
     """``value`` in ``leaf``'s place (named with its axes); a :class:`StateDictError` if the shapes differ.
 
     An abstract ``leaf`` with a sharding gets ``value`` placed on it from the host (each device only its
-    slice); a :class:`_HostLeaf` gets it as a NumPy array; any other leaf, as an array on the default device.
+    slice); a :class:`HostLeaf` gets it as a NumPy array; any other leaf, as an array on the default device.
     """
     raw = leaf.array if is_named_array(leaf) else leaf
-    sharding = _target_sharding(raw)
-    on_host = sharding is not None or isinstance(raw, _HostLeaf)
+    sharding = target_sharding(raw)
+    on_host = sharding is not None or isinstance(raw, HostLeaf)
     value = np.asarray(value) if on_host else jnp.asarray(value)
     if tuple(value.shape) != tuple(raw.shape):
         raise StateDictError(
             f"{name}: the state dict has shape {tuple(value.shape)}, the template needs {tuple(raw.shape)}"
         )
     if sharding is not None:
-        value = _place(value, sharding)
+        value = place_from_host(value, sharding)
     return NamedArray(value, leaf.axes) if is_named_array(leaf) else value
-
-
-class _HostLeaf(jax.ShapeDtypeStruct):
-    """An abstract template leaf that ``from_state_dict`` fills with a NumPy array on the host: how
-    ``Stacked`` reads a sharded leaf's blocks, to stack them on the host and place the whole once."""
-
-
-def _target_sharding(raw) -> jax.sharding.Sharding | None:
-    """The sharding an abstract template leaf asks its value to be placed on; None for any other leaf."""
-    if isinstance(raw, jax.ShapeDtypeStruct) and isinstance(raw.sharding, jax.sharding.Sharding):
-        return raw.sharding
-    return None
-
-
-def _place(value: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
-    """``value``, on the host, placed on ``sharding``: each of this process's devices gets only its slice."""
-    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])

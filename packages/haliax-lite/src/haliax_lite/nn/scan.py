@@ -28,13 +28,11 @@ import numpy as np
 
 import haliax_lite as hax
 from haliax_lite.checkpoint import ScanCheckpointPolicy as ScanCheckpointPolicy
+from haliax_lite.host_placement import HostLeaf, place_from_host, target_sharding
 from haliax_lite.nn.scan_protocols import BlockFoldable, FoldFunction, ModuleInit, ScanFunction, VmapFunction
 from haliax_lite.serialization import (
     ModuleWithStateDictSerialization,
     StateDictError,
-    _HostLeaf,
-    _place,
-    _target_sharding,
     from_state_dict,
     iter_state_dict,
     with_prefix,
@@ -234,7 +232,7 @@ def _block_template(leaf, Block: hax.Axis, prefix: str | None):
 
 def _abstract_part(raw, shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
     """A block's abstract ``shape`` of ``raw``, to be read onto the host when ``raw`` carries a sharding."""
-    kind = jax.ShapeDtypeStruct if _target_sharding(raw) is None else _HostLeaf
+    kind = jax.ShapeDtypeStruct if target_sharding(raw) is None else HostLeaf
     return kind(shape, raw.dtype)
 
 
@@ -250,10 +248,10 @@ def _stack_like(leaf, parts):
 
 def _stack_parts(raw, parts: list, axis: int):
     """``parts`` stacked along ``axis``: on the host and placed once when ``raw`` carries a sharding."""
-    sharding = _target_sharding(raw)
+    sharding = target_sharding(raw)
     if sharding is None:
         return jnp.stack(parts, axis=axis)
-    return _place(np.stack(parts, axis=axis), sharding)
+    return place_from_host(np.stack(parts, axis=axis), sharding)
 
 
 def _block_name(leaf, part) -> str:
