@@ -230,11 +230,11 @@ def test_a_persistent_failure_in_the_middle_of_a_save_leaves_no_committed_checkp
     url = f"{fake.bucket_url()}/runs/refused"
     monkeypatch.setenv(fake.endpoint_variable, proxy.endpoint)
     if server == "s3":
-        write, step_4 = "PUT", "/runs/refused/checkpoints/step-4/"
+        step_4 = "/runs/refused/checkpoints/step-4/"
     else:  # an upload names its object in the query, escaped
-        write, step_4 = "POST", "name=runs%2Frefused%2Fcheckpoints%2Fstep-4%2F"
+        step_4 = "name=runs%2Frefused%2Fcheckpoints%2Fstep-4%2F"
     try:
-        proxy.refuse(write, step_4, after=3)
+        proxy.refuse(fake.upload_method, step_4, after=3)
         with pytest.raises(CheckpointError) as caught:
             train(checkpointed(make_config, 4), url)
         message = str(caught.value)

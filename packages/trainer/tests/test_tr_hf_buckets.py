@@ -29,14 +29,13 @@ SHARD = 20_000  # bytes: the model's 28 tensors (about 90 kB) in several shards
 
 @pytest.fixture(params=["s3", "gcs"])
 def server(request):
-    """The S3 server or the GCS emulator, with its environment set, and a URL scheme for it."""
-    return request.getfixturevalue(request.param), "s3" if request.param == "s3" else "gs"
+    """The S3 server or the GCS emulator, with its environment set."""
+    return request.getfixturevalue(request.param)
 
 
 @pytest.fixture
 def url(server) -> str:
-    fake, scheme = server
-    return f"{scheme}://{fake.make_bucket()}/exports/small"
+    return f"{server.bucket_url()}/exports/small"
 
 
 def model(seed: int = 0) -> Llama:
@@ -86,12 +85,11 @@ def test_an_export_refused_midway_never_leaves_config_json(server, monkeypatch, 
     when the store refuses deletes too, stay (whole shards, never config.json)."""
     from meltemi.datastore.testing import start_faulty_proxy
 
-    fake, scheme = server
-    proxy = start_faulty_proxy(fake.endpoint)
-    monkeypatch.setenv(fake.endpoint_variable, proxy.endpoint)
-    url = f"{scheme}://{fake.make_bucket()}/exports/refused"
+    proxy = start_faulty_proxy(server.endpoint)
+    monkeypatch.setenv(server.endpoint_variable, proxy.endpoint)
+    url = f"{server.bucket_url()}/exports/refused"
     try:
-        proxy.refuse("PUT" if scheme == "s3" else "POST", "model-00003-of-")
+        proxy.refuse(server.upload_method, "model-00003-of-")
         if deletes == "refused":
             proxy.refuse("DELETE", "model-0000")  # the shards: the probe before the export is deleted
         with pytest.raises(AccessDeniedError) as caught:

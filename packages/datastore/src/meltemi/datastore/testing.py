@@ -56,10 +56,12 @@ def unique_bucket(prefix: str = "meltemi") -> str:
 
 class _LoopbackStore(abc.ABC):
     """What the S3 server and the GCS emulator share: a URL scheme, the standard variable through which a
-    client finds the endpoint (a test points it at a proxy), and new buckets."""
+    client finds the endpoint (a test points it at a proxy), the HTTP method of an object upload (what a
+    faulty proxy refuses to stop writes), and new buckets."""
 
     scheme: ClassVar[str]
     endpoint_variable: ClassVar[str]
+    upload_method: ClassVar[str]
 
     @abc.abstractmethod
     def make_bucket(self, prefix: str = "meltemi") -> str:
@@ -79,6 +81,7 @@ class S3Server(_LoopbackStore):
     _checking: list[bool] = field(default_factory=lambda: [False], repr=False)  # shared with its WSGI app
     scheme: ClassVar[str] = "s3"
     endpoint_variable: ClassVar[str] = "AWS_ENDPOINT_URL"
+    upload_method: ClassVar[str] = "PUT"
 
     @property
     def environ(self) -> dict[str, str]:
@@ -189,6 +192,7 @@ class GcsServer(_LoopbackStore):
     _gate: _TokenGate = field(default_factory=_TokenGate, repr=False)
     scheme: ClassVar[str] = "gs"
     endpoint_variable: ClassVar[str] = "STORAGE_EMULATOR_HOST"
+    upload_method: ClassVar[str] = "POST"  # the object's name is in the query, escaped
 
     @property
     def environ(self) -> dict[str, str]:
