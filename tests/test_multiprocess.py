@@ -187,3 +187,65 @@ def test_a_two_process_run_in_a_bucket_killed_and_relaunched_ends_bitwise_as_one
     # Against the same two-process run on a local disk, never killed: the same bits, the same batches.
     assert_bitwise_equal(final_arrays(url), final_arrays(two))
     assert run.read_bytes("batches.jsonl") == (two / "batches.jsonl").read_bytes()
+
+
+# One process of a two-process Hugging Face import onto the run's 4-device mesh: the bytes of tensor data it
+# reads, and every shard its devices hold checked against the same file imported whole onto one device.
+IMPORT_CHILD = """
+import json, sys
+import jax, numpy as np
+from meltemi.trainer.step.distributed import initialize_from_environment
+initialize_from_environment()
+from meltemi.trainer.config_io import load_config
+from meltemi.trainer.hf import import_hf
+from meltemi.trainer.hf.safetensors_reader import SafetensorsReader
+from meltemi.trainer.step.mesh import MeshPlan
+config = load_config(sys.argv[1])
+read, real = [], SafetensorsReader._read
+def counted(self, file, start, stop, what):
+    read.append(stop - start if what.startswith("the tensor ") else 0)
+    return real(self, file, start, stop, what)
+SafetensorsReader._read = counted
+_, sharded = import_hf(sys.argv[2], config.model, plan=MeshPlan.of(config))
+SafetensorsReader._read = real
+_, whole = import_hf(sys.argv[2], config.model)
+for got, want in zip(jax.tree.leaves(sharded), jax.tree.leaves(whole), strict=True):
+    for shard in got.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), np.asarray(want)[shard.index])
+shards = sum(len(x.addressable_shards) for x in jax.tree.leaves(sharded))
+print(json.dumps({"read": sum(read), "shards": shards}))
+"""
+
+
+def test_each_process_of_a_hugging_face_import_reads_only_what_its_devices_cover(config_path, tmp_path):
+    """Two processes of 2 devices import one export onto the run's mesh (``embed`` split four ways): each
+    holds the right values on its devices and reads of every tensor only the span its devices cover — half
+    of a tensor whose first dimension is ``embed`` (``o_proj``, ``down_proj``, the norms), the whole of one
+    split along its last (a span of rows) — so less than the whole export (92% here)."""
+    import jax
+
+    from meltemi.trainer.config_io import load_config
+    from meltemi.trainer.hf import export_hf
+    from meltemi.trainer.hf.safetensors_reader import SafetensorsReader
+    from meltemi.trainer.model.llama import Llama
+
+    config = load_config(config_path)
+    out = export_hf(Llama.init(config.model, key=jax.random.key(3)), tmp_path / "hf")
+    total = sum(int(np.prod(shape)) * 4 for shape in SafetensorsReader(out).shapes.values())
+    port, launched = free_port(), []
+    for index in range(2):
+        env = {**fake_devices_environ(2), "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+               "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(index)}  # fmt: skip
+        command = [sys.executable, "-c", IMPORT_CHILD, str(config_path), str(out)]
+        launched.append(
+            subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
+    reports = []
+    for process in launched:
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr
+        reports.append(json.loads(stdout.splitlines()[-1]))
+    print(f"export {total} bytes of tensors; read per process: {[r['read'] for r in reports]}")
+    for report in reports:
+        assert report["shards"] > 0
+        assert report["read"] < total

@@ -7,9 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from jax.sharding import NamedSharding, PartitionSpec
 
 import haliax_lite as hax
+from haliax_lite.host_placement import _within, covering_region, place_from_host
 from haliax_lite.state_dict import StateDictError, from_state_dict, to_state_dict
 
 DEVICES = 8
@@ -143,3 +146,88 @@ def test_a_template_without_shardings_still_loads_onto_the_default_device():
     loaded = from_state_dict(eqx.filter_eval_shape(lambda: model), to_state_dict(model))
     for leaf in raw_leaves(loaded):
         assert leaf.devices() == {jax.devices()[0]} and isinstance(leaf, jax.Array)
+
+
+class CountingRegions:
+    """A host value read region by region (``host_placement.HostRegions``), as a file reader would be,
+    counting the elements each read returns."""
+
+    def __init__(self, array: np.ndarray, reads: list[int]):
+        self.array, self.reads = array, reads
+        self.shape, self.dtype = array.shape, array.dtype
+
+    def __getitem__(self, index):
+        region = self.array[index]
+        self.reads.append(region.size)
+        return region.copy()
+
+    def __array__(self, dtype=None, copy=None):
+        return self[tuple(slice(None) for _ in self.shape)]
+
+
+@pytest.mark.parametrize("mapping", MAPPINGS.values(), ids=MAPPINGS.keys())
+def test_regions_read_lazily_are_read_once_each(mapping):
+    """Every entry given as a region reader is read once, whole here (one process holds every device's
+    slice), a stacked leaf's blocks each once, never a read per device; the values are the eager load's."""
+    model = make_model()
+    flat = {name: np.asarray(value) for name, value in to_state_dict(model).items()}
+    reads = {name: [] for name in flat}
+    lazy = {name: CountingRegions(value, reads[name]) for name, value in flat.items()}
+    template = sharded_template(model, mapping)
+    placed = from_state_dict(template, lazy)
+    for want, got in zip(raw_leaves(from_state_dict(template, flat)), raw_leaves(placed), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert reads == {name: [value.size] for name, value in flat.items()}
+
+
+def test_regions_read_lazily_load_whole_onto_the_default_device():
+    model = make_model()
+    flat = {name: np.asarray(value) for name, value in to_state_dict(model).items()}
+    reads: list[int] = []
+    loaded = from_state_dict(
+        eqx.filter_eval_shape(lambda: model), {n: CountingRegions(v, reads) for n, v in flat.items()}
+    )
+    for want, got in zip(
+        raw_leaves(from_state_dict(eqx.filter_eval_shape(lambda: model), flat)),
+        raw_leaves(loaded),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert sum(reads) == sum(v.size for v in flat.values())
+
+
+def test_a_value_is_read_once_over_the_box_its_slices_cover():
+    """Rows split over a 4 x 2 mesh's first axis, replicated over its second: JAX asks for each of four
+    slices twice; the value is read once (one process holds them all: the whole)."""
+    mesh = jax.make_mesh((4, 2), ("data", "model"))
+    value, reads = np.arange(32.0).reshape(8, 4), []
+    placed = place_from_host(CountingRegions(value, reads), NamedSharding(mesh, PartitionSpec("data")))
+    np.testing.assert_array_equal(np.asarray(placed), value)
+    assert reads == [32]
+
+
+@st.composite
+def regions_in_a_shape(draw) -> tuple[tuple[int, ...], list[tuple[slice, ...]]]:
+    """A shape and a few non-empty regions of it (slices of step 1)."""
+    shape = tuple(draw(st.lists(st.integers(1, 7), min_size=1, max_size=4)))
+
+    def one_region() -> tuple[slice, ...]:
+        starts = [draw(st.integers(0, n - 1)) for n in shape]
+        return tuple(slice(a, draw(st.integers(a + 1, n))) for a, n in zip(starts, shape, strict=True))
+
+    return shape, [one_region() for _ in range(draw(st.integers(1, 5)))]
+
+
+@given(regions_in_a_shape())
+def test_the_covering_box_holds_every_region_and_no_more(case):
+    """Each region read out of the box (``_within``) is the region of the whole; the box is the smallest:
+    each of its faces touches some region."""
+    shape, indices = case
+    value = np.arange(np.prod(shape)).reshape(shape)
+    box = covering_region(indices, shape)
+    held = value[box]
+    for index in indices:
+        np.testing.assert_array_equal(held[_within(index, box, shape)], value[index])
+    for d, face in enumerate(box):
+        assert face.start == min(i[d].indices(shape[d])[0] for i in indices)
+        assert face.stop == max(i[d].indices(shape[d])[1] for i in indices)

@@ -23,7 +23,7 @@ from meltemi.trainer.hf import (
 )
 from meltemi.trainer.hf.layout import hf_tensors
 from meltemi.trainer.hf.safetensors_files import TensorPlan, write_safetensors
-from meltemi.trainer.hf.safetensors_reader import SafetensorsReader
+from meltemi.trainer.hf.safetensors_reader import SafetensorsReader, TensorRegions
 from meltemi.trainer.model.llama import Llama, cast_floating
 from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.trainer import Trainer
@@ -355,15 +355,71 @@ def test_safetensors_files_round_trip_exactly_at_any_shard_size(tmp_path_factory
         assert reader[name].dtype == array.dtype and reader[name].tobytes() == array.tobytes()
 
 
+@st.composite
+def stored_regions(draw):
+    """A row-major float32 tensor's bytes, its shape, and a region of it (slices of step 1, maybe empty)."""
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=4)))
+    region = []
+    for n in shape:
+        start = draw(st.integers(0, n))
+        region.append(slice(start, draw(st.integers(start, n))))
+    return shape, tuple(region)
+
+
+@given(stored_regions())
+def test_a_region_is_one_read_of_the_span_from_its_first_element_to_its_last(case):
+    shape, region = case
+    array = np.arange(np.prod(shape), dtype="<f4").reshape(shape)
+    data, reads = array.tobytes(), []
+
+    def read(start: int, stop: int) -> bytes:
+        reads.append((start, stop))
+        return data[start:stop]
+
+    got = TensorRegions(read, array.dtype, shape)[region]
+    np.testing.assert_array_equal(got, array[region])
+    if array[region].size == 0:
+        assert reads == []
+        return
+    corner = array[region]
+    first, last = int(corner.flat[0]), int(corner.flat[-1])  # the values are the elements' flat positions
+    assert reads == [(4 * first, 4 * (last + 1))]
+
+
+def test_a_region_read_with_a_step_or_too_many_slices_is_refused():
+    tensor = TensorRegions(lambda a, b: bytes(b - a), np.dtype("<f4"), (4, 4))
+    with pytest.raises(TypeError, match="step 1"):
+        tensor[::2]
+    with pytest.raises(TypeError, match="at most 2 slices"):
+        tensor[:, :, :]
+    with pytest.raises(ValueError, match=r"cannot reshape a tensor of shape \(4, 4\) to \(3, 5\)"):
+        tensor.reshape((3, 5))
+
+
 @pytest.mark.parametrize("mesh", [("8", "1"), ("4", "2")], ids=["data 8", "data 4 x model 2"])
-def test_an_import_onto_a_plan_reads_every_parameter_sharded_as_the_plan_says(make_config, tmp_path, mesh):
+def test_an_import_onto_a_plan_reads_every_parameter_sharded_as_the_plan_says(
+    make_config, tmp_path, mesh, monkeypatch
+):
     """On 8 devices each parameter is read straight onto its sharding (each device holds its slice only:
     an eighth of the ``embed`` rows on ``data`` 8), to the values of the single-device import; the train
     state made from it has its optimizer state on the mesh too."""
     config = make_config("--trainer.mesh.data", mesh[0], "--trainer.mesh.model", mesh[1])
     plan = MeshPlan.of(config, devices=jax.devices()[:8])
     out = export_hf(Llama.init(config.model, key=jax.random.key(6)), tmp_path / "hf")
+    reads = []
+    real_read = SafetensorsReader._read
+
+    def counted(self, file, start, stop, what):
+        data = real_read(self, file, start, stop, what)
+        if what.startswith("the tensor "):
+            reads.append((what.removeprefix("the tensor "), stop - start))
+        return data
+
+    monkeypatch.setattr(SafetensorsReader, "_read", counted)
     _, sharded = import_hf(out, config.model, plan=plan)
+    # one process holds every device's slice: each tensor read once, whole (not once per device)
+    sizes = {name: int(np.prod(shape)) * 4 for name, shape in SafetensorsReader(out).shapes.items()}
+    assert sorted(reads) == sorted(sizes.items())
     _, whole = import_hf(out, config.model)
     abstract = eqx.filter_eval_shape(Llama.init, config.model, key=jax.random.key(0))
     expected = plan.parameter_shardings(abstract)

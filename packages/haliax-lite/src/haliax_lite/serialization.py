@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .core import NamedArray, is_named_array
-from .host_placement import HostLeaf, place_from_host, target_sharding
+from .host_placement import HostLeaf, host_value, place_from_host, target_sharding
 
 __all__ = [
     "ModuleWithStateDictSerialization",
@@ -242,12 +242,13 @@ def fill_leaf(leaf, value, name: str):
     """``value`` in ``leaf``'s place (named with its axes); a :class:`StateDictError` if the shapes differ.
 
     An abstract ``leaf`` with a sharding gets ``value`` placed on it from the host (each device only its
-    slice); a :class:`HostLeaf` gets it as a NumPy array; any other leaf, as an array on the default device.
+    slice, read only there when ``value`` is a ``host_placement.HostRegions``); a :class:`HostLeaf` gets it
+    on the host, unread; any other leaf, as an array on the default device.
     """
     raw = leaf.array if is_named_array(leaf) else leaf
     sharding = target_sharding(raw)
     on_host = sharding is not None or isinstance(raw, HostLeaf)
-    value = np.asarray(value) if on_host else jnp.asarray(value)
+    value = host_value(value) if on_host else jnp.asarray(value)
     if tuple(value.shape) != tuple(raw.shape):
         raise StateDictError(
             f"{name}: the state dict has shape {tuple(value.shape)}, the template needs {tuple(raw.shape)}"

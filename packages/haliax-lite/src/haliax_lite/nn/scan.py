@@ -24,11 +24,10 @@ from typing import Any, Generic, TypeVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import haliax_lite as hax
 from haliax_lite.checkpoint import ScanCheckpointPolicy as ScanCheckpointPolicy
-from haliax_lite.host_placement import HostLeaf, place_from_host, target_sharding
+from haliax_lite.host_placement import HostLeaf, StackedRegions, place_from_host, target_sharding
 from haliax_lite.nn.scan_protocols import BlockFoldable, FoldFunction, ModuleInit, ScanFunction, VmapFunction
 from haliax_lite.serialization import (
     ModuleWithStateDictSerialization,
@@ -247,11 +246,12 @@ def _stack_like(leaf, parts):
 
 
 def _stack_parts(raw, parts: list, axis: int):
-    """``parts`` stacked along ``axis``: on the host and placed once when ``raw`` carries a sharding."""
+    """``parts`` stacked along ``axis``; when ``raw`` carries a sharding, on the host and placed once, each
+    device's slice read from the parts it spans."""
     sharding = target_sharding(raw)
     if sharding is None:
         return jnp.stack(parts, axis=axis)
-    return place_from_host(np.stack(parts, axis=axis), sharding)
+    return place_from_host(StackedRegions(parts, axis), sharding)
 
 
 def _block_name(leaf, part) -> str:

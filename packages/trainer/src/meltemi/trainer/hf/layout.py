@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING, TypeVar
 
 import jax
 import numpy as np
@@ -35,6 +36,11 @@ import numpy as np
 import haliax_lite as hax
 from meltemi.trainer.config import ModelConfig
 from meltemi.trainer.model.llama import Llama, LlamaAxes
+
+if TYPE_CHECKING:
+    from meltemi.trainer.hf.safetensors_reader import TensorRegions
+
+Reshapeable = TypeVar("Reshapeable", np.ndarray, "TensorRegions")
 
 LAYERS = "layers"  # the model's Stacked field, and the name of its layer axis
 
@@ -67,9 +73,10 @@ class HfTensor:
         """Our (per-layer) array as the Hugging Face tensor, on the host (``on_host``)."""
         return on_host(array.rearrange(tuple(a.name for a in self.axes)).array).reshape(self.shape)
 
-    def from_hf(self, array: np.ndarray) -> np.ndarray:
-        """The Hugging Face tensor in our axis order (the inverse of ``to_hf``)."""
-        return np.asarray(array).reshape(tuple(a.size for a in self.axes))
+    def from_hf(self, array: Reshapeable) -> Reshapeable:
+        """The Hugging Face tensor in our axis order (the inverse of ``to_hf``): the same bytes reshaped, so
+        an unread ``TensorRegions`` stays unread."""
+        return array.reshape(tuple(a.size for a in self.axes))
 
 
 def on_host(array: jax.Array) -> np.ndarray:

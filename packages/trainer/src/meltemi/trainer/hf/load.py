@@ -4,7 +4,9 @@ The directory is a local path or a bucket URL, read in place: ``config.json``, t
 then one tensor at a time. Every tensor's shape is checked against the config from the headers before any
 data is read; a mismatch names the tensor and both shapes. Export then import gives the same bits (in the
 exported dtype). Given the run's ``MeshPlan``, each tensor is placed straight onto the mesh as the plan lays
-the parameters out, each device receiving only its slice: no device ever holds the whole model.
+the parameters out, each device receiving only its slice: no device ever holds the whole model, and each
+process reads one span of each tensor, the bytes from the first element its devices hold to the last (all
+of it where they hold every part, a band where they hold a band of rows).
 
 >>> import jax
 >>> from meltemi.trainer.config import ModelConfig
@@ -26,14 +28,13 @@ from collections.abc import Iterator, Mapping
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import haliax_lite as hax
 from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.config import ModelConfig, RunConfig
 from meltemi.trainer.hf.config_map import HfFormatError, model_config_from_hf
 from meltemi.trainer.hf.layout import HfTensor, hf_tensors
-from meltemi.trainer.hf.safetensors_reader import SafetensorsReader
+from meltemi.trainer.hf.safetensors_reader import SafetensorsReader, TensorRegions
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.step.optimizer import make_optimizer
@@ -77,16 +78,17 @@ def check_shapes(table: dict[str, HfTensor], shapes: Mapping[str, tuple[int, ...
         )
 
 
-class _OursFromHf(Mapping[str, np.ndarray]):
-    """Our state-dict names mapped onto the checkpoint's tensors, each read (and cast) when asked for."""
+class _OursFromHf(Mapping[str, TensorRegions]):
+    """Our state-dict names mapped onto the checkpoint's tensors, unread: ``from_state_dict`` reads each
+    (cast) whole onto one device, or onto a mesh only over the part this process's devices cover."""
 
     def __init__(self, reader: SafetensorsReader, table: dict[str, HfTensor], dtype: jnp.dtype):
         self.reader, self.dtype = reader, dtype
         self.by_ours = {t.ours: t for t in table.values()}
 
-    def __getitem__(self, ours: str) -> np.ndarray:
+    def __getitem__(self, ours: str) -> TensorRegions:
         tensor = self.by_ours[ours]
-        return tensor.from_hf(self.reader[tensor.name]).astype(self.dtype)
+        return tensor.from_hf(self.reader.regions(tensor.name)).astype(self.dtype)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.by_ours)

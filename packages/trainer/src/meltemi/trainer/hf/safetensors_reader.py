@@ -2,6 +2,10 @@
 copying its files: each file's header with two ranged reads and its end checked with one more, each
 tensor with one ranged read when asked for.
 
+``regions(name)`` reads a tensor region by region instead (``TensorRegions``): a region costs one ranged
+read of the bytes from its first element to its last, so placing a tensor on a mesh
+(``haliax_lite.host_placement``) reads, in each process, only the part its devices cover.
+
 A header is checked whole before any tensor is read: its dtypes and shapes, each tensor's byte range the
 size its shape needs, the ranges back to back, and the file long enough to hold them. What is wrong is an
 ``HfFormatError`` naming the file and the tensor.
@@ -13,6 +17,8 @@ size its shape needs, the ranges back to back, and the file long enough to hold 
 >>> reader = SafetensorsReader("memory://doc/read")
 >>> reader.shapes, float(reader["b"].sum())
 ({'a': (2, 3), 'b': (4,)}, 4.0)
+>>> reader.regions("a")[1:, :2].tolist()
+[[1.0, 1.0]]
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import json
 import math
 import os
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -138,17 +145,88 @@ class SafetensorsReader(Mapping[str, np.ndarray]):
         return tensors
 
     def __getitem__(self, name: str) -> np.ndarray:
+        return np.asarray(self.regions(name))
+
+    def regions(self, name: str) -> TensorRegions:
+        """The tensor ``name``, read region by region when indexed (``np.asarray`` reads it whole)."""
         tensor = self._tensors[name]
-        data = self._read(tensor.file, tensor.start, tensor.stop, f"the tensor {name}")
-        if data is None:
-            raise HfFormatError(f"{self._dir.where(tensor.file)}: vanished while it was read")
-        return np.frombuffer(data, tensor.dtype).reshape(tensor.shape)
+
+        def read(start: int, stop: int) -> bytes:
+            data = self._read(tensor.file, tensor.start + start, tensor.start + stop, f"the tensor {name}")
+            if data is None:
+                raise HfFormatError(f"{self._dir.where(tensor.file)}: vanished while it was read")
+            return data
+
+        return TensorRegions(read, tensor.dtype, tensor.shape)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._tensors)
 
     def __len__(self) -> int:
         return len(self._tensors)
+
+
+class TensorRegions:
+    """A stored row-major tensor read region by region (``haliax_lite.host_placement.HostRegions``): a
+    region (a tuple of slices of step 1) is one read of the bytes from its first element to its last,
+    cast to ``dtype``. ``reshape`` and ``astype`` give views of the same bytes without reading.
+
+    >>> data = np.arange(12, dtype="<f4")
+    >>> tensor = TensorRegions(lambda a, b: data.tobytes()[a:b], data.dtype, (3, 4))
+    >>> tensor[1:3, 1:2].tolist(), tensor.reshape((2, 6)).astype(np.int32)[1:, 4:].tolist()
+    ([[5.0], [9.0]], [[10, 11]])
+    """
+
+    def __init__(
+        self,
+        read: Callable[[int, int], bytes],
+        stored: np.dtype,
+        shape: tuple[int, ...],
+        dtype: np.dtype | None = None,
+    ):
+        self._read, self._stored = read, np.dtype(stored)
+        self.shape = tuple(shape)
+        self.dtype = self._stored if dtype is None else np.dtype(dtype)
+
+    def reshape(self, shape: tuple[int, ...]) -> TensorRegions:
+        if math.prod(shape) != math.prod(self.shape):
+            raise ValueError(f"cannot reshape a tensor of shape {self.shape} to {tuple(shape)}")
+        return TensorRegions(self._read, self._stored, tuple(shape), self.dtype)
+
+    def astype(self, dtype: Any) -> TensorRegions:
+        return TensorRegions(self._read, self._stored, self.shape, np.dtype(dtype))
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        bounds = _bounds(index, self.shape)
+        region = tuple(stop - start for start, stop in bounds)
+        if 0 in region:
+            return np.empty(region, self.dtype)
+        steps = [math.prod(self.shape[d + 1 :]) for d in range(len(self.shape))]
+        first = sum(start * step for (start, _), step in zip(bounds, steps, strict=True))
+        last = sum((stop - 1) * step for (_, stop), step in zip(bounds, steps, strict=True))
+        size = self._stored.itemsize
+        span = np.frombuffer(self._read(first * size, (last + 1) * size), self._stored)
+        strides = tuple(step * size for step in steps)
+        view = np.lib.stride_tricks.as_strided(span, region, strides, writeable=False)
+        return view.astype(self.dtype, copy=False)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = self[tuple(slice(None) for _ in self.shape)]
+        return whole if dtype is None else whole.astype(dtype, copy=False)
+
+
+def _bounds(index: Any, shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """``index`` (slices of step 1, at most one per dimension) as ``(start, stop)`` per dimension."""
+    index = index if isinstance(index, tuple) else (index,)
+    if len(index) > len(shape) or not all(isinstance(s, slice) for s in index):
+        raise TypeError(f"a tensor of shape {shape} is read by at most {len(shape)} slices, got {index!r}")
+    bounds = []
+    for s, n in zip((*index, *(slice(None),) * (len(shape) - len(index))), shape, strict=True):
+        start, stop, step = s.indices(n)
+        if step != 1:
+            raise TypeError(f"a tensor is read by slices of step 1, got {s!r}")
+        bounds.append((start, max(start, stop)))
+    return bounds
 
 
 def _unreadable(where: str, why: str) -> HfFormatError:
