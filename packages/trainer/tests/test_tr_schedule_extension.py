@@ -8,7 +8,7 @@ import shutil
 import jax
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from meltemi.trainer.config import OptimizerConfig, RunConfig, SchedulePhase
@@ -44,6 +44,9 @@ def test_one_phase_over_the_run_is_the_schedule_itself(shape, steps, warmup):
 
 
 @given(shape=shapes, old=st.integers(5, 100), more=st.integers(1, 100))
+@example(
+    shape="constant", old=6, more=1
+)  # ends on warmup's last step: 3e-3 * 6 / 6 is an ulp short in float32
 def test_the_tail_is_the_old_schedule_then_its_floor(shape, old, more):
     optimizer = OptimizerConfig(**{**TINY, "schedule": shape})
     tail = optimizer.model_copy(update={"phases": [SchedulePhase(start=0, end=old)]})
@@ -59,6 +62,7 @@ def test_the_tail_is_the_old_schedule_then_its_floor(shape, old, more):
 def test_a_decay_phase_starts_where_the_run_is_and_ends_on_the_floor(shape, old, at, more):
     at = min(at, old)
     steps = at + more
+    assume(steps != old)  # the same length keeps the old schedule: no extension, no decay phase
     config, _ = continue_schedule(
         run_config(steps, schedule=shape, extension="decay"), saved(old, schedule=shape), at
     )

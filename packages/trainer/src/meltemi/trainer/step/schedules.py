@@ -61,6 +61,8 @@ def _phase(config: OptimizerConfig, num_steps: int, begin: float) -> Callable[[j
             warming = peak * (step + 1) / max(warmup, 1)
         else:
             warming = begin + (peak - begin) * (step + 1) / max(warmup, 1)
+        # The last warmup step is the peak itself: in float32, peak * w / w may fall an ulp short of it.
+        warming = jnp.where(step + 1 >= warmup, peak, warming)
         progress = jnp.clip((step - decay_start) / max(last - decay_start, 1), 0.0, 1.0)
         if config.schedule == "constant":
             after = jnp.full_like(step, peak)
