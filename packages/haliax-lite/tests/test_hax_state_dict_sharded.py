@@ -231,3 +231,12 @@ def test_the_covering_box_holds_every_region_and_no_more(case):
     for d, face in enumerate(box):
         assert face.start == min(i[d].indices(shape[d])[0] for i in indices)
         assert face.stop == max(i[d].indices(shape[d])[1] for i in indices)
+
+
+def test_an_empty_region_of_stacked_parts_reads_nothing():
+    from haliax_lite.host_placement import StackedRegions
+
+    reads: list[int] = []
+    stacked = StackedRegions([CountingRegions(np.ones((2, 3)), reads) for _ in range(4)], axis=0)
+    assert stacked[2:2].shape == (0, 2, 3) and stacked[:, 1:1].shape == (4, 0, 3)
+    assert reads == [0, 0, 0, 0]  # the second region asks each part for an empty one

@@ -73,7 +73,10 @@ def place_from_host(value: np.ndarray | HostRegions, sharding: jax.sharding.Shar
     band of the rows reads that band only."""
     shape = tuple(value.shape)
     box = covering_region(list(sharding.addressable_devices_indices_map(shape).values()), shape)
-    held = np.asarray(value[box])
+    if all(s.stop > s.start for s in box):
+        held = np.asarray(value[box])
+    else:  # none of this process's devices holds any of it: nothing to read
+        held = np.empty(tuple(s.stop - s.start for s in box), value.dtype)
 
     def region(index: tuple[slice, ...]) -> np.ndarray:
         return held[_within(index, box, shape)]
@@ -89,20 +92,37 @@ def covering_region(indices: Sequence[tuple[slice, ...]], shape: tuple[int, ...]
     """
     if not indices:
         return tuple(slice(0, 0) for _ in shape)
-    bounds = [
-        [s.indices(n)[:2] for s, n in zip(_full_index(index, len(shape)), shape, strict=True)]
-        for index in indices
-    ]
+    bounds = [region_bounds(index, shape) for index in indices]
     return tuple(slice(min(b[d][0] for b in bounds), max(b[d][1] for b in bounds)) for d in range(len(shape)))
 
 
 def _within(index: tuple[slice, ...], box: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:
     """``index`` (a region inside ``box``) relative to the box's corner."""
-    shifted = []
-    for s, outer, n in zip(_full_index(index, len(shape)), box, shape, strict=True):
-        start, stop, _ = s.indices(n)
-        shifted.append(slice(start - outer.start, stop - outer.start))
-    return tuple(shifted)
+    return tuple(
+        slice(start - outer.start, stop - outer.start)
+        for (start, stop), outer in zip(region_bounds(index, shape), box, strict=True)
+    )
+
+
+def region_bounds(index: Any, shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """A region's ``(start, stop)`` in each dimension of ``shape``, from ``index``: slices of step 1, at most
+    one per dimension (as ``jax.make_array_from_callback`` asks); a ``TypeError`` for any other index.
+
+    >>> region_bounds((slice(2, None),), (8, 3))
+    [(2, 8), (0, 3)]
+    """
+    index = index if isinstance(index, tuple) else (index,)
+    if len(index) > len(shape) or not all(isinstance(s, slice) for s in index):
+        raise TypeError(
+            f"a host value of shape {shape} is read by at most {len(shape)} slices, got {index!r}"
+        )
+    bounds = []
+    for s, n in zip((*index, *(slice(None),) * (len(shape) - len(index))), shape, strict=True):
+        start, stop, step = s.indices(n)
+        if step != 1:
+            raise TypeError(f"a host value is read by slices of step 1, got {s!r}")
+        bounds.append((start, max(start, stop)))
+    return bounds
 
 
 class StackedRegions:
@@ -124,19 +144,13 @@ class StackedRegions:
         self.dtype = np.dtype(first.dtype)
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        index = _full_index(index, len(self.shape))
+        index = tuple(slice(start, stop) for start, stop in region_bounds(index, self.shape))
         within = index[: self.axis] + index[self.axis + 1 :]
         chosen = range(len(self.parts))[index[self.axis]]
+        if not chosen:
+            return np.empty(tuple(s.stop - s.start for s in index), self.dtype)
         return np.stack([np.asarray(self.parts[i][within]) for i in chosen], axis=self.axis)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         whole = self[tuple(slice(None) for _ in self.shape)]
         return whole if dtype is None else whole.astype(dtype)
-
-
-def _full_index(index: Any, ndim: int) -> tuple[slice, ...]:
-    """``index`` as one slice per dimension (slices only: what ``make_array_from_callback`` asks with)."""
-    index = index if isinstance(index, tuple) else (index,)
-    if not all(isinstance(s, slice) for s in index) or len(index) > ndim:
-        raise TypeError(f"a host region is indexed by at most {ndim} slices, got {index!r}")
-    return (*index, *(slice(None),) * (ndim - len(index)))

@@ -34,6 +34,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from haliax_lite.host_placement import region_bounds
 from meltemi.datastore.errors import OutOfRangeError
 from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.hf.config_map import HfFormatError
@@ -197,7 +198,7 @@ class TensorRegions:
         return TensorRegions(self._read, self._stored, self.shape, np.dtype(dtype))
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        bounds = _bounds(index, self.shape)
+        bounds = region_bounds(index, self.shape)
         region = tuple(stop - start for start, stop in bounds)
         if 0 in region:
             return np.empty(region, self.dtype)
@@ -213,20 +214,6 @@ class TensorRegions:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         whole = self[tuple(slice(None) for _ in self.shape)]
         return whole if dtype is None else whole.astype(dtype, copy=False)
-
-
-def _bounds(index: Any, shape: tuple[int, ...]) -> list[tuple[int, int]]:
-    """``index`` (slices of step 1, at most one per dimension) as ``(start, stop)`` per dimension."""
-    index = index if isinstance(index, tuple) else (index,)
-    if len(index) > len(shape) or not all(isinstance(s, slice) for s in index):
-        raise TypeError(f"a tensor of shape {shape} is read by at most {len(shape)} slices, got {index!r}")
-    bounds = []
-    for s, n in zip((*index, *(slice(None),) * (len(shape) - len(index))), shape, strict=True):
-        start, stop, step = s.indices(n)
-        if step != 1:
-            raise TypeError(f"a tensor is read by slices of step 1, got {s!r}")
-        bounds.append((start, max(start, stop)))
-    return bounds
 
 
 def _unreadable(where: str, why: str) -> HfFormatError:
