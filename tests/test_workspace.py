@@ -182,7 +182,7 @@ release.set()
 """
 
 
-def run_inner_suite(tmp_path: Path, source: str, env: dict[str, str]):
+def run_inner_suite(tmp_path: Path, source: str, env: dict[str, str], *options: str, timeout: float = 300):
     """``source`` as ``test_inner.py``, run by pytest on two xdist workers with only the plugins under test:
     xdist and the root conftest (the installed plugins' imports and assertion rewriting would cost each of
     the three processes about a CPU-second)."""
@@ -195,8 +195,8 @@ def run_inner_suite(tmp_path: Path, source: str, env: dict[str, str]):
     env = {name: value for name, value in env.items() if not name.startswith("PYTEST_XDIST")}
     env |= {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist.plugin",
-               "-p", "conftest", "-n", "2", "--dist", "loadgroup", "test_inner.py"]  # fmt: skip
-    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+               "-p", "conftest", "-n", "2", "--dist", "loadgroup", *options, "test_inner.py"]  # fmt: skip
+    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_xdist_groups_keep_their_tests_on_one_worker_and_waiting_tests_run_first_in_line(tmp_path):
@@ -257,6 +257,40 @@ def test_a_worker_ends_once_its_session_is_over_with_every_result_and_teardown_d
     assert "FAILED test_inner.py::test_fails" in done.stdout, done.stdout
     assert "1 failed, 4 passed" in done.stdout, done.stdout
     assert (tmp_path / "ending.log").read_text().splitlines() == ["torn down"] * 2
+
+
+CRASHING = """
+import os, time, pytest
+
+@pytest.mark.parametrize("i", range(6))
+def test_passes(i):
+    time.sleep(0.1)
+
+def test_crashes():
+    time.sleep(0.3)
+    os.abort()
+
+@pytest.mark.xdist_group("together")
+@pytest.mark.parametrize("i", range(3))
+def test_grouped(i):
+    time.sleep(0.1)
+"""
+
+
+def test_a_run_that_loses_a_worker_reports_the_crash_and_ends(tmp_path):
+    """A worker that dies (an abort in XLA's runtime, say) fails its test and the run ends: with the suite's
+    options (``--max-worker-restart=0``, see pyproject.toml) xdist's loadgroup scheduler does not replace
+    the worker, which in pytest-xdist 3.8 hangs the run for good."""
+    import os
+
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    restarts = [option for option in addopts if option.startswith("--max-worker-restart")]
+    assert restarts == ["--max-worker-restart=0"], addopts
+    done = run_inner_suite(tmp_path, CRASHING, dict(os.environ), *restarts, timeout=120)
+    report = done.stdout + done.stderr
+    assert done.returncode == 1, report
+    assert "crashed while running 'test_inner.py::test_crashes'" in report, report
+    assert "FAILED test_inner.py::test_crashes" in done.stdout and "1 failed" in done.stdout, report
 
 
 ACCELERATORS = """
