@@ -22,7 +22,7 @@ Without a GPU the script says so and exits; ``--smoke`` runs tiny shapes on any 
 
 Run: ``uv run python benchmarks/kernels_attention.py [--seqs 2048 4096 8192] [--repeats 10]``; the 1B step's
 shapes: ``--seqs 4096 --tokens 32768 --head-dim 64 [--documents 4]``; a sweep there: ``--documents 4
---implementations cudnn --pallas-blocks 128,64,64,64 128,128,64,64 64,64,64,64,4,3``; temporaries on any
+--implementations pallas --pallas-blocks 128,64,64,64 128,128,64,64 64,64,64,64,4,3``; temporaries on any
 machine: ``--seqs 4096 --tokens 32768 --head-dim 64 --documents 4 --memory``
 """
 
@@ -213,8 +213,8 @@ def report_memory(runs, causal: bool, batch: int, seq: int, args: argparse.Names
     for name, run_config in runs:
         implementation = "pallas" if name.startswith("pallas") else name
         try:
-            compiled = step_function(implementation, causal, run_config).trace(q, kv, kv, segments, d_out)
-            plan = compiled.lower().compile().memory_analysis()
+            traced = step_function(implementation, causal, run_config).trace(q, kv, kv, segments, d_out)
+            plan = traced.lower().compile().memory_analysis()
         except Exception as error:
             print(f"  seq {seq:6d} batch {batch:3d} {name:>9}: failed: {str(error).splitlines()[0]}")
             continue
