@@ -215,7 +215,7 @@ def test_bad_arguments_get_clear_errors(change, message):
     [
         (dict(block_vocab=48), "block_vocab must be a power of two >= 16, got 48"),
         (dict(block_embed=8), "block_embed must be a power of two >= 16, got 8"),
-        (dict(num_stages=0), "num_stages must be a positive int, got 0"),
+        (dict(num_stages=0), "num_stages must be a positive int or None, got 0"),
         (dict(num_warps=3), "num_warps must be a power of two >= 1 or None, got 3"),
     ],
 )

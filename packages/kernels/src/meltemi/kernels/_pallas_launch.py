@@ -14,7 +14,9 @@ MIN_TILE = 16
 """Triton's smallest matrix-multiply tile side."""
 
 
-def check_launch_settings(owner: str, num_warps: int | None, num_stages: int, **tiles: int) -> None:
+def check_launch_settings(
+    owner: str, num_warps: int | None, num_stages: int | None, **tiles: int
+) -> None:
     """Raise a ``ValueError`` naming ``owner`` and the field unless every tile is a power of two >= 16.
 
     >>> check_launch_settings("Config", 4, 2, block=48)
@@ -30,8 +32,8 @@ def check_launch_settings(owner: str, num_warps: int | None, num_stages: int, **
     )
     if not warps_ok:
         raise ValueError(f"{owner}: num_warps must be a power of two >= 1 or None, got {num_warps!r}")
-    if not isinstance(num_stages, int) or num_stages < 1:
-        raise ValueError(f"{owner}: num_stages must be a positive int, got {num_stages!r}")
+    if num_stages is not None and (not isinstance(num_stages, int) or num_stages < 1):
+        raise ValueError(f"{owner}: num_stages must be a positive int or None, got {num_stages!r}")
 
 
 def fit_tile(requested: int, extent: int) -> int:
