@@ -11,6 +11,8 @@ The parts, in order of priority, each a subprocess of another benchmark script:
   rows, 8 of them, 32/8 heads, head size 64, bf16, causal), with segment ids (~4 documents a row) and without;
 - ``remat-<policy>``: the trainer's step at each remat policy the config does not ship (``none`` last);
 - ``fp8``: ``fp8_step.py``, bf16 then fp8 matmuls, shortened to ``--fp8-steps`` steps;
+- ``gpu-tests``: ``pytest -m gpu`` over the test files that hold GPU tests (both attention backends, the
+  cross-entropy kernels, a bf16 trainer step of the tiny model against the CPU's, in bf16 and fp8 matmuls);
 - ``attention-blocks``: the Pallas kernel with segment ids at other tile sizes, warps and stages
   (``PALLAS_SWEEP``), each against cuDNN on whole rows, so its defaults can be chosen at the model's shapes.
 
@@ -66,6 +68,11 @@ ATTENTION_SHAPE = (
 )
 SHIPPED_REMAT = yaml.safe_load((ROOT / CONFIG).read_text(encoding="utf-8"))["model"]["remat"]
 # The others, "none" last: the likeliest to run out of memory.
+GPU_TEST_FILES = (
+    "packages/kernels/tests/test_kern_attention_behaviour.py",
+    "packages/kernels/tests/test_kern_cross_entropy.py",
+    "packages/trainer/tests/test_tr_step.py",
+)
 REMAT_POLICIES = tuple(p for p in ("full", "save_dots", "offload", "none") if p != SHIPPED_REMAT)
 # Tile settings beside the default 128,64,64,64 with 4 warps and 3 stages at head size 64
 # (Q,K,BACKWARD_Q,BACKWARD_K[,WARPS[,STAGES]]): the two stages it replaced (2026-11-27, an H200: 1.29x
@@ -115,17 +122,19 @@ def plan(smoke: bool, fp8_steps: int, torch_microbatch: int | None) -> list[Part
     fp8 = ("benchmarks/fp8_step.py", "--config", CONFIG, "--steps", str(fp8_steps))
     fp8 += ("--rows", "4", *SMOKE_MODEL, "--trainer.microbatch_size", "2") if smoke else ()
     documents = (*attention, "--documents", "4", "--implementations")
+    gpu_tests = ("-m", "pytest", "-m", "gpu", "-n", "0", "-q", "-p", "no:cacheprovider", *GPU_TEST_FILES)
     remat = {p: (*trainer, "--steps", "1", "--skip-reference", "--model.remat", p) for p in REMAT_POLICIES}
     return [
-        Part("trainer-shipped", (*trainer, "--steps", "2"), 75),
-        Part("torch", torch, 90, jax=False),
-        Part("trainer-whole-rows", (*trainer, "--steps", "1", "--whole-rows", "--skip-reference"), 35),
-        Part("attention-documents", (*documents, "pallas", "xla"), 30),
-        Part("attention-whole", (*attention, "--implementations", "pallas", "cudnn", "xla"), 30),
+        Part("trainer-shipped", (*trainer, "--steps", "2"), 70),
+        Part("torch", torch, 60, jax=False),
+        Part("trainer-whole-rows", (*trainer, "--steps", "1", "--whole-rows", "--skip-reference"), 30),
+        Part("attention-documents", (*documents, "pallas", "xla"), 15),
+        Part("attention-whole", (*attention, "--implementations", "pallas", "cudnn", "xla"), 15),
         *(Part(f"remat-{p}", remat[p], 35) for p in REMAT_POLICIES if p != "none"),
-        Part("fp8", fp8, 100),
+        Part("fp8", fp8, 90),
         *(Part(f"remat-{p}", remat[p], 35) for p in REMAT_POLICIES if p == "none"),
-        Part("attention-blocks", (*documents, "pallas", "--pallas-blocks", *PALLAS_SWEEP), 60),
+        Part("gpu-tests", gpu_tests, 60, jax=False),  # each test process allocates what it uses
+        Part("attention-blocks", (*documents, "pallas", "--pallas-blocks", *PALLAS_SWEEP), 35),
         Part("torch-eager", (*torch, "--eager"), 60, jax=False, default=False),
         Part("torch-no-checkpointing", (*torch, "--no-checkpointing"), 80, jax=False, default=False),
     ]
@@ -337,6 +346,14 @@ def table_rows(f: Figures) -> list[tuple[str, str, str]]:
         )
         for name, figure in f.sweep("attention-blocks")
     ] or [(f"{attention}: other Pallas tiles, ~4 documents a row", f.why_not("attention-blocks").text, "")]
+    tests = f.find("gpu-tests", r"^(\d+ (?:passed|skipped|deselected)\b.*) in [\d.]+s")
+    rows += [
+        (
+            "`pytest -m gpu` (both attention backends, cross-entropy kernels, a bf16 trainer step)",
+            tests.group(1) if tests else f.why_not("gpu-tests").text,
+            "all pass, none skipped",
+        )
+    ]
     rows += [(f"remat {SHIPPED_REMAT} (as shipped)", f.step("trainer-shipped"), "")]
     rows += [(f"remat {p}", f.step(f"remat-{p}"), "") for p in REMAT_POLICIES]
     rows += [
