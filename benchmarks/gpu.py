@@ -75,9 +75,9 @@ GPU_TEST_FILES = (
 )
 REMAT_POLICIES = tuple(p for p in ("full", "save_dots", "offload", "none") if p != SHIPPED_REMAT)
 # Tile settings beside the default 128,64,64,64 with 4 warps and 3 stages at head size 64
-# (Q,K,BACKWARD_Q,BACKWARD_K[,WARPS[,STAGES]]): the two stages it replaced (2026-11-27, an H200: 1.29x
-# cuDNN's time against 1.40x), narrower tiles (64,64,64,64 at two stages: 1.32x), a fourth stage, and a
-# narrower tile in one pass at a time.
+# (Q,K,BACKWARD_Q,BACKWARD_K[,WARPS[,STAGES]]): the two stages it replaced, narrower tiles, a fourth
+# stage, and a narrower tile in one pass at a time. On an H200 (2026-11-27), cuDNN's whole-row time over
+# each setting's: 1.29 with two stages, 1.40 with three, 1.32 for 64,64,64,64 at two.
 PALLAS_SWEEP = (
     "128,64,64,64,4,2",
     "64,64,64,64,4,3",
