@@ -9,6 +9,9 @@ The parts, in order of priority, each a subprocess of another benchmark script:
 - ``trainer-whole-rows``: the trainer's step with attention over whole rows (cuDNN);
 - ``attention-documents``, ``attention-whole``: ``kernels_attention.py`` at the 1B step's shapes (4,096-token
   rows, 8 of them, 32/8 heads, head size 64, bf16, causal), with segment ids (~4 documents a row) and without;
+- ``attention-forward``: the forward pass alone on whole rows: pallas, cuDNN, and JAX's own flash attention
+  on the Mosaic GPU backend (``mosaic``: the yardstick for moving our kernel off the deprecated Triton
+  backend; ``attention-whole`` tries its backward too);
 - ``remat-<policy>``: the trainer's step at each remat policy the config does not ship (``none`` last);
 - ``fp8``: ``fp8_step.py``, bf16 then fp8 matmuls, shortened to ``--fp8-steps`` steps;
 - ``gpu-tests``: ``pytest -m gpu`` over the test files that hold GPU tests (both attention backends, the
@@ -68,6 +71,7 @@ ATTENTION_SHAPE = (
 )
 SHIPPED_REMAT = yaml.safe_load((ROOT / CONFIG).read_text(encoding="utf-8"))["model"]["remat"]
 # The others, "none" last: the likeliest to run out of memory.
+FORWARD = ("pallas", "cudnn", "mosaic")
 GPU_TEST_FILES = (
     "packages/kernels/tests/test_kern_attention_behaviour.py",
     "packages/kernels/tests/test_kern_cross_entropy.py",
@@ -129,11 +133,12 @@ def plan(smoke: bool, fp8_steps: int, torch_microbatch: int | None) -> list[Part
         Part("torch", torch, 60, jax=False),
         Part("trainer-whole-rows", (*trainer, "--steps", "1", "--whole-rows", "--skip-reference"), 30),
         Part("attention-documents", (*documents, "pallas", "xla"), 15),
-        Part("attention-whole", (*attention, "--implementations", "pallas", "cudnn", "xla"), 15),
+        Part("attention-whole", (*attention, "--implementations", "pallas", "cudnn", "xla", "mosaic"), 15),
         *(Part(f"remat-{p}", remat[p], 35) for p in REMAT_POLICIES if p != "none"),
         Part("fp8", fp8, 90),
         *(Part(f"remat-{p}", remat[p], 35) for p in REMAT_POLICIES if p == "none"),
         Part("gpu-tests", gpu_tests, 60, jax=False),  # each test process allocates what it uses
+        Part("attention-forward", (*attention, "--forward-only", "--implementations", *FORWARD), 15),
         Part("attention-blocks", (*documents, "pallas", "--pallas-blocks", *PALLAS_SWEEP), 35),
         Part("torch-eager", (*torch, "--eager"), 60, jax=False, default=False),
         Part("torch-no-checkpointing", (*torch, "--no-checkpointing"), 80, jax=False, default=False),
@@ -337,6 +342,18 @@ def table_rows(f: Figures) -> list[tuple[str, str, str]]:
             ratio(cudnn, documents),
             "≥ 0.9",
         ),
+    ]
+    mosaic = f.attention("attention-whole", "mosaic")
+    rows += [
+        (f"{attention}: mosaic (JAX's Mosaic GPU flash attention), whole rows", mosaic.text, ""),
+        ("mosaic / cuDNN, whole rows (cuDNN's time / mosaic's)", ratio(cudnn, mosaic), ""),
+    ]
+    forward = {name: f.attention("attention-forward", name) for name in FORWARD}
+    rows += [(f"attention forward alone, whole rows: {n}", forward[n].text, "") for n in FORWARD]
+    rows += [
+        (f"forward alone: {n} / cuDNN (cuDNN's time / its)", ratio(forward["cudnn"], forward[n]), "")
+        for n in FORWARD
+        if n != "cudnn"
     ]
     rows += [
         (

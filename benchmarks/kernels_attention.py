@@ -17,6 +17,10 @@ shapes. ``--memory`` compiles each implementation's forward+backward without run
 plan of its temporaries beside the reference's; it needs no GPU (on a CPU the Pallas kernel is interpreted,
 so its figure is that program's, not a GPU's, though the kernel's inputs and outputs are the same).
 
+``--forward-only`` times the forward pass alone (FLOPs: its two matmuls). ``--implementations ... mosaic``
+adds JAX's own flash attention on the Mosaic GPU backend (``jax.experimental.pallas.ops.gpu.attention_mgpu``,
+whole rows, Hopper): the yardstick for moving our kernel off the deprecated Triton backend.
+
 Without a GPU the script says so and exits; ``--smoke`` runs tiny shapes on any backend to check it works
 (those numbers mean nothing).
 
@@ -42,11 +46,13 @@ from meltemi.kernels._attention_args import check_attention_inputs
 from meltemi.kernels.attention_pallas import pallas_attention
 
 IMPLEMENTATIONS = ("pallas", "cudnn", "xla", "reference")
+# Only by --implementations: JAX's own flash attention on the Mosaic GPU backend (Hopper), whole rows only.
+MOSAIC = "mosaic"
 
 
-def flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> float:
+def flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool, forward_only: bool = False) -> float:
     forward = 4.0 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
-    return 3.5 * forward
+    return forward if forward_only else 3.5 * forward
 
 
 def segment_ids(batch: int, seq: int, documents: int, seed: int) -> jax.Array | None:
@@ -78,8 +84,30 @@ def label(config: PallasAttentionConfig) -> str:
     return "pallas[" + ",".join(str(n) for n in (*tiles, *launch)) + "]"
 
 
-def step_function(implementation: str, causal: bool, config: PallasAttentionConfig):
+def mosaic_attention(q, k, v, segments, causal: bool):
+    """``jax.experimental.pallas.ops.gpu.attention_mgpu`` (JAX's example flash attention on Mosaic GPU, the
+    backend JAX keeps) on whole rows, with the softmax scale applied to ``q`` as the others apply it: a
+    yardstick for a Mosaic GPU port of our kernel. It takes no segment ids, and raises where its JAX
+    version lacks a causal backward pass."""
+    from jax.experimental.pallas.ops.gpu import attention_mgpu
+
+    if segments is not None:
+        raise ValueError("JAX's Mosaic GPU attention takes no segment ids")
+    tiles = dict(block_q_dkv=64, block_kv_dkv=64, block_q_dq=64, block_kv_dq=64)
+    config = attention_mgpu.TuningConfig(
+        block_q=64, block_kv=128, max_concurrent_steps=2, causal=causal, **tiles
+    )
+    scaled = (q * (q.shape[-1] ** -0.5)).astype(q.dtype)
+    return attention_mgpu.attention(scaled, k, v, config)
+
+
+def step_function(implementation: str, causal: bool, config: PallasAttentionConfig, forward_only=False):
+    """The jitted step to time: the gradient of a weighted sum of the output with respect to q, k and v, or
+    with ``forward_only`` the output alone (called with the same arguments)."""
+
     def run(q, k, v, segments):
+        if implementation == MOSAIC:
+            return mosaic_attention(q, k, v, segments, causal)
         if implementation == "pallas":
             spec = check_attention_inputs(
                 q, k, v, segments, causal=causal, sliding_window=None, softmax_scale=None
@@ -98,7 +126,15 @@ def step_function(implementation: str, causal: bool, config: PallasAttentionConf
     def loss(q, k, v, segments, d_out):
         return jnp.sum(run(q, k, v, segments).astype(jnp.float32) * d_out)
 
+    if forward_only:
+        return jax.jit(lambda q, k, v, segments, d_out: run(q, k, v, segments))
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+
+
+def failure(error: Exception) -> str:
+    """The first line of ``error``'s message, with its type (an assertion may carry no message)."""
+    first = (str(error).splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
 def time_it(function, arguments, repeats: int) -> float:
@@ -121,10 +157,17 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8192, help="tokens per step: batch = tokens // seq")
     parser.add_argument("--not-causal", action="store_true")
     parser.add_argument(
+        "--forward-only", action="store_true", help="time the forward pass alone (FLOPs: its two matmuls)"
+    )
+    parser.add_argument(
         "--documents", type=int, default=0, help="documents per row (segment ids); 0: whole rows"
     )
     parser.add_argument(
-        "--implementations", nargs="+", default=list(IMPLEMENTATIONS), choices=IMPLEMENTATIONS
+        "--implementations",
+        nargs="+",
+        default=list(IMPLEMENTATIONS),
+        choices=(*IMPLEMENTATIONS, MOSAIC),
+        help=f"default: {' '.join(IMPLEMENTATIONS)}; {MOSAIC}: JAX's Mosaic GPU flash attention, whole rows",
     )
     parser.add_argument("--block-q", type=int, default=128)
     parser.add_argument("--block-k", type=int, default=64)
@@ -162,8 +205,9 @@ def main() -> None:
     )
     runs = [(name, config) for name in args.implementations]
     runs += [(label(blocks), blocks) for blocks in args.pallas_blocks]
+    passes = "forward" if args.forward_only else "forward+backward"
     print(
-        f"forward+backward, bfloat16, heads {args.heads}/{args.kv_heads}, head_dim {args.head_dim}, "
+        f"{passes}, bfloat16, heads {args.heads}/{args.kv_heads}, head_dim {args.head_dim}, "
         f"causal={causal}, {args.tokens} tokens per step where the sequence allows, "
         + (f"rows of about {args.documents} documents (segment ids)" if args.documents else "whole rows")
     )
@@ -178,18 +222,18 @@ def main() -> None:
         v = jax.random.normal(keys[2], (batch, seq, args.kv_heads, args.head_dim), jnp.bfloat16)
         d_out = jax.random.normal(keys[3], q.shape, jnp.float32)
         segments = segment_ids(batch, seq, args.documents, seed=seq + 1)
-        work = flops(batch, args.heads, seq, args.head_dim, causal)
+        work = flops(batch, args.heads, seq, args.head_dim, causal, args.forward_only)
         tflops = {}
         for name, run_config in runs:
             implementation = "pallas" if name.startswith("pallas") else name
             try:
                 seconds = time_it(
-                    step_function(implementation, causal, run_config),
+                    step_function(implementation, causal, run_config, args.forward_only),
                     (q, k, v, segments, d_out),
                     args.repeats,
                 )
             except Exception as error:
-                reason = str(error).splitlines()[0]
+                reason = failure(error)
                 print(f"  seq {seq:6d} batch {batch:3d} {name:>9}: failed: {reason}")
                 continue
             tflops[name] = work / seconds / 1e12
@@ -216,7 +260,7 @@ def report_memory(runs, causal: bool, batch: int, seq: int, args: argparse.Names
             traced = step_function(implementation, causal, run_config).trace(q, kv, kv, segments, d_out)
             plan = traced.lower().compile().memory_analysis()
         except Exception as error:
-            print(f"  seq {seq:6d} batch {batch:3d} {name:>9}: failed: {str(error).splitlines()[0]}")
+            print(f"  seq {seq:6d} batch {batch:3d} {name:>9}: failed: {failure(error)}")
             continue
         temporaries[name] = plan.temp_size_in_bytes
         print(f"  seq {seq:6d} batch {batch:3d} {name:>9}: temporaries {temporaries[name] / 2**20:10.1f} MiB")
