@@ -118,7 +118,7 @@ def test_bad_arguments_get_clear_errors(change, message):
 def test_pallas_config_rejects_settings_triton_cannot_use():
     with pytest.raises(ValueError, match="PallasAttentionConfig: block_q must be a power of two >= 16"):
         PallasAttentionConfig(block_q=48)
-    with pytest.raises(ValueError, match="PallasAttentionConfig: num_stages must be a positive int or None, got 0"):
+    with pytest.raises(ValueError, match="num_stages must be a positive int or None, got 0"):
         PallasAttentionConfig(num_stages=0)
 
 

@@ -14,9 +14,7 @@ MIN_TILE = 16
 """Triton's smallest matrix-multiply tile side."""
 
 
-def check_launch_settings(
-    owner: str, num_warps: int | None, num_stages: int | None, **tiles: int
-) -> None:
+def check_launch_settings(owner: str, num_warps: int | None, num_stages: int | None, **tiles: int) -> None:
     """Raise a ``ValueError`` naming ``owner`` and the field unless every tile is a power of two >= 16.
 
     >>> check_launch_settings("Config", 4, 2, block=48)
