@@ -69,14 +69,14 @@ ATTENTION_SHAPE = (
     *("--seqs", "4096", "--tokens", "32768", "--heads", "32", "--kv-heads", "8", "--head-dim", "64"),
     *("--repeats", "5"),
 )
-SHIPPED_REMAT = yaml.safe_load((ROOT / CONFIG).read_text(encoding="utf-8"))["model"]["remat"]
-# The others, "none" last: the likeliest to run out of memory.
 FORWARD = ("pallas", "cudnn", "mosaic")
 GPU_TEST_FILES = (
     "packages/kernels/tests/test_kern_attention_behaviour.py",
     "packages/kernels/tests/test_kern_cross_entropy.py",
     "packages/trainer/tests/test_tr_step.py",
 )
+SHIPPED_REMAT = yaml.safe_load((ROOT / CONFIG).read_text(encoding="utf-8"))["model"]["remat"]
+# The policies the config does not ship; plan() runs "none" last, the likeliest to run out of memory.
 REMAT_POLICIES = tuple(p for p in ("full", "save_dots", "offload", "none") if p != SHIPPED_REMAT)
 # Tile settings beside the default 128,64,64,64 with 4 warps and 3 stages at head size 64
 # (Q,K,BACKWARD_Q,BACKWARD_K[,WARPS[,STAGES]]): the two stages it replaced, narrower tiles, a fourth

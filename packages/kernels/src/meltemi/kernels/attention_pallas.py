@@ -141,6 +141,8 @@ def launch_settings(config: PallasAttentionConfig, head_dim: int) -> tuple[int, 
 
     >>> launch_settings(PallasAttentionConfig(), 64), launch_settings(PallasAttentionConfig(), 128)
     ((4, 3), (8, 2))
+    >>> launch_settings(PallasAttentionConfig(num_warps=8, num_stages=2), 64)
+    (8, 2)
     """
     narrow = head_dim <= 64
     warps = config.num_warps or (4 if narrow else 8)
