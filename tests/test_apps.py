@@ -231,6 +231,7 @@ def test_evaluating_and_sampling_the_8b_are_planned_on_a_v5e_16_without_a_checkp
         r"scoring \(16 rows x 4096 tokens, all 4096 scored\): .* peak [\d.]+ GiB", evaluation.stdout
     )
     assert re.search(r"largest [\d.]+ GiB against 16 GiB per TPU v5e: fits$", evaluation.stdout, re.M)
+    assert "\n  note: XLA's CPU compiler holds bfloat16 matmul operands" in evaluation.stdout
     sampling = app("sample.py", *V5E_16, "--max-new-tokens", "128", "--trainer.mesh.data", "-1", cwd=tmp_path)
     assert sampling.returncode == 0, sampling.stderr
     assert per_device in sampling.stdout and "prefill (16 rows x 3968 prompt tokens)" in sampling.stdout

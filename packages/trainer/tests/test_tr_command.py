@@ -94,6 +94,16 @@ def test_the_dry_run_checks_against_the_chip_or_the_memory_given():
         plan_run(config, jax.devices()[:1], mfu=0)
 
 
+def test_a_dry_run_on_a_cpu_says_its_plan_of_a_16_bit_program_overstates_an_accelerator():
+    bf16 = plan_run(small("--hardware.chip", "H100"), jax.devices()[:1])
+    assert bf16.note is not None and bf16.note.startswith("XLA's CPU compiler holds bfloat16")
+    assert f"  note: {bf16.note}" in format_plan(bf16).splitlines()
+    f32 = plan_run(small("--hardware.chip", "H100", "--trainer.compute_dtype", "float32"), jax.devices()[:1])
+    no_verdict = plan_run(small(), jax.devices()[:1])
+    assert f32.note is None and no_verdict.note is None
+    assert "XLA's CPU compiler holds" not in format_plan(f32) + format_plan(no_verdict)
+
+
 def test_sequences_longer_than_the_model_is_built_for_are_refused_with_the_config():
     with pytest.raises(ConfigError) as raised:
         small("--data.seq_len", "128", "--model.max_seq_len", "64")

@@ -1,5 +1,6 @@
 """The memory per device a plan must fit in: ``hardware.memory_gib`` when set, else the chip's, else none
 (no verdict), with where the figure came from; one rule for every dry run (training, evaluation, sampling).
+Also what such a plan overstates when a CPU compiled it (``cpu_plan_note``).
 
 >>> from meltemi.trainer.config import HardwareConfig
 >>> budget = MemoryBudget.of(HardwareConfig(chip="TPU v5e"))
@@ -56,3 +57,31 @@ class MemoryBudget:
         """The error line of a plan that does not fit."""
         over = (peak_bytes - self.device_memory) / GIB
         return f"the plan needs {over:.2f} GiB more per device than it has: {self.limit}"
+
+
+HALF_PRECISION = ("bfloat16", "float16")
+
+
+def cpu_plan_note(budget: MemoryBudget, compute_dtype: str, platform: str) -> str | None:
+    """Why a plan compiled by XLA's CPU compiler overstates an accelerator's memory, or None where it does
+    not: a program computing in 16-bit floats, planned on a CPU against a device's memory.
+
+    The CPU compiler computes bfloat16 and float16 matmuls in float32, holding their operands and results
+    in float32, where a GPU or TPU keeps them in 16 bits. The shipped 1B config's step planned here at
+    about twice the temporaries an H200 needed (benchmarks/RESULTS.md, 2026-11-27). The verdict stays the
+    CPU plan's: the note says which way it errs.
+
+    >>> from meltemi.trainer.config import HardwareConfig
+    >>> cpu_plan_note(MemoryBudget.of(HardwareConfig(chip="H100")), "float32", "cpu") is None
+    True
+    >>> print(cpu_plan_note(MemoryBudget.of(HardwareConfig(chip="H100")), "bfloat16", "cpu"))
+    XLA's CPU compiler holds bfloat16 matmul operands and results in float32, so this plan overstates the
+    temporaries a GPU or TPU needs (the 1B config's step: about twice an H200's, benchmarks/RESULTS.md)
+    """
+    if platform != "cpu" or budget.device_memory is None or compute_dtype not in HALF_PRECISION:
+        return None
+    return (
+        f"XLA's CPU compiler holds {compute_dtype} matmul operands and results in float32, so this plan "
+        "overstates the temporaries a GPU or TPU needs (the 1B config's step: about twice an H200's, "
+        "benchmarks/RESULTS.md)"
+    )

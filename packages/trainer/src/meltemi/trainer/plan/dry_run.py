@@ -24,7 +24,7 @@ import jax
 from meltemi.trainer.chips import Chip
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import ConfigError
-from meltemi.trainer.plan.budget import GIB, MemoryBudget
+from meltemi.trainer.plan.budget import GIB, MemoryBudget, cpu_plan_note
 from meltemi.trainer.plan.sharding_table import ShardingReport, format_report, sharding_report
 from meltemi.trainer.step import compile_cache
 from meltemi.trainer.step.flops import flops_per_token
@@ -47,6 +47,7 @@ class RunPlan:
     compiled: CompileReport
     mfu: float
     compile_cache: str = "compilation cache not used"  # where it was, and what it saved
+    note: str | None = None  # which way the memory verdict errs (``cpu_plan_note``)
 
     @property
     def chip(self) -> Chip | None:
@@ -80,8 +81,10 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
         _, compiled = program.compile()
     report = sharding_report(config, plan)
     rows = config.trainer.batch_sizes()[0]
+    budget = MemoryBudget.of(config.hardware)
+    platform = plan.mesh.devices.flat[0].platform
     return RunPlan(
-        budget=MemoryBudget.of(config.hardware),
+        budget=budget,
         devices=plan.mesh.devices.size,
         layout=plan,
         parameter_count=report.parameter_count,
@@ -91,6 +94,7 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
         compiled=compiled,
         mfu=mfu,
         compile_cache=cache.describe() + (f": {counted.describe()}" if cache.enabled else ""),
+        note=cpu_plan_note(budget, config.trainer.compute_dtype, platform),
     )
 
 
@@ -112,6 +116,8 @@ def format_plan(run: RunPlan) -> str:
         f"not aliased {(c.output_bytes - c.alias_bytes) / GIB:.2f} GiB: peak {c.peak_bytes / GIB:.2f} GiB",
     ]
     lines.append("  " + run.budget.verdict(c.peak_bytes))
+    if run.note:
+        lines.append(f"  note: {run.note}")
     if run.step_seconds is not None:
         lines.append(f"step time at {run.mfu:.0%} MFU: {run.step_seconds:.2f} s")
     lines.append(f"compiled ahead of time in {c.seconds:.1f} s (on this machine's CPU compiler)")

@@ -28,7 +28,7 @@ import numpy as np
 from meltemi.trainer.checkpoint.trained_model import abstract_model
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.model.llama import Llama
-from meltemi.trainer.plan.budget import GIB, MemoryBudget
+from meltemi.trainer.plan.budget import GIB, MemoryBudget, cpu_plan_note
 from meltemi.trainer.step.mesh import InferenceLayout, placed
 from meltemi.trainer.step.program import CompileReport
 
@@ -53,6 +53,7 @@ class InferencePlan:
     parameter_count: int
     parameter_bytes: int  # on each device
     programs: tuple[ProgramPlan, ...]
+    note: str | None = None  # which way the memory verdict errs (``cpu_plan_note``)
 
     @property
     def peak_bytes(self) -> int:
@@ -96,7 +97,10 @@ def plan_of(
         for leaf in leaves
     )
     count = sum(int(np.prod(leaf.shape, dtype=np.int64)) for leaf in leaves)
-    return InferencePlan(task, layout, MemoryBudget.of(config.hardware), count, per_device, tuple(programs))
+    budget = MemoryBudget.of(config.hardware)
+    platform = layout.plan.mesh.devices.flat[0].platform
+    note = cpu_plan_note(budget, config.trainer.compute_dtype, platform)
+    return InferencePlan(task, layout, budget, count, per_device, tuple(programs), note)
 
 
 def format_inference_plan(plan: InferencePlan) -> str:
@@ -118,4 +122,6 @@ def format_inference_plan(plan: InferencePlan) -> str:
             f"(compiled in {r.seconds:.1f} s)"
         )
     lines.append(f"  largest {plan.peak_bytes / GIB:.2f} GiB " + plan.budget.verdict(plan.peak_bytes))
+    if plan.note:
+        lines.append(f"  note: {plan.note}")
     return "\n".join(lines)
