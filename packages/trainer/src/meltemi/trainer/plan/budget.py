@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
+
 from meltemi.trainer.chips import Chip, chip_named
 from meltemi.trainer.config import HardwareConfig
 
@@ -62,9 +64,9 @@ class MemoryBudget:
 HALF_PRECISION = ("bfloat16", "float16")
 
 
-def cpu_plan_note(budget: MemoryBudget, compute_dtype: str, platform: str) -> str | None:
+def cpu_plan_note(budget: MemoryBudget, compute_dtype: str, mesh: jax.sharding.Mesh) -> str | None:
     """Why a plan compiled by XLA's CPU compiler overstates an accelerator's memory, or None where it does
-    not: a program computing in 16-bit floats, planned on a CPU against a device's memory.
+    not: a program computing in 16-bit floats, planned on a CPU ``mesh`` against a device's memory.
 
     The CPU compiler computes bfloat16 and float16 matmuls in float32, holding their operands and results
     in float32, where a GPU or TPU keeps them in 16 bits. The shipped 1B config's step planned here at
@@ -72,13 +74,15 @@ def cpu_plan_note(budget: MemoryBudget, compute_dtype: str, platform: str) -> st
     CPU plan's: the note says which way it errs.
 
     >>> from meltemi.trainer.config import HardwareConfig
-    >>> cpu_plan_note(MemoryBudget.of(HardwareConfig(chip="H100")), "float32", "cpu") is None
+    >>> h100, cpu = MemoryBudget.of(HardwareConfig(chip="H100")), jax.make_mesh((1,), ("data",))
+    >>> cpu_plan_note(h100, "float32", cpu) is None
     True
-    >>> print(cpu_plan_note(MemoryBudget.of(HardwareConfig(chip="H100")), "bfloat16", "cpu"))
+    >>> print(cpu_plan_note(h100, "bfloat16", cpu))
     XLA's CPU compiler holds bfloat16 matmul operands and results in float32, so this plan overstates the
     temporaries a GPU or TPU needs (the 1B config's step: about twice an H200's, benchmarks/RESULTS.md)
     """
-    if platform != "cpu" or budget.device_memory is None or compute_dtype not in HALF_PRECISION:
+    on_cpu = mesh.devices.flat[0].platform == "cpu"
+    if not on_cpu or budget.device_memory is None or compute_dtype not in HALF_PRECISION:
         return None
     return (
         f"XLA's CPU compiler holds {compute_dtype} matmul operands and results in float32, so this plan "

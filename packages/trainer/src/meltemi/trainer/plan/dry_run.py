@@ -82,7 +82,6 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
     report = sharding_report(config, plan)
     rows = config.trainer.batch_sizes()[0]
     budget = MemoryBudget.of(config.hardware)
-    platform = plan.mesh.devices.flat[0].platform
     return RunPlan(
         budget=budget,
         devices=plan.mesh.devices.size,
@@ -94,7 +93,7 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
         compiled=compiled,
         mfu=mfu,
         compile_cache=cache.describe() + (f": {counted.describe()}" if cache.enabled else ""),
-        note=cpu_plan_note(budget, config.trainer.compute_dtype, platform),
+        note=cpu_plan_note(budget, config.trainer.compute_dtype, plan.mesh),
     )
 
 

@@ -98,8 +98,7 @@ def plan_of(
     )
     count = sum(int(np.prod(leaf.shape, dtype=np.int64)) for leaf in leaves)
     budget = MemoryBudget.of(config.hardware)
-    platform = layout.plan.mesh.devices.flat[0].platform
-    note = cpu_plan_note(budget, config.trainer.compute_dtype, platform)
+    note = cpu_plan_note(budget, config.trainer.compute_dtype, layout.plan.mesh)
     return InferencePlan(task, layout, budget, count, per_device, tuple(programs), note)
 
 
