@@ -39,21 +39,50 @@ def allowed(
     >>> allowed(jnp.arange(3), jnp.arange(3), None, None, causal=True, sliding_window=2).astype(int).tolist()
     [[1, 0, 0], [1, 1, 0], [0, 1, 1]]
     """
-    qi = q_positions[..., :, None]
-    kj = k_positions[..., None, :]
-    mask = jnp.ones(jnp.broadcast_shapes(qi.shape, kj.shape), dtype=jnp.bool_)
-    if causal:
-        mask = mask & (kj <= qi)
-    if sliding_window is not None:
-        mask = mask & (qi - kj < sliding_window)
-        if not causal:
-            mask = mask & (kj - qi < sliding_window)
-    if seq_len is not None:
-        mask = mask & (kj < seq_len)
+    qs = ks = None
     if q_segments is not None:
-        qs = q_segments[..., :, None]
-        ks = k_segments[..., None, :]
-        mask = mask & (qs == ks) & (qs >= 0)
+        qs, ks = q_segments[..., :, None], k_segments[..., None, :]
+    qi, kj = q_positions[..., :, None], k_positions[..., None, :]
+    mask = allowed_pairs(qi, kj, qs, ks, causal=causal, sliding_window=sliding_window, seq_len=seq_len)
+    shape = jnp.broadcast_shapes(qi.shape, kj.shape, *(() if qs is None else (qs.shape, ks.shape)))
+    return jnp.ones(shape, jnp.bool_) if mask is None else jnp.broadcast_to(mask, shape)
+
+
+def allowed_pairs(
+    qi: jax.Array,
+    kj: jax.Array,
+    qs: jax.Array | None,
+    ks: jax.Array | None,
+    *,
+    causal: bool,
+    sliding_window: int | None,
+    seq_len: int | None = None,
+) -> jax.Array | None:
+    """``allowed`` on operands already broadcast against each other (query positions and segments ``qi``,
+    ``qs``; key ones ``kj``, ``ks``), or ``None`` when every pair is visible: the form a kernel whose arrays
+    carry a register layout (Mosaic GPU's) builds its mask in.
+
+    >>> import jax.numpy as jnp
+    >>> qi, kj = jnp.arange(2)[:, None], jnp.arange(2)[None, :]
+    >>> allowed_pairs(qi, kj, None, None, causal=True, sliding_window=None).astype(int).tolist()
+    [[1, 0], [1, 1]]
+    >>> allowed_pairs(qi, kj, None, None, causal=False, sliding_window=None) is None
+    True
+    """
+    terms = []
+    if causal:
+        terms.append(kj <= qi)
+    if sliding_window is not None:
+        terms.append(qi - kj < sliding_window)
+        if not causal:
+            terms.append(kj - qi < sliding_window)
+    if seq_len is not None:
+        terms.append(kj < seq_len)
+    if qs is not None:
+        terms += [qs == ks, qs >= 0]
+    mask = None
+    for term in terms:
+        mask = term if mask is None else mask & term
     return mask
 
 

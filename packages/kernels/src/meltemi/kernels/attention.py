@@ -19,8 +19,8 @@ from meltemi.kernels.mask_spec import MaskSpec
 
 logger = logging.getLogger(__name__)
 
-AttentionImplementation = Literal["auto", "reference", "xla", "pallas", "splash", "cudnn"]
-IMPLEMENTATIONS = ("auto", "reference", "xla", "pallas", "splash", "cudnn")
+AttentionImplementation = Literal["auto", "reference", "xla", "pallas", "mosaic", "splash", "cudnn"]
+IMPLEMENTATIONS = ("auto", "reference", "xla", "pallas", "mosaic", "splash", "cudnn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,8 +88,9 @@ def attention(
     - ``sliding_window=w``: each query sees the keys less than ``w`` positions away (behind it when causal).
     - ``softmax_scale`` defaults to ``1 / sqrt(head_dim)``.
     - ``implementation``: ``"reference"`` (full scores, the oracle), ``"xla"`` (blockwise, linear memory),
-      ``"pallas"`` (our flash kernels; interpreted off GPU), ``"splash"`` (TPU), ``"cudnn"`` (GPU), or
-      ``"auto"`` (see :func:`choose_attention_implementation`).
+      ``"pallas"`` (our flash kernels; interpreted off GPU), ``"mosaic"`` (our forward kernel on Mosaic GPU,
+      Hopper; bfloat16 or float16; its backward is ``"pallas"``'s), ``"splash"`` (TPU), ``"cudnn"`` (GPU),
+      or ``"auto"`` (see :func:`choose_attention_implementation`).
     - ``q``, ``k`` and ``v`` must share a floating dtype (as ``cross_entropy``'s ``hidden`` and
       ``unembedding`` must); scores and softmax statistics are float32 whatever it is.
     - ``check_finite``: NaN or infinite inputs raise ``FloatingPointError`` naming the argument; inside
@@ -116,6 +117,23 @@ def attention(
     return _run(implementation, q, k, v, segment_ids, spec)
 
 
+def _mosaic(q, k, v, segment_ids, spec: MaskSpec) -> jax.Array:
+    # Imported here, not with the package: Mosaic GPU's Pallas module takes a quarter of a second to import,
+    # which every program that never runs this kernel would pay at start-up.
+    from meltemi.kernels.attention_mosaic import mosaic_attention, mosaic_unsupported_reason
+
+    why_not = mosaic_unsupported_reason(q)
+    platform = backend_platform()
+    if why_not is None and platform != "cuda":
+        why_not = (
+            f"it runs on an NVIDIA GPU (Hopper) and JAX's backend here is {platform!r}; "
+            "attention_mosaic.mosaic_attention with MosaicAttentionConfig(interpret=...) interprets it"
+        )
+    if why_not is not None:
+        raise ValueError(f"{WHERE}: implementation='mosaic' cannot run these arguments: {why_not}")
+    return mosaic_attention(q, k, v, segment_ids, spec)
+
+
 def _run(implementation: str, q, k, v, segment_ids, spec: MaskSpec) -> jax.Array:
     if implementation == "reference":
         return reference_attention(q, k, v, segment_ids, spec)
@@ -125,6 +143,8 @@ def _run(implementation: str, q, k, v, segment_ids, spec: MaskSpec) -> jax.Array
         return pallas_attention(q, k, v, segment_ids, spec)
     if implementation == "splash":
         return splash_attention(q, k, v, segment_ids, spec)
+    if implementation == "mosaic":
+        return _mosaic(q, k, v, segment_ids, spec)
     why_not = cudnn_unsupported_reason(q, segment_ids, causal=spec.causal, sliding_window=spec.sliding_window)
     if why_not is not None:
         raise ValueError(f"{WHERE}: implementation='cudnn' cannot run these arguments: {why_not}")

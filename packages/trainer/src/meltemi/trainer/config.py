@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from meltemi.trainer.chips import CHIPS, FP8_CHIPS, unknown_chip
 
 Remat = Literal["none", "full", "save_dots", "offload"]
-AttentionKernel = Literal["auto", "reference", "xla", "pallas", "splash", "cudnn"]
+AttentionKernel = Literal["auto", "reference", "xla", "pallas", "mosaic", "splash", "cudnn"]
 LossKernel = Literal["auto", "reference", "xla", "pallas"]
 MatmulDtype = Literal["compute", "fp8"]
 FloatDtype = Literal["float32", "bfloat16", "float16"]

@@ -1,0 +1,126 @@
+"""The Mosaic GPU forward kernel: its numbers in Mosaic GPU's interpreter, its lowering for a GPU.
+
+A GPU is not needed for either. The interpreter runs the kernel's block loops, TMA copies and barriers on
+the CPU (its matrix multiplies and register layouts take the interpreter's stand-ins, see
+``attention_mosaic``); ``jax.export`` for ``platforms=["cuda"]`` lowers the GPU version, which is where a
+wrong layout or an operation Mosaic GPU lacks fails.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from meltemi.kernels import MaskSpec, PallasAttentionConfig, attention
+from meltemi.kernels.attention_mosaic import MosaicAttentionConfig, mosaic_attention
+from meltemi.kernels.attention_reference import reference_attention
+
+
+def interpreter() -> object:
+    """Mosaic GPU's interpreter parameters: exported as ``plgpu.InterpretGPUParams`` from JAX 0.11; JAX
+    0.10, the newest for Python 3.11, keeps them private (the one import of JAX internals here, a test's)."""
+    params = getattr(plgpu, "InterpretGPUParams", None)
+    if params is None:
+        from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams as params
+    return params()
+
+
+INTERPRETED = MosaicAttentionConfig(interpret=interpreter())
+
+
+def documents(lengths: list[int], padding: int = 0) -> np.ndarray:
+    ids = [i for i, n in enumerate(lengths) for _ in range(n)] + [-1] * padding
+    return np.asarray([ids], np.int32)
+
+
+def inputs(seq: int, heads: int, kv_heads: int, head_dim: int, seed: int):
+    rng = np.random.default_rng(seed)
+    q_shape, kv_shape = (1, seq, heads, head_dim), (1, seq, kv_heads, head_dim)
+    return [
+        jnp.asarray(rng.standard_normal(shape, np.float32), jnp.bfloat16)
+        for shape in (q_shape, kv_shape, kv_shape, q_shape)
+    ]
+
+
+CASES = {
+    # name: (segment ids or sequence length, heads, kv heads, head dim, causal, window)
+    "one document, ragged length": (200, 2, 1, 64, True, None),
+    "many short documents and padding": (documents([3, 40, 1, 70, 17, 9], padding=52), 4, 2, 32, True, None),
+    "long documents: blocks visible whole": (documents([190, 130]), 2, 2, 64, True, None),
+    "not causal, sliding window": (documents([100, 92]), 2, 1, 64, False, 37),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_interpreted_kernel_matches_reference(case):
+    segments, heads, kv_heads, head_dim, causal, window = CASES[case]
+    seq = segments if isinstance(segments, int) else segments.shape[1]
+    segment_ids = None if isinstance(segments, int) else jnp.asarray(segments)
+    q, k, v, d_out = inputs(seq, heads, kv_heads, head_dim, seed=seq)
+    spec = MaskSpec(causal=causal, sliding_window=window, softmax_scale=head_dim**-0.5)
+
+    @jax.jit
+    def outputs_and_gradients(q, k, v):
+        results = []
+        for run in (reference_attention, functools.partial(mosaic_attention, config=INTERPRETED)):
+            out, vjp = jax.vjp(lambda q, k, v, run=run: run(q, k, v, segment_ids, spec), q, k, v)
+            results.append((out, *vjp(d_out)))
+        return results
+
+    expected, actual = outputs_and_gradients(q, k, v)
+    for name, want, got in zip(("out", "dq", "dk", "dv"), expected, actual, strict=True):
+        want, got = np.asarray(want, np.float32), np.asarray(got, np.float32)
+        assert np.all(np.isfinite(got)), name
+        scale = max(float(np.max(np.abs(want))), 1.0)
+        assert float(np.max(np.abs(got - want))) <= 2e-2 * scale, name
+    if segment_ids is not None:  # padding attends to nothing: its output is zero
+        assert not np.any(np.asarray(actual[0], np.float32)[np.asarray(segments) < 0])
+
+
+TRITON = "__gpu$xla.gpu.triton"
+
+
+def lowered_for_gpu(function, *shapes) -> str:
+    """The StableHLO of ``function`` lowered for an NVIDIA GPU (Triton's kernels have no serialization
+    guarantee, so export is told to let them through)."""
+    unchecked = [jax.export.DisabledSafetyCheck.custom_call(TRITON)]
+    exported = jax.export.export(jax.jit(function), platforms=["cuda"], disabled_checks=unchecked)(*shapes)
+    return exported.mlir_module()
+
+
+@pytest.mark.parametrize(("causal", "window"), [(True, None), (True, 1024), (False, None)])
+def test_lowers_for_a_gpu_at_the_1b_step_shapes(causal, window):
+    """4,096-token rows of packed documents, 32 query and 8 key/value heads of 64, bfloat16: the forward
+    is one Mosaic GPU kernel, the backward Triton's two."""
+    q = jax.ShapeDtypeStruct((2, 4096, 32, 64), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((2, 4096, 8, 64), jnp.bfloat16)
+    segment_ids = jax.ShapeDtypeStruct((2, 4096), jnp.int32)
+    spec = MaskSpec(causal=causal, sliding_window=window, softmax_scale=0.125)
+    compiled = MosaicAttentionConfig(backward=PallasAttentionConfig(interpret=False))
+
+    def loss(q, k, v, segment_ids):
+        return jnp.sum(mosaic_attention(q, k, v, segment_ids, spec, compiled).astype(jnp.float32))
+
+    module = lowered_for_gpu(jax.grad(loss, argnums=(0, 1, 2)), q, kv, kv, segment_ids)
+    assert module.count("@mosaic_gpu") == 1
+    assert module.count(f"@{TRITON}") == 2
+
+
+def test_wide_heads_lower_for_a_gpu():
+    q = jax.ShapeDtypeStruct((1, 512, 4, 128), jnp.float16)
+    spec = MaskSpec(causal=True, sliding_window=None, softmax_scale=128**-0.5)
+    assert "@mosaic_gpu" in lowered_for_gpu(lambda q: mosaic_attention(q, q, q, None, spec), q)
+
+
+def test_refuses_what_it_cannot_run():
+    x = jnp.ones((1, 64, 2, 64), jnp.float32)
+    with pytest.raises(ValueError, match="implementation='mosaic'.*bfloat16 or float16, got float32"):
+        attention(x, x, x, implementation="mosaic")
+    bf16 = x.astype(jnp.bfloat16)
+    with pytest.raises(ValueError, match="implementation='mosaic'.*NVIDIA GPU.*'cpu'.*interpret"):
+        attention(bf16, bf16, bf16, implementation="mosaic")
+    with pytest.raises(ValueError, match="block_k must be a positive multiple of 64, got 48"):
+        MosaicAttentionConfig(block_k=48)
