@@ -7,20 +7,23 @@ The parts, in order of priority, each a subprocess of another benchmark script:
 - ``torch``: ``torch_step.py``, transformers' Llama of the same shape (compiled layers, full checkpointing,
   whole rows), so that "ours / PyTorch" comes from the same call;
 - ``trainer-whole-rows``: the trainer's step with attention over whole rows (cuDNN);
+- ``trainer-mosaic``: the shipped step with ``model.attention: mosaic``, our kernels on Mosaic GPU;
 - ``attention-documents``, ``attention-whole``: ``kernels_attention.py`` at the 1B step's shapes (4,096-token
-  rows, 8 of them, 32/8 heads, head size 64, bf16, causal), with segment ids (~4 documents a row) and without;
-- ``attention-forward``: the forward pass alone on whole rows: pallas, cuDNN, and JAX's own flash attention
-  on the Mosaic GPU backend (``mosaic``: the yardstick for moving our kernel off the deprecated Triton
-  backend; ``attention-whole`` tries its backward too);
+  rows, 8 of them, 32/8 heads, head size 64, bf16, causal), with segment ids (~4 documents a row) and without:
+  our kernels on Triton (``pallas``) and on Mosaic GPU (``mosaic``), cuDNN on whole rows, and JAX's own flash
+  attention on Mosaic GPU (``jax-mosaic``, whole rows);
+- ``attention-forward``: the forward pass alone on whole rows, the same four;
 - ``remat-<policy>``: the trainer's step at each remat policy the config does not ship (``none`` last);
 - ``fp8``: ``fp8_step.py``, bf16 then fp8 matmuls, shortened to ``--fp8-steps`` steps;
 - ``gpu-tests``: ``pytest -m gpu`` over the test files that hold GPU tests (both attention backends, the
   cross-entropy kernels, a bf16 trainer step of the tiny model against the CPU's, in bf16 and fp8 matmuls);
-- ``attention-blocks``: the Pallas kernel with segment ids at other tile sizes, warps and stages
-  (``PALLAS_SWEEP``), each against cuDNN on whole rows, so its defaults can be chosen at the model's shapes.
+- ``attention-mosaic-blocks``: our Mosaic GPU kernel with segment ids at other tile sizes (``MOSAIC_SWEEP``),
+  each against cuDNN on whole rows, so its defaults can be chosen at the model's shapes.
 
-Also available by ``--parts``: ``torch-eager``, ``torch-no-checkpointing``. ``--torch-microbatch N`` runs
-the PyTorch steps in microbatches of N rows (the config's 8 by default, as the trainer), should they not fit.
+Also available by ``--parts``: ``attention-blocks`` (the same for the Pallas Triton kernel, ``PALLAS_SWEEP``,
+whose defaults were chosen so on an H200), ``torch-eager``, ``torch-no-checkpointing``. ``--torch-microbatch
+N`` runs the PyTorch steps in microbatches of N rows (the config's 8 by default, as the trainer), should they
+not fit.
 
 Each part runs with a timeout derived from what is left of ``--budget-s``: that less the seconds the parts
 after it are estimated to need (on an H100, from the H200 figures in RESULTS.md), or twice its own estimate
@@ -69,7 +72,7 @@ ATTENTION_SHAPE = (
     *("--seqs", "4096", "--tokens", "32768", "--heads", "32", "--kv-heads", "8", "--head-dim", "64"),
     *("--repeats", "5"),
 )
-FORWARD = ("pallas", "cudnn", "mosaic")
+FORWARD = ("pallas", "mosaic", "cudnn", "jax-mosaic")
 GPU_TEST_FILES = (
     "packages/kernels/tests/test_kern_attention_behaviour.py",
     "packages/kernels/tests/test_kern_cross_entropy.py",
@@ -91,6 +94,9 @@ PALLAS_SWEEP = (
     "128,64,32,64,4,3",
     "128,64,64,32,4,3",
 )
+# Our Mosaic GPU kernel's tiles beside its default 64,64,64,64 (Q,K,BACKWARD_Q,BACKWARD_K): wider key or
+# query tiles in one pass at a time.
+MOSAIC_SWEEP = ("64,128,64,64", "128,64,64,64", "128,128,64,64", "64,64,128,64", "64,64,64,128")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,14 +138,24 @@ def plan(smoke: bool, fp8_steps: int, torch_microbatch: int | None) -> list[Part
         Part("trainer-shipped", (*trainer, "--steps", "2"), 70),
         Part("torch", torch, 60, jax=False),
         Part("trainer-whole-rows", (*trainer, "--steps", "1", "--whole-rows", "--skip-reference"), 30),
-        Part("attention-documents", (*documents, "pallas", "xla"), 15),
-        Part("attention-whole", (*attention, "--implementations", "pallas", "cudnn", "xla", "mosaic"), 15),
+        Part(
+            "trainer-mosaic",
+            (*trainer, "--steps", "1", "--skip-reference", "--model.attention", "mosaic"),
+            30,
+        ),
+        Part("attention-documents", (*documents, "pallas", "mosaic", "xla"), 20),
+        Part(
+            "attention-whole",
+            (*attention, "--implementations", "pallas", "mosaic", "cudnn", "xla", "jax-mosaic"),
+            20,
+        ),
         *(Part(f"remat-{p}", remat[p], 35) for p in REMAT_POLICIES if p != "none"),
         Part("fp8", fp8, 90),
         *(Part(f"remat-{p}", remat[p], 35) for p in REMAT_POLICIES if p == "none"),
         Part("gpu-tests", gpu_tests, 60, jax=False),  # each test process allocates what it uses
         Part("attention-forward", (*attention, "--forward-only", "--implementations", *FORWARD), 15),
-        Part("attention-blocks", (*documents, "pallas", "--pallas-blocks", *PALLAS_SWEEP), 35),
+        Part("attention-mosaic-blocks", (*documents, "mosaic", "--mosaic-blocks", *MOSAIC_SWEEP), 30),
+        Part("attention-blocks", (*documents, "pallas", "--pallas-blocks", *PALLAS_SWEEP), 35, default=False),
         Part("torch-eager", (*torch, "--eager"), 60, jax=False, default=False),
         Part("torch-no-checkpointing", (*torch, "--no-checkpointing"), 80, jax=False, default=False),
     ]
@@ -289,12 +305,13 @@ class Figures:
         )
 
     def sweep(self, part: str) -> list[tuple[str, Figure]]:
-        """Every ``pallas[…]`` setting a kernels_attention.py part timed, with its figure (or failure)."""
+        """Every ``pallas[…]`` or ``mosaic[…]`` setting a kernels_attention.py part timed, with its figure
+        (or failure)."""
         outcome = self.outcomes.get(part)
         if not outcome or outcome.status != "ok":
             return []
         labels = dict.fromkeys(
-            re.findall(r"^\s*seq\s+\d+ batch\s+\d+\s+(pallas\[[\d,]+\]):", outcome.output, re.M)
+            re.findall(r"^\s*seq\s+\d+ batch\s+\d+\s+((?:pallas|mosaic)\[[\d,]+\]):", outcome.output, re.M)
         )
         return [(name, self.attention(part, re.escape(name))) for name in labels]
 
@@ -313,9 +330,10 @@ class Figures:
 def table_rows(f: Figures) -> list[tuple[str, str, str]]:
     """(what, measured, target) for every figure of issue 40."""
     shipped, torch = f.tokens_per_s("trainer-shipped"), f.tokens_per_s("torch")
-    whole = f.tokens_per_s("trainer-whole-rows")
+    whole, mosaic_step = f.tokens_per_s("trainer-whole-rows"), f.tokens_per_s("trainer-mosaic")
     reference = f.value("trainer-shipped", r"^plain JAX step:\s+([\d,.]+) tokens/s", "tokens/s")
     documents, cudnn = f.attention("attention-documents", "pallas"), f.attention("attention-whole", "cudnn")
+    mosaic = f.attention("attention-documents", "mosaic")
     (bf16, bf16_loss), (fp8, fp8_loss) = f.fp8("bfloat16"), f.fp8("fp8")
     attention = "attention fwd+bwd (kernels_attention.py, bf16, causal)"
     torch_step = "PyTorch: LlamaForCausalLM, bf16 autocast, SDPA, fused AdamW"
@@ -328,25 +346,35 @@ def table_rows(f: Figures) -> list[tuple[str, str, str]]:
         ("plain-JAX reference of the same step", reference.text, ""),
         ("trainer / plain JAX", ratio(shipped, reference), "≥ 0.95"),
         ("trainer, whole rows (no segment ids: cuDNN on a GPU)", f.step("trainer-whole-rows"), ""),
+        ("trainer, documents kept apart by our Mosaic GPU kernels", f.step("trainer-mosaic"), ""),
         (f"{torch_step}, compiled layers, full checkpointing, whole rows", f.step("torch"), ""),
         ("**ours as shipped / PyTorch**", ratio(shipped, torch), "≥ 1.1"),
         ("ours with whole rows / PyTorch", ratio(whole, torch), ""),
+        ("ours with the Mosaic GPU kernels / PyTorch", ratio(mosaic_step, torch), ""),
+        ("ours with the Mosaic GPU kernels / as shipped", ratio(mosaic_step, shipped), ""),
         (f"{torch_step}, eager, full checkpointing", f.step("torch-eager"), ""),
         (f"{torch_step}, compiled layers, no checkpointing", f.step("torch-no-checkpointing"), ""),
         (f"{attention}: pallas, ~4 documents a row", documents.text, ""),
+        (f"{attention}: mosaic, ~4 documents a row", mosaic.text, ""),
         (f"{attention}: xla, ~4 documents a row", f.attention("attention-documents", "xla").text, ""),
         (f"{attention}: pallas, whole rows", f.attention("attention-whole", "pallas").text, ""),
+        (f"{attention}: mosaic, whole rows", f.attention("attention-whole", "mosaic").text, ""),
         (f"{attention}: cuDNN, whole rows", cudnn.text, ""),
         (
             "**pallas with documents / cuDNN on whole rows** (cuDNN's time / pallas's)",
             ratio(cudnn, documents),
             "≥ 0.9",
         ),
+        (
+            "**mosaic with documents / cuDNN on whole rows** (cuDNN's time / mosaic's; a backend JAX keeps)",
+            ratio(cudnn, mosaic),
+            "≥ 0.9",
+        ),
     ]
-    mosaic = f.attention("attention-whole", "mosaic")
+    jax_mosaic = f.attention("attention-whole", "jax-mosaic")
     rows += [
-        (f"{attention}: mosaic (JAX's Mosaic GPU flash attention), whole rows", mosaic.text, ""),
-        ("mosaic / cuDNN, whole rows (cuDNN's time / mosaic's)", ratio(cudnn, mosaic), ""),
+        (f"{attention}: jax-mosaic (JAX's Mosaic GPU flash attention), whole rows", jax_mosaic.text, ""),
+        ("jax-mosaic / cuDNN, whole rows (cuDNN's time / its)", ratio(cudnn, jax_mosaic), ""),
     ]
     forward = {name: f.attention("attention-forward", name) for name in FORWARD}
     rows += [(f"attention forward alone, whole rows: {n}", forward[n].text, "") for n in FORWARD]
@@ -361,8 +389,14 @@ def table_rows(f: Figures) -> list[tuple[str, str, str]]:
             f"{figure.text}; {ratio(cudnn, figure)}",
             "",
         )
-        for name, figure in f.sweep("attention-blocks")
-    ] or [(f"{attention}: other Pallas tiles, ~4 documents a row", f.why_not("attention-blocks").text, "")]
+        for name, figure in (*f.sweep("attention-mosaic-blocks"), *f.sweep("attention-blocks"))
+    ] or [
+        (
+            f"{attention}: other Mosaic tiles, ~4 documents a row",
+            f.why_not("attention-mosaic-blocks").text,
+            "",
+        )
+    ]
     tests = f.find("gpu-tests", r"^(\d+ (?:passed|skipped|deselected)\b.*) in [\d.]+s")
     rows += [
         (

@@ -1,4 +1,4 @@
-"""Attention forward+backward speed on a GPU: TFLOP/s of "pallas", "cudnn", "xla" and "reference".
+"""Attention forward+backward speed on a GPU: TFLOP/s of "pallas", "mosaic", "cudnn", "xla" and "reference".
 
 Defaults follow the issue: bfloat16, head_dim 128, causal, 32 query heads over 8 key/value heads, sequence
 lengths 2k/4k/8k with the batch chosen to keep 8,192 tokens per step. FLOPs count the four matmuls of the
@@ -17,9 +17,10 @@ shapes. ``--memory`` compiles each implementation's forward+backward without run
 plan of its temporaries beside the reference's; it needs no GPU (on a CPU the Pallas kernel is interpreted,
 so its figure is that program's, not a GPU's, though the kernel's inputs and outputs are the same).
 
-``--forward-only`` times the forward pass alone (FLOPs: its two matmuls). ``--implementations ... mosaic``
-adds JAX's own flash attention on the Mosaic GPU backend (``jax.experimental.pallas.ops.gpu.attention_mgpu``,
-whole rows, Hopper): the yardstick for moving our kernel off the deprecated Triton backend.
+``--mosaic-blocks`` does the same for our Mosaic GPU kernel (``Q,K,BACKWARD_Q,BACKWARD_K``, multiples of
+64). ``--forward-only`` times the forward pass alone (FLOPs: its two matmuls). ``--implementations ...
+jax-mosaic`` adds JAX's own flash attention on the Mosaic GPU backend
+(``jax.experimental.pallas.ops.gpu.attention_mgpu``, whole rows, Hopper), a yardstick for ours.
 
 Without a GPU the script says so and exits; ``--smoke`` runs tiny shapes on any backend to check it works
 (those numbers mean nothing).
@@ -43,11 +44,13 @@ import jax.numpy as jnp
 
 from meltemi.kernels import PallasAttentionConfig, attention
 from meltemi.kernels._attention_args import check_attention_inputs
+from meltemi.kernels.attention_mosaic import MosaicAttentionConfig
+from meltemi.kernels.attention_mosaic import mosaic_attention as our_mosaic_attention
 from meltemi.kernels.attention_pallas import pallas_attention
 
-IMPLEMENTATIONS = ("pallas", "cudnn", "xla", "reference")
+IMPLEMENTATIONS = ("pallas", "mosaic", "cudnn", "xla", "reference")
 # Only by --implementations: JAX's own flash attention on the Mosaic GPU backend (Hopper), whole rows only.
-MOSAIC = "mosaic"
+JAX_MOSAIC = "jax-mosaic"
 
 
 def flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool, forward_only: bool = False) -> float:
@@ -78,13 +81,29 @@ def pallas_blocks(text: str) -> PallasAttentionConfig:
         ) from None
 
 
-def label(config: PallasAttentionConfig) -> str:
+def mosaic_blocks(text: str) -> MosaicAttentionConfig:
+    """``Q,K,BACKWARD_Q,BACKWARD_K`` as a Mosaic kernel config (argparse's type: a bad one is named)."""
+    try:
+        numbers = [int(part) for part in text.split(",")]
+        if len(numbers) != 4:
+            raise ValueError("four integers")
+        names = ("block_q", "block_k", "backward_block_q", "backward_block_k")
+        return MosaicAttentionConfig(**dict(zip(names, numbers, strict=True)))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"--mosaic-blocks {text!r}: expected Q,K,BACKWARD_Q,BACKWARD_K, multiples of 64 ({error})"
+        ) from None
+
+
+def label(config: PallasAttentionConfig | MosaicAttentionConfig) -> str:
     tiles = (config.block_q, config.block_k, config.backward_block_q, config.backward_block_k)
+    if isinstance(config, MosaicAttentionConfig):
+        return "mosaic[" + ",".join(str(n) for n in tiles) + "]"
     launch = (config.num_warps, config.num_stages) if config.num_warps else ()
     return "pallas[" + ",".join(str(n) for n in (*tiles, *launch)) + "]"
 
 
-def mosaic_attention(q, k, v, segments, causal: bool):
+def jax_mosaic_attention(q, k, v, segments, causal: bool):
     """``jax.experimental.pallas.ops.gpu.attention_mgpu`` (JAX's example flash attention on Mosaic GPU, the
     backend JAX keeps) on whole rows, with the softmax scale applied to ``q`` as the others apply it: a
     yardstick for a Mosaic GPU port of our kernel. It takes no segment ids, and raises where its JAX
@@ -101,18 +120,25 @@ def mosaic_attention(q, k, v, segments, causal: bool):
     return attention_mgpu.attention(scaled, k, v, config)
 
 
-def step_function(implementation: str, causal: bool, config: PallasAttentionConfig, forward_only=False):
+def step_function(
+    implementation: str,
+    causal: bool,
+    config: PallasAttentionConfig | MosaicAttentionConfig | None,
+    forward_only=False,
+):
     """The jitted step to time: the gradient of a weighted sum of the output with respect to q, k and v, or
-    with ``forward_only`` the output alone (called with the same arguments)."""
+    with ``forward_only`` the output alone (called with the same arguments). ``config``: the Pallas or
+    Mosaic kernel's tiles (``None``: its defaults)."""
 
     def run(q, k, v, segments):
-        if implementation == MOSAIC:
-            return mosaic_attention(q, k, v, segments, causal)
-        if implementation == "pallas":
+        if implementation == JAX_MOSAIC:
+            return jax_mosaic_attention(q, k, v, segments, causal)
+        if implementation in ("pallas", "mosaic") and config is not None:
             spec = check_attention_inputs(
                 q, k, v, segments, causal=causal, sliding_window=None, softmax_scale=None
             )
-            return pallas_attention(q, k, v, segments, spec, config)
+            kernel = pallas_attention if implementation == "pallas" else our_mosaic_attention
+            return kernel(q, k, v, segments, spec, config)
         return attention(
             q,
             k,
@@ -166,8 +192,8 @@ def main() -> None:
         "--implementations",
         nargs="+",
         default=list(IMPLEMENTATIONS),
-        choices=(*IMPLEMENTATIONS, MOSAIC),
-        help=f"default: {' '.join(IMPLEMENTATIONS)}; {MOSAIC}: JAX's Mosaic GPU flash attention, whole rows",
+        choices=(*IMPLEMENTATIONS, JAX_MOSAIC),
+        help=f"default: {' '.join(IMPLEMENTATIONS)}; {JAX_MOSAIC}: JAX's Mosaic GPU attention, whole rows",
     )
     parser.add_argument("--block-q", type=int, default=128)
     parser.add_argument("--block-k", type=int, default=64)
@@ -179,6 +205,14 @@ def main() -> None:
         default=[],
         metavar="Q,K,BQ,BK[,WARPS[,STAGES]]",
         help="also time the Pallas kernel at each of these tile settings",
+    )
+    parser.add_argument(
+        "--mosaic-blocks",
+        type=mosaic_blocks,
+        nargs="+",
+        default=[],
+        metavar="Q,K,BQ,BK",
+        help="also time our Mosaic GPU kernel at each of these tile settings (multiples of 64)",
     )
     parser.add_argument(
         "--memory", action="store_true", help="print XLA's plan of each step's temporaries instead of timing"
@@ -203,8 +237,8 @@ def main() -> None:
         backward_block_q=args.backward_block,
         backward_block_k=args.backward_block,
     )
-    runs = [(name, config) for name in args.implementations]
-    runs += [(label(blocks), blocks) for blocks in args.pallas_blocks]
+    runs = [(name, config if name == "pallas" else None) for name in args.implementations]
+    runs += [(label(blocks), blocks) for blocks in (*args.pallas_blocks, *args.mosaic_blocks)]
     passes = "forward" if args.forward_only else "forward+backward"
     print(
         f"{passes}, bfloat16, heads {args.heads}/{args.kv_heads}, head_dim {args.head_dim}, "
@@ -225,7 +259,7 @@ def main() -> None:
         work = flops(batch, args.heads, seq, args.head_dim, causal, args.forward_only)
         tflops = {}
         for name, run_config in runs:
-            implementation = "pallas" if name.startswith("pallas") else name
+            implementation = name.split("[")[0]
             try:
                 seconds = time_it(
                     step_function(implementation, causal, run_config, args.forward_only),
@@ -241,7 +275,7 @@ def main() -> None:
                 f"  seq {seq:6d} batch {batch:3d} {name:>9}: {seconds * 1e3:9.3f} ms "
                 f"{tflops[name]:8.2f} TFLOP/s"
             )
-        for name in (n for n in tflops if n.startswith("pallas")):
+        for name in (n for n in tflops if n.startswith(("pallas", "mosaic"))):
             for other in ("cudnn", "xla"):
                 if other in tflops:
                     print(f"  seq {seq:6d} {name} / {other}: {tflops[name] / tflops[other]:.2f}x")
@@ -255,7 +289,7 @@ def report_memory(runs, causal: bool, batch: int, seq: int, args: argparse.Names
     d_out = jax.ShapeDtypeStruct(q.shape, jnp.float32)
     temporaries = {}
     for name, run_config in runs:
-        implementation = "pallas" if name.startswith("pallas") else name
+        implementation = name.split("[")[0]
         try:
             traced = step_function(implementation, causal, run_config).trace(q, kv, kv, segments, d_out)
             plan = traced.lower().compile().memory_analysis()

@@ -219,7 +219,7 @@ def test_pallas_kernels_lower_to_triton_for_cuda():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("implementation", ["pallas", "cudnn", "xla"])
+@pytest.mark.parametrize("implementation", ["pallas", "mosaic", "cudnn", "xla"])
 def test_gpu_implementations_match_reference(implementation):
     q, k, v = qkv(batch=2, seq=1000, heads=8, kv_heads=2, head_dim=128, dtype=jnp.bfloat16)
     d_out = jax.random.normal(jax.random.PRNGKey(9), q.shape, q.dtype)

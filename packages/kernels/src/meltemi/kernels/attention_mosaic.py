@@ -1,18 +1,21 @@
 """Flash attention for packed documents on Mosaic GPU, the Pallas GPU backend JAX keeps (Hopper's TMA
 and wgmma).
 
-The forward pass runs one program per (query head, query block, batch row), one warpgroup each. It copies
-its query tile and their segment ids into shared memory, then streams key/value blocks through two buffers
-by TMA, fetching block ``j + 1`` while it computes block ``j``, with an online softmax in float32
-registers. It visits only the key blocks the mask leaves visible: causal and window bounds from the
-block's position, document bounds from ``segment_block_ranges``, so the work on rows of packed documents
-shrinks with their number; the blocks visible whole skip the mask. The backward pass runs the Pallas
-kernels of ``attention_pallas`` (Triton's backend) on the forward's output and normalizer.
+Three kernels, FlashAttention-2 style, as ``attention_pallas``'s on Triton, each program one warpgroup
+over a (head, block, batch row) grid. The forward copies its query tile and their segment ids into shared
+memory, then streams key/value blocks through two buffers by TMA, fetching block ``j + 1`` while it
+computes block ``j``, with an online softmax in float32 registers; it writes the output and the
+log-normalizer. The backward recomputes probabilities block by block: one kernel per key block streams the
+query tiles (and their output gradients and statistics) of every query head of its group that sees it and
+accumulates dK and dV, another per query block streams key tiles and accumulates dQ. Every loop visits only
+the blocks the mask leaves visible: causal and window bounds from the block's position, document bounds
+from ``segment_block_ranges``, so the work on rows of packed documents shrinks with their number; the
+blocks visible whole skip the mask.
 
 Off a GPU, ``MosaicAttentionConfig(interpret=...)`` takes Mosaic GPU's interpreter parameters
-(``jax.experimental.pallas.mosaic_gpu.InterpretGPUParams`` from JAX 0.11 on) and runs the same kernel on
+(``jax.experimental.pallas.mosaic_gpu.InterpretGPUParams`` from JAX 0.11 on) and runs the same kernels on
 the CPU. That interpreter has no register layouts, no transposed or register operands for wgmma and no
-dynamic indexing of shared memory, so there the kernel reads whole buffers and multiplies tiles with
+dynamic indexing of shared memory, so there the kernels read whole buffers and multiply tiles with
 ``lax.dot_general`` (``_Interpreted``); the GPU's operations (``_Hardware``) differ only in those few
 places, and ``jax.export`` for ``platforms=["cuda"]`` lowers them on any machine, which the tests do.
 """
@@ -34,10 +37,11 @@ from meltemi.kernels._blocking import pad_axis, pad_sequence, round_up
 from meltemi.kernels._masking import (
     allowed_pairs,
     key_block_range,
+    query_block_range,
     segment_block_ranges,
     whole_key_block_range,
+    whole_query_block_range,
 )
-from meltemi.kernels.attention_pallas import PallasAttentionConfig, pallas_backward
 from meltemi.kernels.mask_spec import MaskSpec
 
 MOSAIC_DTYPES = (jnp.bfloat16, jnp.float16)
@@ -54,16 +58,17 @@ _LOG2E = math.log2(math.e)
 
 @dataclasses.dataclass(frozen=True)
 class MosaicAttentionConfig:
-    """Forward tiles (multiples of 64; a ``ValueError`` names any other), the backward's Pallas settings,
-    and ``interpret``: ``None`` to compile for the GPU, or Mosaic GPU's interpreter parameters."""
+    """Tiles of the forward and backward passes (multiples of 64; a ``ValueError`` names any other), and
+    ``interpret``: ``None`` to compile for the GPU, or Mosaic GPU's interpreter parameters."""
 
     block_q: int = 64
     block_k: int = 64
-    backward: PallasAttentionConfig = PallasAttentionConfig()
+    backward_block_q: int = 64
+    backward_block_k: int = 64
     interpret: Any = None
 
     def __post_init__(self) -> None:
-        for name in ("block_q", "block_k"):
+        for name in ("block_q", "block_k", "backward_block_q", "backward_block_k"):
             size = getattr(self, name)
             if not isinstance(size, int) or isinstance(size, bool) or size < 1 or size % WGMMA_ROWS:
                 raise ValueError(
@@ -92,8 +97,6 @@ class _Plan:
     padded_len: int
     head_dim: int
     group: int
-    block_q: int
-    block_k: int
     config: MosaicAttentionConfig
 
     @property
@@ -123,12 +126,11 @@ def mosaic_attention(
     if why_not is not None:
         raise ValueError(f"mosaic_attention: {why_not}")
     batch, seq, heads, head_dim = q.shape
-    backward = config.backward
     padded = round_up(
-        seq, math.lcm(config.block_q, config.block_k, backward.backward_block_q, backward.backward_block_k)
+        seq, math.lcm(config.block_q, config.block_k, config.backward_block_q, config.backward_block_k)
     )
     padded_dim = max(WGMMA_ROWS, pl.next_power_of_2(head_dim))
-    plan = _Plan(spec, seq, padded, padded_dim, heads // k.shape[2], config.block_q, config.block_k, config)
+    plan = _Plan(spec, seq, padded, padded_dim, heads // k.shape[2], config)
     if segment_ids is None:
         segment_ids = jnp.zeros((batch, seq), jnp.int32)
     q, k, v, segment_ids = pad_sequence(q, k, v, segment_ids, padded)
@@ -155,25 +157,21 @@ class _Hardware:
         return plgpu.broadcasted_iota(jnp.int32, shape, axis, layout=_TILE)
 
     @staticmethod
+    def operand(ref, slot=None) -> Any:
+        """Shared-memory buffer ``ref`` (its number ``slot`` of several) as a matrix-multiply operand."""
+        return ref if slot is None else ref.at[slot]
+
+    @staticmethod
     def vector(ref, slot, layout) -> jax.Array:
-        return plgpu.load(ref if slot is None else ref.at[slot], (), layout=layout)
+        return plgpu.load(_Hardware.operand(ref, slot), (), layout=layout)
 
     @staticmethod
-    def scores(q_smem, k_smem, slot, shape: tuple[int, int]) -> jax.Array:
-        """``q @ k[slot].T`` in float32."""
+    def matmul(a, b, shape: tuple[int, int], *, transpose_b: bool) -> jax.Array:
+        """``a @ b`` (``b.T`` when ``transpose_b``) in float32: ``a`` in registers or an ``operand``, ``b``
+        an ``operand``."""
 
         def multiply(acc):
-            plgpu.wgmma(acc, q_smem, plgpu.transpose_ref(k_smem.at[slot], (1, 0)))
-            return acc[...]
-
-        return pl.run_scoped(multiply, plgpu.ACC(shape, jnp.float32))
-
-    @staticmethod
-    def weighted_values(weights: jax.Array, v_smem, slot, shape: tuple[int, int]) -> jax.Array:
-        """``weights @ v[slot]`` in float32, ``weights`` in registers."""
-
-        def multiply(acc):
-            plgpu.wgmma(acc, weights, v_smem.at[slot])
+            plgpu.wgmma(acc, a, plgpu.transpose_ref(b, (1, 0)) if transpose_b else b)
             return acc[...]
 
         return pl.run_scoped(multiply, plgpu.ACC(shape, jnp.float32))
@@ -195,38 +193,82 @@ class _Interpreted:
         return lax.broadcasted_iota(jnp.int32, shape, axis)
 
     @staticmethod
-    def vector(ref, slot, layout) -> jax.Array:
+    def operand(ref, slot=None) -> jax.Array:
         whole = ref[...]
         return whole if slot is None else lax.dynamic_index_in_dim(whole, slot, keepdims=False)
 
     @staticmethod
-    def scores(q_smem, k_smem, slot, shape: tuple[int, int]) -> jax.Array:
-        k = lax.dynamic_index_in_dim(k_smem[...], slot, keepdims=False)
-        return lax.dot_general(q_smem[...], k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    def vector(ref, slot, layout) -> jax.Array:
+        return _Interpreted.operand(ref, slot)
 
     @staticmethod
-    def weighted_values(weights: jax.Array, v_smem, slot, shape: tuple[int, int]) -> jax.Array:
-        v = lax.dynamic_index_in_dim(v_smem[...], slot, keepdims=False)
-        return lax.dot_general(weights, v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    def matmul(a, b, shape: tuple[int, int], *, transpose_b: bool) -> jax.Array:
+        contract = (((1,), (1 if transpose_b else 0,)), ((), ()))
+        return lax.dot_general(a, b, contract, preferred_element_type=jnp.float32)
 
 
 def _operations(config: MosaicAttentionConfig) -> type[_Hardware] | type[_Interpreted]:
     return _Hardware if config.interpret is None else _Interpreted
 
 
-def _key_loop_bounds(plan: _Plan, q_block, document_range) -> tuple[Any, Any, Any, Any]:
-    """``lo <= whole_lo <= whole_hi <= hi``: query block ``q_block`` visits key blocks ``[lo, hi)``, and
-    sees ``[whole_lo, whole_hi)`` whole (by position and by document)."""
-    mask = {"causal": plan.spec.causal, "sliding_window": plan.spec.sliding_window}
-    blocks = plan.padded_len // plan.block_k
-    visible = key_block_range(q_block, plan.block_q, plan.block_k, blocks, **mask)
-    whole = whole_key_block_range(q_block, plan.block_q, plan.block_k, blocks, **mask, seq_len=plan.key_limit)
+def _narrow(visible: tuple, whole: tuple, document_range) -> tuple[Any, Any, Any, Any]:
+    """``lo <= whole_lo <= whole_hi <= hi``: the blocks ``[lo, hi)`` visible by position (``visible``) and
+    by document (``document_range``, a row of ``segment_block_ranges``), and within them ``[whole_lo,
+    whole_hi)``, visible whole by both."""
     first, end, whole_first, whole_end = document_range
     lo = jnp.maximum(visible[0], first)
     hi = jnp.maximum(lo, jnp.minimum(visible[1], end))
     whole_lo = jnp.minimum(jnp.maximum(jnp.maximum(whole[0], whole_first), lo), hi)
     whole_hi = jnp.minimum(jnp.maximum(jnp.minimum(whole[1], whole_end), whole_lo), hi)
     return lo, whole_lo, whole_hi, hi
+
+
+def _key_loop_bounds(plan: _Plan, q_block, bq: int, bk: int, document_range) -> tuple[Any, Any, Any, Any]:
+    """The key blocks query block ``q_block`` visits, and those it sees whole (``_narrow``)."""
+    mask = {"causal": plan.spec.causal, "sliding_window": plan.spec.sliding_window}
+    blocks = plan.padded_len // bk
+    visible = key_block_range(q_block, bq, bk, blocks, **mask)
+    whole = whole_key_block_range(q_block, bq, bk, blocks, **mask, seq_len=plan.key_limit)
+    return _narrow(visible, whole, document_range)
+
+
+def _query_loop_bounds(plan: _Plan, k_block, bq: int, bk: int, document_range) -> tuple[Any, Any, Any, Any]:
+    """The query blocks that see some of key block ``k_block``, and those that see all of it (``_narrow``)."""
+    mask = {"causal": plan.spec.causal, "sliding_window": plan.spec.sliding_window}
+    blocks = plan.padded_len // bq
+    visible = query_block_range(k_block, bq, bk, blocks, **mask)
+    whole = whole_query_block_range(k_block, bq, bk, blocks, **mask, seq_len=plan.key_limit)
+    return _narrow(visible, whole, document_range)
+
+
+def _three_loops(step, carry, bounds: tuple):
+    """``step(index, carry, masked)`` over ``[lo, hi)``: unmasked over ``[whole_lo, whole_hi)``."""
+    lo, whole_lo, whole_hi, hi = bounds
+    carry = lax.fori_loop(lo, whole_lo, functools.partial(step, masked=True), carry)
+    carry = lax.fori_loop(whole_lo, whole_hi, functools.partial(step, masked=False), carry)
+    return lax.fori_loop(whole_hi, hi, functools.partial(step, masked=True), carry)
+
+
+def _visible(plan: _Plan, q_positions, k_positions, q_segments, k_segments):
+    return allowed_pairs(
+        q_positions,
+        k_positions,
+        q_segments,
+        k_segments,
+        causal=plan.spec.causal,
+        sliding_window=plan.spec.sliding_window,
+        seq_len=plan.key_limit,
+    )
+
+
+def _store(pairs: list[tuple[Any, Any, Any]]) -> None:
+    """Write each ``(value, shared-memory buffer, global-memory window)``: through the buffer, by TMA."""
+    for value, smem, _ in pairs:
+        smem[...] = value.astype(smem.dtype)
+    plgpu.commit_smem()
+    for _, smem, gmem in pairs:
+        plgpu.copy_smem_to_gmem(smem, gmem)
+    plgpu.wait_smem_to_gmem(0)
 
 
 def _forward_kernel(
@@ -248,27 +290,26 @@ def _forward_kernel(
     kv_barriers,
 ):
     ops = _operations(plan.config)
-    bq, bk, dim = plan.block_q, plan.block_k, plan.head_dim
-    head, q_block, row = lax.axis_index("heads"), lax.axis_index("q_blocks"), lax.axis_index("batch")
+    bq, bk, dim = plan.config.block_q, plan.config.block_k, plan.head_dim
+    head, q_block, row = lax.axis_index("heads"), lax.axis_index("blocks"), lax.axis_index("batch")
     kv_head = lax.div(head, jnp.int32(plan.group))
-    q_start = q_block * bq
-    queries = pl.ds(q_start, bq)
+    queries = pl.ds(q_block * bq, bq)
     plgpu.copy_gmem_to_smem(q_gmem.at[row, queries, head], q_smem, q_barrier)
     plgpu.copy_gmem_to_smem(segment_gmem.at[row, queries], q_segment_smem, q_barrier)
 
     def fetch(j, slot):
-        keys = pl.ds(j * bk, bk)
-        barrier = kv_barriers.at[slot]
+        keys, barrier = pl.ds(j * bk, bk), kv_barriers.at[slot]
         plgpu.copy_gmem_to_smem(k_gmem.at[row, keys, kv_head], k_smem.at[slot], barrier)
         plgpu.copy_gmem_to_smem(v_gmem.at[row, keys, kv_head], v_smem.at[slot], barrier)
         plgpu.copy_gmem_to_smem(segment_gmem.at[row, keys], k_segment_smem.at[slot], barrier)
 
-    document_range = [range_gmem[row, q_block, corner] for corner in range(4)]
-    lo, whole_lo, whole_hi, hi = _key_loop_bounds(plan, q_block, document_range)
+    bounds = _key_loop_bounds(plan, q_block, bq, bk, [range_gmem[row, q_block, c] for c in range(4)])
+    lo, _, _, hi = bounds
     pl.when(lo < hi)(lambda: fetch(lo, 0))
     plgpu.barrier_wait(q_barrier)
+    q = ops.operand(q_smem)
     q_segments = lax.broadcast_in_dim(ops.vector(q_segment_smem, None, _ROW), (bq, bk), [0])
-    q_positions = ops.positions((bq, bk), 0) + q_start
+    q_positions = ops.positions((bq, bk), 0) + q_block * bq
     scale = plan.spec.softmax_scale * _LOG2E  # scores in base 2: exp2 is one instruction
 
     def step(j, carry, masked: bool):
@@ -276,26 +317,19 @@ def _forward_kernel(
         slot = lax.rem(j - lo, 2)
         pl.when(j + 1 < hi)(lambda: fetch(j + 1, 1 - slot))
         plgpu.barrier_wait(kv_barriers.at[slot])
-        scores = ops.scores(q_smem, k_smem, slot, (bq, bk)) * scale
+        scores = ops.matmul(q, ops.operand(k_smem, slot), (bq, bk), transpose_b=True) * scale
         if masked:
             k_segments = lax.broadcast_in_dim(ops.vector(k_segment_smem, slot, _COLUMN), (bq, bk), [1])
             k_positions = ops.positions((bq, bk), 1) + j * bk
-            visible = allowed_pairs(
-                q_positions,
-                k_positions,
-                q_segments,
-                k_segments,
-                causal=plan.spec.causal,
-                sliding_window=plan.spec.sliding_window,
-                seq_len=plan.key_limit,
-            )
+            visible = _visible(plan, q_positions, k_positions, q_segments, k_segments)
             scores = jnp.where(visible, scores, -jnp.inf)
         new_max = jnp.maximum(row_max, scores.max(axis=1))
         shift = jnp.where(new_max == -jnp.inf, 0.0, new_max)
         rescale = jnp.exp2(row_max - shift)
         weights = jnp.exp2(scores - lax.broadcast_in_dim(shift, (bq, bk), [0]))
         normalizer = normalizer * rescale + weights.sum(axis=1)
-        values = ops.weighted_values(weights.astype(q_smem.dtype), v_smem, slot, (bq, dim))
+        v = ops.operand(v_smem, slot)
+        values = ops.matmul(weights.astype(q_smem.dtype), v, (bq, dim), transpose_b=False)
         acc = acc * lax.broadcast_in_dim(rescale, (bq, dim), [0]) + values
         return acc, new_max, normalizer
 
@@ -304,46 +338,261 @@ def _forward_kernel(
         ops.layout(jnp.full((bq,), -jnp.inf, jnp.float32), _ROW),
         ops.layout(jnp.zeros((bq,), jnp.float32), _ROW),
     )
-    carry = lax.fori_loop(lo, whole_lo, functools.partial(step, masked=True), carry)
-    carry = lax.fori_loop(whole_lo, whole_hi, functools.partial(step, masked=False), carry)
-    acc, row_max, normalizer = lax.fori_loop(whole_hi, hi, functools.partial(step, masked=True), carry)
-
+    acc, row_max, normalizer = _three_loops(step, carry, bounds)
     nonempty = normalizer > 0
     safe = jnp.where(nonempty, normalizer, 1.0)
-    q_smem[...] = (acc / lax.broadcast_in_dim(safe, (bq, dim), [0])).astype(q_smem.dtype)
-    lse_smem[...] = jnp.where(nonempty, row_max / _LOG2E + jnp.log(safe), jnp.inf)
-    plgpu.commit_smem()
-    plgpu.copy_smem_to_gmem(q_smem, out_gmem.at[row, queries, head])
-    plgpu.copy_smem_to_gmem(lse_smem, lse_gmem.at[row, head, queries])
-    plgpu.wait_smem_to_gmem(0)
+    out = acc / lax.broadcast_in_dim(safe, (bq, dim), [0])
+    lse = jnp.where(nonempty, row_max / _LOG2E + jnp.log(safe), jnp.inf)
+    _store([(out, q_smem, out_gmem.at[row, queries, head]), (lse, lse_smem, lse_gmem.at[row, head, queries])])
+
+
+def _key_value_kernel(
+    plan: _Plan,
+    q_gmem,
+    k_gmem,
+    v_gmem,
+    segment_gmem,
+    range_gmem,
+    d_out_gmem,
+    lse_gmem,
+    delta_gmem,
+    dk_gmem,
+    dv_gmem,
+    k_smem,
+    v_smem,
+    k_segment_smem,
+    q_smem,
+    d_out_smem,
+    q_segment_smem,
+    lse_smem,
+    delta_smem,
+    k_barrier,
+    q_barriers,
+):
+    """dK and dV of one key block of one key/value head, over the query heads of its group and the query
+    blocks that see the key block: query tiles stream through two buffers as key tiles do forward."""
+    ops = _operations(plan.config)
+    bq, bk, dim, group = plan.config.backward_block_q, plan.config.backward_block_k, plan.head_dim, plan.group
+    kv_head, k_block, row = lax.axis_index("heads"), lax.axis_index("blocks"), lax.axis_index("batch")
+    keys = pl.ds(k_block * bk, bk)
+    plgpu.copy_gmem_to_smem(k_gmem.at[row, keys, kv_head], k_smem, k_barrier)
+    plgpu.copy_gmem_to_smem(v_gmem.at[row, keys, kv_head], v_smem, k_barrier)
+    plgpu.copy_gmem_to_smem(segment_gmem.at[row, keys], k_segment_smem, k_barrier)
+
+    def fetch(member, i, slot):
+        head, queries, barrier = kv_head * group + member, pl.ds(i * bq, bq), q_barriers.at[slot]
+        plgpu.copy_gmem_to_smem(q_gmem.at[row, queries, head], q_smem.at[slot], barrier)
+        plgpu.copy_gmem_to_smem(d_out_gmem.at[row, queries, head], d_out_smem.at[slot], barrier)
+        plgpu.copy_gmem_to_smem(segment_gmem.at[row, queries], q_segment_smem.at[slot], barrier)
+        plgpu.copy_gmem_to_smem(lse_gmem.at[row, head, queries], lse_smem.at[slot], barrier)
+        plgpu.copy_gmem_to_smem(delta_gmem.at[row, head, queries], delta_smem.at[slot], barrier)
+
+    bounds = _query_loop_bounds(plan, k_block, bq, bk, [range_gmem[row, k_block, c] for c in range(4)])
+    lo, _, _, hi = bounds
+    pl.when(lo < hi)(lambda: fetch(0, lo, 0))
+    plgpu.barrier_wait(k_barrier)
+    k, v = ops.operand(k_smem), ops.operand(v_smem)
+    k_segments = lax.broadcast_in_dim(ops.vector(k_segment_smem, None, _ROW), (bk, bq), [0])
+    k_positions = ops.positions((bk, bq), 0) + k_block * bk
+    scale = plan.spec.softmax_scale
+
+    def step(i, carry, member, masked: bool):
+        dk, dv, taken = carry  # taken: query tiles used so far, which says the buffer this one is in
+        slot = lax.rem(taken, 2)
+        head_done = i + 1 >= hi
+        next_member, next_i = jnp.where(head_done, member + 1, member), jnp.where(head_done, lo, i + 1)
+        pl.when(next_member < group)(lambda: fetch(next_member, next_i, 1 - slot))
+        plgpu.barrier_wait(q_barriers.at[slot])
+        q, d_out = ops.operand(q_smem, slot), ops.operand(d_out_smem, slot)
+        # Transposed tiles, keys along rows: probabilities, and the gradients of their scores.
+        lse = lax.broadcast_in_dim(ops.vector(lse_smem, slot, _COLUMN), (bk, bq), [1])
+        scores = ops.matmul(k, q, (bk, bq), transpose_b=True) * (scale * _LOG2E)
+        probabilities = jnp.exp2(scores - lse * _LOG2E)
+        if masked:
+            q_segments = lax.broadcast_in_dim(ops.vector(q_segment_smem, slot, _COLUMN), (bk, bq), [1])
+            q_positions = ops.positions((bk, bq), 1) + i * bq
+            visible = _visible(plan, q_positions, k_positions, q_segments, k_segments)
+            probabilities = jnp.where(visible, probabilities, 0.0)
+        dv = dv + ops.matmul(probabilities.astype(k_smem.dtype), d_out, (bk, dim), transpose_b=False)
+        d_probabilities = ops.matmul(v, d_out, (bk, bq), transpose_b=True)
+        delta = lax.broadcast_in_dim(ops.vector(delta_smem, slot, _COLUMN), (bk, bq), [1])
+        d_scores = probabilities * (d_probabilities - delta) * scale
+        dk = dk + ops.matmul(d_scores.astype(k_smem.dtype), q, (bk, dim), transpose_b=False)
+        return dk, dv, taken + 1
+
+    def query_head(member, carry):
+        return _three_loops(functools.partial(step, member=member), carry, bounds)
+
+    zeros = ops.layout(jnp.zeros((bk, dim), jnp.float32), _TILE)
+    dk, dv, _ = lax.fori_loop(0, group, query_head, (zeros, zeros, jnp.int32(0)))
+    _store([(dk, k_smem, dk_gmem.at[row, keys, kv_head]), (dv, v_smem, dv_gmem.at[row, keys, kv_head])])
+
+
+def _query_kernel(
+    plan: _Plan,
+    q_gmem,
+    k_gmem,
+    v_gmem,
+    segment_gmem,
+    range_gmem,
+    d_out_gmem,
+    lse_gmem,
+    delta_gmem,
+    dq_gmem,
+    q_smem,
+    d_out_smem,
+    q_segment_smem,
+    lse_smem,
+    delta_smem,
+    k_smem,
+    v_smem,
+    k_segment_smem,
+    q_barrier,
+    kv_barriers,
+):
+    """dQ of one query block of one head, over the key blocks it sees."""
+    ops = _operations(plan.config)
+    bq, bk, dim = plan.config.backward_block_q, plan.config.backward_block_k, plan.head_dim
+    head, q_block, row = lax.axis_index("heads"), lax.axis_index("blocks"), lax.axis_index("batch")
+    kv_head = lax.div(head, jnp.int32(plan.group))
+    queries = pl.ds(q_block * bq, bq)
+    plgpu.copy_gmem_to_smem(q_gmem.at[row, queries, head], q_smem, q_barrier)
+    plgpu.copy_gmem_to_smem(d_out_gmem.at[row, queries, head], d_out_smem, q_barrier)
+    plgpu.copy_gmem_to_smem(segment_gmem.at[row, queries], q_segment_smem, q_barrier)
+    plgpu.copy_gmem_to_smem(lse_gmem.at[row, head, queries], lse_smem, q_barrier)
+    plgpu.copy_gmem_to_smem(delta_gmem.at[row, head, queries], delta_smem, q_barrier)
+
+    def fetch(j, slot):
+        keys, barrier = pl.ds(j * bk, bk), kv_barriers.at[slot]
+        plgpu.copy_gmem_to_smem(k_gmem.at[row, keys, kv_head], k_smem.at[slot], barrier)
+        plgpu.copy_gmem_to_smem(v_gmem.at[row, keys, kv_head], v_smem.at[slot], barrier)
+        plgpu.copy_gmem_to_smem(segment_gmem.at[row, keys], k_segment_smem.at[slot], barrier)
+
+    bounds = _key_loop_bounds(plan, q_block, bq, bk, [range_gmem[row, q_block, c] for c in range(4)])
+    lo, _, _, hi = bounds
+    pl.when(lo < hi)(lambda: fetch(lo, 0))
+    plgpu.barrier_wait(q_barrier)
+    q, d_out = ops.operand(q_smem), ops.operand(d_out_smem)
+    q_segments = lax.broadcast_in_dim(ops.vector(q_segment_smem, None, _ROW), (bq, bk), [0])
+    q_positions = ops.positions((bq, bk), 0) + q_block * bq
+    lse = lax.broadcast_in_dim(ops.vector(lse_smem, None, _ROW) * _LOG2E, (bq, bk), [0])
+    delta = lax.broadcast_in_dim(ops.vector(delta_smem, None, _ROW), (bq, bk), [0])
+    scale = plan.spec.softmax_scale
+
+    def step(j, dq, masked: bool):
+        slot = lax.rem(j - lo, 2)
+        pl.when(j + 1 < hi)(lambda: fetch(j + 1, 1 - slot))
+        plgpu.barrier_wait(kv_barriers.at[slot])
+        k = ops.operand(k_smem, slot)
+        probabilities = jnp.exp2(ops.matmul(q, k, (bq, bk), transpose_b=True) * (scale * _LOG2E) - lse)
+        if masked:
+            k_segments = lax.broadcast_in_dim(ops.vector(k_segment_smem, slot, _COLUMN), (bq, bk), [1])
+            k_positions = ops.positions((bq, bk), 1) + j * bk
+            visible = _visible(plan, q_positions, k_positions, q_segments, k_segments)
+            probabilities = jnp.where(visible, probabilities, 0.0)
+        d_probabilities = ops.matmul(d_out, ops.operand(v_smem, slot), (bq, bk), transpose_b=True)
+        d_scores = probabilities * (d_probabilities - delta) * scale
+        return dq + ops.matmul(d_scores.astype(q_smem.dtype), k, (bq, dim), transpose_b=False)
+
+    dq = _three_loops(step, ops.layout(jnp.zeros((bq, dim), jnp.float32), _TILE), bounds)
+    _store([(dq, q_smem, dq_gmem.at[row, queries, head])])
+
+
+def _launch(plan: _Plan, kernel, out_type, grid: tuple[int, int, int], scratch: list):
+    """``kernel`` over a (head, block, batch row) grid, one warpgroup per program."""
+    return plgpu.kernel(
+        functools.partial(kernel, plan),
+        out_type=out_type,
+        grid=grid,
+        grid_names=("heads", "blocks", "batch"),
+        scratch_types=scratch,
+        compiler_params=plgpu.CompilerParams(approx_math=True),
+        interpret=plan.config.interpret,
+    )
+
+
+def _tiles(ops, dtype, count: int | None, block: int, dim: int) -> tuple[Any, Any]:
+    """A tile buffer of ``block`` rows of ``dim`` and one of their segment ids, ``count`` deep (or one)."""
+    depth = () if count is None else (count,)
+    return ops.tile_buffer((*depth, block, dim), dtype), plgpu.SMEM((*depth, block), jnp.int32)
 
 
 def _forward(plan: _Plan, q, k, v, segment_ids):
     batch, padded, heads, dim = q.shape
-    bq, bk = plan.block_q, plan.block_k
+    bq, bk = plan.config.block_q, plan.config.block_k
     ops = _operations(plan.config)
-    run = plgpu.kernel(
-        functools.partial(_forward_kernel, plan),
-        out_type=(
-            jax.ShapeDtypeStruct(q.shape, q.dtype),
-            jax.ShapeDtypeStruct((batch, heads, padded), jnp.float32),
-        ),
-        grid=(heads, padded // bq, batch),
-        grid_names=("heads", "q_blocks", "batch"),
-        scratch_types=[
-            ops.tile_buffer((bq, dim), q.dtype),
-            ops.tile_buffer((2, bk, dim), q.dtype),
-            ops.tile_buffer((2, bk, dim), q.dtype),
-            plgpu.SMEM((bq,), jnp.int32),
-            plgpu.SMEM((2, bk), jnp.int32),
+    q_tile, q_segments = _tiles(ops, q.dtype, None, bq, dim)
+    kv_tile, k_segments = _tiles(ops, q.dtype, 2, bk, dim)
+    run = _launch(
+        plan,
+        _forward_kernel,
+        (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((batch, heads, padded), jnp.float32)),
+        (heads, padded // bq, batch),
+        [
+            q_tile,
+            kv_tile,
+            kv_tile,
+            q_segments,
+            k_segments,
             plgpu.SMEM((bq,), jnp.float32),
             plgpu.Barrier(num_arrivals=2),
             plgpu.Barrier(num_arrivals=3, num_barriers=2),
         ],
-        compiler_params=plgpu.CompilerParams(approx_math=True),
-        interpret=plan.config.interpret,
     )
     return run(q, k, v, segment_ids, segment_block_ranges(segment_ids, bq, bk))
+
+
+def _backward(plan: _Plan, q, k, v, segment_ids, out, lse, d_out):
+    batch, padded, heads, dim = q.shape
+    bq, bk = plan.config.backward_block_q, plan.config.backward_block_k
+    ops = _operations(plan.config)
+    d_out = d_out.astype(q.dtype)
+    delta = jnp.einsum("bqhd,bqhd->bhq", out.astype(jnp.float32), d_out.astype(jnp.float32))
+    inputs = (q, k, v, segment_ids)
+    statistics = (d_out, lse, delta)
+
+    k_tile, k_segments = _tiles(ops, q.dtype, None, bk, dim)
+    q_tiles, q_segments = _tiles(ops, q.dtype, 2, bq, dim)
+    dk, dv = _launch(
+        plan,
+        _key_value_kernel,
+        (jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)),
+        (k.shape[2], padded // bk, batch),
+        [
+            k_tile,
+            k_tile,
+            k_segments,
+            q_tiles,
+            q_tiles,
+            q_segments,
+            plgpu.SMEM((2, bq), jnp.float32),
+            plgpu.SMEM((2, bq), jnp.float32),
+            plgpu.Barrier(num_arrivals=3),
+            plgpu.Barrier(num_arrivals=5, num_barriers=2),
+        ],
+    )(*inputs, segment_block_ranges(segment_ids, bk, bq), *statistics)
+
+    q_tile, q_segments = _tiles(ops, q.dtype, None, bq, dim)
+    kv_tiles, k_segments = _tiles(ops, q.dtype, 2, bk, dim)
+    dq = _launch(
+        plan,
+        _query_kernel,
+        jax.ShapeDtypeStruct(q.shape, q.dtype),
+        (heads, padded // bq, batch),
+        [
+            q_tile,
+            q_tile,
+            q_segments,
+            plgpu.SMEM((bq,), jnp.float32),
+            plgpu.SMEM((bq,), jnp.float32),
+            kv_tiles,
+            kv_tiles,
+            k_segments,
+            plgpu.Barrier(num_arrivals=5),
+            plgpu.Barrier(num_arrivals=3, num_barriers=2),
+        ],
+    )(*inputs, segment_block_ranges(segment_ids, bq, bk), *statistics)
+    return dq, dk, dv
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -357,10 +606,7 @@ def _attend_fwd(plan: _Plan, q, k, v, segment_ids):
 
 
 def _attend_bwd(plan: _Plan, residuals, d_out):
-    q, k, v, segment_ids, out, lse = residuals
-    settings = {"spec": plan.spec, "seq_len": plan.seq_len, "config": plan.config.backward}
-    gradients = pallas_backward(q, k, v, segment_ids, out, lse, d_out, **settings)
-    return (*gradients, None)
+    return (*_backward(plan, *residuals, d_out), None)
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)

@@ -377,52 +377,11 @@ def _flash_fwd(plan, q, k, v, segment_ids):
 
 
 def _flash_bwd(plan, residuals, d_out):
-    return (*_gradients(plan, *residuals, d_out), None)
-
-
-def _gradients(plan: _Plan, q, k, v, segment_ids, out, lse, d_out):
+    q, k, v, segment_ids, out, lse = residuals
     d_out = d_out.astype(q.dtype)
     delta = jnp.einsum("bqhd,bqhd->bhq", out.astype(jnp.float32), d_out.astype(jnp.float32))
-    return _backward(plan, q, k, v, segment_ids, lse, delta, d_out)
-
-
-def pallas_backward(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    segment_ids: jax.Array,
-    out: jax.Array,
-    lse: jax.Array,
-    d_out: jax.Array,
-    *,
-    spec: MaskSpec,
-    seq_len: int,
-    config: PallasAttentionConfig = PallasAttentionConfig(),
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """dQ, dK and dV by these kernels for a forward pass that ran elsewhere (``attention_mosaic``).
-
-    The inputs come padded as the forward ran them: the sequence (``seq_len`` true tokens, padding with
-    segment id -1) to whole backward tiles, the head dimension to a power of two; ``lse`` is the forward's
-    natural-log softmax normalizer ``[batch, heads, padded]``, ``+inf`` for a query that sees nothing.
-    """
-    padded = q.shape[1]
-    backward_q = fit_tile(config.backward_block_q, padded)
-    backward_k = fit_tile(config.backward_block_k, padded)
-    if padded % backward_q or padded % backward_k:
-        raise ValueError(f"pallas_backward: length {padded} is not whole tiles of {backward_q}, {backward_k}")
-    plan = _Plan(
-        spec=spec,
-        seq_len=seq_len,
-        padded_len=padded,
-        group=q.shape[2] // k.shape[2],
-        block_q=backward_q,
-        block_k=backward_k,
-        backward_block_q=backward_q,
-        backward_block_k=backward_k,
-        has_segments=True,
-        launch=Launcher.resolve(*launch_settings(config, q.shape[3]), config.interpret),
-    )
-    return _gradients(plan, q, k, v, segment_ids, out, lse, d_out)
+    dq, dk, dv = _backward(plan, q, k, v, segment_ids, lse, delta, d_out)
+    return dq, dk, dv, None
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
