@@ -14,16 +14,17 @@ The parts, in order of priority, each a subprocess of another benchmark script:
   attention on Mosaic GPU (``jax-mosaic``, whole rows);
 - ``attention-forward``: the forward pass alone on whole rows, the same four;
 - ``remat-<policy>``: the trainer's step at each remat policy the config does not ship (``none`` last);
-- ``fp8``: ``fp8_step.py``, bf16 then fp8 matmuls, shortened to ``--fp8-steps`` steps;
-- ``gpu-tests``: ``pytest -m gpu`` over the test files that hold GPU tests (both attention backends, the
-  cross-entropy kernels, a bf16 trainer step of the tiny model against the CPU's, in bf16 and fp8 matmuls);
+- ``gpu-tests``: ``pytest -m gpu`` over the test files that hold GPU tests (attention on Triton, Mosaic GPU,
+  cuDNN and XLA, the cross-entropy kernels, a bf16 trainer step of the tiny model against the CPU's, in bf16
+  and fp8 matmuls);
 - ``attention-mosaic-blocks``: our Mosaic GPU kernel with segment ids at other tile sizes (``MOSAIC_SWEEP``),
   each against cuDNN on whole rows, so its defaults can be chosen at the model's shapes.
 
-Also available by ``--parts``: ``attention-blocks`` (the same for the Pallas Triton kernel, ``PALLAS_SWEEP``,
-whose defaults were chosen so on an H200), ``torch-eager``, ``torch-no-checkpointing``. ``--torch-microbatch
-N`` runs the PyTorch steps in microbatches of N rows (the config's 8 by default, as the trainer), should they
-not fit.
+Also available by ``--parts``: ``fp8`` (``fp8_step.py``, bf16 then fp8 matmuls for ``--fp8-steps`` steps,
+100 by default: about 270 s, so a call of its own, as the defaults fill the budget), ``attention-blocks``
+(the same sweep for the Pallas Triton kernel, ``PALLAS_SWEEP``, whose defaults were chosen so on an H200),
+``torch-eager``, ``torch-no-checkpointing``. ``--torch-microbatch N`` runs the PyTorch steps in microbatches
+of N rows (the config's 8 by default, as the trainer), should they not fit.
 
 Each part runs with a timeout derived from what is left of ``--budget-s``: that less the seconds the parts
 after it are estimated to need (on an H100, from the H200 figures in RESULTS.md), or twice its own estimate
@@ -150,7 +151,7 @@ def plan(smoke: bool, fp8_steps: int, torch_microbatch: int | None) -> list[Part
             20,
         ),
         *(Part(f"remat-{p}", remat[p], 35) for p in REMAT_POLICIES if p != "none"),
-        Part("fp8", fp8, 90),
+        Part("fp8", fp8, 270, default=False),
         *(Part(f"remat-{p}", remat[p], 35) for p in REMAT_POLICIES if p == "none"),
         Part("gpu-tests", gpu_tests, 60, jax=False),  # each test process allocates what it uses
         Part("attention-forward", (*attention, "--forward-only", "--implementations", *FORWARD), 15),
@@ -400,7 +401,7 @@ def table_rows(f: Figures) -> list[tuple[str, str, str]]:
     tests = f.find("gpu-tests", r"^(\d+ (?:passed|skipped|deselected)\b.*) in [\d.]+s")
     rows += [
         (
-            "`pytest -m gpu` (both attention backends, cross-entropy kernels, a bf16 trainer step)",
+            "`pytest -m gpu` (attention on Triton, Mosaic GPU, cuDNN, XLA; cross-entropy; a bf16 step)",
             tests.group(1) if tests else f.why_not("gpu-tests").text,
             "all pass, none skipped",
         )
@@ -506,7 +507,7 @@ def main() -> None:
         nargs="+",
         help="which parts, in this order (default: all but torch-eager, torch-no-checkpointing)",
     )
-    parser.add_argument("--fp8-steps", type=int, default=20, help="steps of each fp8_step.py run")
+    parser.add_argument("--fp8-steps", type=int, default=100, help="steps of each fp8_step.py run")
     parser.add_argument(
         "--torch-microbatch",
         type=int,
