@@ -29,6 +29,7 @@ def interpreter() -> object:
 
 
 INTERPRETED = MosaicAttentionConfig(interpret=interpreter())
+WIDE_TILES = MosaicAttentionConfig(128, 128, 128, 128, interpret=INTERPRETED.interpret)
 
 
 def documents(lengths: list[int], padding: int = 0) -> np.ndarray:
@@ -46,17 +47,34 @@ def inputs(seq: int, heads: int, kv_heads: int, head_dim: int, seed: int):
 
 
 CASES = {
-    # name: (segment ids or sequence length, heads, kv heads, head dim, causal, window)
-    "one document, ragged length": (200, 2, 1, 64, True, None),
-    "many short documents and padding": (documents([3, 40, 1, 70, 17, 9], padding=52), 4, 2, 32, True, None),
-    "long documents: blocks visible whole": (documents([190, 130]), 2, 2, 64, True, None),
-    "not causal, sliding window": (documents([100, 92]), 2, 1, 64, False, 37),
+    # name: (segment ids or sequence length, heads, kv heads, head dim, causal, window, config)
+    "one document, ragged length": (200, 2, 1, 64, True, None, INTERPRETED),
+    "many short documents and padding": (
+        documents([3, 40, 1, 70, 17, 9], padding=52),
+        4,
+        2,
+        32,
+        True,
+        None,
+        INTERPRETED,
+    ),
+    "long documents: blocks visible whole": (documents([190, 130]), 2, 2, 64, True, None, INTERPRETED),
+    "not causal, sliding window": (documents([100, 92]), 2, 1, 64, False, 37, INTERPRETED),
+    "128-row tiles, heads of 128, groups of 4": (
+        documents([150, 100, 6], padding=30),
+        8,
+        2,
+        128,
+        True,
+        None,
+        WIDE_TILES,
+    ),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_interpreted_kernel_matches_reference(case):
-    segments, heads, kv_heads, head_dim, causal, window = CASES[case]
+    segments, heads, kv_heads, head_dim, causal, window, config = CASES[case]
     seq = segments if isinstance(segments, int) else segments.shape[1]
     segment_ids = None if isinstance(segments, int) else jnp.asarray(segments)
     q, k, v, d_out = inputs(seq, heads, kv_heads, head_dim, seed=seq)
@@ -65,7 +83,7 @@ def test_interpreted_kernel_matches_reference(case):
     @jax.jit
     def outputs_and_gradients(q, k, v):
         results = []
-        for run in (reference_attention, functools.partial(mosaic_attention, config=INTERPRETED)):
+        for run in (reference_attention, functools.partial(mosaic_attention, config=config)):
             out, vjp = jax.vjp(lambda q, k, v, run=run: run(q, k, v, segment_ids, spec), q, k, v)
             results.append((out, *vjp(d_out)))
         return results
