@@ -112,8 +112,9 @@ def mosaic_attention(
     spec: MaskSpec,
     config: MosaicAttentionConfig = MosaicAttentionConfig(),
 ) -> jax.Array:
-    """Flash attention with a Mosaic GPU forward pass, same contract as ``reference_attention``;
-    differentiable (custom VJP). Needs bfloat16 or float16 (``mosaic_unsupported_reason``).
+    """Flash attention by the Mosaic GPU kernels, same contract as ``reference_attention``; differentiable
+    (custom VJP). Needs bfloat16 or float16 and heads of at most 256 (``mosaic_unsupported_reason``); the
+    sequence is padded to whole tiles and the head dimension to a multiple of 64.
 
     >>> import jax, jax.numpy as jnp
     >>> from meltemi.kernels import MaskSpec
@@ -129,7 +130,7 @@ def mosaic_attention(
     padded = round_up(
         seq, math.lcm(config.block_q, config.block_k, config.backward_block_q, config.backward_block_k)
     )
-    padded_dim = max(WGMMA_ROWS, pl.next_power_of_2(head_dim))
+    padded_dim = round_up(head_dim, WGMMA_ROWS)  # a swizzled tile row: 64 bf16/f16 values
     plan = _Plan(spec, seq, padded, padded_dim, heads // k.shape[2], config)
     if segment_ids is None:
         segment_ids = jnp.zeros((batch, seq), jnp.int32)
