@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -272,6 +273,54 @@ def _store(pairs: list[tuple[Any, Any, Any]]) -> None:
     plgpu.wait_smem_to_gmem(0)
 
 
+@dataclasses.dataclass(frozen=True)
+class _KeyStream:
+    """The key/value tiles (and their segment ids) one query block sees, ``bounds`` as ``_narrow`` gives
+    them, streamed through two buffers by TMA: tile ``j + 1`` is fetched while tile ``j`` is used."""
+
+    fetch: Callable[[Any, Any], None]
+    barriers: Any
+    bounds: tuple[Any, Any, Any, Any]
+    segment_buffers: Any
+    block_k: int
+
+    def take(self, j) -> Any:
+        """Start fetching the tile after ``j`` and wait for ``j``; the buffer ``j`` is in."""
+        lo, _, _, hi = self.bounds
+        slot = lax.rem(j - lo, 2)
+        pl.when(j + 1 < hi)(lambda: self.fetch(j + 1, 1 - slot))
+        plgpu.barrier_wait(self.barriers.at[slot])
+        return slot
+
+    def visible(self, plan: _Plan, j, slot, q_positions: jax.Array, q_segments: jax.Array) -> jax.Array:
+        """Which pairs of the query tile (``q_positions`` and ``q_segments``, as its scores) and key tile
+        ``j`` (in buffer ``slot``) the mask leaves."""
+        shape = q_positions.shape
+        ops = _operations(plan.config)
+        k_segments = lax.broadcast_in_dim(ops.vector(self.segment_buffers, slot, _COLUMN), shape, [1])
+        k_positions = ops.positions(shape, 1) + j * self.block_k
+        return _visible(plan, q_positions, k_positions, q_segments, k_segments)
+
+
+def _stream_keys(plan: _Plan, bq: int, bk: int, gmem: tuple, smem: tuple, barriers) -> _KeyStream:
+    """Start streaming to this program's query block: ``gmem`` is (keys, values, segment ids, the key ranges
+    of ``segment_block_ranges``), ``smem`` the two-deep buffers of the keys, values and their segment ids."""
+    k_gmem, v_gmem, segment_gmem, range_gmem = gmem
+    k_smem, v_smem, k_segment_smem = smem
+    head, q_block, row = lax.axis_index("heads"), lax.axis_index("blocks"), lax.axis_index("batch")
+    kv_head = lax.div(head, jnp.int32(plan.group))
+
+    def fetch(j, slot):
+        keys, barrier = pl.ds(j * bk, bk), barriers.at[slot]
+        plgpu.copy_gmem_to_smem(k_gmem.at[row, keys, kv_head], k_smem.at[slot], barrier)
+        plgpu.copy_gmem_to_smem(v_gmem.at[row, keys, kv_head], v_smem.at[slot], barrier)
+        plgpu.copy_gmem_to_smem(segment_gmem.at[row, keys], k_segment_smem.at[slot], barrier)
+
+    bounds = _key_loop_bounds(plan, q_block, bq, bk, [range_gmem[row, q_block, c] for c in range(4)])
+    pl.when(bounds[0] < bounds[3])(lambda: fetch(bounds[0], 0))
+    return _KeyStream(fetch, barriers, bounds, k_segment_smem, bk)
+
+
 def _forward_kernel(
     plan: _Plan,
     q_gmem,
@@ -293,20 +342,17 @@ def _forward_kernel(
     ops = _operations(plan.config)
     bq, bk, dim = plan.config.block_q, plan.config.block_k, plan.head_dim
     head, q_block, row = lax.axis_index("heads"), lax.axis_index("blocks"), lax.axis_index("batch")
-    kv_head = lax.div(head, jnp.int32(plan.group))
     queries = pl.ds(q_block * bq, bq)
     plgpu.copy_gmem_to_smem(q_gmem.at[row, queries, head], q_smem, q_barrier)
     plgpu.copy_gmem_to_smem(segment_gmem.at[row, queries], q_segment_smem, q_barrier)
-
-    def fetch(j, slot):
-        keys, barrier = pl.ds(j * bk, bk), kv_barriers.at[slot]
-        plgpu.copy_gmem_to_smem(k_gmem.at[row, keys, kv_head], k_smem.at[slot], barrier)
-        plgpu.copy_gmem_to_smem(v_gmem.at[row, keys, kv_head], v_smem.at[slot], barrier)
-        plgpu.copy_gmem_to_smem(segment_gmem.at[row, keys], k_segment_smem.at[slot], barrier)
-
-    bounds = _key_loop_bounds(plan, q_block, bq, bk, [range_gmem[row, q_block, c] for c in range(4)])
-    lo, _, _, hi = bounds
-    pl.when(lo < hi)(lambda: fetch(lo, 0))
+    stream = _stream_keys(
+        plan,
+        bq,
+        bk,
+        (k_gmem, v_gmem, segment_gmem, range_gmem),
+        (k_smem, v_smem, k_segment_smem),
+        kv_barriers,
+    )
     plgpu.barrier_wait(q_barrier)
     q = ops.operand(q_smem)
     q_segments = lax.broadcast_in_dim(ops.vector(q_segment_smem, None, _ROW), (bq, bk), [0])
@@ -315,14 +361,10 @@ def _forward_kernel(
 
     def step(j, carry, masked: bool):
         acc, row_max, normalizer = carry
-        slot = lax.rem(j - lo, 2)
-        pl.when(j + 1 < hi)(lambda: fetch(j + 1, 1 - slot))
-        plgpu.barrier_wait(kv_barriers.at[slot])
+        slot = stream.take(j)
         scores = ops.matmul(q, ops.operand(k_smem, slot), (bq, bk), transpose_b=True) * scale
         if masked:
-            k_segments = lax.broadcast_in_dim(ops.vector(k_segment_smem, slot, _COLUMN), (bq, bk), [1])
-            k_positions = ops.positions((bq, bk), 1) + j * bk
-            visible = _visible(plan, q_positions, k_positions, q_segments, k_segments)
+            visible = stream.visible(plan, j, slot, q_positions, q_segments)
             scores = jnp.where(visible, scores, -jnp.inf)
         new_max = jnp.maximum(row_max, scores.max(axis=1))
         shift = jnp.where(new_max == -jnp.inf, 0.0, new_max)
@@ -339,7 +381,7 @@ def _forward_kernel(
         ops.layout(jnp.full((bq,), -jnp.inf, jnp.float32), _ROW),
         ops.layout(jnp.zeros((bq,), jnp.float32), _ROW),
     )
-    acc, row_max, normalizer = _three_loops(step, carry, bounds)
+    acc, row_max, normalizer = _three_loops(step, carry, stream.bounds)
     nonempty = normalizer > 0
     safe = jnp.where(nonempty, normalizer, 1.0)
     out = acc / lax.broadcast_in_dim(safe, (bq, dim), [0])
@@ -455,23 +497,20 @@ def _query_kernel(
     ops = _operations(plan.config)
     bq, bk, dim = plan.config.backward_block_q, plan.config.backward_block_k, plan.head_dim
     head, q_block, row = lax.axis_index("heads"), lax.axis_index("blocks"), lax.axis_index("batch")
-    kv_head = lax.div(head, jnp.int32(plan.group))
     queries = pl.ds(q_block * bq, bq)
     plgpu.copy_gmem_to_smem(q_gmem.at[row, queries, head], q_smem, q_barrier)
     plgpu.copy_gmem_to_smem(d_out_gmem.at[row, queries, head], d_out_smem, q_barrier)
     plgpu.copy_gmem_to_smem(segment_gmem.at[row, queries], q_segment_smem, q_barrier)
     plgpu.copy_gmem_to_smem(lse_gmem.at[row, head, queries], lse_smem, q_barrier)
     plgpu.copy_gmem_to_smem(delta_gmem.at[row, head, queries], delta_smem, q_barrier)
-
-    def fetch(j, slot):
-        keys, barrier = pl.ds(j * bk, bk), kv_barriers.at[slot]
-        plgpu.copy_gmem_to_smem(k_gmem.at[row, keys, kv_head], k_smem.at[slot], barrier)
-        plgpu.copy_gmem_to_smem(v_gmem.at[row, keys, kv_head], v_smem.at[slot], barrier)
-        plgpu.copy_gmem_to_smem(segment_gmem.at[row, keys], k_segment_smem.at[slot], barrier)
-
-    bounds = _key_loop_bounds(plan, q_block, bq, bk, [range_gmem[row, q_block, c] for c in range(4)])
-    lo, _, _, hi = bounds
-    pl.when(lo < hi)(lambda: fetch(lo, 0))
+    stream = _stream_keys(
+        plan,
+        bq,
+        bk,
+        (k_gmem, v_gmem, segment_gmem, range_gmem),
+        (k_smem, v_smem, k_segment_smem),
+        kv_barriers,
+    )
     plgpu.barrier_wait(q_barrier)
     q, d_out = ops.operand(q_smem), ops.operand(d_out_smem)
     q_segments = lax.broadcast_in_dim(ops.vector(q_segment_smem, None, _ROW), (bq, bk), [0])
@@ -481,21 +520,17 @@ def _query_kernel(
     scale = plan.spec.softmax_scale
 
     def step(j, dq, masked: bool):
-        slot = lax.rem(j - lo, 2)
-        pl.when(j + 1 < hi)(lambda: fetch(j + 1, 1 - slot))
-        plgpu.barrier_wait(kv_barriers.at[slot])
+        slot = stream.take(j)
         k = ops.operand(k_smem, slot)
         probabilities = jnp.exp2(ops.matmul(q, k, (bq, bk), transpose_b=True) * (scale * _LOG2E) - lse)
         if masked:
-            k_segments = lax.broadcast_in_dim(ops.vector(k_segment_smem, slot, _COLUMN), (bq, bk), [1])
-            k_positions = ops.positions((bq, bk), 1) + j * bk
-            visible = _visible(plan, q_positions, k_positions, q_segments, k_segments)
+            visible = stream.visible(plan, j, slot, q_positions, q_segments)
             probabilities = jnp.where(visible, probabilities, 0.0)
         d_probabilities = ops.matmul(d_out, ops.operand(v_smem, slot), (bq, bk), transpose_b=True)
         d_scores = probabilities * (d_probabilities - delta) * scale
         return dq + ops.matmul(d_scores.astype(q_smem.dtype), k, (bq, dim), transpose_b=False)
 
-    dq = _three_loops(step, ops.layout(jnp.zeros((bq, dim), jnp.float32), _TILE), bounds)
+    dq = _three_loops(step, ops.layout(jnp.zeros((bq, dim), jnp.float32), _TILE), stream.bounds)
     _store([(dq, q_smem, dq_gmem.at[row, queries, head])])
 
 
