@@ -17,8 +17,8 @@ The parts, in order of priority, each a subprocess of another benchmark script:
 - ``gpu-tests``: ``pytest -m gpu`` over the test files that hold GPU tests (attention on Triton, Mosaic GPU,
   cuDNN and XLA, the cross-entropy kernels, a bf16 trainer step of the tiny model against the CPU's, in bf16
   and fp8 matmuls);
-- ``attention-mosaic-blocks``: our Mosaic GPU kernel with segment ids at other tile sizes (``MOSAIC_SWEEP``),
-  each against cuDNN on whole rows, so its defaults can be chosen at the model's shapes.
+- ``attention-mosaic-blocks``: our Mosaic GPU kernels with segment ids at other tiles and depths
+  (``MOSAIC_SWEEP``), each against cuDNN on whole rows, so their defaults can be chosen at the model's shapes.
 
 Also available by ``--parts``: ``fp8`` (``fp8_step.py``, bf16 then fp8 matmuls for ``--fp8-steps`` steps,
 100 by default: about 270 s, so a call of its own, as the defaults fill the budget), ``attention-blocks``
@@ -95,9 +95,16 @@ PALLAS_SWEEP = (
     "128,64,32,64,4,3",
     "128,64,64,32,4,3",
 )
-# Our Mosaic GPU kernel's tiles beside its default 64,64,64,64 (Q,K,BACKWARD_Q,BACKWARD_K): wider key or
-# query tiles in one pass at a time.
-MOSAIC_SWEEP = ("64,128,64,64", "128,64,64,64", "128,128,64,64", "64,64,128,64", "64,64,64,128")
+# Our Mosaic GPU kernels' settings beside their default 64,64,64,64,2 (Q,K,BACKWARD_Q,BACKWARD_K,STAGES):
+# a third buffer per stream, and wider key or query tiles in one pass at a time.
+MOSAIC_SWEEP = (
+    "64,64,64,64,3",
+    "64,128,64,64,2",
+    "128,64,64,64,2",
+    "128,128,64,64,2",
+    "64,64,128,64,2",
+    "64,64,64,128,2",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +162,7 @@ def plan(smoke: bool, fp8_steps: int, torch_microbatch: int | None) -> list[Part
         *(Part(f"remat-{p}", remat[p], 35) for p in REMAT_POLICIES if p == "none"),
         Part("gpu-tests", gpu_tests, 60, jax=False),  # each test process allocates what it uses
         Part("attention-forward", (*attention, "--forward-only", "--implementations", *FORWARD), 15),
-        Part("attention-mosaic-blocks", (*documents, "mosaic", "--mosaic-blocks", *MOSAIC_SWEEP), 30),
+        Part("attention-mosaic-blocks", (*documents, "mosaic", "--mosaic-blocks", *MOSAIC_SWEEP), 35),
         Part("attention-blocks", (*documents, "pallas", "--pallas-blocks", *PALLAS_SWEEP), 35, default=False),
         Part("torch-eager", (*torch, "--eager"), 60, jax=False, default=False),
         Part("torch-no-checkpointing", (*torch, "--no-checkpointing"), 80, jax=False, default=False),

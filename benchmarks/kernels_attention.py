@@ -17,9 +17,9 @@ shapes. ``--memory`` compiles each implementation's forward+backward without run
 plan of its temporaries beside the reference's; it needs no GPU (on a CPU the Pallas kernel is interpreted,
 so its figure is that program's, not a GPU's, though the kernel's inputs and outputs are the same).
 
-``--mosaic-blocks`` does the same for our Mosaic GPU kernel (``Q,K,BACKWARD_Q,BACKWARD_K``, multiples of
-64). ``--forward-only`` times the forward pass alone (FLOPs: its two matmuls). ``--implementations ...
-jax-mosaic`` adds JAX's own flash attention on the Mosaic GPU backend
+``--mosaic-blocks`` does the same for our Mosaic GPU kernels (``Q,K,BACKWARD_Q,BACKWARD_K[,STAGES]``:
+tiles multiples of 64, buffers per stream). ``--forward-only`` times the forward pass alone (FLOPs: its two
+matmuls). ``--implementations ... jax-mosaic`` adds JAX's own flash attention on the Mosaic GPU backend
 (``jax.experimental.pallas.ops.gpu.attention_mgpu``, whole rows, Hopper), a yardstick for ours.
 
 Without a GPU the script says so and exits; ``--smoke`` runs tiny shapes on any backend to check it works
@@ -82,23 +82,25 @@ def pallas_blocks(text: str) -> PallasAttentionConfig:
 
 
 def mosaic_blocks(text: str) -> MosaicAttentionConfig:
-    """``Q,K,BACKWARD_Q,BACKWARD_K`` as a Mosaic kernel config (argparse's type: a bad one is named)."""
+    """``Q,K,BACKWARD_Q,BACKWARD_K[,STAGES]`` as a Mosaic kernel config (argparse's type: a bad one is
+    named)."""
     try:
         numbers = [int(part) for part in text.split(",")]
-        if len(numbers) != 4:
-            raise ValueError("four integers")
-        names = ("block_q", "block_k", "backward_block_q", "backward_block_k")
-        return MosaicAttentionConfig(**dict(zip(names, numbers, strict=True)))
+        if len(numbers) not in (4, 5):
+            raise ValueError("four or five integers")
+        names = ("block_q", "block_k", "backward_block_q", "backward_block_k", "stages")
+        return MosaicAttentionConfig(**dict(zip(names, numbers, strict=False)))
     except ValueError as error:
         raise argparse.ArgumentTypeError(
-            f"--mosaic-blocks {text!r}: expected Q,K,BACKWARD_Q,BACKWARD_K, multiples of 64 ({error})"
+            f"--mosaic-blocks {text!r}: expected Q,K,BACKWARD_Q,BACKWARD_K[,STAGES], tiles multiples of 64 "
+            f"({error})"
         ) from None
 
 
 def label(config: PallasAttentionConfig | MosaicAttentionConfig) -> str:
     tiles = (config.block_q, config.block_k, config.backward_block_q, config.backward_block_k)
     if isinstance(config, MosaicAttentionConfig):
-        return "mosaic[" + ",".join(str(n) for n in tiles) + "]"
+        return "mosaic[" + ",".join(str(n) for n in (*tiles, config.stages)) + "]"
     launch = (config.num_warps, config.num_stages) if config.num_warps else ()
     return "pallas[" + ",".join(str(n) for n in (*tiles, *launch)) + "]"
 
@@ -211,8 +213,8 @@ def main() -> None:
         type=mosaic_blocks,
         nargs="+",
         default=[],
-        metavar="Q,K,BQ,BK",
-        help="also time our Mosaic GPU kernel at each of these tile settings (multiples of 64)",
+        metavar="Q,K,BQ,BK[,STAGES]",
+        help="also time our Mosaic GPU kernels at each of these tile settings (multiples of 64) and depths",
     )
     parser.add_argument(
         "--memory", action="store_true", help="print XLA's plan of each step's temporaries instead of timing"

@@ -6,6 +6,7 @@ the CPU (their matrix multiplies and register layouts take the interpreter's sta
 operation Mosaic GPU lacks fails. Speed is measured on a GPU by ``benchmarks/gpu.py``.
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -30,6 +31,7 @@ def interpreter() -> object:
 
 INTERPRETED = MosaicAttentionConfig(interpret=interpreter())
 WIDE_TILES = MosaicAttentionConfig(128, 128, 128, 128, interpret=INTERPRETED.interpret)
+DEEPER = MosaicAttentionConfig(stages=3, interpret=INTERPRETED.interpret)
 
 
 def documents(lengths: list[int], padding: int = 0) -> np.ndarray:
@@ -46,39 +48,37 @@ def inputs(seq: int, heads: int, kv_heads: int, head_dim: int, seed: int):
     ]
 
 
+@dataclasses.dataclass(frozen=True)
+class Case:
+    segments: int | np.ndarray  # a sequence length (no segment ids), or the ids of one row
+    heads: int
+    kv_heads: int
+    head_dim: int
+    causal: bool = True
+    window: int | None = None
+    config: MosaicAttentionConfig = INTERPRETED
+
+
 CASES = {
-    # name: (segment ids or sequence length, heads, kv heads, head dim, causal, window, config)
-    "one document, ragged length": (200, 2, 1, 64, True, None, INTERPRETED),
-    "many short documents and padding": (
-        documents([3, 40, 1, 70, 17, 9], padding=52),
-        4,
-        2,
-        32,
-        True,
-        None,
-        INTERPRETED,
+    "one document, ragged length": Case(200, 2, 1, 64),
+    "many short documents and padding": Case(documents([3, 40, 1, 70, 17, 9], padding=52), 4, 2, 32),
+    "long documents: blocks visible whole": Case(documents([190, 130]), 2, 2, 64),
+    "not causal, sliding window": Case(documents([100, 92]), 2, 1, 64, causal=False, window=37),
+    "128-row tiles, heads of 128, groups of 4": Case(
+        documents([150, 100, 6], padding=30), 8, 2, 128, config=WIDE_TILES
     ),
-    "long documents: blocks visible whole": (documents([190, 130]), 2, 2, 64, True, None, INTERPRETED),
-    "not causal, sliding window": (documents([100, 92]), 2, 1, 64, False, 37, INTERPRETED),
-    "128-row tiles, heads of 128, groups of 4": (
-        documents([150, 100, 6], padding=30),
-        8,
-        2,
-        128,
-        True,
-        None,
-        WIDE_TILES,
-    ),
+    "three buffers a stream, groups of 4": Case(documents([60, 250, 20]), 4, 1, 64, config=DEEPER),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_interpreted_kernel_matches_reference(case):
-    segments, heads, kv_heads, head_dim, causal, window, config = CASES[case]
+    c = CASES[case]
+    segments, config = c.segments, c.config
     seq = segments if isinstance(segments, int) else segments.shape[1]
     segment_ids = None if isinstance(segments, int) else jnp.asarray(segments)
-    q, k, v, d_out = inputs(seq, heads, kv_heads, head_dim, seed=seq)
-    spec = MaskSpec(causal=causal, sliding_window=window, softmax_scale=head_dim**-0.5)
+    q, k, v, d_out = inputs(seq, c.heads, c.kv_heads, c.head_dim, seed=seq)
+    spec = MaskSpec(causal=c.causal, sliding_window=c.window, softmax_scale=c.head_dim**-0.5)
 
     @jax.jit
     def outputs_and_gradients(q, k, v):
@@ -103,8 +103,8 @@ def lowered_for_gpu(function, *shapes) -> str:
     return jax.jit(function).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
 
 
-@pytest.mark.parametrize(("causal", "window"), [(True, None), (True, 1024), (False, None)])
-def test_lowers_for_a_gpu_at_the_1b_step_shapes(causal, window):
+@pytest.mark.parametrize(("causal", "window", "stages"), [(True, None, 2), (True, 1024, 3), (False, None, 2)])
+def test_lowers_for_a_gpu_at_the_1b_step_shapes(causal, window, stages):
     """4,096-token rows of packed documents, 32 query and 8 key/value heads of 64, bfloat16: forward and
     backward are three Mosaic GPU kernels, and nothing runs on Triton."""
     q = jax.ShapeDtypeStruct((2, 4096, 32, 64), jnp.bfloat16)
@@ -113,7 +113,8 @@ def test_lowers_for_a_gpu_at_the_1b_step_shapes(causal, window):
     spec = MaskSpec(causal=causal, sliding_window=window, softmax_scale=0.125)
 
     def loss(q, k, v, segment_ids):
-        return jnp.sum(mosaic_attention(q, k, v, segment_ids, spec).astype(jnp.float32))
+        config = MosaicAttentionConfig(stages=stages)
+        return jnp.sum(mosaic_attention(q, k, v, segment_ids, spec, config).astype(jnp.float32))
 
     module = lowered_for_gpu(jax.grad(loss, argnums=(0, 1, 2)), q, kv, kv, segment_ids)
     assert module.count("@mosaic_gpu") == 3
@@ -135,3 +136,5 @@ def test_refuses_what_it_cannot_run():
         attention(bf16, bf16, bf16, implementation="mosaic")
     with pytest.raises(ValueError, match="block_k must be a positive multiple of 64, got 48"):
         MosaicAttentionConfig(block_k=48)
+    with pytest.raises(ValueError, match="stages must be an int >= 2, got 1"):
+        MosaicAttentionConfig(stages=1)

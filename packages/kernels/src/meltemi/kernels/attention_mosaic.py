@@ -3,14 +3,14 @@ and wgmma).
 
 Three kernels, FlashAttention-2 style, as ``attention_pallas``'s on Triton, each program one warpgroup
 over a (head, block, batch row) grid. The forward copies its query tile and their segment ids into shared
-memory, then streams key/value blocks through two buffers by TMA, fetching block ``j + 1`` while it
-computes block ``j``, with an online softmax in float32 registers; it writes the output and the
-log-normalizer. The backward recomputes probabilities block by block: one kernel per key block streams the
-query tiles (and their output gradients and statistics) of every query head of its group that sees it and
-accumulates dK and dV, another per query block streams key tiles and accumulates dQ. Every loop visits only
-the blocks the mask leaves visible: causal and window bounds from the block's position, document bounds
-from ``segment_block_ranges``, so the work on rows of packed documents shrinks with their number; the
-blocks visible whole skip the mask.
+memory, then streams key/value blocks through ``stages`` buffers by TMA (2 by default: block ``j + 1``
+is fetched while block ``j`` is computed), with an online softmax in float32 registers; it writes the
+output and the log-normalizer. The backward recomputes probabilities block by block: one kernel per key
+block streams the query tiles (and their output gradients and statistics) of every query head of its group
+that sees it and accumulates dK and dV, another per query block streams key tiles and accumulates dQ. Every
+loop visits only the blocks the mask leaves visible: causal and window bounds from the block's position,
+document bounds from ``segment_block_ranges``, so the work on rows of packed documents shrinks with their
+number; the blocks visible whole skip the mask.
 
 Off a GPU, ``MosaicAttentionConfig(interpret=...)`` takes Mosaic GPU's interpreter parameters
 (``jax.experimental.pallas.mosaic_gpu.InterpretGPUParams`` from JAX 0.11 on) and runs the same kernels on
@@ -59,13 +59,15 @@ _LOG2E = math.log2(math.e)
 
 @dataclasses.dataclass(frozen=True)
 class MosaicAttentionConfig:
-    """Tiles of the forward and backward passes (multiples of 64; a ``ValueError`` names any other), and
+    """Tiles of the forward and backward passes (multiples of 64; a ``ValueError`` names any other), how
+    many buffers each stream of tiles cycles through (``stages``: tiles fetched ``stages - 1`` ahead), and
     ``interpret``: ``None`` to compile for the GPU, or Mosaic GPU's interpreter parameters."""
 
     block_q: int = 64
     block_k: int = 64
     backward_block_q: int = 64
     backward_block_k: int = 64
+    stages: int = 2
     interpret: Any = None
 
     def __post_init__(self) -> None:
@@ -75,6 +77,8 @@ class MosaicAttentionConfig:
                 raise ValueError(
                     f"MosaicAttentionConfig: {name} must be a positive multiple of {WGMMA_ROWS}, got {size!r}"
                 )
+        if not isinstance(self.stages, int) or isinstance(self.stages, bool) or self.stages < 2:
+            raise ValueError(f"MosaicAttentionConfig: stages must be an int >= 2, got {self.stages!r}")
 
 
 def mosaic_unsupported_reason(q: jax.Array) -> str | None:
@@ -274,23 +278,45 @@ def _store(pairs: list[tuple[Any, Any, Any]]) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class _KeyStream:
-    """The key/value tiles (and their segment ids) one query block sees, ``bounds`` as ``_narrow`` gives
-    them, streamed through two buffers by TMA: tile ``j + 1`` is fetched while tile ``j`` is used."""
+class _Stream:
+    """Tiles number ``start`` to ``end - 1`` fetched by TMA (``fetch(index, buffer)``) into ``stages``
+    buffers (one barrier each), ``stages - 1`` tiles ahead of the one in use. Tiles are used in order, one
+    at a time, and a tile's buffer is free again once the next is taken: a warpgroup's matrix multiplies
+    are done when their accumulators are read."""
 
     fetch: Callable[[Any, Any], None]
     barriers: Any
+    start: Any
+    end: Any
+    stages: int
+
+    def begin(self) -> _Stream:
+        for ahead in range(self.stages - 1):
+            index = self.start + ahead
+            pl.when(index < self.end)(functools.partial(self.fetch, index, ahead))
+        return self
+
+    def take(self, index) -> Any:
+        """Start fetching the tile ``stages - 1`` after ``index`` and wait for ``index``; its buffer."""
+        slot = lax.rem(index - self.start, self.stages)
+        ahead = index + self.stages - 1
+        pl.when(ahead < self.end)(lambda: self.fetch(ahead, lax.rem(ahead - self.start, self.stages)))
+        plgpu.barrier_wait(self.barriers.at[slot])
+        return slot
+
+
+@dataclasses.dataclass(frozen=True)
+class _KeyStream:
+    """The key/value tiles (and their segment ids) one query block sees, ``bounds`` as ``_narrow`` gives
+    them, streamed through ``plan.config.stages`` buffers."""
+
+    tiles: _Stream
     bounds: tuple[Any, Any, Any, Any]
     segment_buffers: Any
     block_k: int
 
     def take(self, j) -> Any:
-        """Start fetching the tile after ``j`` and wait for ``j``; the buffer ``j`` is in."""
-        lo, _, _, hi = self.bounds
-        slot = lax.rem(j - lo, 2)
-        pl.when(j + 1 < hi)(lambda: self.fetch(j + 1, 1 - slot))
-        plgpu.barrier_wait(self.barriers.at[slot])
-        return slot
+        return self.tiles.take(j)
 
     def visible(self, plan: _Plan, j, slot, q_positions: jax.Array, q_segments: jax.Array) -> jax.Array:
         """Which pairs of the query tile (``q_positions`` and ``q_segments``, as its scores) and key tile
@@ -304,7 +330,7 @@ class _KeyStream:
 
 def _stream_keys(plan: _Plan, bq: int, bk: int, gmem: tuple, smem: tuple, barriers) -> _KeyStream:
     """Start streaming to this program's query block: ``gmem`` is (keys, values, segment ids, the key ranges
-    of ``segment_block_ranges``), ``smem`` the two-deep buffers of the keys, values and their segment ids."""
+    of ``segment_block_ranges``), ``smem`` the buffers of the keys, values and their segment ids."""
     k_gmem, v_gmem, segment_gmem, range_gmem = gmem
     k_smem, v_smem, k_segment_smem = smem
     head, q_block, row = lax.axis_index("heads"), lax.axis_index("blocks"), lax.axis_index("batch")
@@ -317,8 +343,8 @@ def _stream_keys(plan: _Plan, bq: int, bk: int, gmem: tuple, smem: tuple, barrie
         plgpu.copy_gmem_to_smem(segment_gmem.at[row, keys], k_segment_smem.at[slot], barrier)
 
     bounds = _key_loop_bounds(plan, q_block, bq, bk, [range_gmem[row, q_block, c] for c in range(4)])
-    pl.when(bounds[0] < bounds[3])(lambda: fetch(bounds[0], 0))
-    return _KeyStream(fetch, barriers, bounds, k_segment_smem, bk)
+    tiles = _Stream(fetch, barriers, bounds[0], bounds[3], plan.config.stages).begin()
+    return _KeyStream(tiles, bounds, k_segment_smem, bk)
 
 
 def _forward_kernel(
@@ -413,7 +439,7 @@ def _key_value_kernel(
     q_barriers,
 ):
     """dK and dV of one key block of one key/value head, over the query heads of its group and the query
-    blocks that see the key block: query tiles stream through two buffers as key tiles do forward."""
+    blocks that see the key block: query tiles stream through buffers as key tiles do forward."""
     ops = _operations(plan.config)
     bq, bk, dim, group = plan.config.backward_block_q, plan.config.backward_block_k, plan.head_dim, plan.group
     kv_head, k_block, row = lax.axis_index("heads"), lax.axis_index("blocks"), lax.axis_index("batch")
@@ -431,8 +457,12 @@ def _key_value_kernel(
         plgpu.copy_gmem_to_smem(delta_gmem.at[row, head, queries], delta_smem.at[slot], barrier)
 
     bounds = _query_loop_bounds(plan, k_block, bq, bk, [range_gmem[row, k_block, c] for c in range(4)])
-    lo, _, _, hi = bounds
-    pl.when(lo < hi)(lambda: fetch(0, lo, 0))
+    blocks = bounds[3] - bounds[0]
+
+    def fetch_nth(n, slot):  # the n-th query tile used: query head n // blocks of the group, its tile
+        fetch(lax.div(n, blocks), bounds[0] + lax.rem(n, blocks), slot)
+
+    tiles = _Stream(fetch_nth, q_barriers, jnp.int32(0), group * blocks, plan.config.stages).begin()
     plgpu.barrier_wait(k_barrier)
     k, v = ops.operand(k_smem), ops.operand(v_smem)
     k_segments = lax.broadcast_in_dim(ops.vector(k_segment_smem, None, _ROW), (bk, bq), [0])
@@ -440,12 +470,8 @@ def _key_value_kernel(
     scale = plan.spec.softmax_scale
 
     def step(i, carry, member, masked: bool):
-        dk, dv, taken = carry  # taken: query tiles used so far, which says the buffer this one is in
-        slot = lax.rem(taken, 2)
-        head_done = i + 1 >= hi
-        next_member, next_i = jnp.where(head_done, member + 1, member), jnp.where(head_done, lo, i + 1)
-        pl.when(next_member < group)(lambda: fetch(next_member, next_i, 1 - slot))
-        plgpu.barrier_wait(q_barriers.at[slot])
+        dk, dv, taken = carry  # taken: query tiles used so far
+        slot = tiles.take(taken)
         q, d_out = ops.operand(q_smem, slot), ops.operand(d_out_smem, slot)
         # Transposed tiles, keys along rows: probabilities, and the gradients of their scores.
         lse = lax.broadcast_in_dim(ops.vector(lse_smem, slot, _COLUMN), (bk, bq), [1])
@@ -556,9 +582,9 @@ def _tiles(ops, dtype, count: int | None, block: int, dim: int) -> tuple[Any, An
 def _forward(plan: _Plan, q, k, v, segment_ids):
     batch, padded, heads, dim = q.shape
     bq, bk = plan.config.block_q, plan.config.block_k
-    ops = _operations(plan.config)
+    ops, stages = _operations(plan.config), plan.config.stages
     q_tile, q_segments = _tiles(ops, q.dtype, None, bq, dim)
-    kv_tile, k_segments = _tiles(ops, q.dtype, 2, bk, dim)
+    kv_tile, k_segments = _tiles(ops, q.dtype, stages, bk, dim)
     run = _launch(
         plan,
         _forward_kernel,
@@ -572,7 +598,7 @@ def _forward(plan: _Plan, q, k, v, segment_ids):
             k_segments,
             plgpu.SMEM((bq,), jnp.float32),
             plgpu.Barrier(num_arrivals=2),
-            plgpu.Barrier(num_arrivals=3, num_barriers=2),
+            plgpu.Barrier(num_arrivals=3, num_barriers=stages),
         ],
     )
     return run(q, k, v, segment_ids, segment_block_ranges(segment_ids, bq, bk))
@@ -581,14 +607,14 @@ def _forward(plan: _Plan, q, k, v, segment_ids):
 def _backward(plan: _Plan, q, k, v, segment_ids, out, lse, d_out):
     batch, padded, heads, dim = q.shape
     bq, bk = plan.config.backward_block_q, plan.config.backward_block_k
-    ops = _operations(plan.config)
+    ops, stages = _operations(plan.config), plan.config.stages
     d_out = d_out.astype(q.dtype)
     delta = jnp.einsum("bqhd,bqhd->bhq", out.astype(jnp.float32), d_out.astype(jnp.float32))
     inputs = (q, k, v, segment_ids)
     statistics = (d_out, lse, delta)
 
     k_tile, k_segments = _tiles(ops, q.dtype, None, bk, dim)
-    q_tiles, q_segments = _tiles(ops, q.dtype, 2, bq, dim)
+    q_tiles, q_segments = _tiles(ops, q.dtype, stages, bq, dim)
     dk, dv = _launch(
         plan,
         _key_value_kernel,
@@ -601,15 +627,15 @@ def _backward(plan: _Plan, q, k, v, segment_ids, out, lse, d_out):
             q_tiles,
             q_tiles,
             q_segments,
-            plgpu.SMEM((2, bq), jnp.float32),
-            plgpu.SMEM((2, bq), jnp.float32),
+            plgpu.SMEM((stages, bq), jnp.float32),
+            plgpu.SMEM((stages, bq), jnp.float32),
             plgpu.Barrier(num_arrivals=3),
-            plgpu.Barrier(num_arrivals=5, num_barriers=2),
+            plgpu.Barrier(num_arrivals=5, num_barriers=stages),
         ],
     )(*inputs, segment_block_ranges(segment_ids, bk, bq), *statistics)
 
     q_tile, q_segments = _tiles(ops, q.dtype, None, bq, dim)
-    kv_tiles, k_segments = _tiles(ops, q.dtype, 2, bk, dim)
+    kv_tiles, k_segments = _tiles(ops, q.dtype, stages, bk, dim)
     dq = _launch(
         plan,
         _query_kernel,
@@ -625,7 +651,7 @@ def _backward(plan: _Plan, q, k, v, segment_ids, out, lse, d_out):
             kv_tiles,
             k_segments,
             plgpu.Barrier(num_arrivals=5),
-            plgpu.Barrier(num_arrivals=3, num_barriers=2),
+            plgpu.Barrier(num_arrivals=3, num_barriers=stages),
         ],
     )(*inputs, segment_block_ranges(segment_ids, bq, bk), *statistics)
     return dq, dk, dv
