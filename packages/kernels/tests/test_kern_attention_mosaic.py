@@ -16,7 +16,11 @@ import pytest
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from meltemi.kernels import MaskSpec, attention
-from meltemi.kernels.attention_mosaic import MosaicAttentionConfig, mosaic_attention
+from meltemi.kernels.attention_mosaic import (
+    MosaicAttentionConfig,
+    mosaic_attention,
+    mosaic_unsupported_reason,
+)
 from meltemi.kernels.attention_reference import reference_attention
 
 
@@ -134,6 +138,9 @@ def test_refuses_what_it_cannot_run():
     bf16 = x.astype(jnp.bfloat16)
     with pytest.raises(ValueError, match="implementation='mosaic'.*NVIDIA GPU.*'cpu'.*interpret"):
         attention(bf16, bf16, bf16, implementation="mosaic")
+    hopper, ampere = ({"platform": "cuda", "compute_capability": c} for c in ("9.0", "8.0"))
+    assert mosaic_unsupported_reason(bf16, **hopper) is None
+    assert "Hopper GPUs" in mosaic_unsupported_reason(bf16, **ampere)
     with pytest.raises(ValueError, match="block_k must be a positive multiple of 64, got 48"):
         MosaicAttentionConfig(block_k=48)
     with pytest.raises(ValueError, match="stages must be an int >= 2, got 1"):

@@ -66,6 +66,9 @@ def test_overrides_apply_on_top_of_a_yaml_file(tmp_path):
         (["trainer.seed", "1"], r"expected an override like"),
         (["--trainer.seed"], r"has no value"),
         (["--data.stages", "[{start_step: 0, weights: {web: 1}}]"], r"unknown sources \['web'\]"),
+        (["--model.attention", "mosaic", "--trainer.compute_dtype", "float32"], r"model.attention mosaic needs trainer.compute_dtype bfloat16 or float16, got float32"),  # noqa: E501
+        (["--model.attention", "cudnn", "--trainer.compute_dtype", "float32"], r"model.attention cudnn needs trainer.compute_dtype"),  # noqa: E501
+        (["--model.attention", "mosaic", "--hardware.chip", "A100-80GB"], r"model.attention mosaic is written for Hopper GPUs \(GH200, H100, H200\), not hardware.chip 'A100-80GB'"),  # noqa: E501
     ],
 )  # fmt: skip
 def test_bad_values_are_one_line_errors_naming_the_field(overrides, message):

@@ -122,13 +122,9 @@ def _mosaic(q, k, v, segment_ids, spec: MaskSpec) -> jax.Array:
     # which every program that never runs this kernel would pay at start-up.
     from meltemi.kernels.attention_mosaic import mosaic_attention, mosaic_unsupported_reason
 
-    why_not = mosaic_unsupported_reason(q)
     platform = backend_platform()
-    if why_not is None and platform != "cuda":
-        why_not = (
-            f"it runs on an NVIDIA GPU (Hopper) and JAX's backend here is {platform!r}; "
-            "attention_mosaic.mosaic_attention with MosaicAttentionConfig(interpret=...) interprets it"
-        )
+    capability = getattr(jax.devices()[0], "compute_capability", None) if platform == "cuda" else None
+    why_not = mosaic_unsupported_reason(q, platform=platform, compute_capability=capability)
     if why_not is not None:
         raise ValueError(f"{WHERE}: implementation='mosaic' cannot run these arguments: {why_not}")
     return mosaic_attention(q, k, v, segment_ids, spec)

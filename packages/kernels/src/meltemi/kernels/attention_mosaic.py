@@ -81,17 +81,33 @@ class MosaicAttentionConfig:
             raise ValueError(f"MosaicAttentionConfig: stages must be an int >= 2, got {self.stages!r}")
 
 
-def mosaic_unsupported_reason(q: jax.Array) -> str | None:
-    """Why the Mosaic kernel cannot run ``q``'s dtype and head size, or ``None`` when it can.
+def mosaic_unsupported_reason(
+    q: jax.Array, *, platform: str | None = None, compute_capability: str | None = None
+) -> str | None:
+    """Why the Mosaic kernels cannot run ``q``'s dtype and head size (on ``platform``, a GPU of
+    ``compute_capability``, where given), or ``None`` when they can.
 
     >>> import jax.numpy as jnp
     >>> mosaic_unsupported_reason(jnp.zeros((1, 8, 2, 64), jnp.float32))
     'the Mosaic GPU kernel needs bfloat16 or float16, got float32'
+    >>> bf16 = jnp.zeros((1, 8, 2, 64), jnp.bfloat16)
+    >>> mosaic_unsupported_reason(bf16, platform="cuda", compute_capability="8.0").split(";")[0]
+    "the Mosaic GPU kernel is written for Hopper GPUs (compute capability 9.x: wgmma), this GPU's is 8.0"
     """
     if q.dtype not in MOSAIC_DTYPES:
         return f"the Mosaic GPU kernel needs bfloat16 or float16, got {q.dtype}"
     if q.shape[-1] > MOSAIC_MAX_HEAD_DIM:
         return f"the Mosaic GPU kernel needs head_dim at most {MOSAIC_MAX_HEAD_DIM}, got {q.shape[-1]}"
+    if platform is not None and platform != "cuda":
+        return (
+            f"it runs on an NVIDIA GPU (Hopper) and JAX's backend here is {platform!r}; "
+            "attention_mosaic.mosaic_attention with MosaicAttentionConfig(interpret=...) interprets it"
+        )
+    if compute_capability is not None and not compute_capability.startswith("9."):
+        return (
+            "the Mosaic GPU kernel is written for Hopper GPUs (compute capability 9.x: wgmma), this GPU's is "
+            f"{compute_capability}; 'pallas' runs on any"
+        )
     return None
 
 

@@ -72,6 +72,9 @@ CHIPS: dict[str, Chip] = {
 # planned for another chip is a config error, since there it would only be emulated.
 FP8_CHIPS = frozenset({"H100", "H200", "GH200", "B200", "L40S", "L4"})
 
+# The chips with Hopper's warpgroup matrix multiply (wgmma), which ``model.attention: mosaic`` is written for.
+HOPPER_CHIPS = frozenset({"H100", "H200", "GH200"})
+
 
 def chip_named(name: str) -> Chip:
     """The chip ``hardware.chip`` names: exactly one of :data:`CHIPS`, or a ``ConfigError`` listing them."""

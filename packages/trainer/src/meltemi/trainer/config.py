@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from meltemi.trainer.chips import CHIPS, FP8_CHIPS, unknown_chip
+from meltemi.trainer.chips import CHIPS, FP8_CHIPS, HOPPER_CHIPS, unknown_chip
 
 Remat = Literal["none", "full", "save_dots", "offload"]
 AttentionKernel = Literal["auto", "reference", "xla", "pallas", "mosaic", "splash", "cudnn"]
@@ -490,6 +490,20 @@ class RunConfig(Section):
                 f"data.seq_len ({self.data.seq_len}) is longer than model.max_seq_len "
                 f"({self.model.max_seq_len}), the positions the model is built for: lower data.seq_len or "
                 "raise model.max_seq_len"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _attention_kernel_fits(self) -> RunConfig:
+        kernel, dtype, chip = self.model.attention, self.trainer.compute_dtype, self.hardware.chip
+        if kernel in ("mosaic", "cudnn") and dtype == "float32":
+            raise ValueError(
+                f"model.attention {kernel} needs trainer.compute_dtype bfloat16 or float16, got float32"
+            )
+        if kernel == "mosaic" and chip is not None and chip not in HOPPER_CHIPS:
+            raise ValueError(
+                f"model.attention mosaic is written for Hopper GPUs ({', '.join(sorted(HOPPER_CHIPS))}), not "
+                f"hardware.chip {chip!r}; pallas runs on any NVIDIA GPU"
             )
         return self
 
