@@ -88,9 +88,9 @@ def attention(
     - ``sliding_window=w``: each query sees the keys less than ``w`` positions away (behind it when causal).
     - ``softmax_scale`` defaults to ``1 / sqrt(head_dim)``.
     - ``implementation``: ``"reference"`` (full scores, the oracle), ``"xla"`` (blockwise, linear memory),
-      ``"pallas"`` (our flash kernels; interpreted off GPU), ``"mosaic"`` (our forward kernel on Mosaic GPU,
-      Hopper; bfloat16 or float16; its backward is ``"pallas"``'s), ``"splash"`` (TPU), ``"cudnn"`` (GPU),
-      or ``"auto"`` (see :func:`choose_attention_implementation`).
+      ``"pallas"`` (our flash kernels; interpreted off GPU), ``"mosaic"`` (the same kernels on Mosaic GPU,
+      for Hopper GPUs; bfloat16 or float16), ``"splash"`` (TPU), ``"cudnn"`` (GPU), or ``"auto"`` (see
+      :func:`choose_attention_implementation`).
     - ``q``, ``k`` and ``v`` must share a floating dtype (as ``cross_entropy``'s ``hidden`` and
       ``unembedding`` must); scores and softmax statistics are float32 whatever it is.
     - ``check_finite``: NaN or infinite inputs raise ``FloatingPointError`` naming the argument; inside
