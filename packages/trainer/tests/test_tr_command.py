@@ -96,12 +96,25 @@ def test_the_dry_run_checks_against_the_chip_or_the_memory_given():
 
 def test_a_dry_run_on_a_cpu_says_its_plan_of_a_16_bit_program_overstates_an_accelerator():
     bf16 = plan_run(small("--hardware.chip", "H100"), jax.devices()[:1])
-    assert bf16.note is not None and bf16.note.startswith("XLA's CPU compiler holds bfloat16")
-    assert f"  note: {bf16.note}" in format_plan(bf16).splitlines()
+    (note,) = bf16.notes
+    assert note.startswith("XLA's CPU compiler holds bfloat16")
+    assert f"  note: {note}" in format_plan(bf16).splitlines()
     f32 = plan_run(small("--hardware.chip", "H100", "--trainer.compute_dtype", "float32"), jax.devices()[:1])
     no_verdict = plan_run(small(), jax.devices()[:1])
-    assert f32.note is None and no_verdict.note is None
+    assert f32.notes == () and no_verdict.notes == ()
     assert "XLA's CPU compiler holds" not in format_plan(f32) + format_plan(no_verdict)
+
+
+@pytest.mark.parametrize("kernel", ["mosaic", "cudnn"])
+def test_a_dry_run_on_a_cpu_plans_a_gpu_only_attention_kernel_as_xla_and_says_so(kernel):
+    """The config is the GPU's (the kernels compile only for one); the CPU compiles the step with the
+    blockwise XLA attention instead, whose memory is linear in the sequence as theirs is."""
+    plan = plan_run(small("--hardware.chip", "H100", "--model.attention", kernel), jax.devices()[:1])
+    precision, attention = plan.notes
+    assert precision.startswith("XLA's CPU compiler holds bfloat16")
+    assert attention.startswith(f"model.attention {kernel} compiles only for a GPU: attention is planned here")
+    assert f"  note: {attention}" in format_plan(plan).splitlines()
+    assert plan.compiled.peak_bytes > 0
 
 
 def test_sequences_longer_than_the_model_is_built_for_are_refused_with_the_config():

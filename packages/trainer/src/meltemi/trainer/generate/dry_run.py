@@ -23,6 +23,7 @@ import haliax_lite as hax
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.generate.generation import decode_chunk, prefill
 from meltemi.trainer.generate.sampling import GenerationError, SamplingConfig
+from meltemi.trainer.plan.budget import cpu_attention
 from meltemi.trainer.plan.inference import InferencePlan, compile_program, plan_of, sharded_parameters
 from meltemi.trainer.step.mesh import inference_layout
 
@@ -42,6 +43,7 @@ def plan_sampling(
         )
     layout = inference_layout(config, devices)
     plan = layout.plan
+    config, attention_note = cpu_attention(config, plan.mesh)
     rows = plan.whole_rows(rows)
     prompt_len = end - max_new_tokens
 
@@ -75,4 +77,4 @@ def plan_sampling(
         loop,
         donate_argnums=(1,),
     )
-    return plan_of("sampling", config, layout, model, [first, decode])
+    return plan_of("sampling", config, layout, model, [first, decode], attention_note)

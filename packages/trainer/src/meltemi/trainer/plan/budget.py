@@ -2,7 +2,7 @@
 (no verdict), with where the figure came from; one rule for every dry run (training, evaluation, sampling).
 Also what such a plan overstates when a CPU compiled it (``cpu_plan_note``).
 
->>> from meltemi.trainer.config import HardwareConfig
+>>> from meltemi.trainer.config import HardwareConfig, RunConfig
 >>> budget = MemoryBudget.of(HardwareConfig(chip="TPU v5e"))
 >>> budget.limit, budget.verdict(17 * 2**30)
 ('16 GiB per TPU v5e', 'against 16 GiB per TPU v5e: does NOT fit: 1.00 GiB over')
@@ -15,7 +15,7 @@ import dataclasses
 import jax
 
 from meltemi.trainer.chips import Chip, chip_named
-from meltemi.trainer.config import HardwareConfig
+from meltemi.trainer.config import HardwareConfig, RunConfig
 
 GIB = 2**30
 
@@ -73,7 +73,7 @@ def cpu_plan_note(budget: MemoryBudget, compute_dtype: str, mesh: jax.sharding.M
     about twice the temporaries an H200 needed (benchmarks/RESULTS.md, 2026-11-27). The verdict stays the
     CPU plan's: the note says which way it errs.
 
-    >>> from meltemi.trainer.config import HardwareConfig
+    >>> from meltemi.trainer.config import HardwareConfig, RunConfig
     >>> h100, cpu = MemoryBudget.of(HardwareConfig(chip="H100")), jax.make_mesh((1,), ("data",))
     >>> cpu_plan_note(h100, "float32", cpu) is None
     True
@@ -89,3 +89,29 @@ def cpu_plan_note(budget: MemoryBudget, compute_dtype: str, mesh: jax.sharding.M
         "overstates the temporaries a GPU or TPU needs (the 1B config's step: about twice an H200's, "
         "benchmarks/RESULTS.md)"
     )
+
+
+GPU_ONLY_ATTENTION = ("mosaic", "cudnn")
+
+
+def cpu_attention(config: RunConfig, mesh: jax.sharding.Mesh) -> tuple[RunConfig, str | None]:
+    """The config a dry run compiles on ``mesh``, and a note when it is not ``config``: on a CPU, an
+    attention kernel that compiles only for a GPU (``mosaic``, ``cudnn``) is planned as ``xla``, flash
+    attention in plain JAX, whose memory is linear in the sequence as theirs is.
+
+    >>> config, cpu = RunConfig(model={"attention": "mosaic"}), jax.make_mesh((1,), ("data",))
+    >>> planned, note = cpu_attention(config, cpu)
+    >>> planned.model.attention, note.split(":")[0]
+    ('xla', 'model.attention mosaic compiles only for a GPU')
+    >>> cpu_attention(RunConfig(), cpu)[1] is None
+    True
+    """
+    kernel = config.model.attention
+    if kernel not in GPU_ONLY_ATTENTION or mesh.devices.flat[0].platform != "cpu":
+        return config, None
+    planned = config.model_copy(update={"model": config.model.model_copy(update={"attention": "xla"})})
+    note = (
+        f"model.attention {kernel} compiles only for a GPU: attention is planned here as xla (flash "
+        "attention in plain JAX, its memory linear in the sequence as the kernel's)"
+    )
+    return planned, note

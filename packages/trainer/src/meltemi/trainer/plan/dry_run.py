@@ -24,7 +24,7 @@ import jax
 from meltemi.trainer.chips import Chip
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import ConfigError
-from meltemi.trainer.plan.budget import GIB, MemoryBudget, cpu_plan_note
+from meltemi.trainer.plan.budget import GIB, MemoryBudget, cpu_attention, cpu_plan_note
 from meltemi.trainer.plan.sharding_table import ShardingReport, format_report, sharding_report
 from meltemi.trainer.step import compile_cache
 from meltemi.trainer.step.flops import flops_per_token
@@ -47,7 +47,7 @@ class RunPlan:
     compiled: CompileReport
     mfu: float
     compile_cache: str = "compilation cache not used"  # where it was, and what it saved
-    note: str | None = None  # which way the memory verdict errs (``cpu_plan_note``)
+    notes: tuple[str, ...] = ()  # how this machine's plan differs from the target's (``cpu_plan_note``, ...)
 
     @property
     def chip(self) -> Chip | None:
@@ -75,7 +75,8 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
     if not 0 < mfu <= 1:
         raise ConfigError(f"--mfu {mfu}: the model FLOPs utilisation is a fraction in (0, 1], e.g. 0.5")
     plan = MeshPlan.of(config, devices)
-    program = TrainProgram(config, plan)
+    planned, attention_note = cpu_attention(config, plan.mesh)
+    program = TrainProgram(planned, plan)
     cache = compile_cache.enable_for(config.trainer)
     with compile_cache.CacheCounter() as counted:
         _, compiled = program.compile()
@@ -93,8 +94,12 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
         compiled=compiled,
         mfu=mfu,
         compile_cache=cache.describe() + (f": {counted.describe()}" if cache.enabled else ""),
-        note=cpu_plan_note(budget, config.trainer.compute_dtype, plan.mesh),
+        notes=_notes(cpu_plan_note(budget, config.trainer.compute_dtype, plan.mesh), attention_note),
     )
+
+
+def _notes(*notes: str | None) -> tuple[str, ...]:
+    return tuple(note for note in notes if note)
 
 
 def format_plan(run: RunPlan) -> str:
@@ -115,8 +120,7 @@ def format_plan(run: RunPlan) -> str:
         f"not aliased {(c.output_bytes - c.alias_bytes) / GIB:.2f} GiB: peak {c.peak_bytes / GIB:.2f} GiB",
     ]
     lines.append("  " + run.budget.verdict(c.peak_bytes))
-    if run.note:
-        lines.append(f"  note: {run.note}")
+    lines += [f"  note: {note}" for note in run.notes]
     if run.step_seconds is not None:
         lines.append(f"step time at {run.mfu:.0%} MFU: {run.step_seconds:.2f} s")
     lines.append(f"compiled ahead of time in {c.seconds:.1f} s (on this machine's CPU compiler)")

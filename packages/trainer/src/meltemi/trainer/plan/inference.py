@@ -53,7 +53,7 @@ class InferencePlan:
     parameter_count: int
     parameter_bytes: int  # on each device
     programs: tuple[ProgramPlan, ...]
-    note: str | None = None  # which way the memory verdict errs (``cpu_plan_note``)
+    notes: tuple[str, ...] = ()  # how this machine's plan differs from the target's (``cpu_plan_note``, ...)
 
     @property
     def peak_bytes(self) -> int:
@@ -87,10 +87,16 @@ def compile_program(
 
 
 def plan_of(
-    task: str, config: RunConfig, layout: InferenceLayout, model: Llama, programs: list[ProgramPlan]
+    task: str,
+    config: RunConfig,
+    layout: InferenceLayout,
+    model: Llama,
+    programs: list[ProgramPlan],
+    attention_note: str | None = None,
 ) -> InferencePlan:
     """The record of a dry run whose ``programs`` were compiled for ``model`` (``sharded_parameters``: its
-    bytes per device are counted from their shardings) on ``layout``."""
+    bytes per device are counted from their shardings) on ``layout``; ``attention_note``: what
+    ``cpu_attention`` said of the config the programs were compiled from."""
     leaves = jax.tree.leaves(model)
     per_device = sum(
         int(np.prod(leaf.sharding.shard_shape(leaf.shape), dtype=np.int64)) * leaf.dtype.itemsize
@@ -98,8 +104,9 @@ def plan_of(
     )
     count = sum(int(np.prod(leaf.shape, dtype=np.int64)) for leaf in leaves)
     budget = MemoryBudget.of(config.hardware)
-    note = cpu_plan_note(budget, config.trainer.compute_dtype, layout.plan.mesh)
-    return InferencePlan(task, layout, budget, count, per_device, tuple(programs), note)
+    precision_note = cpu_plan_note(budget, config.trainer.compute_dtype, layout.plan.mesh)
+    notes = tuple(note for note in (precision_note, attention_note) if note)
+    return InferencePlan(task, layout, budget, count, per_device, tuple(programs), notes)
 
 
 def format_inference_plan(plan: InferencePlan) -> str:
@@ -121,6 +128,5 @@ def format_inference_plan(plan: InferencePlan) -> str:
             f"(compiled in {r.seconds:.1f} s)"
         )
     lines.append(f"  largest {plan.peak_bytes / GIB:.2f} GiB " + plan.budget.verdict(plan.peak_bytes))
-    if plan.note:
-        lines.append(f"  note: {plan.note}")
+    lines += [f"  note: {note}" for note in plan.notes]
     return "\n".join(lines)
