@@ -112,7 +112,9 @@ def test_a_dry_run_on_a_cpu_plans_a_gpu_only_attention_kernel_as_xla_and_says_so
     plan = plan_run(small("--hardware.chip", "H100", "--model.attention", kernel), jax.devices()[:1])
     precision, attention = plan.notes
     assert precision.startswith("XLA's CPU compiler holds bfloat16")
-    assert attention.startswith(f"model.attention {kernel} compiles only for a GPU: attention is planned here")
+    assert attention.startswith(
+        f"model.attention {kernel} compiles only for a GPU: attention is planned here"
+    )
     assert f"  note: {attention}" in format_plan(plan).splitlines()
     assert plan.compiled.peak_bytes > 0
 

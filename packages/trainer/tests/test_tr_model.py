@@ -117,3 +117,24 @@ def test_sequences_longer_than_the_model_supports_are_an_error(model):
     with pytest.raises(ValueError, match="exceed model.max_seq_len"):
         ids = named(np.zeros((1, 4097), int))
         model.hidden_states(ids, ids)
+
+
+@pytest.mark.parametrize(
+    ("implementation", "why"),
+    [
+        ("mosaic", "needs bfloat16 or float16, got float32"),  # the model computes in float32 here
+        ("cudnn", "cuDNN attention takes no segment_ids"),
+    ],
+)
+def test_an_attention_kernel_the_machine_refuses_is_a_one_line_config_error(model, implementation, why):
+    """Raised while the step is traced, as a ``ConfigError`` the command line prints in one line."""
+    from meltemi.trainer.errors import ConfigError
+
+    ids = named(np.zeros((1, 8), int))
+    swapped = dataclasses.replace(model.layers.stacked.self_attn, implementation=implementation)
+    other = eqx.tree_at(lambda m: m.layers.stacked.self_attn, model, swapped)
+    with pytest.raises(
+        ConfigError, match=f"^model.attention {implementation} cannot run here: .*{why}"
+    ) as error:
+        eqx.filter_jit(other.logits)(ids, ids)
+    assert "\n" not in str(error.value)

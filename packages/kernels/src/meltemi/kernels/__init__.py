@@ -14,6 +14,7 @@ from meltemi.kernels.attention import (
     AttentionImplementation,
     Choice,
     attention,
+    attention_unsupported_reason,
     choose_attention_implementation,
 )
 from meltemi.kernels.attention_pallas import PallasAttentionConfig
@@ -35,6 +36,7 @@ __all__ = [
     "PallasAttentionConfig",
     "PallasCrossEntropyConfig",
     "attention",
+    "attention_unsupported_reason",
     "choose_attention_implementation",
     "choose_cross_entropy_implementation",
     "cross_entropy",

@@ -68,6 +68,41 @@ def choose_attention_implementation(
     return Choice("xla", f"{platform}: no compiled kernel here, blockwise XLA keeps memory linear")
 
 
+def attention_unsupported_reason(
+    implementation: str,
+    q: jax.Array,
+    segment_ids: jax.Array | None = None,
+    *,
+    causal: bool = True,
+    sliding_window: int | None = None,
+    platform: str | None = None,
+) -> str | None:
+    """Why ``implementation`` cannot run these arguments on ``platform`` (default: JAX's backend), or
+    ``None`` when it can: what ``attention`` raises for, asked before a program is traced.
+
+    >>> import jax.numpy as jnp
+    >>> q = jnp.zeros((1, 8, 2, 64), jnp.bfloat16)
+    >>> attention_unsupported_reason("cudnn", q, platform="cpu")
+    "cuDNN runs on an NVIDIA GPU, and JAX's backend here is 'cpu'"
+    >>> attention_unsupported_reason("xla", q, platform="cpu") is None
+    True
+    """
+    platform = platform or backend_platform()
+    if implementation == "cudnn":
+        why_not = cudnn_unsupported_reason(q, segment_ids, causal=causal, sliding_window=sliding_window)
+        if why_not is None and platform not in ("cuda", "gpu"):
+            why_not = f"cuDNN runs on an NVIDIA GPU, and JAX's backend here is {platform!r}"
+        return why_not
+    if implementation == "mosaic":
+        # Imported here, not with the package: Mosaic GPU's Pallas module takes a quarter of a second to
+        # import, which every program that never runs this kernel would pay at start-up.
+        from meltemi.kernels.attention_mosaic import mosaic_unsupported_reason
+
+        capability = getattr(jax.devices()[0], "compute_capability", None) if platform == "cuda" else None
+        return mosaic_unsupported_reason(q, platform=platform, compute_capability=capability)
+    return None
+
+
 def attention(
     q: jax.Array,
     k: jax.Array,
@@ -117,19 +152,6 @@ def attention(
     return _run(implementation, q, k, v, segment_ids, spec)
 
 
-def _mosaic(q, k, v, segment_ids, spec: MaskSpec) -> jax.Array:
-    # Imported here, not with the package: Mosaic GPU's Pallas module takes a quarter of a second to import,
-    # which every program that never runs this kernel would pay at start-up.
-    from meltemi.kernels.attention_mosaic import mosaic_attention, mosaic_unsupported_reason
-
-    platform = backend_platform()
-    capability = getattr(jax.devices()[0], "compute_capability", None) if platform == "cuda" else None
-    why_not = mosaic_unsupported_reason(q, platform=platform, compute_capability=capability)
-    if why_not is not None:
-        raise ValueError(f"{WHERE}: implementation='mosaic' cannot run these arguments: {why_not}")
-    return mosaic_attention(q, k, v, segment_ids, spec)
-
-
 def _run(implementation: str, q, k, v, segment_ids, spec: MaskSpec) -> jax.Array:
     if implementation == "reference":
         return reference_attention(q, k, v, segment_ids, spec)
@@ -139,9 +161,12 @@ def _run(implementation: str, q, k, v, segment_ids, spec: MaskSpec) -> jax.Array
         return pallas_attention(q, k, v, segment_ids, spec)
     if implementation == "splash":
         return splash_attention(q, k, v, segment_ids, spec)
-    if implementation == "mosaic":
-        return _mosaic(q, k, v, segment_ids, spec)
-    why_not = cudnn_unsupported_reason(q, segment_ids, causal=spec.causal, sliding_window=spec.sliding_window)
+    mask = {"causal": spec.causal, "sliding_window": spec.sliding_window}
+    why_not = attention_unsupported_reason(implementation, q, segment_ids, **mask)
     if why_not is not None:
-        raise ValueError(f"{WHERE}: implementation='cudnn' cannot run these arguments: {why_not}")
+        raise ValueError(f"{WHERE}: implementation={implementation!r} cannot run these arguments: {why_not}")
+    if implementation == "mosaic":
+        from meltemi.kernels.attention_mosaic import mosaic_attention  # imported late: see above
+
+        return mosaic_attention(q, k, v, segment_ids, spec)
     return cudnn_attention(q, k, v, spec)

@@ -18,6 +18,7 @@ import numpy as np
 import haliax_lite as hax
 from meltemi import kernels
 from meltemi.datastore import derive_key
+from meltemi.trainer.errors import ConfigError
 
 BATCH, POSITION = "batch", "position"
 
@@ -94,12 +95,16 @@ def attention(
     k = k.rearrange((BATCH, POSITION, "kv_heads", "head_size"))
     v = v.rearrange((BATCH, POSITION, "kv_heads", "head_size"))
     b, s, kv, g, d = q.array.shape
+    queries, segments = q.array.reshape(b, s, kv * g, d), segment_ids.rearrange((BATCH, POSITION)).array
+    why_not = kernels.attention_unsupported_reason(implementation, queries, segments, causal=True)
+    if why_not is not None:  # a config the machine refuses: one line, not a traceback from inside the trace
+        raise ConfigError(f"model.attention {implementation} cannot run here: {why_not}")
     out = kernels.attention(
-        q.array.reshape(b, s, kv * g, d),
+        queries,
         k.array,
         v.array,
         causal=True,
-        segment_ids=segment_ids.rearrange((BATCH, POSITION)).array,
+        segment_ids=segments,
         implementation=implementation,
         check_finite=False,
     )
