@@ -23,7 +23,7 @@ import haliax_lite as hax
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.generate.generation import decode_chunk, prefill
 from meltemi.trainer.generate.sampling import GenerationError, SamplingConfig
-from meltemi.trainer.plan.budget import cpu_attention
+from meltemi.trainer.plan.budget import planned_attention
 from meltemi.trainer.plan.inference import InferencePlan, compile_program, plan_of, sharded_parameters
 from meltemi.trainer.step.mesh import inference_layout
 
@@ -43,7 +43,6 @@ def plan_sampling(
         )
     layout = inference_layout(config, devices)
     plan = layout.plan
-    config, attention_note = cpu_attention(config, plan.mesh)
     rows = plan.whole_rows(rows)
     prompt_len = end - max_new_tokens
 
@@ -51,7 +50,7 @@ def plan_sampling(
         axes = (hax.Axis("batch", rows), *(hax.Axis("columns", n) for n in shape[1:]))
         return jax.ShapeDtypeStruct(shape, dtype, sharding=plan.sharding(axes, plan.compute_mapping))
 
-    model = sharded_parameters(config, layout)
+    model = sharded_parameters(planned_attention(config, plan.mesh), layout)
     first, compiled = compile_program(
         "prefill",
         f"{rows} rows x {prompt_len} prompt tokens",
@@ -77,4 +76,4 @@ def plan_sampling(
         loop,
         donate_argnums=(1,),
     )
-    return plan_of("sampling", config, layout, model, [first, decode], attention_note)
+    return plan_of("sampling", config, layout, model, [first, decode])

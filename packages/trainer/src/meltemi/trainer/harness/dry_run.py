@@ -23,7 +23,7 @@ import haliax_lite as hax
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.harness.errors import EvalError
 from meltemi.trainer.harness.scoring import token_scores
-from meltemi.trainer.plan.budget import cpu_attention
+from meltemi.trainer.plan.budget import planned_attention
 from meltemi.trainer.plan.inference import InferencePlan, compile_program, plan_of, sharded_parameters
 from meltemi.trainer.step.mesh import inference_layout
 
@@ -43,13 +43,12 @@ def plan_scoring(
         )
     layout = inference_layout(config, devices)
     plan = layout.plan
-    config, attention_note = cpu_attention(config, plan.mesh)
     rows = plan.whole_rows(batch_size)
     sharding = plan.sharding((hax.Axis("batch", rows), hax.Axis("columns", length)), plan.compute_mapping)
     tokens = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sharding)
     score = functools.partial(token_scores, compute_dtype=config.trainer.compute_dtype)
-    model = sharded_parameters(config, layout)
+    model = sharded_parameters(planned_attention(config, plan.mesh), layout)
     program, _ = compile_program(
         "scoring", f"{rows} rows x {length} tokens, all {length} scored", score, layout, model, *[tokens] * 4
     )
-    return plan_of("evaluation", config, layout, model, [program], attention_note)
+    return plan_of("evaluation", config, layout, model, [program])

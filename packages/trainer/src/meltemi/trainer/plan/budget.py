@@ -1,6 +1,6 @@
 """The memory per device a plan must fit in: ``hardware.memory_gib`` when set, else the chip's, else none
 (no verdict), with where the figure came from; one rule for every dry run (training, evaluation, sampling).
-Also what such a plan overstates when a CPU compiled it (``cpu_plan_note``).
+Also how such a plan differs when a CPU compiled it (``planned_attention``, ``cpu_plan_notes``).
 
 >>> from meltemi.trainer.config import HardwareConfig, RunConfig
 >>> budget = MemoryBudget.of(HardwareConfig(chip="TPU v5e"))
@@ -62,56 +62,60 @@ class MemoryBudget:
 
 
 HALF_PRECISION = ("bfloat16", "float16")
-
-
-def cpu_plan_note(budget: MemoryBudget, compute_dtype: str, mesh: jax.sharding.Mesh) -> str | None:
-    """Why a plan compiled by XLA's CPU compiler overstates an accelerator's memory, or None where it does
-    not: a program computing in 16-bit floats, planned on a CPU ``mesh`` against a device's memory.
-
-    The CPU compiler computes bfloat16 and float16 matmuls in float32, holding their operands and results
-    in float32, where a GPU or TPU keeps them in 16 bits. The shipped 1B config's step planned here at
-    about twice the temporaries an H200 needed (benchmarks/RESULTS.md, 2026-11-27). The verdict stays the
-    CPU plan's: the note says which way it errs.
-
-    >>> from meltemi.trainer.config import HardwareConfig, RunConfig
-    >>> h100, cpu = MemoryBudget.of(HardwareConfig(chip="H100")), jax.make_mesh((1,), ("data",))
-    >>> cpu_plan_note(h100, "float32", cpu) is None
-    True
-    >>> print(cpu_plan_note(h100, "bfloat16", cpu))
-    XLA's CPU compiler holds bfloat16 matmul operands and results in float32, so this plan overstates the
-    temporaries a GPU or TPU needs (the 1B config's step: about twice an H200's, benchmarks/RESULTS.md)
-    """
-    on_cpu = mesh.devices.flat[0].platform == "cpu"
-    if not on_cpu or budget.device_memory is None or compute_dtype not in HALF_PRECISION:
-        return None
-    return (
-        f"XLA's CPU compiler holds {compute_dtype} matmul operands and results in float32, so this plan "
-        "overstates the temporaries a GPU or TPU needs (the 1B config's step: about twice an H200's, "
-        "benchmarks/RESULTS.md)"
-    )
-
-
 GPU_ONLY_ATTENTION = ("mosaic", "cudnn")
 
 
-def cpu_attention(config: RunConfig, mesh: jax.sharding.Mesh) -> tuple[RunConfig, str | None]:
-    """The config a dry run compiles on ``mesh``, and a note when it is not ``config``: on a CPU, an
-    attention kernel that compiles only for a GPU (``mosaic``, ``cudnn``) is planned as ``xla``, flash
-    attention in plain JAX, whose memory is linear in the sequence as theirs is.
+def _on_cpu(mesh: jax.sharding.Mesh) -> bool:
+    return mesh.devices.flat[0].platform == "cpu"
 
-    >>> config, cpu = RunConfig(model={"attention": "mosaic"}), jax.make_mesh((1,), ("data",))
-    >>> planned, note = cpu_attention(config, cpu)
-    >>> planned.model.attention, note.split(":")[0]
-    ('xla', 'model.attention mosaic compiles only for a GPU')
-    >>> cpu_attention(RunConfig(), cpu)[1] is None
-    True
+
+def planned_attention(config: RunConfig, mesh: jax.sharding.Mesh) -> RunConfig:
+    """The config a dry run compiles on ``mesh``: ``config``, except that on a CPU an attention kernel that
+    compiles only for a GPU (``mosaic``, ``cudnn``) is planned as ``xla``, flash attention in plain JAX,
+    whose memory is linear in the sequence as theirs is (``cpu_plan_notes`` says so).
+
+    >>> cpu = jax.make_mesh((1,), ("data",))
+    >>> planned_attention(RunConfig(model={"attention": "mosaic"}), cpu).model.attention
+    'xla'
     """
-    kernel = config.model.attention
-    if kernel not in GPU_ONLY_ATTENTION or mesh.devices.flat[0].platform != "cpu":
-        return config, None
-    planned = config.model_copy(update={"model": config.model.model_copy(update={"attention": "xla"})})
-    note = (
-        f"model.attention {kernel} compiles only for a GPU: attention is planned here as xla (flash "
-        "attention in plain JAX, its memory linear in the sequence as the kernel's)"
-    )
-    return planned, note
+    if config.model.attention not in GPU_ONLY_ATTENTION or not _on_cpu(mesh):
+        return config
+    return config.model_copy(update={"model": config.model.model_copy(update={"attention": "xla"})})
+
+
+def cpu_plan_notes(budget: MemoryBudget, config: RunConfig, mesh: jax.sharding.Mesh) -> tuple[str, ...]:
+    """How a plan of ``config`` compiled by XLA's CPU compiler on ``mesh`` differs from the accelerator's
+    (nothing on another platform):
+
+    - computing in 16-bit floats against a device's memory, it overstates the temporaries: the CPU compiler
+      computes bfloat16 and float16 matmuls in float32, holding their operands and results in float32, where
+      a GPU or TPU keeps them in 16 bits. The shipped 1B config's step planned here at about twice the
+      temporaries an H200 needed (benchmarks/RESULTS.md, 2026-11-27). The verdict stays the CPU plan's: the
+      note says which way it errs.
+    - a GPU-only attention kernel was planned as ``xla`` (``planned_attention``).
+
+    >>> from meltemi.trainer.config import HardwareConfig
+    >>> h100, cpu = MemoryBudget.of(HardwareConfig(chip="H100")), jax.make_mesh((1,), ("data",))
+    >>> cpu_plan_notes(h100, RunConfig(trainer={"compute_dtype": "float32"}), cpu)
+    ()
+    >>> for note in cpu_plan_notes(h100, RunConfig(model={"attention": "mosaic"}), cpu):
+    ...     print(note)
+    XLA's CPU compiler holds bfloat16 matmul operands and results in float32, so this plan overstates the temporaries a GPU or TPU needs (the 1B config's step: about twice an H200's, benchmarks/RESULTS.md)
+    model.attention mosaic compiles only for a GPU: attention is planned here as xla (flash attention in plain JAX, its memory linear in the sequence as the kernel's)
+    """  # noqa: E501
+    if not _on_cpu(mesh):
+        return ()
+    notes = []
+    dtype, kernel = config.trainer.compute_dtype, config.model.attention
+    if budget.device_memory is not None and dtype in HALF_PRECISION:
+        notes.append(
+            f"XLA's CPU compiler holds {dtype} matmul operands and results in float32, so this plan "
+            "overstates the temporaries a GPU or TPU needs (the 1B config's step: about twice an H200's, "
+            "benchmarks/RESULTS.md)"
+        )
+    if kernel in GPU_ONLY_ATTENTION:
+        notes.append(
+            f"model.attention {kernel} compiles only for a GPU: attention is planned here as xla (flash "
+            "attention in plain JAX, its memory linear in the sequence as the kernel's)"
+        )
+    return tuple(notes)

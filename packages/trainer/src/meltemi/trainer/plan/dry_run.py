@@ -24,7 +24,7 @@ import jax
 from meltemi.trainer.chips import Chip
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import ConfigError
-from meltemi.trainer.plan.budget import GIB, MemoryBudget, cpu_attention, cpu_plan_note
+from meltemi.trainer.plan.budget import GIB, MemoryBudget, cpu_plan_notes, planned_attention
 from meltemi.trainer.plan.sharding_table import ShardingReport, format_report, sharding_report
 from meltemi.trainer.step import compile_cache
 from meltemi.trainer.step.flops import flops_per_token
@@ -47,7 +47,7 @@ class RunPlan:
     compiled: CompileReport
     mfu: float
     compile_cache: str = "compilation cache not used"  # where it was, and what it saved
-    notes: tuple[str, ...] = ()  # how this machine's plan differs from the target's (``cpu_plan_note``, ...)
+    notes: tuple[str, ...] = ()  # how this machine's plan differs from the target's (``cpu_plan_notes``)
 
     @property
     def chip(self) -> Chip | None:
@@ -75,8 +75,7 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
     if not 0 < mfu <= 1:
         raise ConfigError(f"--mfu {mfu}: the model FLOPs utilisation is a fraction in (0, 1], e.g. 0.5")
     plan = MeshPlan.of(config, devices)
-    planned, attention_note = cpu_attention(config, plan.mesh)
-    program = TrainProgram(planned, plan)
+    program = TrainProgram(planned_attention(config, plan.mesh), plan)
     cache = compile_cache.enable_for(config.trainer)
     with compile_cache.CacheCounter() as counted:
         _, compiled = program.compile()
@@ -94,12 +93,8 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
         compiled=compiled,
         mfu=mfu,
         compile_cache=cache.describe() + (f": {counted.describe()}" if cache.enabled else ""),
-        notes=_notes(cpu_plan_note(budget, config.trainer.compute_dtype, plan.mesh), attention_note),
+        notes=cpu_plan_notes(budget, config, plan.mesh),
     )
-
-
-def _notes(*notes: str | None) -> tuple[str, ...]:
-    return tuple(note for note in notes if note)
 
 
 def format_plan(run: RunPlan) -> str:

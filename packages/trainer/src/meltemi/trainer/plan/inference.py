@@ -28,7 +28,7 @@ import numpy as np
 from meltemi.trainer.checkpoint.trained_model import abstract_model
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.model.llama import Llama
-from meltemi.trainer.plan.budget import GIB, MemoryBudget, cpu_plan_note
+from meltemi.trainer.plan.budget import GIB, MemoryBudget, cpu_plan_notes
 from meltemi.trainer.step.mesh import InferenceLayout, placed
 from meltemi.trainer.step.program import CompileReport
 
@@ -53,7 +53,7 @@ class InferencePlan:
     parameter_count: int
     parameter_bytes: int  # on each device
     programs: tuple[ProgramPlan, ...]
-    notes: tuple[str, ...] = ()  # how this machine's plan differs from the target's (``cpu_plan_note``, ...)
+    notes: tuple[str, ...] = ()  # how this machine's plan differs from the target's (``cpu_plan_notes``)
 
     @property
     def peak_bytes(self) -> int:
@@ -87,16 +87,11 @@ def compile_program(
 
 
 def plan_of(
-    task: str,
-    config: RunConfig,
-    layout: InferenceLayout,
-    model: Llama,
-    programs: list[ProgramPlan],
-    attention_note: str | None = None,
+    task: str, config: RunConfig, layout: InferenceLayout, model: Llama, programs: list[ProgramPlan]
 ) -> InferencePlan:
-    """The record of a dry run whose ``programs`` were compiled for ``model`` (``sharded_parameters``: its
-    bytes per device are counted from their shardings) on ``layout``; ``attention_note``: what
-    ``cpu_attention`` said of the config the programs were compiled from."""
+    """The record of a dry run of ``config`` whose ``programs`` were compiled for ``model``
+    (``sharded_parameters`` of ``planned_attention(config)``: its bytes per device are counted from their
+    shardings) on ``layout``."""
     leaves = jax.tree.leaves(model)
     per_device = sum(
         int(np.prod(leaf.sharding.shard_shape(leaf.shape), dtype=np.int64)) * leaf.dtype.itemsize
@@ -104,8 +99,7 @@ def plan_of(
     )
     count = sum(int(np.prod(leaf.shape, dtype=np.int64)) for leaf in leaves)
     budget = MemoryBudget.of(config.hardware)
-    precision_note = cpu_plan_note(budget, config.trainer.compute_dtype, layout.plan.mesh)
-    notes = tuple(note for note in (precision_note, attention_note) if note)
+    notes = cpu_plan_notes(budget, config, layout.plan.mesh)
     return InferencePlan(task, layout, budget, count, per_device, tuple(programs), notes)
 
 
