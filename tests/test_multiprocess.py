@@ -10,7 +10,6 @@ the first process commits the checkpoint once every process has written.
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 
 from meltemi.datastore.storage import Directory
+from meltemi.raytpu import free_listening_port
 from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
 from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.config_io import dump_config
@@ -38,14 +38,8 @@ def config_path(small_config, tmp_path_factory) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(config_path: Path, run_dir: Path, processes: int, devices_each: int) -> list[subprocess.Popen]:
-    port, launched = free_port(), []
+    port, launched = free_listening_port("127.0.0.1"), []
     for index in range(processes):
         env = fake_devices_environ(devices_each)
         if processes > 1:
@@ -155,7 +149,7 @@ exit_process(0)
 
 def launch_in_scratch(config_path: Path, url: str, scratch: Path) -> list[subprocess.Popen]:
     """Two processes training the run at ``url``, each in its own directory: nothing shared but the bucket."""
-    port, launched = free_port(), []
+    port, launched = free_listening_port("127.0.0.1"), []
     for index in range(2):
         cwd = scratch / f"host-{index}"
         cwd.mkdir(parents=True, exist_ok=True)
@@ -232,7 +226,7 @@ def test_each_process_of_a_hugging_face_import_reads_only_what_its_devices_cover
     config = load_config(config_path)
     out = export_hf(Llama.init(config.model, key=jax.random.key(3)), tmp_path / "hf")
     total = sum(int(np.prod(shape)) * 4 for shape in SafetensorsReader(out).shapes.values())
-    port, launched = free_port(), []
+    port, launched = free_listening_port("127.0.0.1"), []
     for index in range(2):
         env = {**fake_devices_environ(2), "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
                "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(index)}  # fmt: skip

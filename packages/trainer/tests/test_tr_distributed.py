@@ -2,13 +2,13 @@
 the compilation cache, or started late under load) still meet: gloo's 30 s connection deadline is spent while
 they are together, when they join."""
 
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
+from meltemi.raytpu import free_listening_port
 from meltemi.trainer.step.fake_devices import fake_devices_environ
 
 pytestmark = pytest.mark.slow
@@ -37,9 +37,7 @@ LATE_PROCESS = textwrap.dedent(
 
 
 def test_a_process_arriving_35_s_late_at_a_new_collective_is_waited_for(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_listening_port("127.0.0.1")
     processes = []
     for index in range(2):
         env = {**fake_devices_environ(2),

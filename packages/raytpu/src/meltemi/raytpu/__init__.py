@@ -17,6 +17,7 @@ from meltemi.raytpu.host_env import HostEnv, current_host
 from meltemi.raytpu.inventory import Host, SliceInfo, discover_slices
 from meltemi.raytpu.local_cluster import LocalSliceCluster
 from meltemi.raytpu.outcomes import Attempt
+from meltemi.raytpu.ports import free_listening_port
 from meltemi.raytpu.runner import RetryPolicy, run_on_slices
 from meltemi.raytpu.slices import TPU_GENERATIONS, SliceType, cpu_slice, gpu_slice, slice_type, tpu_slice
 
@@ -41,6 +42,7 @@ __all__ = [
     "cpu_slice",
     "current_host",
     "discover_slices",
+    "free_listening_port",
     "gpu_slice",
     "run_on_slices",
     "slice_type",

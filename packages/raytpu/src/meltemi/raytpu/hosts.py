@@ -7,7 +7,6 @@ be held by one process only, and ``jax.distributed`` can be initialized once per
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,6 +14,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from meltemi.raytpu.claims import SliceClaim
+from meltemi.raytpu.ports import free_listening_port
 from meltemi.raytpu.slices import SliceType
 
 
@@ -27,12 +27,13 @@ def run_host(fn: Callable[[], Any], environ: Mapping[str, str]) -> Any:
 
 @ray.remote(max_retries=0, num_cpus=0)
 def coordinator_endpoint() -> str:
-    """This host's address and a port that was free a moment ago, for ``jax.distributed``'s coordinator."""
+    """This host's address and a free port for ``jax.distributed``'s coordinator.
+
+    The port lies outside the kernel's range for outgoing connections, so none of the connections the host
+    opens before the coordinator starts can take it (``ports.free_listening_port``).
+    """
     address = ray.util.get_node_ip_address()
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((address, 0))
-        port = probe.getsockname()[1]
-    return f"{address}:{port}"
+    return f"{address}:{free_listening_port(address)}"
 
 
 def host_task_options(
