@@ -136,7 +136,9 @@ def test_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match="implementation='mosaic'.*bfloat16 or float16, got float32"):
         attention(x, x, x, implementation="mosaic")
     bf16 = x.astype(jnp.bfloat16)
-    with pytest.raises(ValueError, match="implementation='mosaic'.*NVIDIA GPU.*'cpu'.*interpret"):
+    with pytest.raises(
+        ValueError, match="implementation='mosaic'.*NVIDIA GPU.*'cpu'; 'auto' picks.*interpret"
+    ):
         attention(bf16, bf16, bf16, implementation="mosaic")
     hopper, ampere = ({"platform": "cuda", "compute_capability": c} for c in ("9.0", "8.0"))
     assert mosaic_unsupported_reason(bf16, **hopper) is None

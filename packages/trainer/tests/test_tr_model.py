@@ -134,7 +134,27 @@ def test_an_attention_kernel_the_machine_refuses_is_a_one_line_config_error(mode
     swapped = dataclasses.replace(model.layers.stacked.self_attn, implementation=implementation)
     other = eqx.tree_at(lambda m: m.layers.stacked.self_attn, model, swapped)
     with pytest.raises(
-        ConfigError, match=f"^model.attention {implementation} cannot run here: .*{why}"
+        ConfigError,
+        match=f"^model.attention {implementation} cannot run here: .*{why}.*; model.attention auto",
     ) as error:
         eqx.filter_jit(other.logits)(ids, ids)
     assert "\n" not in str(error.value)
+    assert "interpret" not in str(error.value)  # the kernel's own advice is for callers of the kernel
+
+
+def test_a_gpu_kernel_on_a_cpu_is_refused_with_the_config_remedy_not_the_kernels():
+    from meltemi.trainer import adapters
+    from meltemi.trainer.errors import ConfigError
+
+    def zeros(*axes):
+        return hax.named(jnp.zeros(tuple(n for _, n in axes), jnp.bfloat16), tuple(a for a, _ in axes))
+
+    q = zeros(("batch", 1), ("position", 64), ("kv_heads", 2), ("q_heads_per_group", 2), ("head_size", 64))
+    kv = zeros(("batch", 1), ("position", 64), ("kv_heads", 2), ("head_size", 64))
+    segments = hax.named(jnp.zeros((1, 64), jnp.int32), ("batch", "position"))
+    with pytest.raises(ConfigError) as error:
+        adapters.attention(q, kv, kv, segments, implementation="mosaic")
+    assert str(error.value) == (
+        "model.attention mosaic cannot run here: the Mosaic GPU kernel runs on an NVIDIA GPU (Hopper), and JAX's "
+        "backend here is 'cpu'; model.attention auto picks one that can"
+    )

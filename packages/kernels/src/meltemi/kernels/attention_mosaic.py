@@ -91,7 +91,7 @@ def mosaic_unsupported_reason(
     >>> mosaic_unsupported_reason(jnp.zeros((1, 8, 2, 64), jnp.float32))
     'the Mosaic GPU kernel needs bfloat16 or float16, got float32'
     >>> bf16 = jnp.zeros((1, 8, 2, 64), jnp.bfloat16)
-    >>> mosaic_unsupported_reason(bf16, platform="cuda", compute_capability="8.0").split(";")[0]
+    >>> mosaic_unsupported_reason(bf16, platform="cuda", compute_capability="8.0")
     "the Mosaic GPU kernel is written for Hopper GPUs (compute capability 9.x: wgmma), this GPU's is 8.0"
     """
     if q.dtype not in MOSAIC_DTYPES:
@@ -99,14 +99,11 @@ def mosaic_unsupported_reason(
     if q.shape[-1] > MOSAIC_MAX_HEAD_DIM:
         return f"the Mosaic GPU kernel needs head_dim at most {MOSAIC_MAX_HEAD_DIM}, got {q.shape[-1]}"
     if platform is not None and platform != "cuda":
-        return (
-            f"it runs on an NVIDIA GPU (Hopper) and JAX's backend here is {platform!r}; "
-            "attention_mosaic.mosaic_attention with MosaicAttentionConfig(interpret=...) interprets it"
-        )
+        return f"the Mosaic GPU kernel runs on an NVIDIA GPU (Hopper), and JAX's backend here is {platform!r}"
     if compute_capability is not None and not compute_capability.startswith("9."):
         return (
             "the Mosaic GPU kernel is written for Hopper GPUs (compute capability 9.x: wgmma), this GPU's is "
-            f"{compute_capability}; 'pallas' runs on any"
+            f"{compute_capability}"
         )
     return None
 

@@ -98,7 +98,10 @@ def attention(
     queries, segments = q.array.reshape(b, s, kv * g, d), segment_ids.rearrange((BATCH, POSITION)).array
     why_not = kernels.attention_unsupported_reason(implementation, queries, segments, causal=True)
     if why_not is not None:  # a config the machine refuses: one line, not a traceback from inside the trace
-        raise ConfigError(f"model.attention {implementation} cannot run here: {why_not}")
+        raise ConfigError(
+            f"model.attention {implementation} cannot run here: {why_not}; "
+            "model.attention auto picks one that can"
+        )
     out = kernels.attention(
         queries,
         k.array,
