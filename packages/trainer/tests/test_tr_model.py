@@ -155,6 +155,6 @@ def test_a_gpu_kernel_on_a_cpu_is_refused_with_the_config_remedy_not_the_kernels
     with pytest.raises(ConfigError) as error:
         adapters.attention(q, kv, kv, segments, implementation="mosaic")
     assert str(error.value) == (
-        "model.attention mosaic cannot run here: the Mosaic GPU kernel runs on an NVIDIA GPU (Hopper), and JAX's "
-        "backend here is 'cpu'; model.attention auto picks one that can"
+        "model.attention mosaic cannot run here: the Mosaic GPU kernel runs on an NVIDIA GPU (Hopper), and "
+        "JAX's backend here is 'cpu'; model.attention auto picks one that can"
     )
