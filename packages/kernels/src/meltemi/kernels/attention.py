@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 AttentionImplementation = Literal["auto", "reference", "xla", "pallas", "mosaic", "splash", "cudnn"]
 IMPLEMENTATIONS = ("auto", "reference", "xla", "pallas", "mosaic", "splash", "cudnn")
-MOSAIC_INTERPRETED = (
+_MOSAIC_INTERPRETED = (
     ", and attention_mosaic.mosaic_attention with MosaicAttentionConfig(interpret=...) runs the Mosaic "
     "kernels interpreted, off a GPU"
 )
@@ -170,7 +170,7 @@ def _run(implementation: str, q, k, v, segment_ids, spec: MaskSpec) -> jax.Array
     if why_not is not None:
         raise ValueError(
             f"{WHERE}: implementation={implementation!r} cannot run these arguments: {why_not}; 'auto' picks "
-            f"one that can{MOSAIC_INTERPRETED if implementation == 'mosaic' else ''}"
+            f"one that can{_MOSAIC_INTERPRETED if implementation == 'mosaic' else ''}"
         )
     if implementation == "mosaic":
         from meltemi.kernels.attention_mosaic import mosaic_attention  # imported late: see above

@@ -19,6 +19,8 @@ from meltemi.trainer.chips import CHIPS, FP8_CHIPS, HOPPER_CHIPS, unknown_chip
 
 Remat = Literal["none", "full", "save_dots", "offload"]
 AttentionKernel = Literal["auto", "reference", "xla", "pallas", "mosaic", "splash", "cudnn"]
+# The kernels that compile only for an NVIDIA GPU, and compute only in 16-bit floats.
+GPU_ONLY_ATTENTION = ("mosaic", "cudnn")
 LossKernel = Literal["auto", "reference", "xla", "pallas"]
 MatmulDtype = Literal["compute", "fp8"]
 FloatDtype = Literal["float32", "bfloat16", "float16"]
@@ -496,7 +498,7 @@ class RunConfig(Section):
     @model_validator(mode="after")
     def _attention_kernel_fits(self) -> RunConfig:
         kernel, dtype, chip = self.model.attention, self.trainer.compute_dtype, self.hardware.chip
-        if kernel in ("mosaic", "cudnn") and dtype == "float32":
+        if kernel in GPU_ONLY_ATTENTION and dtype == "float32":
             raise ValueError(
                 f"model.attention {kernel} needs trainer.compute_dtype bfloat16 or float16, got float32"
             )

@@ -15,7 +15,7 @@ import dataclasses
 import jax
 
 from meltemi.trainer.chips import Chip, chip_named
-from meltemi.trainer.config import HardwareConfig, RunConfig
+from meltemi.trainer.config import GPU_ONLY_ATTENTION, HardwareConfig, RunConfig
 
 GIB = 2**30
 
@@ -62,7 +62,6 @@ class MemoryBudget:
 
 
 HALF_PRECISION = ("bfloat16", "float16")
-GPU_ONLY_ATTENTION = ("mosaic", "cudnn")
 
 
 def _on_cpu(mesh: jax.sharding.Mesh) -> bool:
