@@ -69,12 +69,22 @@ def test_overrides_apply_on_top_of_a_yaml_file(tmp_path):
         (["--model.attention", "mosaic", "--trainer.compute_dtype", "float32"], r"model.attention mosaic needs trainer.compute_dtype bfloat16 or float16, got float32"),  # noqa: E501
         (["--model.attention", "cudnn", "--trainer.compute_dtype", "float32"], r"model.attention cudnn needs trainer.compute_dtype"),  # noqa: E501
         (["--model.attention", "mosaic", "--hardware.chip", "A100-80GB"], r"model.attention mosaic is written for Hopper GPUs \(GH200, H100, H200\), not hardware.chip 'A100-80GB'"),  # noqa: E501
+        (["--data.cache_dir", "s3://bucket/cache"], r"^data.cache_dir: must be a local directory \(a path or a file:// URL\): corpora are built .* name it in data.stores \(got 's3://bucket/cache'\)$"),  # noqa: E501
+        (["--data.cache_dir", "gs:/bucket/cache"], r"^data.cache_dir: gs:/bucket/cache: a URL needs two slashes after its scheme"),  # noqa: E501
+        (["--trainer.compile_cache_dir", "gs://bucket/jax"], r"^trainer.compile_cache_dir: must be a local directory .*trainer.compile_cache_mirror copies it"),  # noqa: E501
     ],
 )  # fmt: skip
 def test_bad_values_are_one_line_errors_naming_the_field(overrides, message):
     with pytest.raises(ConfigError, match=message) as error:
         load_config(None, overrides)
     assert "\n" not in str(error.value)
+
+
+def test_a_file_url_names_a_local_cache_directory_and_a_path_stays_as_given(tmp_path):
+    config = load_config(None, ["--data.cache_dir", (tmp_path / "cache").as_uri(),
+                                "--trainer.compile_cache_dir", "relative/jax"])  # fmt: skip
+    assert config.data.cache_dir == str(tmp_path / "cache")
+    assert config.trainer.compile_cache_dir == "relative/jax"
 
 
 def test_bad_files_are_one_line_errors(tmp_path):

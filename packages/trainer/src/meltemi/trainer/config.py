@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from meltemi.datastore.errors import StorageError
+from meltemi.datastore.storage import Location, url_scheme
 from meltemi.trainer.chips import CHIPS, FP8_CHIPS, HOPPER_CHIPS, unknown_chip
 
 Remat = Literal["none", "full", "save_dots", "offload"]
@@ -26,6 +28,25 @@ MatmulDtype = Literal["compute", "fp8"]
 FloatDtype = Literal["float32", "bfloat16", "float16"]
 InvalidUtf8 = Literal["error", "skip", "replace"]  # meltemi.datastore's policy for text that is not UTF-8
 PhysicalAxes = str | list[str] | None
+
+
+def local_directory(value: str, why_local: str) -> str:
+    """``value`` when it names a local directory (a ``file://`` URL becomes its path), else a ``ValueError``
+    that says ``why_local``: for the fields whose directory only this machine's disk can hold.
+
+    >>> local_directory("file:///tmp/cache", "why"), local_directory(".cache/meltemi", "why")
+    ('/tmp/cache', '.cache/meltemi')
+    >>> local_directory("gs://bucket/cache", "because")
+    Traceback (most recent call last):
+    ValueError: must be a local directory (a path or a file:// URL): because
+    """
+    try:
+        location = Location.parse(value)  # a mistyped URL (gs:/bucket) says so, not a directory named gs:
+    except StorageError as error:
+        raise ValueError(str(error)) from None
+    if location.scheme != "file":
+        raise ValueError(f"must be a local directory (a path or a file:// URL): {why_local}")
+    return value if url_scheme(value) is None else str(location.local_path)
 
 
 class Section(BaseModel):
@@ -294,7 +315,7 @@ class TrainerConfig(Section):
         True, description="keep compiled programs on disk so a restart loads them (--no-compile-cache: off)"
     )
     compile_cache_dir: str | None = Field(
-        None, description="where; default $JAX_COMPILATION_CACHE_DIR, else ~/.cache/meltemi/jax"
+        None, description="its local directory; default $JAX_COMPILATION_CACHE_DIR, else ~/.cache/meltemi/jax"
     )
     compile_cache_mirror: str | bool | None = Field(
         None,
@@ -306,6 +327,15 @@ class TrainerConfig(Section):
     @classmethod
     def _base_path(cls, base):
         return {"path": base} if isinstance(base, str) else base
+
+    @field_validator("compile_cache_dir")
+    @classmethod
+    def _local_compile_cache(cls, directory: str | None) -> str | None:
+        why = (
+            "JAX reads and writes its compilation cache on this machine's disk; trainer.compile_cache_mirror "
+            "copies it to and from a bucket folder"
+        )
+        return None if directory is None else local_directory(directory, why)
 
     @model_validator(mode="after")
     def _schedule(self) -> TrainerConfig:
@@ -400,7 +430,8 @@ class DataConfig(Section):
     )
     rebuild_corpus: bool = Field(False, description="rebuild data.corpus's store (the corpus changed)")
     cache_dir: str = Field(
-        ".cache/meltemi", description="where corpora's stores and the stdlib tokenizer are built and kept"
+        ".cache/meltemi",
+        description="the local directory where corpora's stores and the stdlib tokenizer are built and kept",
     )
     sources: dict[str, SourceConfig] = Field(
         default_factory=dict, description="the mixture's sources by name: token stores, or corpora to build"
@@ -428,6 +459,17 @@ class DataConfig(Section):
     @classmethod
     def _one_store(cls, stores):
         return [stores] if isinstance(stores, str) else stores
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _local_cache(cls, directory: str) -> str:
+        why = (
+            "corpora are built into stores on each machine's own disk (a bucket has no lock to keep two "
+            "hosts' builds of one store apart); to train from a bucket, build the store there once (python "
+            "-m meltemi.datastore build --input CORPUS --tokenizer TOKENIZER_JSON --out gs://BUCKET/STORE) "
+            "and name it in data.stores"
+        )
+        return local_directory(directory, why)
 
     @model_validator(mode="after")
     def _stages(self) -> DataConfig:

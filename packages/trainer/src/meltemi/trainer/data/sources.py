@@ -238,8 +238,8 @@ def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, str]:
         key = f"{STDLIB}-py{sysconfig.get_python_version()}"
     else:
         inputs, name = data.corpus, Path(data.corpus).stem or "corpus"
-        key = str(Path(data.corpus).resolve())
-    key += "\0" + Path(tokenizer).resolve().as_posix()
+        key = _resolved(data.corpus)
+    key += "\0" + _resolved(tokenizer)
     text_field = {"text_field": data.text_field}
     return name, _cached_build(
         config, inputs, data.corpus, name, key, tokenizer, say, CORPUS_FLAGS, **text_field
