@@ -24,17 +24,33 @@ from meltemi.kernels.cross_entropy import (
     cross_entropy,
 )
 from meltemi.kernels.cross_entropy_pallas import PallasCrossEntropyConfig
+from meltemi.kernels.errors import (
+    BadArgumentsError,
+    BadTilingError,
+    KernelError,
+    LabelOutOfRangeError,
+    NonFiniteError,
+    UnknownImplementationError,
+    UnsupportedError,
+)
 from meltemi.kernels.mask_spec import MaskSpec
 
 __version__ = importlib.metadata.version("meltemi-kernels")
 
 __all__ = [
     "AttentionImplementation",
+    "BadArgumentsError",
+    "BadTilingError",
     "Choice",
     "CrossEntropyImplementation",
+    "KernelError",
+    "LabelOutOfRangeError",
     "MaskSpec",
+    "NonFiniteError",
     "PallasAttentionConfig",
     "PallasCrossEntropyConfig",
+    "UnknownImplementationError",
+    "UnsupportedError",
     "attention",
     "attention_unsupported_reason",
     "choose_attention_implementation",

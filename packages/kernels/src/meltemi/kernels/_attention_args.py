@@ -22,7 +22,7 @@ def check_attention_inputs(
     sliding_window: int | None,
     softmax_scale: float | None,
 ) -> MaskSpec:
-    """Raise a ``ValueError`` naming the bad argument; return the normalized static settings."""
+    """Raise a ``BadArgumentsError`` naming the bad argument; return the normalized static settings."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         require(
             x.ndim == 4, WHERE, f"{name} must be [batch, seq, heads, head_dim], got shape {tuple(x.shape)}"

@@ -3,7 +3,7 @@
 Shape and dtype errors are raised at trace time. Non-finite values are raised at once for concrete
 arrays; inside ``jit`` they are reported by a host callback that fails the computation with the same
 message, so a NaN never flows silently into a loss. JAX turns an exception raised in a callback into a
-``jax.errors.JaxRuntimeError`` (whose message ends with ``FloatingPointError: <function>: ...``) and logs
+``jax.errors.JaxRuntimeError`` (whose message ends with ``NonFiniteError: <function>: ...``) and logs
 "jax.debug.callback failed" with the callback's traceback on stderr; there is no public way to re-raise
 the original type from inside a compiled computation.
 """
@@ -13,11 +13,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from meltemi.kernels.errors import BadArgumentsError, NonFiniteError
+
 
 def require(condition: bool, where: str, message: str) -> None:
-    """Raise ``ValueError("where: message")`` unless ``condition`` holds."""
+    """Raise ``BadArgumentsError("where: message")`` unless ``condition`` holds."""
     if not condition:
-        raise ValueError(f"{where}: {message}")
+        raise BadArgumentsError(f"{where}: {message}")
 
 
 def require_floating(where: str, **arrays: jax.Array) -> None:
@@ -38,7 +40,7 @@ def require_integer(where: str, name: str, array: jax.Array) -> None:
 def _raise_if_nonfinite(where: str, names: tuple[str, ...], bad: jax.Array) -> None:
     offenders = [name for name, is_bad in zip(names, bad.tolist(), strict=True) if is_bad]
     if offenders:
-        raise FloatingPointError(f"{where}: NaN or infinite values in {', '.join(offenders)}")
+        raise NonFiniteError(f"{where}: NaN or infinite values in {', '.join(offenders)}")
 
 
 def report_nonfinite(where: str, **arrays: jax.Array) -> None:

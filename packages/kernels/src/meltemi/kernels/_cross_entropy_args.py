@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from meltemi.kernels._checks import require, require_floating, require_integer
+from meltemi.kernels.errors import LabelOutOfRangeError
 
 WHERE = "cross_entropy"
 
@@ -20,7 +21,7 @@ def check_cross_entropy_inputs(
     z_loss_weight: float,
     block_size: int,
 ) -> None:
-    """Raise a ``ValueError`` that names the bad argument and says what was expected."""
+    """Raise a ``BadArgumentsError`` that names the bad argument and says what was expected."""
     require(hidden.ndim == 2, WHERE, f"hidden must be [tokens, embed], got shape {tuple(hidden.shape)}")
     require(
         unembedding.ndim == 2,
@@ -70,7 +71,7 @@ def token_weights(mask: jax.Array | None, tokens: int) -> jax.Array:
 
 def _raise_if_out_of_range(vocab: int, any_bad: jax.Array, position: jax.Array, value: jax.Array) -> None:
     if any_bad:
-        raise ValueError(
+        raise LabelOutOfRangeError(
             f"{WHERE}: labels must lie in [0, {vocab}); labels[{int(position)}] is {int(value)} "
             "(the first one outside)"
         )
@@ -86,7 +87,7 @@ def report_bad_labels(labels: jax.Array, vocab: int) -> None:
     >>> report_bad_labels(jnp.array([3, 7, -1]), vocab=5)
     Traceback (most recent call last):
     ...
-    ValueError: cross_entropy: labels must lie in [0, 5); labels[1] is 7 (the first one outside)
+    meltemi.kernels.errors.LabelOutOfRangeError: cross_entropy: labels must lie in [0, 5); labels[1] is 7 ...
     """
     bad = (labels < 0) | (labels >= vocab)
     position = jnp.argmax(bad)

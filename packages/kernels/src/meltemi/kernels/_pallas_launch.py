@@ -10,28 +10,30 @@ import dataclasses
 import jax
 from jax.experimental import pallas as pl
 
+from meltemi.kernels.errors import BadTilingError
+
 MIN_TILE = 16
 """Triton's smallest matrix-multiply tile side."""
 
 
 def check_launch_settings(owner: str, num_warps: int | None, num_stages: int | None, **tiles: int) -> None:
-    """Raise a ``ValueError`` naming ``owner`` and the field unless every tile is a power of two >= 16.
+    """Raise a ``BadTilingError`` naming ``owner`` and the field unless every tile is a power of two >= 16.
 
     >>> check_launch_settings("Config", 4, 2, block=48)
     Traceback (most recent call last):
     ...
-    ValueError: Config: block must be a power of two >= 16, got 48
+    meltemi.kernels.errors.BadTilingError: Config: block must be a power of two >= 16, got 48
     """
     for name, size in tiles.items():
         if not isinstance(size, int) or isinstance(size, bool) or size < MIN_TILE or size & (size - 1):
-            raise ValueError(f"{owner}: {name} must be a power of two >= {MIN_TILE}, got {size!r}")
+            raise BadTilingError(f"{owner}: {name} must be a power of two >= {MIN_TILE}, got {size!r}")
     warps_ok = num_warps is None or (
         isinstance(num_warps, int) and num_warps >= 1 and not num_warps & (num_warps - 1)
     )
     if not warps_ok:
-        raise ValueError(f"{owner}: num_warps must be a power of two >= 1 or None, got {num_warps!r}")
+        raise BadTilingError(f"{owner}: num_warps must be a power of two >= 1 or None, got {num_warps!r}")
     if num_stages is not None and (not isinstance(num_stages, int) or num_stages < 1):
-        raise ValueError(f"{owner}: num_stages must be a positive int or None, got {num_stages!r}")
+        raise BadTilingError(f"{owner}: num_stages must be a positive int or None, got {num_stages!r}")
 
 
 def fit_tile(requested: int, extent: int) -> int:

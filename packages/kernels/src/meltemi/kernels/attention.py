@@ -15,6 +15,7 @@ from meltemi.kernels.attention_pallas import pallas_attention
 from meltemi.kernels.attention_reference import reference_attention
 from meltemi.kernels.attention_splash import splash_attention
 from meltemi.kernels.attention_xla import xla_attention
+from meltemi.kernels.errors import UnknownImplementationError, UnsupportedError
 from meltemi.kernels.mask_spec import MaskSpec
 
 logger = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ def attention(
       :func:`choose_attention_implementation`).
     - ``q``, ``k`` and ``v`` must share a floating dtype (as ``cross_entropy``'s ``hidden`` and
       ``unembedding`` must); scores and softmax statistics are float32 whatever it is.
-    - ``check_finite``: NaN or infinite inputs raise ``FloatingPointError`` naming the argument; inside
+    - ``check_finite``: NaN or infinite inputs raise ``NonFiniteError`` naming the argument; inside
       ``jit`` the computation fails with ``jax.errors.JaxRuntimeError`` carrying that message (README).
 
     >>> import jax.numpy as jnp
@@ -144,7 +145,9 @@ def attention(
         q, k, v, segment_ids, causal=causal, sliding_window=sliding_window, softmax_scale=softmax_scale
     )
     if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"{WHERE}: implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+        raise UnknownImplementationError(
+            f"{WHERE}: implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}"
+        )
     if check_finite:
         report_nonfinite(WHERE, q=q, k=k, v=v)
     if implementation == "auto":
@@ -168,9 +171,11 @@ def _run(implementation: str, q, k, v, segment_ids, spec: MaskSpec) -> jax.Array
     mask = {"causal": spec.causal, "sliding_window": spec.sliding_window}
     why_not = attention_unsupported_reason(implementation, q, segment_ids, **mask)
     if why_not is not None:
-        raise ValueError(
+        raise UnsupportedError(
             f"{WHERE}: implementation={implementation!r} cannot run these arguments: {why_not}; 'auto' picks "
-            f"one that can{_MOSAIC_INTERPRETED if implementation == 'mosaic' else ''}"
+            f"one that can{_MOSAIC_INTERPRETED if implementation == 'mosaic' else ''}",
+            implementation=implementation,
+            reason=why_not,
         )
     if implementation == "mosaic":
         from meltemi.kernels.attention_mosaic import mosaic_attention  # imported late: see above

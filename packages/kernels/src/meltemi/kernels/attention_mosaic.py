@@ -43,6 +43,7 @@ from meltemi.kernels._masking import (
     whole_key_block_range,
     whole_query_block_range,
 )
+from meltemi.kernels.errors import BadTilingError, UnsupportedError
 from meltemi.kernels.mask_spec import MaskSpec
 
 MOSAIC_DTYPES = (jnp.bfloat16, jnp.float16)
@@ -59,7 +60,7 @@ _LOG2E = math.log2(math.e)
 
 @dataclasses.dataclass(frozen=True)
 class MosaicAttentionConfig:
-    """Tiles of the forward and backward passes (multiples of 64; a ``ValueError`` names any other), how
+    """Tiles of the forward and backward passes (multiples of 64; a ``BadTilingError`` names any other), how
     many buffers each stream of tiles cycles through (``stages``: tiles fetched ``stages - 1`` ahead), and
     ``interpret``: ``None`` to compile for the GPU, or Mosaic GPU's interpreter parameters."""
 
@@ -74,11 +75,11 @@ class MosaicAttentionConfig:
         for name in ("block_q", "block_k", "backward_block_q", "backward_block_k"):
             size = getattr(self, name)
             if not isinstance(size, int) or isinstance(size, bool) or size < 1 or size % WGMMA_ROWS:
-                raise ValueError(
+                raise BadTilingError(
                     f"MosaicAttentionConfig: {name} must be a positive multiple of {WGMMA_ROWS}, got {size!r}"
                 )
         if not isinstance(self.stages, int) or isinstance(self.stages, bool) or self.stages < 2:
-            raise ValueError(f"MosaicAttentionConfig: stages must be an int >= 2, got {self.stages!r}")
+            raise BadTilingError(f"MosaicAttentionConfig: stages must be an int >= 2, got {self.stages!r}")
 
 
 def mosaic_unsupported_reason(
@@ -143,7 +144,7 @@ def mosaic_attention(
     """
     why_not = mosaic_unsupported_reason(q)
     if why_not is not None:
-        raise ValueError(f"mosaic_attention: {why_not}")
+        raise UnsupportedError(f"mosaic_attention: {why_not}", implementation="mosaic", reason=why_not)
     batch, seq, heads, head_dim = q.shape
     padded = round_up(
         seq, math.lcm(config.block_q, config.block_k, config.backward_block_q, config.backward_block_k)

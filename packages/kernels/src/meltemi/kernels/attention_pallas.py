@@ -44,7 +44,7 @@ from meltemi.kernels.mask_spec import MaskSpec
 class PallasAttentionConfig:
     """Tile sizes and launch settings; ``interpret=None`` interprets unless the default backend is a GPU.
 
-    Tiles are powers of two of at least 16 (a ``ValueError`` names any other); ``num_warps=None`` and
+    Tiles are powers of two of at least 16 (a ``BadTilingError`` names any other); ``num_warps=None`` and
     ``num_stages=None`` pick them from the head dimension (``launch_settings``).
     """
 

@@ -18,6 +18,7 @@ from meltemi.kernels.attention import Choice
 from meltemi.kernels.cross_entropy_pallas import pallas_cross_entropy
 from meltemi.kernels.cross_entropy_reference import reference_cross_entropy
 from meltemi.kernels.cross_entropy_xla import DEFAULT_BLOCK_SIZE, xla_cross_entropy
+from meltemi.kernels.errors import UnknownImplementationError
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +63,8 @@ def cross_entropy(
 
     ``hidden`` and ``unembedding`` must share a floating dtype (as ``attention``'s ``q``, ``k``, ``v``
     must): cast the unembedding to the compute dtype; matmuls accumulate in float32 either way. Labels
-    outside ``[0, vocab)`` and (with ``check_finite``) NaN or infinite inputs raise ``ValueError`` and
-    ``FloatingPointError`` naming the first bad label's position or the argument; inside ``jit`` the
+    outside ``[0, vocab)`` and (with ``check_finite``) NaN or infinite inputs raise ``LabelOutOfRangeError``
+    and ``NonFiniteError`` naming the first bad label's position or the argument; inside ``jit`` the
     computation fails with ``jax.errors.JaxRuntimeError`` carrying the same message (see the README).
     ``check_labels=False`` skips the label check (a host callback per call under ``jit``) for a caller that
     guarantees the range itself; a label outside it then gives a meaningless loss instead of an error.
@@ -76,7 +77,9 @@ def cross_entropy(
     """
     check_cross_entropy_inputs(hidden, unembedding, labels, mask, z_loss_weight, block_size)
     if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"{WHERE}: implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+        raise UnknownImplementationError(
+            f"{WHERE}: implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}"
+        )
     if check_finite:
         report_nonfinite(WHERE, hidden=hidden, unembedding=unembedding)
     if check_labels:

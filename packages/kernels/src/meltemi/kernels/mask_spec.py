@@ -9,20 +9,22 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from meltemi.kernels.errors import BadArgumentsError
+
 
 @dataclasses.dataclass(frozen=True)
 class MaskSpec:
     """Causal or not, the sliding window (``None``: none) and the softmax scale of one attention call.
 
     Hashable, so it can be a ``jit`` static or a ``custom_vjp`` non-differentiable argument. Bad values are
-    a ``ValueError`` naming the field.
+    a ``BadArgumentsError`` (a ``ValueError``) naming the field.
 
     >>> MaskSpec(causal=True, sliding_window=128, softmax_scale=0.125).sliding_window
     128
     >>> MaskSpec(causal=True, sliding_window=0, softmax_scale=0.125)
     Traceback (most recent call last):
     ...
-    ValueError: MaskSpec: sliding_window must be a positive int or None, got 0
+    meltemi.kernels.errors.BadArgumentsError: MaskSpec: sliding_window must be a positive int or None, got 0
     """
 
     causal: bool
@@ -32,7 +34,7 @@ class MaskSpec:
     def __post_init__(self) -> None:
         problem = mask_problem(self.sliding_window, self.softmax_scale)
         if problem is not None:
-            raise ValueError(f"MaskSpec: {problem}")
+            raise BadArgumentsError(f"MaskSpec: {problem}")
 
 
 def mask_problem(sliding_window: object, softmax_scale: object) -> str | None:

@@ -96,21 +96,21 @@ def attention(
     v = v.rearrange((BATCH, POSITION, "kv_heads", "head_size"))
     b, s, kv, g, d = q.array.shape
     queries, segments = q.array.reshape(b, s, kv * g, d), segment_ids.rearrange((BATCH, POSITION)).array
-    why_not = kernels.attention_unsupported_reason(implementation, queries, segments, causal=True)
-    if why_not is not None:  # a config the machine refuses: one line, not a traceback from inside the trace
-        raise ConfigError(
-            f"model.attention {implementation} cannot run here: {why_not}; "
-            "model.attention auto picks one that can"
+    try:
+        out = kernels.attention(
+            queries,
+            k.array,
+            v.array,
+            causal=True,
+            segment_ids=segments,
+            implementation=implementation,
+            check_finite=False,
         )
-    out = kernels.attention(
-        queries,
-        k.array,
-        v.array,
-        causal=True,
-        segment_ids=segments,
-        implementation=implementation,
-        check_finite=False,
-    )
+    except kernels.UnsupportedError as refusal:  # a config the machine refuses, said in the config's words
+        raise ConfigError(
+            f"model.attention {implementation} cannot run here: {refusal.reason}; "
+            "model.attention auto picks one that can"
+        ) from None
     return hax.named(out.reshape(b, s, kv, g, d), q.axes)
 
 
