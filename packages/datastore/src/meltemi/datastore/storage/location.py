@@ -146,8 +146,11 @@ class Location:
         key = key.strip("/")
         if not key:
             return self
-        path = f"{self.path}/{key}" if self.path else key
-        shown = f"{str(self).rstrip('/')}/{key}"
+        path = f"{self.path.rstrip('/')}/{key}" if self.path else key  # the local root "/" too
+        base = str(self)
+        _, scheme_slashes, rest = base.partition("://")
+        root = scheme_slashes and not rest.strip("/")  # memory:// or file:///: the key follows the slashes
+        shown = base + key if root else f"{base.rstrip('/')}/{key}"
         return Location(self.scheme, self.bucket, os.path.normpath(path) if self.is_local else path, shown)
 
     @property
