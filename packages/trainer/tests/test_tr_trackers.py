@@ -2,10 +2,12 @@
 
 import json
 import os
+import tempfile
 
 import jax
 import pytest
 
+from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.trainer import Trainer
 
 
@@ -38,13 +40,25 @@ def test_progress_lines_go_to_stderr_off_a_terminal(make_config, run_dir, capsys
     assert "compiled the train step" in captured.err and "step 2/2  loss" in captured.err
 
 
-def test_the_profiler_traces_the_configured_steps(make_config, run_dir):
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_the_profiler_traces_the_configured_steps_into_the_run_local_or_in_a_bucket(
+    request, where, make_config, run_dir, monkeypatch, tmp_path
+):
+    """JAX's profiler reaches no s3:// location itself: a bucket run's trace is copied there (it failed at
+    the end of the traced steps), with nothing left in the temporary directory it was written to."""
     config = make_config(
         "--trainer.num_train_steps", "3", "--trainer.profiler", "{start_step: 1, num_steps: 1}"
     )
-    Trainer(config, run_dir, devices=jax.devices()[:1], progress=False).run()
-    traces = list((run_dir / "profile").rglob("*.xplane.pb"))
-    assert len(traces) == 1 and traces[0].stat().st_size > 0
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    run = str(run_dir) if where == "local" else f"{request.getfixturevalue('s3').bucket_url()}/runs/tiny"
+    Trainer(config, run, devices=jax.devices()[:1], progress=False).run()
+    profile = Directory(Location.parse(run) / "profile")
+    traces = [key for key in profile.list() if key.endswith(".xplane.pb")]
+    assert len(traces) == 1 and len(profile.read_bytes(traces[0])) > 0
+    assert list(scratch.iterdir()) == []
 
 
 def test_every_logged_step_counts_its_own_tokens_checkpoints_between_them(make_config, run_dir):

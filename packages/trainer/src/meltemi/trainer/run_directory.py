@@ -9,7 +9,7 @@ and under which names (its layout, the one place those names are written), and w
           loss.png              the loss curve                        LOSS_PLOT
           events.jsonl          a slice job's events (--launch ray)   EVENTS
           checkpoints/step-N/   the checkpoints                       CHECKPOINTS
-          profile/              a profiler trace (trainer.profile)    PROFILE
+          profile/              a profiler trace (trainer.profiler)   PROFILE
 
 The compilation cache is not in it: it is the host's (``step.compile_cache``), mirrored in the run's bucket
 (``step.cache_mirror``).

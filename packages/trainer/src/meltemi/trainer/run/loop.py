@@ -22,6 +22,7 @@ from meltemi.datastore import BatchLoader
 from meltemi.datastore.storage import Appender, Location
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import NonFiniteError
+from meltemi.trainer.run.profile_trace import ProfileTrace
 from meltemi.trainer.run.startup import StartupClock
 from meltemi.trainer.run.trackers import BUCKET_FLUSH_SECONDS
 from meltemi.trainer.run_directory import RunDirectory
@@ -190,6 +191,7 @@ class StepLoop:
         """Train to the last step; ``on_ready`` is called once, just before the first step is dispatched."""
         trainer = self.job.config.trainer
         profiler = trainer.profiler
+        trace = ProfileTrace(self.job.directory.profile)
         start = int(jax.device_get(self.state.step))
         self.stop.boundary = start
         self.progress.update_total(trainer.num_train_steps, start)
@@ -207,7 +209,7 @@ class StepLoop:
                 if due:
                     self._checkpoint(local)
                 if profiler is not None and step == profiler.start_step:
-                    jax.profiler.start_trace(str(self.job.directory.profile))
+                    trace.start()
                 rows = self.job.train_batches.schedule.size(step)
                 if trainer.log_batch_hashes:
                     self._log_batch_hash(step, local)
@@ -216,7 +218,7 @@ class StepLoop:
                 self.pending = (step, metrics, rows)
                 if profiler is not None and step == profiler.start_step + profiler.num_steps - 1:
                     jax.block_until_ready(self.state)
-                    jax.profiler.stop_trace()
+                    trace.stop()
                 done = step + 1
                 if done == trainer.num_train_steps:
                     break
