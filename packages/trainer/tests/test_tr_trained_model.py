@@ -2,12 +2,15 @@
 parameters as on one device, and the same scores, samples and export."""
 
 import filecmp
+import json
+import shutil
 
 import jax
 import numpy as np
 import pytest
 
 from meltemi.trainer.checkpoint.trained_model import load_model
+from meltemi.trainer.errors import ConfigError
 from meltemi.trainer.generate.generation import generate
 from meltemi.trainer.generate.sampling import SamplingConfig
 from meltemi.trainer.harness.scoring import TokenScorer
@@ -62,3 +65,16 @@ def test_the_export_of_the_sharded_model_is_byte_for_byte_the_single_device_one(
     names = sorted(p.name for p in theirs.iterdir())
     match, mismatch, errors = filecmp.cmpfiles(ours, theirs, names, shallow=False)
     assert (mismatch, errors) == ([], []) and match == names
+
+
+def test_a_recorded_config_that_no_longer_validates_names_the_manifest_that_holds_it(base, tmp_path):
+    """The user typed no config here: the one-line error says which record the value comes from."""
+    run = tmp_path / "run"
+    shutil.copytree(base, run)
+    (manifest,) = run.glob("checkpoints/step-*/manifest.json")
+    record = json.loads(manifest.read_text())
+    record["config"]["trainer"]["compile_cache_dir"] = "s3://bucket/jax"  # refused since it was written
+    manifest.write_text(json.dumps(record))
+    with pytest.raises(ConfigError) as refused:
+        load_model(run, devices=jax.devices()[:1])
+    assert str(refused.value).startswith(f"{manifest}: trainer.compile_cache_dir: must be a local directory")

@@ -120,12 +120,20 @@ def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def validate(raw: dict[str, Any], where: str = "the config") -> RunConfig:
-    """``RunConfig`` from a raw mapping; the first problem becomes a one-line ``ConfigError``."""
+def validate(raw: dict[str, Any], where: str = "the config", *, recorded: bool = False) -> RunConfig:
+    """``RunConfig`` from a raw mapping; the first problem becomes a one-line ``ConfigError``. A config
+    ``recorded`` in a run (a checkpoint's manifest, which the user did not type) has the message start with
+    ``where``, so it says which record holds the value.
+
+    >>> validate({"trainer": {"seed": "x"}}, "run/step-2/manifest.json", recorded=True)
+    Traceback (most recent call last):
+    meltemi.trainer.errors.ConfigError: run/step-2/manifest.json: trainer.seed: Input should be a valid ...
+    """
     try:
         return RunConfig.model_validate(raw)
     except pydantic.ValidationError as e:
-        raise ConfigError(_describe(e.errors()[0], where)) from None
+        message = _describe(e.errors()[0], where)
+        raise ConfigError(f"{where}: {message}" if recorded else message) from None
 
 
 def _describe(error: dict, where: str) -> str:

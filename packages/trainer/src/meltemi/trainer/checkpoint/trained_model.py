@@ -125,7 +125,7 @@ def load_model(
     for path in found:
         try:
             manifest = inspect_checkpoint(path)
-            config = validate(manifest.config, where=path.where(MANIFEST))
+            config = validate(manifest.config, where=path.where(MANIFEST), recorded=True)
             layout = inference_layout(config, devices)
             abstract = abstract_model(config)
             model = restore(

@@ -122,7 +122,7 @@ def _check_data(manifest: Manifest) -> tuple[DataVerdict, list[str], list[str]]:
     from meltemi.trainer.step.distributed import batch_hash
 
     try:
-        data = open_data(validate(manifest.config, where="the checkpoint's config"))
+        data = open_data(validate(manifest.config, where="the checkpoint's config", recorded=True))
         found = batch_hash(data.train.batch(position.step))
     except (TrainerError, OSError, IndexError) as error:
         return "unavailable", [], [f"data not checked: {error}"]

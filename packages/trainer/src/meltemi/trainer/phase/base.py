@@ -66,7 +66,7 @@ def locate_base(path: str, warn=lambda _: None) -> Base:
         except CheckpointError as e:
             warn(f"skipping checkpoint {e}")
             continue
-        config = validate(manifest.config, where=step.where("manifest.json"))
+        config = validate(manifest.config, where=step.where("manifest.json"), recorded=True)
         tokenizer, _ = checkpoint_tokenizer(step, manifest)
         return Base("checkpoint", step.where(), config.model, tokenizer, step=step, manifest=manifest)
     if found:
