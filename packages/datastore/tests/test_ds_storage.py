@@ -3,6 +3,7 @@ backend (local, memory, an S3 server, a GCS emulator), a log survives segment re
 location is one line naming the URL and the mistake, raised before any work."""
 
 import socket
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -62,6 +63,17 @@ def test_a_url_is_never_made_a_local_path():
     assert (
         str(caught.value) == "gs:/my-bucket/run: a URL needs two slashes after its scheme: gs://my-bucket/run"
     )
+
+
+def test_a_local_path_from_tilde_is_the_home_directory_s_and_is_shown_as_given(monkeypatch, tmp_path):
+    """As a shell reads it, and as fsspec reads the datastore's inputs: a YAML config has no shell."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    location = Location.parse("~/runs/tiny")
+    assert location.local_path == tmp_path / "runs" / "tiny" and str(location) == "~/runs/tiny"
+    assert Location.parse("~") == Location.parse(str(tmp_path))
+    assert Location.parse("./~/x").local_path == Path.cwd() / "~" / "x"  # only a leading ~ is the home's
+    Directory("~/runs/tiny").write_text("a.txt", "here")
+    assert (tmp_path / "runs" / "tiny" / "a.txt").read_text() == "here"
 
 
 @pytest.mark.parametrize(

@@ -80,11 +80,15 @@ def test_bad_values_are_one_line_errors_naming_the_field(overrides, message):
     assert "\n" not in str(error.value)
 
 
-def test_a_file_url_names_a_local_cache_directory_and_a_path_stays_as_given(tmp_path):
+def test_a_file_url_or_tilde_names_a_local_cache_directory_and_a_path_stays_as_given(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     config = load_config(None, ["--data.cache_dir", (tmp_path / "cache").as_uri(),
                                 "--trainer.compile_cache_dir", "relative/jax"])  # fmt: skip
     assert config.data.cache_dir == str(tmp_path / "cache")
     assert config.trainer.compile_cache_dir == "relative/jax"
+    config = load_config(None, ["--data.cache_dir", "~/.cache/m", "--trainer.compile_cache_dir", "~/jax"])
+    assert config.data.cache_dir == str(tmp_path / "home" / ".cache" / "m")
+    assert config.trainer.compile_cache_dir == str(tmp_path / "home" / "jax")
 
 
 def test_bad_files_are_one_line_errors(tmp_path):

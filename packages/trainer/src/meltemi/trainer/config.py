@@ -31,8 +31,9 @@ PhysicalAxes = str | list[str] | None
 
 
 def local_directory(value: str, why_local: str) -> str:
-    """``value`` when it names a local directory (a ``file://`` URL becomes its path), else a ``ValueError``
-    that says ``why_local``: for the fields whose directory only this machine's disk can hold.
+    """``value`` when it names a local directory (a ``file://`` URL, or a path from ``~``, becomes the path it
+    names), else a ``ValueError`` that says ``why_local``: for the fields whose directory only this machine's
+    disk can hold.
 
     >>> local_directory("file:///tmp/cache", "why"), local_directory(".cache/meltemi", "why")
     ('/tmp/cache', '.cache/meltemi')
@@ -46,7 +47,7 @@ def local_directory(value: str, why_local: str) -> str:
         raise ValueError(str(error)) from None
     if location.scheme != "file":
         raise ValueError(f"must be a local directory (a path or a file:// URL): {why_local}")
-    return value if url_scheme(value) is None else str(location.local_path)
+    return value if url_scheme(value) is None and not value.startswith("~") else str(location.local_path)
 
 
 class Section(BaseModel):

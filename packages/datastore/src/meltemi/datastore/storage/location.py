@@ -17,7 +17,9 @@ Bucket names are checked against the store's rules when a URL is parsed (`s3://b
 have 3 to 63 characters), so a typo is reported before any request.
 
 A URL is never turned into a local path: `gs://bucket/run` stays a bucket location, and `gs:/bucket/run` (a
-URL that went through `pathlib.Path`) is an error rather than a directory named `gs:`.
+URL that went through `pathlib.Path`) is an error rather than a directory named `gs:`. A local path that
+starts with `~` is the home directory's, as in a shell (a YAML config is not expanded by one), as fsspec
+reads it for the datastore's inputs.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ class Location:
             if slip and slip.group(1).lower() in SCHEMES and slip.group(1).lower() != "file":
                 fixed = f"{slip.group(1)}://{given[slip.end() :]}"
                 raise BadUrlError(f"{given}: a URL needs two slashes after its scheme: {fixed}")
-            return cls("file", "", os.path.abspath(given), given)
+            return cls("file", "", os.path.abspath(os.path.expanduser(given)), given)
         scheme, rest = match.group(1).lower(), match.group(2)
         if scheme not in SCHEMES:
             raise UnknownSchemeError(
