@@ -123,9 +123,11 @@ def test_a_missing_or_invalid_tokenizer_is_an_error_naming_it(write_files, tmp_p
     files = write_files({"a.txt": "x"})
     with pytest.raises(InputError, match="nope.json.*no such file"):
         build_store(files, tmp_path / "nope.json", tmp_path / "s", progress=False)
-    (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(InputError, match="bad.json.*not a Hugging Face tokenizer"):
-        build_store(files, tmp_path / "bad.json", tmp_path / "s", progress=False)
+    for name, text in (("bad.json", "{}"), ("prose.txt", "hello world")):  # JSON but no tokenizer; no JSON
+        (tmp_path / name).write_text(text)
+        with pytest.raises(InputError, match=rf"^tokenizer '.*{name}': not a Hugging Face tokenizer"):
+            build_store(files, tmp_path / name, tmp_path / "s", progress=False)
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_tokenizer_without_an_eos_token_needs_one_named_or_no_eos(write_files, tmp_path, tokenizer_path):

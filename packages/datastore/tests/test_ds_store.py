@@ -254,6 +254,9 @@ def test_opening_something_that_is_not_a_store_says_so(tmp_path, copy):
 def test_an_expected_tokenizer_that_is_neither_file_nor_hash_is_an_error(small_store, tmp_path):
     with pytest.raises(DatastoreError, match="neither a tokenizer.json file nor a SHA-256"):
         TokenStore.open(small_store, tokenizer=tmp_path / "absent.json")
+    (tmp_path / "prose.txt").write_bytes(b"hello \xff world")
+    with pytest.raises(DatastoreError, match=r"^tokenizer '.*prose.txt': not a Hugging Face tokenizer.json"):
+        TokenStore.open(small_store, tokenizer=tmp_path / "prose.txt")
 
 
 @pytest.mark.parametrize(

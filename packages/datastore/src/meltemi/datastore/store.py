@@ -32,11 +32,11 @@ from meltemi.datastore.layout import (
     TEXT,
     TOKENS,
     ShardLayout,
-    canonical_tokenizer_hash,
     store_arrays,
 )
 from meltemi.datastore.shards import ShardedArray
 from meltemi.datastore.storage import Directory, Location, check_readable, read_object
+from meltemi.datastore.tokenizer_file import tokenizer_digest
 
 _HEX_HASH = re.compile(r"[0-9a-f]{64}")
 
@@ -203,7 +203,7 @@ class TokenStore:
                 raise DatastoreError(
                     f"expected tokenizer {text!r} is neither a tokenizer.json file nor a SHA-256 hash"
                 )
-            expected = canonical_tokenizer_hash(data.decode("utf-8"))
+            expected = tokenizer_digest(data.decode("utf-8", errors="replace"), text)
             given = f"{text} (sha256 {expected})"
         if expected != self.tokenizer_hash:
             built = self.manifest["tokenizer"]["name"]

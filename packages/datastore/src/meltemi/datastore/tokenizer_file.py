@@ -51,15 +51,30 @@ def read_tokenizer_text(location: str | os.PathLike | Location) -> str:
         raise TokenizerFileError(f"tokenizer {where!r}: {_NOT_A_TOKENIZER} ({error})") from None
 
 
+def tokenizer_digest(text: str, where: str) -> str:
+    """The canonical hash of the tokenizer JSON `text` (what a store records); a `TokenizerFileError` naming
+    `where` when `text` is not JSON.
+
+    >>> tokenizer_digest("hello world", "a.txt")
+    Traceback (most recent call last):
+    ...
+    meltemi.datastore.errors.TokenizerFileError: tokenizer 'a.txt': not a Hugging Face tokenizer.json ...
+    """
+    try:
+        return canonical_tokenizer_hash(text)
+    except ValueError as error:
+        raise TokenizerFileError(f"tokenizer {where!r}: {_NOT_A_TOKENIZER} ({error})") from None
+
+
 def parse_tokenizer(text: str, where: str, digest: str | None = None) -> Tokenizer:
     """The tokenizer in the JSON `text` (parsed once per process; `digest`, its canonical hash when known);
     a `TokenizerFileError` naming `where`."""
-    try:
-        digest = digest or canonical_tokenizer_hash(text)
-        if digest not in _PARSED:
+    digest = digest or tokenizer_digest(text, where)
+    if digest not in _PARSED:
+        try:
             _PARSED[digest] = Tokenizer.from_str(text)
-    except Exception as error:  # json: ValueError; tokenizers: a bare Exception
-        raise TokenizerFileError(f"tokenizer {where!r}: {_NOT_A_TOKENIZER} ({error})") from None
+        except Exception as error:  # tokenizers raises a bare Exception for what it cannot parse
+            raise TokenizerFileError(f"tokenizer {where!r}: {_NOT_A_TOKENIZER} ({error})") from None
     return _PARSED[digest]
 
 

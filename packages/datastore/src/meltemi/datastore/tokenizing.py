@@ -21,11 +21,11 @@ from tokenizers import Tokenizer
 from meltemi.datastore.build_records import PartSummary
 from meltemi.datastore.build_request import Hints
 from meltemi.datastore.errors import InputError
-from meltemi.datastore.layout import canonical_tokenizer_hash, token_dtype
+from meltemi.datastore.layout import token_dtype
 from meltemi.datastore.long_documents import pieces_of
 from meltemi.datastore.sources import Piece, ReadNotes, ReadPolicy, read_documents, redact
 from meltemi.datastore.storage import Directory, Location
-from meltemi.datastore.tokenizer_file import parse_tokenizer, read_tokenizer_text
+from meltemi.datastore.tokenizer_file import parse_tokenizer, read_tokenizer_text, tokenizer_digest
 
 if TYPE_CHECKING:
     from meltemi.datastore.chat_build import ChatBuild
@@ -58,7 +58,7 @@ class TokenizerInfo:
         token; a missing one is an error saying how to name one or go without, in the words of `hints`."""
         shown = redact(os.fspath(path))
         text = read_tokenizer_text(path)
-        sha256 = canonical_tokenizer_hash(text)
+        sha256 = tokenizer_digest(text, shown)  # not JSON: an error naming the file, not json's own
         tokenizer = parse_tokenizer(text, shown, sha256)
         eos_id = _find_eos(tokenizer, shown, eos_token, hints or Hints()) if eos else None
         return cls(
