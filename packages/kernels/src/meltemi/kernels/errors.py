@@ -15,6 +15,8 @@ cudnn | cuDNN attention needs bfloat16 or float16, got float32
 
 from __future__ import annotations
 
+import functools
+
 
 class KernelError(ValueError):
     """Base class: every error the kernels raise on purpose is one of these."""
@@ -41,12 +43,9 @@ class UnsupportedError(KernelError):
         self.implementation = implementation
         self.reason = reason
 
-    def __reduce__(self):
-        return _unsupported, (str(self), self.implementation, self.reason)
-
-
-def _unsupported(message: str, implementation: str, reason: str) -> UnsupportedError:
-    return UnsupportedError(message, implementation=implementation, reason=reason)
+    def __reduce__(self):  # keyword arguments survive pickling (a worker process, a Ray task)
+        where = {"implementation": self.implementation, "reason": self.reason}
+        return functools.partial(type(self), **where), self.args
 
 
 class LabelOutOfRangeError(KernelError):

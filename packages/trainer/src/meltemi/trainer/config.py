@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from meltemi.datastore.errors import StorageError
-from meltemi.datastore.storage import Location, url_scheme
+from meltemi.datastore.storage import local_path_of, url_scheme
 from meltemi.trainer.chips import CHIPS, FP8_CHIPS, HOPPER_CHIPS, unknown_chip
 
 Remat = Literal["none", "full", "save_dots", "offload"]
@@ -42,12 +42,12 @@ def local_directory(value: str, why_local: str) -> str:
     ValueError: must be a local directory (a path or a file:// URL): because
     """
     try:
-        location = Location.parse(value)  # a mistyped URL (gs:/bucket) says so, not a directory named gs:
+        local = local_path_of(value)  # a mistyped URL (gs:/bucket) says so, not a directory named gs:
     except StorageError as error:
         raise ValueError(str(error)) from None
-    if location.scheme != "file":
+    if local is None:
         raise ValueError(f"must be a local directory (a path or a file:// URL): {why_local}")
-    return value if url_scheme(value) is None and not value.startswith("~") else str(location.local_path)
+    return value if url_scheme(value) is None and not value.startswith("~") else str(local)
 
 
 class Section(BaseModel):
