@@ -53,6 +53,15 @@ def test_a_location_is_the_same_place_under_every_spelling_and_join(scheme, part
     assert joined == Location.parse(_spelled(scheme, parts + key)) and joined.scheme == location.scheme
     assert Location.parse(joined.url) == joined
     assert Location.parse(str(joined)) == joined  # what messages show is a URL that names the same place
+    if scheme != "gs" and scheme != "s3":  # a key under a place is the place's kvstore prefix and the key
+        prefix = location.kvstore_spec()["path"]
+        assert joined.kvstore_spec()["path"] == prefix + "/".join(key) + "/" and "//" not in prefix
+
+
+def test_the_local_root_is_a_directory_like_any_other(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    for root in ("/", "file:///"):
+        assert Directory(root).read_text(f"{tmp_path}/notes.txt".lstrip("/")) == "mine"
 
 
 def test_a_url_is_never_made_a_local_path():

@@ -189,7 +189,9 @@ class Location:
         >>> spec["bucket"], spec["path"], spec["context"]["s3_request_retries"]["initial_delay"]
         ('bucket', 'x/', '0.25s')
         """
-        spec: dict[str, Any] = {"driver": _DRIVERS[self.scheme], "path": self.path + "/" if self.path else ""}
+        prefix = self.path.rstrip("/")  # the local root "/" is the prefix "" + "/", never "//"
+        path = prefix + "/" if prefix or self.is_local else ""
+        spec: dict[str, Any] = {"driver": _DRIVERS[self.scheme], "path": path}
         if self.scheme == "file":
             spec["context"] = {"file_io_sync": True}  # fsync data and directory before a write returns
         elif self.scheme == "gs":
