@@ -32,6 +32,24 @@ def _limit(text: str) -> int | float:
     return int(value) if value >= 1 and value.is_integer() else value
 
 
+def _positive(text: str) -> int:
+    return _at_least(1, text)
+
+
+def _non_negative(text: str) -> int:
+    return _at_least(0, text)
+
+
+def _at_least(minimum: int, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be {'positive' if minimum else 'at least 0'}, got {text}")
+    return value
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_checkpoint_flag(parser, dry_run=True)
@@ -45,14 +63,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--out",
         default=None,
-        help="where to write the harness's JSON results, a path or URL (default: not written)",
-    )
-    parser.add_argument("--batch-size", type=int, default=8, help="rows scored per compiled call (default 8)")
-    parser.add_argument(
-        "--max-length", type=int, default=None, help="tokens per row (default: the model's max_seq_len)"
+        help="a new file for the harness's JSON results, a path or URL (default: not written)",
     )
     parser.add_argument(
-        "--bootstrap-iters", type=int, default=1000, help="resamples for standard errors (default 1000)"
+        "--batch-size", type=_positive, default=8, help="rows scored per compiled call (default 8)"
+    )
+    parser.add_argument(
+        "--max-length", type=_positive, default=None, help="tokens per row (default: the model's max_seq_len)"
+    )
+    parser.add_argument(
+        "--bootstrap-iters",
+        type=_non_negative,
+        default=1000,
+        help="resamples for standard errors, 0 for none (default 1000)",
     )
     parser.add_argument(
         "--apply-chat-template",
@@ -96,15 +119,12 @@ def main(argv: list[str]) -> int:
               "uv pip install 'meltemi-trainer[eval]'", file=sys.stderr)  # fmt: skip
         return 1
     from meltemi.datastore import DatastoreError
-    from meltemi.datastore.storage import Directory, check_writable
+    from meltemi.trainer.harness.results_file import results_file
 
-    out, name = None, None
+    out = None
     try:
-        if args.out is not None:  # a local path or a bucket URL, probed before any work
-            where, _, name = args.out.rpartition("/")
-            if not name:
-                raise TrainerError(f"--out {args.out}: name a file, e.g. {args.out.rstrip('/')}/results.json")
-            out = Directory(check_writable(where or "."))
+        if args.out is not None:  # a new file, local or in a bucket, its folder probed before any work
+            out = results_file(args.out)
         tasks = PreparedTasks.of(specs)
         lm = harness_model.MeltemiLM(args.checkpoint, batch_size=args.batch_size, max_length=args.max_length)
         if args.apply_chat_template:
@@ -122,12 +142,12 @@ def main(argv: list[str]) -> int:
         return 1
     print(results.table())
     if out is not None:
-        try:  # one object written whole (a local file is written aside and renamed)
-            out.write_text(name, results.to_json())
-        except DatastoreError as e:
+        try:
+            out.write(results.to_json())
+        except (TrainerError, DatastoreError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        print(f"results written to {out.where(name)}", file=sys.stderr)
+        print(f"results written to {out}", file=sys.stderr)
     return 0
 
 

@@ -279,6 +279,25 @@ def test_results_go_to_a_bucket_and_a_missing_one_is_named_before_any_work(run, 
     )
 
 
+def test_an_existing_results_file_is_kept_and_bad_counts_are_refused_before_any_work(run, tmp_path):
+    args = ("--checkpoint", str(run["trained"]), "--tasks", "stdlib_return", "--limit", "4")
+    (tmp_path / "earlier.json").write_text('{"mine": 1}')
+    (tmp_path / "evals").mkdir()
+    for out, says in [("earlier.json", "already exists; name a new file (the results there are kept)"),
+                      ("evals", "is a directory; name a file, e.g. evals/results.json")]:  # fmt: skip
+        result = evaluate_app(*args, "--out", out, cwd=tmp_path)
+        assert result.returncode == 1 and "|" not in result.stdout  # no task ran
+        assert result.stderr.strip().splitlines()[-1] == f"error: --out {out}: {says}", result.stderr
+    assert (tmp_path / "earlier.json").read_text() == '{"mine": 1}'
+    assert not any((tmp_path / "evals").iterdir())
+    for flag, value, says in [("--batch-size", "0", "must be positive, got 0"),
+                              ("--max-length", "x", "must be a whole number, got 'x'"),
+                              ("--bootstrap-iters", "-1", "must be at least 0, got -1")]:  # fmt: skip
+        result = evaluate_app(*args, flag, value, cwd=tmp_path)
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines()[-1].endswith(f"error: argument {flag}: {says}")
+
+
 def test_eval_tasks_run_in_the_training_loop_beside_the_held_out_loss(small_corpus, tmp_path):
     config = small_run_config(
         small_corpus, 4, "--trainer.eval_every", "2", "--trainer.log_every", "1",

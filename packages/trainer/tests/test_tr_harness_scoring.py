@@ -150,3 +150,22 @@ def test_the_shipped_task_data_rebuilds_byte_for_byte(tmp_path):
     first = json.loads((tmp_path / "stdlib_next_line.jsonl").read_text().splitlines()[0])
     assert len(first["choices"]) == 4 and first["context"].endswith("\n")
     assert first["source"].startswith(("test/", "unittest/test/", "idlelib/idle_test/", "ctypes/test/"))
+
+
+def test_a_results_file_is_new_and_one_that_appears_meanwhile_is_kept(tmp_path):
+    from meltemi.trainer.harness.errors import ResultsFileError
+    from meltemi.trainer.harness.results_file import results_file
+
+    target = results_file(str(tmp_path / "evals" / "results.json"))  # a new folder is made by the write
+    (tmp_path / "evals").mkdir(exist_ok=True)
+    (tmp_path / "evals" / "results.json").write_text("another evaluation's")
+    with pytest.raises(ResultsFileError, match="appeared while evaluating; the results there are kept"):
+        target.write("{}")
+    assert (tmp_path / "evals" / "results.json").read_text() == "another evaluation's"
+    for out, says in [(str(tmp_path), "is a directory"), ("memory://", "name a file"),
+                      ("memory://doc-results/", "name a file")]:  # fmt: skip
+        with pytest.raises(ResultsFileError, match=says):
+            results_file(out)
+    fresh = results_file("memory://doc-results/a.json")
+    fresh.write('{"ok": 1}')
+    assert str(fresh) == "memory://doc-results/a.json"

@@ -7,5 +7,6 @@
   in memory. Needs the ``meltemi-trainer[eval]`` extra (``lm-eval``).
 - ``runner``: runs harness tasks by name or task YAML path (the shipped ones in ``tasks/`` by name) and
   turns the results into ``eval/<task>/<metric>`` metrics.
+- ``results_file``: where the results' JSON goes, a new file checked before any task runs.
 - ``tasks/``: small offline tasks over held-out standard-library files, rebuilt by ``build_tasks``.
 """

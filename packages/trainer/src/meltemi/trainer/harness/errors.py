@@ -21,3 +21,7 @@ class NoTokenizerError(EvalError):
 
 class HarnessMissingError(EvalError):
     """lm-evaluation-harness is not installed (the ``meltemi-trainer[eval]`` extra)."""
+
+
+class ResultsFileError(EvalError):
+    """``--out`` names no file, a directory, or a file that exists (whose results would be lost)."""
