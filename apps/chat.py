@@ -6,8 +6,10 @@
 ``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
 bucket (``s3://``, ``gs://``). The conversation is rendered by the chat template the checkpoint records (as
 ``transformers``' ``apply_chat_template`` renders it with the exported tokenizer) and the reply stops at the
-end of the assistant's turn. Without ``--message`` each line read from stdin is a user message, answered in
-the same conversation, until end of input.
+end of the assistant's turn. Without ``--message`` each non-blank line read from stdin is a user message,
+answered in the same conversation, until end of input; when the conversation outgrows the model's positions
+its oldest exchanges are left out of the prompt (said on stderr), and a line too long even alone is refused
+on stderr while the conversation goes on.
 """
 
 from __future__ import annotations
@@ -36,17 +38,47 @@ def main(argv: list[str]) -> int:
     try:
         settings = SamplingConfig(*sampling_settings(args))
         session = ChatSession.of_checkpoint(
-            args.checkpoint, settings, system=args.system, warn=lambda m: print(m, file=sys.stderr)
+            args.checkpoint,
+            settings,
+            system=args.system,
+            forget_oldest=args.message is None,  # a conversation goes on when it outgrows the model
+            warn=lambda m: print(m, file=sys.stderr),
         )
-        messages = [args.message] if args.message is not None else (line.rstrip("\n") for line in sys.stdin)
-        for message in messages:
-            print(session.say(message), flush=True)
+        if args.message is not None:
+            print(session.say(args.message), flush=True)
+            return 0
+        return _converse(session, sys.stdin)
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
-    return 0
+
+
+def _converse(session, lines) -> int:
+    """One reply per non-blank line; a line the model cannot take is said on stderr and the conversation
+    goes on without it (exit status 1 at the end)."""
+    from meltemi.trainer.generate.sampling import ConversationTooLongError
+
+    status = 0
+    for line in lines:
+        message = line.rstrip("\n")
+        if not message.strip():
+            continue
+        forgotten = session.forgotten
+        try:
+            text = session.say(message)
+        except ConversationTooLongError as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            status = 1
+            continue
+        left_out = session.forgotten - forgotten
+        if left_out:
+            pairs = "exchange" if left_out == 1 else f"{left_out} exchanges"
+            note = f"note: the conversation outgrew model.max_seq_len: its oldest {pairs} left out"
+            print(note, file=sys.stderr)
+        print(text, flush=True)
+    return status
 
 
 if __name__ == "__main__":

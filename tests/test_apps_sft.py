@@ -48,6 +48,7 @@ def test_the_default_fine_tuning_starts_from_runs_tiny_and_ends_with_its_replies
 
 
 def test_chat_prints_only_the_assistants_reply_and_reads_lines_without_a_message(fine_tuned):
+    """A blank line is skipped; a line too long for the model is refused on stderr and the chat goes on."""
     cwd, _ = fine_tuned
     first, second = "Describe this function: def f(): pass", "And this one: def g(x): return x"
     once = app(
@@ -59,6 +60,12 @@ def test_chat_prints_only_the_assistants_reply_and_reads_lines_without_a_message
                  stdin=f"{first}\n{second}\n")  # fmt: skip
     assert looped.returncode == 0, looped.stderr
     assert looped.stdout.startswith(once.stdout)  # the first line's reply, greedy, then the second's
+    too_long = "word " * 1000
+    noisy = app("chat.py", "--checkpoint", "runs/tiny_sft", "--max-new-tokens", "8", cwd=cwd,
+                stdin=f"{first}\n\n{too_long}\n{second}\n")  # fmt: skip
+    assert noisy.returncode == 1 and noisy.stdout == looped.stdout  # no reply to the blank or the long line
+    errors = [line for line in noisy.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "exceeds model.max_seq_len" in errors[0], noisy.stderr
 
 
 def test_the_fine_tuning_command_lists_its_own_flags_and_the_others_refuse_them(fine_tuned):

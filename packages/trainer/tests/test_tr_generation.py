@@ -209,3 +209,38 @@ def test_bad_requests_are_named(model, tokenizer):
         generate(model, [[1]], SamplingConfig(stop_strings=("x",)))
     with pytest.raises(GenerationError, match="test_tr_generation.py.: not a Hugging Face tokenizer.json"):
         generate(model, ["x"], settings, tokenizer=__file__)
+
+
+def test_a_chat_that_outgrows_the_model_forgets_its_oldest_exchanges_only_when_asked(model, tokenizer):
+    from meltemi.datastore.chat_template import ChatTemplate
+    from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids
+    from meltemi.trainer.generate.sampling import ConversationTooLongError
+
+    template, settings = ChatTemplate.llama3(), SamplingConfig(max_new_tokens=4, temperature=0.0)
+    room = model.config.max_seq_len - settings.max_new_tokens
+
+    def session(forget_oldest):
+        return ChatSession(
+            model, tokenizer, template, [], settings, system="Be brief.", forget_oldest=forget_oldest
+        )
+
+    strict, forgetful = session(False), session(True)
+    said = 0
+    while True:  # until the strict session's conversation is full
+        message = f"def f{said}(): pass"
+        try:
+            strict.say(message)
+        except ConversationTooLongError:
+            break
+        said += 1
+    assert said >= 1 and len(strict.history) == 2 * said  # the refused message changed nothing
+    for n in range(said + 3):
+        forgetful.say(f"def f{n}(): pass")
+        assert forgetful.history[-2]["content"] == f"def f{n}(): pass"
+        assert len(chat_prompt_ids(template, tokenizer, [{"role": "system", "content": "Be brief."},
+                                                         *forgetful.history[:-1]])) <= room  # fmt: skip
+    assert forgetful.forgotten >= 3 and len(forgetful.history) == 2 * (said + 3 - forgetful.forgotten)
+    kept, forgotten = list(forgetful.history), forgetful.forgotten
+    with pytest.raises(ConversationTooLongError, match=r"exceeds model.max_seq_len \(64\)"):
+        forgetful.say("x " * room)  # too long alone: the conversation is left as it was
+    assert forgetful.history == kept and forgetful.forgotten == forgotten

@@ -28,7 +28,7 @@ from tokenizers import Tokenizer
 
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
 from meltemi.trainer.generate.generation import Completion, GenerationError, generate
-from meltemi.trainer.generate.sampling import SamplingConfig
+from meltemi.trainer.generate.sampling import ConversationTooLongError, SamplingConfig
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
 
@@ -66,7 +66,7 @@ def reply(
     ids = chat_prompt_ids(template, tokenizer, messages)
     room = model.config.max_seq_len - settings.max_new_tokens
     if len(ids) > room:
-        raise GenerationError(
+        raise ConversationTooLongError(
             f"the conversation is {len(ids)} tokens; with max_new_tokens {settings.max_new_tokens} "
             "it exceeds "
             f"model.max_seq_len ({model.config.max_seq_len}): shorten it or ask for fewer new tokens"
@@ -78,7 +78,13 @@ def reply(
 class ChatSession:
     """A conversation with a trained chat model (laid out by ``plan`` when given): each ``say`` adds the
     user's message, renders the whole conversation, and adds and returns the assistant's reply (``last``
-    keeps its tokens and why it stopped)."""
+    keeps its tokens and why it stopped).
+
+    A conversation that outgrows the model's positions is a ``ConversationTooLongError`` that changes
+    nothing; with ``forget_oldest``, as chat programs do, the oldest exchanges are left out of the prompt
+    instead (the system message is kept) until it fits, and ``forgotten`` counts them. A message that does
+    not fit even alone is refused either way.
+    """
 
     def __init__(
         self,
@@ -90,15 +96,24 @@ class ChatSession:
         *,
         system: str | None = None,
         plan: MeshPlan | None = None,
+        forget_oldest: bool = False,
     ):
         self.model, self.tokenizer, self.template, self.plan = model, tokenizer, template, plan
         self.stop_ids, self.settings, self.system = tuple(stop_ids), settings, system
+        self.forget_oldest = forget_oldest
         self.history: list[Message] = []
+        self.forgotten = 0
         self.last: Completion | None = None
 
     @classmethod
     def of_checkpoint(
-        cls, location: str | os.PathLike, settings: SamplingConfig, *, system: str | None = None, warn=None
+        cls,
+        location: str | os.PathLike,
+        settings: SamplingConfig,
+        *,
+        system: str | None = None,
+        forget_oldest: bool = False,
+        warn=None,
     ) -> ChatSession:
         """A session with a run directory's latest good checkpoint (or a ``step-N`` directory), rendered
         with the chat template the checkpoint records; a ``GenerationError`` when it records none."""
@@ -118,16 +133,35 @@ class ChatSession:
         tokenizer = tokenizer_at(trained.tokenizer, GenerationError)
         template = trained.chat.chat_template(str(trained.checkpoint))
         stops = trained.end_of_text.stop_ids
+        plan = trained.layout.plan
         return cls(
-            trained.model, tokenizer, template, stops, settings, system=system, plan=trained.layout.plan
+            trained.model,
+            tokenizer,
+            template,
+            stops,
+            settings,
+            system=system,
+            plan=plan,
+            forget_oldest=forget_oldest,
         )
 
     def say(self, message: str) -> str:
-        """The assistant's reply to ``message``, after everything said so far."""
-        messages = conversation(message, self.system, self.history)
-        self.last = reply(
-            self.model, self.tokenizer, self.template, messages, self.settings, self.stop_ids, plan=self.plan
-        )
+        """The assistant's reply to ``message``, after everything said so far (or its latest exchanges)."""
+        history = self.history
+        while True:
+            messages = conversation(message, self.system, history)
+            try:
+                self.last = reply(
+                    self.model, self.tokenizer, self.template, messages, self.settings, self.stop_ids,
+                    plan=self.plan,
+                )  # fmt: skip
+                break
+            except ConversationTooLongError:
+                if not (self.forget_oldest and history):
+                    raise  # the conversation as it was: a message too long alone forgets nothing
+                history = history[2:]  # the oldest user-assistant pair
+        self.forgotten += (len(self.history) - len(history)) // 2
+        self.history = history
         text = self.last.text or ""
         self.history += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
         return text

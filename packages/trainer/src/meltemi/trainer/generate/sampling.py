@@ -25,6 +25,10 @@ class GenerationError(TrainerError):
     """A generation request that cannot run: bad sampling settings, prompts or lengths (named)."""
 
 
+class ConversationTooLongError(GenerationError):
+    """A chat's prompt that, with the new tokens asked for, does not fit the model's positions."""
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
     """How to generate: how many new tokens at most, how to choose each, and when to stop early.
