@@ -84,3 +84,16 @@ def test_the_resume_command_spells_out_every_option_that_is_not_the_default():
     recorded = BuildRequest(("a",), "t", "o").options().to_json()  # what plans and manifests keep
     sizes = {"chunk_tokens": 1024, "shard_tokens": 1 << 20, "unit_bytes": 4 << 20}
     assert recorded == {"text_field": "text", "eos": True} | sizes
+
+
+def test_a_chat_option_on_a_text_build_is_refused_naming_it_before_any_work(tmp_path, tokenizer_path, capsys):
+    argv = ["build", "--input", tokenizer_path, "--tokenizer", tokenizer_path, "--out", str(tmp_path / "s")]
+    assert main([*argv, "--loss-on", "all", "--overlong", "drop", "--chat-template", "llama3"]) == 1
+    assert capsys.readouterr().err == (
+        "error: loss_on, overlong (--loss-on, --overlong): options of a chat store, and this build is text; "
+        "build a chat store with format='chat' (--format chat)\n"
+    )
+    assert not (tmp_path / "s").exists()
+    with pytest.raises(ValueError, match=r"^max_tokens \(--max-tokens\): options of a chat store"):
+        BuildRequest(("a",), "t", "o", max_tokens=64)
+    assert BuildRequest(("a",), "t", "o", format="chat", max_tokens=64).max_tokens == 64

@@ -29,6 +29,7 @@ LossOn = Literal["assistant", "all"]
 Overlong = Literal["truncate", "drop"]
 LOSS_ON: tuple[str, ...] = get_args(LossOn)
 OVERLONG: tuple[str, ...] = get_args(Overlong)
+CHAT_OPTIONS = ("chat_template", "loss_on", "max_tokens", "overlong")  # what only a chat build reads
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,13 @@ class BuildRequest:
         if self.chunk_tokens < 1 or self.unit_bytes < 1:
             raise ValueError(
                 f"chunk_tokens and unit_bytes must be positive, got {self.chunk_tokens}, {self.unit_bytes}"
+            )
+        chat_only = [name for name in CHAT_OPTIONS if getattr(self, name) != _DEFAULTS[name]]
+        if self.format == "text" and chat_only:
+            flags = ", ".join(_BY_FIELD[name].spelling for name in chat_only)
+            raise ValueError(
+                f"{', '.join(chat_only)} ({flags}): options of a chat store, and this build is text; "
+                "build a chat store with format='chat' (--format chat)"
             )
         shard = self.options().shard_tokens
         if shard < self.chunk_tokens or shard % self.chunk_tokens:
