@@ -41,6 +41,14 @@ def test_the_commands_flags_are_read_and_checked_and_the_rest_are_overrides():
         (["--mfu", "0.5"], "--mfu: only with --dry-run"),
         (["--slices", "2", "--address", "h:1"], "--slices, --address: only with --launch ray"),
         (["--launch", "ray", "--slices", "two"], "--slices two: expected an integer"),
+        (
+            ["--verify", "runs/a", "--dry-run", "--model.num_layers=2"],
+            "--verify RUN checks RUN as it recorded itself: not with --dry-run, --model.num_layers",
+        ),
+        (
+            ["--run-dir", "r", "--verify", "a", "--no-compile-cache"],
+            "--verify RUN checks RUN as it recorded itself: not with --run-dir, --trainer.compile_cache",
+        ),
     ],
 )
 def test_a_bad_command_line_is_one_error_naming_the_flag(argv, message):

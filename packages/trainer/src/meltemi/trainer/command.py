@@ -219,6 +219,11 @@ def _read(flag: Flag, text: str) -> object:
 
 
 def _command(values: dict[str, object], overrides: tuple[str, ...]) -> Command:
+    if "--verify" in values:  # a check of what RUN recorded: nothing else on the line would be used
+        others = [name for name in values if name not in ("--verify", "--help")]
+        others += [word.partition("=")[0] for word in overrides if word.startswith("--")]
+        if others:
+            raise ConfigError(f"--verify RUN checks RUN as it recorded itself: not with {', '.join(others)}")
     launch_values = {f.name: values[f.name] for f in FLAGS if f.group == "launch" and f.name in values}
     launch = None
     if launch_values:
