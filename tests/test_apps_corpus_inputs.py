@@ -109,7 +109,7 @@ def test_a_corpus_with_text_that_is_not_utf8_trains_when_asked_and_says_how_many
 def test_the_default_configs_tokenizer_is_never_a_path_the_user_did_not_type(workdir):
     (workdir / "empty.txt").write_text("")
     last = _error(app(*SMALL, "--data.corpus", "empty.txt", cwd=workdir))
-    assert last == "error: the inputs hold no non-empty document (1 file: 1 empty file)"
+    assert last == "error: empty.txt: no non-empty document to build from (1 file: 1 empty file)"
     no_tokenizer = _error(app(*SMALL, "--data.corpus", "empty.txt", "--data.tokenizer", "null", cwd=workdir))
     assert "--data.corpus needs a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)" in no_tokenizer
 

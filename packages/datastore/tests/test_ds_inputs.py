@@ -58,7 +58,8 @@ def test_no_eos_leaves_documents_bare(write_files, tmp_path, tokenizer_path):
 
 def test_an_empty_corpus_is_an_error(write_files, tmp_path, tokenizer_path):
     files = write_files({"a.txt": "", "b.txt": "  \n", "c.jsonl": _jsonl([{"text": ""}])})
-    with pytest.raises(EmptyCorpusError, match="no non-empty document"):
+    named = r"a\.txt, .*b\.txt, .*c\.jsonl: no non-empty document to build from \(3 files"
+    with pytest.raises(EmptyCorpusError, match=named):
         build_store(files, tokenizer_path, tmp_path / "s", progress=False)
     with pytest.raises(Exception, match="no manifest|does not exist"):
         TokenStore.open(tmp_path / "s")

@@ -20,6 +20,7 @@ import numpy as np
 from meltemi.datastore.build_output import only_build, prepare_directory
 from meltemi.datastore.build_records import (
     EARLIER_INVALID_UTF8,
+    SHOWN_FILES,
     BuildOptions,
     BuildReport,
     PartSummary,
@@ -203,7 +204,12 @@ def build_store(
         if documents == 0:
             out.delete_prefix(f"{BUILD_DIR}/")
             files = f"{len(sources)} file{'s' * (len(sources) != 1)}"
-            raise EmptyCorpusError(f"the inputs hold no non-empty document ({files}: {report.notes()})")
+            given, hidden = ", ".join(request.inputs[:SHOWN_FILES]), len(request.inputs) - SHOWN_FILES
+            item = "conversation" if chat is not None else "document"
+            raise EmptyCorpusError(
+                f"{given}{f' and {hidden} more' if hidden > 0 else ''}: no non-empty {item} to build from "
+                f"({files}: {report.notes()})"
+            )
         _assemble(out, plan, info, summaries, report, hints, progress, chat)
     report.seconds = time.perf_counter() - started
     return report
