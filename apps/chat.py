@@ -6,10 +6,10 @@
 ``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
 bucket (``s3://``, ``gs://``). The conversation is rendered by the chat template the checkpoint records (as
 ``transformers``' ``apply_chat_template`` renders it with the exported tokenizer) and the reply stops at the
-end of the assistant's turn. Without ``--message`` each non-blank line read from stdin is a user message,
-answered in the same conversation, until end of input; when the conversation outgrows the model's positions
-its oldest exchanges are left out of the prompt (said on stderr), and a line too long even alone is refused
-on stderr while the conversation goes on.
+end of the assistant's turn; the reply is written as it is generated. Without ``--message`` each non-blank
+line read from stdin is a user message, answered in the same conversation, until end of input; when the
+conversation outgrows the model's positions its oldest exchanges are left out of the prompt (said on stderr),
+and a line too long even alone is refused on stderr while the conversation goes on.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def main(argv: list[str]) -> int:
             warn=lambda m: print(m, file=sys.stderr),
         )
         if args.message is not None:
-            print(session.say(args.message), flush=True)
+            session.say(args.message, write=_write)
+            print()
             return 0
         return _converse(session, sys.stdin)
     except (TrainerError, DatastoreError) as e:
@@ -67,7 +68,7 @@ def _converse(session, lines) -> int:
             continue
         forgotten = session.forgotten
         try:
-            text = session.say(message)
+            session.say(message, write=_write)
         except ConversationTooLongError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             status = 1
@@ -77,8 +78,13 @@ def _converse(session, lines) -> int:
             pairs = "exchange" if left_out == 1 else f"{left_out} exchanges"
             note = f"note: the conversation outgrew model.max_seq_len: its oldest {pairs} left out"
             print(note, file=sys.stderr)
-        print(text, flush=True)
+        print(flush=True)
     return status
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@
                           --hardware.devices 16 [--max-new-tokens 64]
 
 ``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
-bucket (``s3://``, ``gs://``), its parameters sharded over every device; ``--temperature 0`` is greedy.
-Progress and the speed go to stderr. ``--dry-run`` plans without a checkpoint: the prefill of the longest
-prompt the context allows and the decode loop, compiled from shapes on the target's devices (faked on this
-CPU), their memory per device against the chip's; exit status 2 when they do not fit.
+bucket (``s3://``, ``gs://``), its parameters sharded over every device; ``--temperature 0`` is greedy. The
+continuation is written as it is generated; progress and the speed go to stderr. ``--dry-run`` plans without a
+checkpoint: the prefill of the longest prompt the context allows and the decode loop, compiled from shapes on
+the target's devices (faked on this CPU), their memory per device against the chip's; exit status 2 when they
+do not fit.
 """
 
 from __future__ import annotations
@@ -47,14 +48,19 @@ def main(argv: list[str]) -> int:
     try:
         settings = SamplingConfig(*sampling_settings(args))
         result, path = sample_checkpoint(
-            args.checkpoint, [args.prompt], settings, warn=lambda m: print(m, file=sys.stderr)
+            args.checkpoint, [args.prompt], settings, warn=lambda m: print(m, file=sys.stderr), write=_write
         )
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(result.completions[0].text)
+    print()
     print(f"{path}: {result.tokens_per_second:.1f} tokens/s", file=sys.stderr)
     return 0
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -244,3 +244,49 @@ def test_a_chat_that_outgrows_the_model_forgets_its_oldest_exchanges_only_when_a
     with pytest.raises(ConversationTooLongError, match=r"exceeds model.max_seq_len \(64\)"):
         forgetful.say("x " * room)  # too long alone: the conversation is left as it was
     assert forgetful.history == kept and forgetful.forgotten == forgotten
+
+
+@pytest.mark.parametrize("stop_strings", [(), ("turn", "te")])
+def test_streamed_text_is_the_completions_text_and_grows_chunk_by_chunk(model, tokenizer, stop_strings):
+    from meltemi.trainer.generate.streaming import UNFINISHED, TextStream
+
+    grew = 0
+    for seed, chunk in [(0, 1), (1, 1), (2, 3), (3, 5)]:
+        settings = SamplingConfig(max_new_tokens=24, temperature=1.5, seed=seed, stop_strings=stop_strings)
+        pieces, seen = [], []
+        stream = TextStream(tokenizer, stop_ids=[7, 64], stop_strings=stop_strings, write=pieces.append)
+
+        def report(rows, stream=stream, seen=seen):
+            seen.append(len(rows[0]))
+            stream(rows)
+            assert not any(stop in stream.written for stop in stop_strings)  # never shown, then cut
+
+        out = generate(model, ["def f(x):"], settings, tokenizer=tokenizer, eos_token_id=[7, 64], chunk=chunk,
+                       stream=report)  # fmt: skip
+        stream.finish(out.completions[0].text)
+        assert "".join(pieces) == out.completions[0].text and all(pieces)
+        assert not any(piece.endswith(UNFINISHED) for piece in pieces[:-1])
+        assert seen == sorted(seen) and seen[0] <= chunk  # each call: the tokens so far, one chunk more
+        grew += len(pieces) > 1
+    assert grew >= 2  # streamed in several pieces, not all at the end
+
+
+def test_a_stream_holds_back_what_may_begin_a_stop_string_and_a_character_still_being_spelled():
+    from tokenizers import decoders, models
+
+    from meltemi.trainer.generate.streaming import TextStream
+
+    words = {"a": 0, "tu": 1, "rn": 2, "ta": 3, "<eot>": 4, "Ã": 5, "¤": 6}  # bytes 0xC3 0xA4: "ä"
+    byte_level = Tokenizer(models.WordLevel(words, unk_token="a"))
+    byte_level.decoder = decoders.ByteLevel()
+    pieces = []
+    stream = TextStream(byte_level, stop_ids=[4], stop_strings=["turn"], write=pieces.append)
+    for row in ([0], [0, 1], [0, 1, 3], [0, 1, 3, 1], [0, 1, 3, 1, 2, 0]):
+        stream([row])
+    assert pieces == ["a", "tuta"]  # "tu" waited for "ta"; the second "tu" began "turn", the stop
+    stream.finish("atuta")
+    pieces.clear()
+    stream = TextStream(byte_level, stop_ids=[4], write=pieces.append)
+    for row in ([0, 5], [0, 5, 6], [0, 5, 6, 4, 0]):
+        stream([row])
+    assert pieces == ["a", "ä"]  # the first byte of "ä" alone is not written as U+FFFD

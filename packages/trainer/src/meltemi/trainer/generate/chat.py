@@ -22,13 +22,14 @@ True
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tokenizers import Tokenizer
 
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
 from meltemi.trainer.generate.generation import Completion, GenerationError, generate
 from meltemi.trainer.generate.sampling import ConversationTooLongError, SamplingConfig
+from meltemi.trainer.generate.streaming import TextStream
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
 
@@ -60,9 +61,10 @@ def reply(
     stop_ids: Sequence[int],
     *,
     plan: MeshPlan | None = None,
+    write: Callable[[str], object] | None = None,
 ) -> Completion:
     """The assistant's reply to ``messages``: its tokens (the end-of-turn token last when it stopped there)
-    and its text without it."""
+    and its text without it; with ``write``, the text is written as it grows."""
     ids = chat_prompt_ids(template, tokenizer, messages)
     room = model.config.max_seq_len - settings.max_new_tokens
     if len(ids) > room:
@@ -71,7 +73,14 @@ def reply(
             "it exceeds "
             f"model.max_seq_len ({model.config.max_seq_len}): shorten it or ask for fewer new tokens"
         )
-    result = generate(model, [ids], settings, tokenizer=tokenizer, eos_token_id=tuple(stop_ids), plan=plan)
+    stream = None
+    if write is not None:
+        stream = TextStream(tokenizer, stop_ids=stop_ids, stop_strings=settings.stop_strings, write=write)
+    result = generate(
+        model, [ids], settings, tokenizer=tokenizer, eos_token_id=tuple(stop_ids), plan=plan, stream=stream
+    )
+    if stream is not None:
+        stream.finish(result.completions[0].text)
     return result.completions[0]
 
 
@@ -145,15 +154,16 @@ class ChatSession:
             forget_oldest=forget_oldest,
         )
 
-    def say(self, message: str) -> str:
-        """The assistant's reply to ``message``, after everything said so far (or its latest exchanges)."""
+    def say(self, message: str, write: Callable[[str], object] | None = None) -> str:
+        """The assistant's reply to ``message``, after everything said so far (or its latest exchanges);
+        with ``write``, its text is written as it grows."""
         history = self.history
         while True:
             messages = conversation(message, self.system, history)
             try:
                 self.last = reply(
                     self.model, self.tokenizer, self.template, messages, self.settings, self.stop_ids,
-                    plan=self.plan,
+                    plan=self.plan, write=write,
                 )  # fmt: skip
                 break
             except ConversationTooLongError:

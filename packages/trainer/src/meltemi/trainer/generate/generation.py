@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import equinox as eqx
@@ -36,6 +36,7 @@ from tokenizers import Tokenizer
 import haliax_lite as hax
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
 from meltemi.trainer.generate.sampling import GenerationError, SamplingConfig, next_tokens
+from meltemi.trainer.generate.streaming import TextStream
 from meltemi.trainer.model.kv_cache import KVCache, forward_cached
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan, placed
@@ -207,6 +208,7 @@ def generate(
     use_cache: bool = True,
     prompt_multiple: int = 1,
     min_rows: int = 1,
+    stream: Callable[[list[list[int]]], object] | None = None,
 ) -> Generation:
     """Continue each prompt (text, with ``tokenizer``; or token ids) by up to ``settings.max_new_tokens``.
 
@@ -215,7 +217,8 @@ def generate(
     how many tokens the compiled loop adds between the host's checks. Prompts are left-padded to a multiple
     of ``prompt_multiple`` tokens (as far as the model's context allows) and the batch to at least
     ``min_rows`` rows, so that calls with other prompts reuse the same compiled programs; padding changes no
-    token a row draws.
+    token a row draws. ``stream``, when given, is called after each chunk with every prompt's new tokens so
+    far (``streaming.TextStream`` writes a row's text as it grows).
     """
     settings = settings or SamplingConfig()
     tokenizer = _tokenizer(tokenizer)
@@ -252,10 +255,13 @@ def generate(
         while True:
             loop = _decode_chunk(model, loop, settings, eos, chunk)
             t, done = int(loop.t), np.asarray(loop.done)
-            if settings.stop_strings:
+            if settings.stop_strings or stream is not None:
                 new = np.asarray(loop.tokens)[:, prompt_len:t]
+            if settings.stop_strings:
                 done = _mark_stops(new, done, tokenizer, settings.stop_strings)
                 loop = eqx.tree_at(lambda s: s.done, loop, jnp.asarray(done))
+            if stream is not None:
+                stream(new[: len(ids)].tolist())
             if t >= end or done.all():
                 break
         new = np.asarray(loop.tokens)[: len(ids), prompt_len:t]
@@ -283,11 +289,16 @@ def _mark_stops(new: np.ndarray, done: np.ndarray, tokenizer: Tokenizer, stops: 
 
 
 def sample_checkpoint(
-    location: str | Path, prompts: Sequence[str], settings: SamplingConfig | None = None, *, warn=None
+    location: str | Path,
+    prompts: Sequence[str],
+    settings: SamplingConfig | None = None,
+    *,
+    warn=None,
+    write: Callable[[str], object] | None = None,
 ) -> tuple[Generation, Path]:
     """Continue text prompts with a run directory's latest good checkpoint (or a ``step-N`` directory),
     sharded over every device, tokenized with the run's own tokenizer, stopping at the end-of-text token
-    its checkpoint records."""
+    its checkpoint records; with ``write``, the first prompt's continuation is written as it grows."""
     from meltemi.trainer.checkpoint.trained_model import load_model
     from meltemi.trainer.step import compile_cache
 
@@ -295,12 +306,20 @@ def sample_checkpoint(
     compile_cache.enable_for(trained.config.trainer)
     if trained.tokenizer is None:
         raise GenerationError(f"{trained.checkpoint}: its run has no tokenizer to turn text into tokens")
+    settings = settings or SamplingConfig()
+    tokenizer, stops = tokenizer_at(trained.tokenizer, GenerationError), trained.end_of_text.stop_ids
+    stream = None
+    if write is not None:
+        stream = TextStream(tokenizer, stop_ids=stops, stop_strings=settings.stop_strings, write=write)
     result = generate(
         trained.model,
         prompts,
         settings,
-        tokenizer=trained.tokenizer,
-        eos_token_id=trained.end_of_text.stop_ids,
+        tokenizer=tokenizer,
+        eos_token_id=stops,
         plan=trained.layout.plan,
+        stream=stream,
     )
+    if stream is not None:
+        stream.finish(result.completions[0].text)
     return result, trained.checkpoint
