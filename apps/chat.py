@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
             session.say(args.message, write=_write)
             print()
             return 0
-        return _converse(session, sys.stdin)
+        return _converse(session, _typed() if sys.stdin.isatty() and sys.stdout.isatty() else sys.stdin)
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -80,6 +80,18 @@ def _converse(session, lines) -> int:
             print(note, file=sys.stderr)
         print(flush=True)
     return status
+
+
+def _typed():
+    """Lines typed at a terminal, each after a prompt, with line editing; until end of input (Ctrl-D)."""
+    import readline  # noqa: F401  (input() then edits the line and keeps the history)
+
+    while True:
+        try:
+            yield input("> ")
+        except EOFError:
+            print()
+            return
 
 
 def _write(text: str) -> None:
