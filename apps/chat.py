@@ -7,9 +7,10 @@
 bucket (``s3://``, ``gs://``). The conversation is rendered by the chat template the checkpoint records (as
 ``transformers``' ``apply_chat_template`` renders it with the exported tokenizer) and the reply stops at the
 end of the assistant's turn; the reply is written as it is generated. Without ``--message`` each non-blank
-line read from stdin is a user message, answered in the same conversation, until end of input; when the
-conversation outgrows the model's positions its oldest exchanges are left out of the prompt (said on stderr),
-and a line too long even alone is refused on stderr while the conversation goes on.
+line read from stdin (at a terminal, after a ``>`` prompt, with line editing) is a user message, answered in
+the same conversation, until end of input; when the conversation outgrows the model's positions its oldest
+exchanges are left out of the prompt (said on stderr), and a line too long even alone is refused on stderr
+while the conversation goes on.
 """
 
 from __future__ import annotations
