@@ -35,6 +35,7 @@ def main(argv: list[str]) -> int:
     from meltemi.trainer.errors import TrainerError
     from meltemi.trainer.generate.chat import ChatSession
     from meltemi.trainer.generate.sampling import SamplingConfig
+    from meltemi.trainer.generate.streaming import to_stdout
 
     try:
         settings = SamplingConfig(*sampling_settings(args))
@@ -46,7 +47,7 @@ def main(argv: list[str]) -> int:
             warn=lambda m: print(m, file=sys.stderr),
         )
         if args.message is not None:
-            session.say(args.message, write=_write)
+            session.say(args.message, write=to_stdout)
             print()
             return 0
         return _converse(session, _typed() if sys.stdin.isatty() and sys.stdout.isatty() else sys.stdin)
@@ -61,6 +62,7 @@ def _converse(session, lines) -> int:
     """One reply per non-blank line; a line the model cannot take is said on stderr and the conversation
     goes on without it (exit status 1 at the end)."""
     from meltemi.trainer.generate.sampling import ConversationTooLongError
+    from meltemi.trainer.generate.streaming import to_stdout
 
     status = 0
     for line in lines:
@@ -69,7 +71,7 @@ def _converse(session, lines) -> int:
             continue
         forgotten = session.forgotten
         try:
-            session.say(message, write=_write)
+            session.say(message, write=to_stdout)
         except ConversationTooLongError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             status = 1
@@ -93,11 +95,6 @@ def _typed():
         except EOFError:
             print()
             return
-
-
-def _write(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":

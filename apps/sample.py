@@ -44,11 +44,16 @@ def main(argv: list[str]) -> int:
     from meltemi.trainer.errors import TrainerError
     from meltemi.trainer.generate.generation import sample_checkpoint
     from meltemi.trainer.generate.sampling import SamplingConfig
+    from meltemi.trainer.generate.streaming import to_stdout
 
     try:
         settings = SamplingConfig(*sampling_settings(args))
         result, path = sample_checkpoint(
-            args.checkpoint, [args.prompt], settings, warn=lambda m: print(m, file=sys.stderr), write=_write
+            args.checkpoint,
+            [args.prompt],
+            settings,
+            warn=lambda m: print(m, file=sys.stderr),
+            write=to_stdout,
         )
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -56,11 +61,6 @@ def main(argv: list[str]) -> int:
     print()
     print(f"{path}: {result.tokens_per_second:.1f} tokens/s", file=sys.stderr)
     return 0
-
-
-def _write(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":

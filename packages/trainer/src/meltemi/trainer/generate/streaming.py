@@ -18,6 +18,7 @@ exactly ``Completion.text``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 
 from tokenizers import Tokenizer
@@ -66,3 +67,9 @@ class TextStream:
         if len(text) > len(self.written) and text.startswith(self.written):
             self.write(text[len(self.written) :])
             self.written = text
+
+
+def to_stdout(text: str) -> None:
+    """Write ``text`` to standard output at once: a ``write`` for an app whose stdout is the reply."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
