@@ -1,9 +1,10 @@
 """Sampling filters, as properties over random logits: top-k keeps the k largest, top-p the fewest tokens
-whose probability reaches p, and every draw comes from what the filters keep."""
+whose probability reaches p, and every draw comes from what the filters keep; and the apps' flags for them."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -65,3 +66,17 @@ def test_draws_come_from_the_kept_tokens(row, k, p, seed):
 def test_greedy_takes_the_first_of_equal_maxima():
     logits = jnp.asarray([[1.0, 3.0, 3.0, 0.0]])
     assert compiled_next(logits, jax.random.key(0), SamplingConfig()).tolist() == [1]
+
+
+def test_the_apps_sampling_flags_become_the_sampling_settings_and_an_empty_stop_is_refused(capsys):
+    import argparse
+
+    from meltemi.trainer.generate.flags import add_sampling_flags, sampling_settings
+
+    parser = argparse.ArgumentParser(prog="sample.py")
+    add_sampling_flags(parser, max_new_tokens=8, temperature=0.0)
+    args = parser.parse_args(["--stop", r"\n\n", "--stop", "END", "--seed", "3"])
+    assert SamplingConfig(*sampling_settings(args)) == SamplingConfig(8, 0.0, None, None, 3, ("\n\n", "END"))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--stop", ""])
+    assert capsys.readouterr().err.splitlines()[-1] == "sample.py: error: argument --stop: must not be empty"

@@ -6,14 +6,15 @@ import, so ``--help`` answers before JAX loads.
 >>> import argparse
 >>> parser = argparse.ArgumentParser()
 >>> add_checkpoint_flag(parser); add_sampling_flags(parser, max_new_tokens=16, temperature=0.5)
->>> args = parser.parse_args(["--checkpoint", "runs/tiny", "--top-k", "40"])
+>>> args = parser.parse_args(["--checkpoint", "runs/tiny", "--top-k", "40", "--stop", r"\\n\\n"])
 >>> sampling_settings(args)
-(16, 0.5, 40, None, 0)
+(16, 0.5, 40, None, 0, ('\\n\\n',))
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 
 CHECKPOINT_HELP = (
     "a run directory (its latest good checkpoint) or a step-N directory, local or in a bucket (required)"
@@ -89,8 +90,8 @@ def parse_app_args(
 
 
 def add_sampling_flags(parser: argparse.ArgumentParser, *, max_new_tokens: int, temperature: float) -> None:
-    """``--max-new-tokens``, ``--temperature``, ``--top-k``, ``--top-p`` and ``--seed``, each described with
-    its default (an app's own for the first two)."""
+    """``--max-new-tokens``, ``--temperature``, ``--top-k``, ``--top-p``, ``--seed`` and ``--stop``, each
+    described with its default (an app's own for the first two)."""
     parser.add_argument(
         "--max-new-tokens",
         type=int,
@@ -113,8 +114,30 @@ def add_sampling_flags(parser: argparse.ArgumentParser, *, max_new_tokens: int, 
         help="draw from the fewest tokens reaching probability p (default: all)",
     )
     parser.add_argument("--seed", type=int, default=0, help="the seed of the draws (default 0)")
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        type=_unescaped,
+        metavar="TEXT",
+        help=r"end the text before TEXT (\n: a newline, \t: a tab); repeat for several (default: none)",
+    )
 
 
-def sampling_settings(args: argparse.Namespace) -> tuple[int, float, int | None, float | None, int]:
+def _unescaped(text: str) -> str:
+    r"""``text`` with ``\n``, ``\t`` and ``\\`` read as a newline, a tab and a backslash, as a shell's
+    quotes leave them.
+
+    >>> _unescaped(r"\n\ndef"), _unescaped(r"a\\nb \x")
+    ('\n\ndef', 'a\\nb \\x')
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}.get(m[1], m[0]), text)
+
+
+def sampling_settings(
+    args: argparse.Namespace,
+) -> tuple[int, float, int | None, float | None, int, tuple[str, ...]]:
     """The parsed sampling flags, in the order of ``SamplingConfig``'s fields."""
-    return args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed
+    return args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, tuple(args.stop)
