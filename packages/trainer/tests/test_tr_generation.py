@@ -2,6 +2,7 @@
 where they should, nothing compiles per token, and bad requests are named errors."""
 
 import contextlib
+import dataclasses
 from collections import Counter
 from collections.abc import Iterator
 
@@ -155,7 +156,7 @@ def traces() -> Iterator[Counter]:
 PROGRAMS = ("prefill", "decode_chunk")
 
 
-def test_decoding_compiles_once_not_per_token_or_chunk(model):
+def test_decoding_compiles_once_not_per_token_chunk_seed_or_stop_string(model, tokenizer):
     settings = SamplingConfig(max_new_tokens=29)  # a length no other test compiles for
     with traces() as first:
         generate(model, PROMPTS, settings, chunk=4)
@@ -164,6 +165,10 @@ def test_decoding_compiles_once_not_per_token_or_chunk(model):
         generate(model, [[t + 1 for t in p] for p in PROMPTS], settings, chunk=4)  # same shapes, 8 chunks
         generate(model, [[7] * 7, [8], [9]], settings, chunk=4)
     assert again == {}
+    with traces() as other_draws:  # another seed or stop string: the same programs
+        for other in ({"seed": 5}, {"stop_strings": ("x",)}):
+            generate(model, PROMPTS, dataclasses.replace(settings, **other), chunk=4, tokenizer=tokenizer)
+    assert other_draws == {}
 
 
 def test_the_model_sharded_as_trained_generates_the_same_tokens(make_config, run_dir):

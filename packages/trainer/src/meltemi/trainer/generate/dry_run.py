@@ -74,6 +74,7 @@ def plan_sampling(
         layout,
         model,
         loop,
+        jax.ShapeDtypeStruct((), jnp.int32),  # the seed of the draws
         donate_argnums=(1,),
     )
     return plan_of("sampling", config, layout, model, [first, decode])

@@ -112,9 +112,10 @@ def prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) -
 
 
 def decode_chunk(
-    model: Llama, loop: _Loop, settings: SamplingConfig, eos: tuple[int, ...], chunk: int
+    model: Llama, loop: _Loop, seed: jax.Array, settings: SamplingConfig, eos: tuple[int, ...], chunk: int
 ) -> _Loop:
-    """Up to ``chunk`` more tokens for every row that has not ended (at ``eos`` or the buffer's end)."""
+    """Up to ``chunk`` more tokens for every row that has not ended (at ``eos`` or the buffer's end), drawn
+    with ``seed`` (an array: every seed runs one compiled program) as ``settings`` say."""
     end = loop.tokens.shape[1]
     filler = eos[0] if eos else 0
     pad = loop.pad
@@ -126,7 +127,7 @@ def decode_chunk(
 
     def step(carry):
         i, s = carry
-        chosen = next_tokens(s.logits, jax.random.fold_in(jax.random.key(settings.seed), s.t), settings)
+        chosen = next_tokens(s.logits, jax.random.fold_in(jax.random.key(seed), s.t), settings)
         chosen = jnp.where(s.done, filler, chosen)
         tokens = jax.lax.dynamic_update_index_in_dim(s.tokens, chosen, s.t, axis=1)
         done = s.done | jnp.isin(chosen, jnp.asarray(eos, jnp.int32)) if eos else s.done
@@ -248,12 +249,14 @@ def generate(
     done = np.arange(rows) >= len(ids)  # rows added to fill the data-parallel devices start finished
 
     eos = _stop_ids(eos_token_id)
+    drawing = dataclasses.replace(settings, seed=0, stop_strings=())  # what the compiled loop depends on
     start = time.perf_counter()
     with placed(plan):
         arrays = (jnp.asarray(tokens), jnp.asarray(pad), jnp.asarray(done))
         loop = _prefill(model, *arrays, prompt_len, use_cache)
         while True:
-            loop = _decode_chunk(model, loop, settings, eos, chunk)
+            seed = jnp.asarray(settings.seed, jnp.int32)  # a new scalar each call: the call donates it
+            loop = _decode_chunk(model, loop, seed, drawing, eos, chunk)
             t, done = int(loop.t), np.asarray(loop.done)
             if settings.stop_strings or stream is not None:
                 new = np.asarray(loop.tokens)[:, prompt_len:t]
