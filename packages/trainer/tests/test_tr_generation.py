@@ -252,28 +252,26 @@ def test_a_chat_that_outgrows_the_model_forgets_its_oldest_exchanges_only_when_a
 
 
 @pytest.mark.parametrize("stop_strings", [(), ("turn", "te")])
-def test_streamed_text_is_the_completions_text_and_grows_chunk_by_chunk(model, tokenizer, stop_strings):
-    from meltemi.trainer.generate.streaming import UNFINISHED, TextStream
+def test_written_text_is_the_completions_text_and_grows_chunk_by_chunk(model, tokenizer, stop_strings):
+    from meltemi.trainer.generate.streaming import UNFINISHED
 
     grew = 0
     for seed, chunk in [(0, 1), (1, 1), (2, 3), (3, 5)]:
         settings = SamplingConfig(max_new_tokens=24, temperature=1.5, seed=seed, stop_strings=stop_strings)
-        pieces, seen = [], []
-        stream = TextStream(tokenizer, stop_ids=[7, 64], stop_strings=stop_strings, write=pieces.append)
+        pieces = []
 
-        def report(rows, stream=stream, seen=seen):
-            seen.append(len(rows[0]))
-            stream(rows)
-            assert not any(stop in stream.written for stop in stop_strings)  # never shown, then cut
+        def write(piece, pieces=pieces):
+            pieces.append(piece)
+            assert not any(stop in "".join(pieces) for stop in stop_strings)  # never shown, then cut
 
         out = generate(model, ["def f(x):"], settings, tokenizer=tokenizer, eos_token_id=[7, 64], chunk=chunk,
-                       stream=report)  # fmt: skip
-        stream.finish(out.completions[0].text)
+                       write=write)  # fmt: skip
         assert "".join(pieces) == out.completions[0].text and all(pieces)
         assert not any(piece.endswith(UNFINISHED) for piece in pieces[:-1])
-        assert seen == sorted(seen) and seen[0] <= chunk  # each call: the tokens so far, one chunk more
         grew += len(pieces) > 1
-    assert grew >= 2  # streamed in several pieces, not all at the end
+    assert grew >= 2  # written in several pieces, not all at the end
+    with pytest.raises(GenerationError, match="^write needs the tokenizer"):
+        generate(model, [[1]], SamplingConfig(max_new_tokens=4), write=print)
 
 
 def test_a_stream_holds_back_what_may_begin_a_stop_string_and_a_character_still_being_spelled():

@@ -29,7 +29,6 @@ from tokenizers import Tokenizer
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
 from meltemi.trainer.generate.generation import Completion, GenerationError, generate
 from meltemi.trainer.generate.sampling import ConversationTooLongError, SamplingConfig
-from meltemi.trainer.generate.streaming import TextStream
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
 
@@ -73,14 +72,9 @@ def reply(
             "it exceeds "
             f"model.max_seq_len ({model.config.max_seq_len}): shorten it or ask for fewer new tokens"
         )
-    stream = None
-    if write is not None:
-        stream = TextStream(tokenizer, stop_ids=stop_ids, stop_strings=settings.stop_strings, write=write)
     result = generate(
-        model, [ids], settings, tokenizer=tokenizer, eos_token_id=tuple(stop_ids), plan=plan, stream=stream
+        model, [ids], settings, tokenizer=tokenizer, eos_token_id=tuple(stop_ids), plan=plan, write=write
     )
-    if stream is not None:
-        stream.finish(result.completions[0].text)
     return result.completions[0]
 
 
@@ -142,7 +136,6 @@ class ChatSession:
         tokenizer = tokenizer_at(trained.tokenizer, GenerationError)
         template = trained.chat.chat_template(str(trained.checkpoint))
         stops = trained.end_of_text.stop_ids
-        plan = trained.layout.plan
         return cls(
             trained.model,
             tokenizer,
@@ -150,7 +143,7 @@ class ChatSession:
             stops,
             settings,
             system=system,
-            plan=plan,
+            plan=trained.layout.plan,
             forget_oldest=forget_oldest,
         )
 

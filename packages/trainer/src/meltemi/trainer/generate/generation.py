@@ -209,7 +209,7 @@ def generate(
     use_cache: bool = True,
     prompt_multiple: int = 1,
     min_rows: int = 1,
-    stream: Callable[[list[list[int]]], object] | None = None,
+    write: Callable[[str], object] | None = None,
 ) -> Generation:
     """Continue each prompt (text, with ``tokenizer``; or token ids) by up to ``settings.max_new_tokens``.
 
@@ -218,14 +218,16 @@ def generate(
     how many tokens the compiled loop adds between the host's checks. Prompts are left-padded to a multiple
     of ``prompt_multiple`` tokens (as far as the model's context allows) and the batch to at least
     ``min_rows`` rows, so that calls with other prompts reuse the same compiled programs; padding changes no
-    token a row draws. ``stream``, when given, is called after each chunk with every prompt's new tokens so
-    far (``streaming.TextStream`` writes a row's text as it grows).
+    token a row draws. With ``write`` (and a tokenizer), the first prompt's text is written as it grows,
+    after each chunk (``streaming.TextStream``): what was written is its completion's text.
     """
     settings = settings or SamplingConfig()
     tokenizer = _tokenizer(tokenizer)
     config = model.config
     if settings.stop_strings and tokenizer is None:
         raise GenerationError("stop_strings need the tokenizer: pass tokenizer=")
+    if write is not None and tokenizer is None:
+        raise GenerationError("write needs the tokenizer to write text: pass tokenizer=")
     for name, value in (("chunk", chunk), ("prompt_multiple", prompt_multiple), ("min_rows", min_rows)):
         if value < 1:
             raise GenerationError(f"{name} must be a positive number, got {value}")
@@ -249,6 +251,9 @@ def generate(
     done = np.arange(rows) >= len(ids)  # rows added to fill the data-parallel devices start finished
 
     eos = _stop_ids(eos_token_id)
+    stream = None
+    if write is not None:
+        stream = TextStream(tokenizer, stop_ids=eos, stop_strings=settings.stop_strings, write=write)
     drawing = dataclasses.replace(settings, seed=0, stop_strings=())  # what the compiled loop depends on
     start = time.perf_counter()
     with placed(plan):
@@ -271,6 +276,8 @@ def generate(
     seconds = time.perf_counter() - start
     stops = settings.stop_strings
     completions = tuple(_completion(row.tolist(), eos, tokenizer, stops) for row in new)
+    if stream is not None:
+        stream.finish(completions[0].text)
     return Generation(completions, seconds)
 
 
@@ -309,20 +316,13 @@ def sample_checkpoint(
     compile_cache.enable_for(trained.config.trainer)
     if trained.tokenizer is None:
         raise GenerationError(f"{trained.checkpoint}: its run has no tokenizer to turn text into tokens")
-    settings = settings or SamplingConfig()
-    tokenizer, stops = tokenizer_at(trained.tokenizer, GenerationError), trained.end_of_text.stop_ids
-    stream = None
-    if write is not None:
-        stream = TextStream(tokenizer, stop_ids=stops, stop_strings=settings.stop_strings, write=write)
     result = generate(
         trained.model,
         prompts,
         settings,
-        tokenizer=tokenizer,
-        eos_token_id=stops,
+        tokenizer=trained.tokenizer,
+        eos_token_id=trained.end_of_text.stop_ids,
         plan=trained.layout.plan,
-        stream=stream,
+        write=write,
     )
-    if stream is not None:
-        stream.finish(result.completions[0].text)
     return result, trained.checkpoint
