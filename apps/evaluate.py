@@ -26,9 +26,12 @@ from meltemi.trainer.generate.flags import add_checkpoint_flag, parse_app_args
 
 
 def _limit(text: str) -> int | float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return int(value) if value >= 1 and value.is_integer() else value
 
 

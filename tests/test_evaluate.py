@@ -292,7 +292,8 @@ def test_an_existing_results_file_is_kept_and_bad_counts_are_refused_before_any_
     assert not any((tmp_path / "evals").iterdir())
     for flag, value, says in [("--batch-size", "0", "must be positive, got 0"),
                               ("--max-length", "x", "must be a whole number, got 'x'"),
-                              ("--bootstrap-iters", "-1", "must be at least 0, got -1")]:  # fmt: skip
+                              ("--bootstrap-iters", "-1", "must be at least 0, got -1"),
+                              ("--limit", "all", "must be a number, got 'all'")]:  # fmt: skip
         result = evaluate_app(*args, flag, value, cwd=tmp_path)
         assert result.returncode == 2
         assert result.stderr.strip().splitlines()[-1].endswith(f"error: argument {flag}: {says}")
