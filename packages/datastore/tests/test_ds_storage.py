@@ -268,6 +268,34 @@ def test_an_unreachable_endpoint_is_one_line_naming_the_url(monkeypatch, s3, gcs
         )
 
 
+def test_a_first_read_fails_as_fast_as_a_probe_and_a_transient_failure_is_retried_as_usual(
+    monkeypatch, request, s3
+):
+    """A command's first reads (its config, tokenizer, base or inputs in a bucket) say an endpoint that cannot
+    be reached after a probe's few retries, not the default's minutes of backoff; a 503 is still retried."""
+    from meltemi.datastore.storage import PROBE_RETRIES, read_object, retried_requests
+    from meltemi.datastore.storage.inputs import list_objects
+    from meltemi.datastore.testing import start_faulty_proxy
+
+    bucket = s3.bucket_url()
+    url = f"{bucket}/first/config.yaml"
+    Directory(f"{bucket}/first").write_text("config.yaml", "seed: 1\n")
+    proxy = start_faulty_proxy(s3.endpoint, rate=0.6, seed=11)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        assert all(read_object(url) == b"seed: 1\n" for _ in range(8))  # some failed 3 times, then retried
+        assert list_objects(url) == [url]
+    finally:
+        proxy.stop()
+    assert proxy.failed >= 8
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_closed_port()}")
+    retried = retried_requests()
+    for first_read in (read_object, list_objects):
+        with pytest.raises(UnreachableError, match=r"^s3://.*/first/config.yaml: .* cannot be reached"):
+            first_read(url)
+    assert retried_requests() - retried <= 2 * PROBE_RETRIES.max_retries  # the default retries 16 times
+
+
 def test_a_file_where_a_directory_should_be_is_one_line(tmp_path):
     (tmp_path / "taken").write_text("a file")
     with pytest.raises(PathIsAFileError, match=r"taken: writing a probe object failed: a file is in the way"):

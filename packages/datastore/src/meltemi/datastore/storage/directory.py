@@ -20,12 +20,19 @@ import fcntl
 import json
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tensorstore as ts
 
-from meltemi.datastore.errors import OutOfRangeError
+from meltemi.datastore.errors import (
+    AccessDeniedError,
+    NoSuchBucketError,
+    OutOfRangeError,
+    StorageError,
+    UnreachableError,
+)
 from meltemi.datastore.storage.failures import storage_error
 from meltemi.datastore.storage.location import DEFAULT_RETRIES, PROBE_RETRIES, Location, Retries
 from meltemi.datastore.storage.native_log import native_log_held
@@ -217,17 +224,49 @@ def _remove_empty_directories(root: Path) -> None:
             os.rmdir(directory)
 
 
+_Result = TypeVar("_Result")
+
+
 def read_object(location: str | os.PathLike | Location) -> bytes | None:
     """The bytes of the one object `location` names (a local file, or a key in a bucket); None when missing.
+    An endpoint that cannot be reached, a missing bucket or refused credentials fail as fast as a probe
+    (`first_contact`): this is how a command reads its config, tokenizer or template before any work.
 
     >>> Directory("memory://doc/objects").write_text("tokenizer.json", "{}")
     >>> read_object("memory://doc/objects/tokenizer.json"), read_object("memory://doc/objects/nothing")
     (b'{}', None)
     """
+    parent, key = parent_and_key(location)
+    return first_contact(parent.location, lambda directory: directory.read_bytes(key))
+
+
+def parent_and_key(location: str | os.PathLike | Location) -> tuple[Directory, str]:
+    """The directory holding the object `location` names (shown as the user spelled it), and its key there.
+
+    >>> parent_and_key("gs://bucket/run/config.yaml")
+    (Directory('gs://bucket/run'), 'config.yaml')
+    """
     named = Location.parse(location)
     parent, _, key = named.path.rpartition("/")
     shown = str(named).rstrip("/").rpartition("/")[0]
-    return Directory(Location(named.scheme, named.bucket, parent, shown)).read_bytes(key)
+    return Directory(Location(named.scheme, named.bucket, parent, shown)), key
+
+
+def first_contact(location: str | os.PathLike | Location, request: Callable[[Directory], _Result]) -> _Result:
+    """`request` made on a `Directory` at `location` with a probe's few retries: a mistake that no retry
+    mends (an endpoint that cannot be reached, a missing bucket, refused credentials) is said in about a
+    second, as `check_readable` says it, instead of after the default retries' minutes; any other failure
+    (a transient one) is made again with the default retries.
+
+    >>> first_contact("memory://doc/first", lambda directory: directory.list())
+    []
+    """
+    try:
+        return request(Directory(location, PROBE_RETRIES))
+    except (UnreachableError, NoSuchBucketError, AccessDeniedError):
+        raise
+    except StorageError:
+        return request(Directory(location))
 
 
 def check_writable(location: str | os.PathLike | Location, *, once: bool = False) -> Location:

@@ -18,30 +18,23 @@ from __future__ import annotations
 import io
 import os
 
-from meltemi.datastore.storage.directory import Directory
+from meltemi.datastore.storage.directory import Directory, first_contact, parent_and_key
 from meltemi.datastore.storage.failures import storage_error
 from meltemi.datastore.storage.location import Location
 
 BLOCK = 4 << 20  # bytes per ranged request: a few requests per unit of build work
 
 
-def _parent(location: Location) -> tuple[Directory, str]:
-    """The directory holding the object `location` names, and its key there."""
-    parent, _, key = location.path.rpartition("/")
-    shown = str(location).rstrip("/").rpartition("/")[0]
-    return Directory(Location(location.scheme, location.bucket, parent, shown)), key
-
-
 def list_objects(url: str | os.PathLike | Location) -> list[str]:
     """The object `url` names, or else every object under it as a prefix (hidden ones, whose path has a
     part starting with `.`, left out), as URLs, sorted; empty when there is neither."""
     location = Location.parse(url)
-    directory, key = _parent(location)
-    if key and directory.exists(key):
+    directory, key = parent_and_key(location)
+    if key and first_contact(directory.location, lambda parent: parent.exists(key)):  # fails fast
         return [str(location)]
     under = Directory(location)
-    keys = [k for k in under.list() if not any(part.startswith(".") for part in k.split("/"))]
-    return [under.where(k) for k in keys]
+    listed = first_contact(location, lambda prefix: prefix.list())
+    return [under.where(k) for k in listed if not any(part.startswith(".") for part in k.split("/"))]
 
 
 class ObjectReader(io.RawIOBase):
@@ -51,7 +44,7 @@ class ObjectReader(io.RawIOBase):
     def __init__(self, url: str | os.PathLike | Location):
         super().__init__()
         self.location = Location.parse(url)
-        self._directory, self._key = _parent(self.location)
+        self._directory, self._key = parent_and_key(self.location)
         self._position = 0
         self._size: int | None = None  # known once a read came back short: where the object ends
 

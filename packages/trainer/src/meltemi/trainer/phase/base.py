@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from meltemi.datastore.storage import Directory
+from meltemi.datastore.errors import StorageError
+from meltemi.datastore.storage import Directory, check_readable
 from meltemi.trainer.checkpoint.checkpointer import BREAKING_FIELDS, find_checkpoints, inspect_checkpoint
 from meltemi.trainer.checkpoint.format import Manifest
 from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer
@@ -51,7 +52,10 @@ def locate_base(path: str, warn=lambda _: None) -> Base:
     """The base ``path`` names: a Hugging Face directory when it holds ``config.json`` and no checkpoint, else
     a run directory's latest readable checkpoint or a ``step-N`` directory; a ``CheckpointError`` naming
     ``path`` when it is neither."""
-    directory = Directory(path)
+    try:  # a missing bucket, an unreachable endpoint or a file in the way: said at once
+        directory = Directory(check_readable(path))
+    except StorageError as e:
+        raise CheckpointError(f"{FIELD}: {e}") from None
     found = find_checkpoints(directory)
     if not found and directory.exists(HF_CONFIG):
         try:
