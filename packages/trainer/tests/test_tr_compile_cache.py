@@ -202,3 +202,23 @@ def test_the_mirror_is_beside_the_run_in_its_bucket_unless_the_setting_says_othe
     )
     assert choose_mirror(False, run).where is None
     assert choose_mirror(None, Location.parse("runs/tiny")).where is None
+
+
+def test_an_unreachable_mirror_is_found_at_its_first_request_not_after_minutes_of_retries(
+    s3, monkeypatch, tmp_path
+):
+    """The run goes on without the mirror (the trainer says so); it should not first wait out the default
+    retries' backoff, as it did (six minutes) before the first compilation."""
+    import socket
+
+    from meltemi.datastore.errors import UnreachableError
+    from meltemi.datastore.storage import PROBE_RETRIES, retried_requests
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed.getsockname()[1]}")
+    mirror = CacheMirror(tmp_path, Directory("s3://unreachable/meltemi-compile-cache"))
+    retried = retried_requests()
+    with pytest.raises(UnreachableError, match="cannot be reached"):
+        mirror.pull()
+    assert retried_requests() - retried <= PROBE_RETRIES.max_retries

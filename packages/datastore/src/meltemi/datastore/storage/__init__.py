@@ -6,7 +6,8 @@
   one atomic PUT, the commit primitive.
 - `Appender`, `read_appended`: a log such as `metrics.jsonl` on stores that cannot append.
 - `check_writable`, `check_readable`: probe a location before any work, failing in one line that names
-  the URL and the mistake (a `StorageError` subclass from `meltemi.datastore.errors`).
+  the URL and the mistake (a `StorageError` subclass from `meltemi.datastore.errors`); `first_contact`
+  makes a first request as fast-failing as a probe, and `read_object` reads one object that way.
 
 >>> from meltemi.datastore.storage import Directory, check_writable
 >>> run = Directory(check_writable("memory://example/run"))
@@ -19,6 +20,7 @@ from meltemi.datastore.storage.directory import (
     Directory,
     check_readable,
     check_writable,
+    first_contact,
     read_object,
     storage_context,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "Retries",
     "check_readable",
     "check_writable",
+    "first_contact",
     "local_path_of",
     "read_appended",
     "read_object",

@@ -33,7 +33,7 @@ import os
 import time
 from pathlib import Path
 
-from meltemi.datastore.storage import Directory, Location, url_scheme
+from meltemi.datastore.storage import Directory, Location, first_contact, url_scheme
 
 ENTRY = "-cache"  # JAX's suffix for a cached program; its "-atime" files are local bookkeeping
 ACCESS_TIME = "-atime"
@@ -82,7 +82,8 @@ class CacheMirror:
             return True
 
     def _remote_entries(self) -> set[str]:
-        return {key for key in self.remote.list() if key.endswith(ENTRY) and "/" not in key}
+        listed = first_contact(self.remote.location, lambda folder: folder.list())  # unreachable: at once
+        return {key for key in listed if key.endswith(ENTRY) and "/" not in key}
 
     def pull(self) -> int:
         """Fetch the entries the local cache lacks; how many."""
