@@ -243,3 +243,18 @@ def test_a_mistyped_flag_is_named_with_the_nearest_flag_or_field_not_blamed_on_t
     with pytest.raises(ConfigError) as caught:
         parse_command(argv)
     assert str(caught.value) == message
+
+
+def test_data_named_on_the_command_line_replaces_the_way_the_preset_names_its_own(tmp_path):
+    """tiny.yaml trains on `corpus: stdlib`; `--data.sources` (or `--data.stores`) must not lose to it."""
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("data:\n  corpus: stdlib\n  seq_len: 64\n")
+    sources = load_config(preset, ["--data.sources", "{web: {store: s, weight: 2}}"]).data
+    assert (sources.corpus, list(sources.sources), sources.seq_len) == (None, ["web"], 64)
+    stores = load_config(preset, ["--data.stores", "a"]).data
+    assert (stores.corpus, stores.stores) == (None, ["a"])
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text("data:\n  sources:\n    web: {store: s}\n    code: {store: c}\n")
+    reweighed = load_config(mixed, ["--data.sources.code.weight", "3"]).data.sources  # the preset's, changed
+    assert (reweighed["web"].weight, reweighed["code"].weight) == (1.0, 3.0)
+    assert load_config(mixed, ["--data.corpus", "x.txt"]).data.sources == {}

@@ -35,9 +35,33 @@ def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = ()) -
     (``100``, ``null``, ``[1, 2]``, ``bfloat16``).
     """
     raw = read_yaml(path) if path is not None else {}
-    for dotted, value in parse_overrides(overrides):
+    parsed = parse_overrides(overrides)
+    _data_named_once(raw, [dotted for dotted, _ in parsed])
+    for dotted, value in parsed:
         set_dotted(raw, dotted, value)
     return validate(raw, where=os.fspath(path) if path is not None else "the defaults")
+
+
+DATA_CHOICES = ("stores", "corpus", "sources")
+"""The ways to name the training data (``resolve_data`` takes the first one set)."""
+
+
+def _data_named_once(raw: dict[str, Any], dotted: Sequence[str]) -> None:
+    """Drop from the file's ``raw`` config the ways of naming the data that the overrides replace: data the
+    command line names is what trains, whichever way the preset named its own (``--data.sources`` on a preset
+    with ``corpus: stdlib`` trains on those sources, not on the standard library).
+
+    >>> raw = {"data": {"corpus": "stdlib", "seq_len": 512}}
+    >>> _data_named_once(raw, ["data.sources", "trainer.seed"]); raw
+    {'data': {'seq_len': 512}}
+    """
+    named = {key.split(".")[1] for key in dotted if key.count(".") >= 1 and key.startswith("data.")}
+    data = raw.get("data")
+    if not (named & set(DATA_CHOICES)) or not isinstance(data, dict):
+        return
+    for choice in DATA_CHOICES:
+        if choice not in named:
+            data.pop(choice, None)
 
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
