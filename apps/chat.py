@@ -1,16 +1,17 @@
 """Talk with a chat model trained by apps/sft.py; only the assistant's reply goes to stdout.
 
-    uv run apps/chat.py --checkpoint runs/tiny_sft --message "Describe json.dumps" [--temperature 0]
-    uv run apps/chat.py --checkpoint runs/tiny_sft [--system TEXT]      # a prompt loop: one reply per line
+    uv run apps/chat.py --message "Describe json.dumps" [--temperature 0]     # runs/tiny_sft, apps/sft.py's
+    uv run apps/chat.py --checkpoint RUN [--system TEXT]            # a prompt loop: one reply per line
 
 ``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
-bucket (``s3://``, ``gs://``). The conversation is rendered by the chat template the checkpoint records (as
-``transformers``' ``apply_chat_template`` renders it with the exported tokenizer) and the reply stops at the
-end of the assistant's turn; the reply is written as it is generated. Without ``--message`` each non-blank
-line read from stdin (at a terminal, after a ``>`` prompt, with line editing) is a user message, answered in
-the same conversation, until end of input; when the conversation outgrows the model's positions its oldest
-exchanges are left out of the prompt (said on stderr), and a line too long even alone is refused on stderr
-while the conversation goes on.
+bucket (``s3://``, ``gs://``); by default ``runs/tiny_sft``, where ``uv run apps/sft.py`` writes. The
+conversation is rendered by the chat template the checkpoint records (as ``transformers``'
+``apply_chat_template`` renders it with the exported tokenizer) and the reply stops at the end of the
+assistant's turn; the reply is written as it is generated. Without ``--message`` each non-blank line read from
+stdin (at a terminal, after a ``>`` prompt, with line editing) is a user message, answered in the same
+conversation, until end of input; when the conversation outgrows the model's positions its oldest exchanges
+are left out of the prompt (said on stderr), and a line too long even alone is refused on stderr while the
+conversation goes on.
 """
 
 from __future__ import annotations
@@ -18,18 +19,25 @@ from __future__ import annotations
 import argparse
 import sys
 
-from meltemi.trainer.generate.flags import add_checkpoint_flag, add_sampling_flags, sampling_settings
+from meltemi.trainer.generate.flags import (
+    FINE_TUNED,
+    add_checkpoint_flag,
+    add_sampling_flags,
+    checkpoint_of,
+    sampling_settings,
+)
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_checkpoint_flag(parser)
+    add_checkpoint_flag(parser, FINE_TUNED)
     parser.add_argument("--message", default=None, help="the user's message (default: one per line of stdin)")
     parser.add_argument(
         "--system", default=None, help="a system message opening the conversation (default: none)"
     )
     add_sampling_flags(parser, max_new_tokens=256, temperature=0.0)
     args = parser.parse_args(argv)
+    checkpoint = checkpoint_of(parser, args)
 
     from meltemi.datastore import DatastoreError
     from meltemi.trainer.errors import TrainerError
@@ -40,7 +48,7 @@ def main(argv: list[str]) -> int:
     try:
         settings = SamplingConfig(*sampling_settings(args))
         session = ChatSession.of_checkpoint(
-            args.checkpoint,
+            checkpoint,
             settings,
             system=args.system,
             forget_oldest=args.message is None,  # a conversation goes on when it outgrows the model

@@ -1,20 +1,21 @@
 """Evaluate a checkpoint on lm-evaluation-harness tasks with the JAX model; print the table, write the JSON.
 
-    uv run apps/evaluate.py --checkpoint runs/tiny --tasks stdlib_next_line,stdlib_return [--limit 100]
+    uv run apps/evaluate.py --tasks stdlib_next_line,stdlib_return [--limit 100]
                             [--out results.json] [--batch-size 16]
     uv run apps/evaluate.py --checkpoint runs/tiny_sft --tasks TASKS --apply-chat-template
                             [--system-instruction TEXT] [--fewshot-as-multiturn]
     uv run apps/evaluate.py --config configs/marin_8b.yaml --dry-run --hardware.chip "TPU v5e"
                             --hardware.devices 16 [--batch-size 8] [--max-length N]
 
-``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory; its parameters are
-sharded over every device (never a whole copy on one). ``--dry-run`` plans without a checkpoint: the
-scoring program compiled from shapes on the target's devices (faked on this CPU), its memory per device
-against the chip's; exit status 2 when it does not fit. ``--tasks`` takes
-the harness's task, group or tag names and paths of task YAML files, comma-separated; ``meltemi_stdlib`` is
-every task that ships with the trainer (offline). Needs lm-eval: ``uv pip install 'meltemi-trainer[eval]'``
-(in this repository: see the README's "Evaluating"). Without network, set ``HF_DATASETS_OFFLINE=1`` so that a
-task whose data set is not cached fails at once instead of after the hub's retries.
+``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory (by default
+``runs/tiny``, ``uv run apps/pretrain.py``'s); its parameters are sharded over every device (never a whole
+copy on one). ``--dry-run`` plans without a checkpoint: the scoring program compiled from shapes on the
+target's devices (faked on this CPU), its memory per device against the chip's; exit status 2 when it does not
+fit. ``--tasks`` takes the harness's task, group or tag names and paths of task YAML files, comma-separated;
+``meltemi_stdlib`` is every task that ships with the trainer (offline). Needs lm-eval: ``uv pip install
+'meltemi-trainer[eval]'`` (in this repository: see the README's "Evaluating"). Without network, set
+``HF_DATASETS_OFFLINE=1`` so that a task whose data set is not cached fails at once instead of after the hub's
+retries.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from meltemi.trainer.generate.flags import add_checkpoint_flag, parse_app_args
+from meltemi.trainer.generate.flags import (
+    PRETRAINED,
+    add_checkpoint_flag,
+    non_negative,
+    parse_app_args,
+    positive,
+)
 
 
 def _limit(text: str) -> int | float:
@@ -35,27 +42,9 @@ def _limit(text: str) -> int | float:
     return int(value) if value >= 1 and value.is_integer() else value
 
 
-def _positive(text: str) -> int:
-    return _at_least(1, text)
-
-
-def _non_negative(text: str) -> int:
-    return _at_least(0, text)
-
-
-def _at_least(minimum: int, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be {'positive' if minimum else 'at least 0'}, got {text}")
-    return value
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_checkpoint_flag(parser, dry_run=True)
+    add_checkpoint_flag(parser, PRETRAINED, dry_run=True)
     parser.add_argument(
         "--tasks",
         help="comma-separated task, group or tag names or task YAML paths (required unless --dry-run)",
@@ -69,14 +58,14 @@ def main(argv: list[str]) -> int:
         help="a new file for the harness's JSON results, a path or URL (default: not written)",
     )
     parser.add_argument(
-        "--batch-size", type=_positive, default=8, help="rows scored per compiled call (default 8)"
+        "--batch-size", type=positive, default=8, help="rows scored per compiled call (default 8)"
     )
     parser.add_argument(
-        "--max-length", type=_positive, default=None, help="tokens per row (default: the model's max_seq_len)"
+        "--max-length", type=positive, default=None, help="tokens per row (default: the model's max_seq_len)"
     )
     parser.add_argument(
         "--bootstrap-iters",
-        type=_non_negative,
+        type=non_negative,
         default=1000,
         help="resamples for standard errors, 0 for none (default 1000)",
     )

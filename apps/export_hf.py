@@ -1,11 +1,12 @@
 """Export a checkpoint to a Hugging Face Llama directory (transformers and lm-eval's hf model read it).
 
-    uv run apps/export_hf.py --checkpoint runs/tiny --out exported/tiny [--dtype bfloat16]
+    uv run apps/export_hf.py --out exported/tiny [--checkpoint RUN] [--dtype bfloat16]
 
 ``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
-bucket (``s3://``, ``gs://``); the tokenizer files come from the run's own copy, and generation stops at the
-end-of-text token the checkpoint records. ``--out`` may be a bucket URL too: the export goes straight
-there, shard by shard (one atomic PUT each, ``config.json`` last), with no local copy.
+bucket (``s3://``, ``gs://``), by default ``runs/tiny`` (``uv run apps/pretrain.py``'s); the tokenizer files
+come from the run's own copy, and generation stops at the end-of-text token the checkpoint records. ``--out``
+may be a bucket URL too: the export goes straight there, shard by shard (one atomic PUT each, ``config.json``
+last), with no local copy.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from meltemi.trainer.generate.flags import add_checkpoint_flag
+from meltemi.trainer.generate.flags import PRETRAINED, add_checkpoint_flag, checkpoint_of
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_checkpoint_flag(parser)
+    add_checkpoint_flag(parser, PRETRAINED)
     parser.add_argument(
         "--out", required=True, help="the Hugging Face directory or URL to write, new or empty (required)"
     )
@@ -29,6 +30,7 @@ def main(argv: list[str]) -> int:
         help="the weights' dtype (default float32)",
     )
     args = parser.parse_args(argv)
+    checkpoint = checkpoint_of(parser, args)
 
     from meltemi.datastore import DatastoreError
     from meltemi.trainer.checkpoint.trained_model import load_model
@@ -37,7 +39,7 @@ def main(argv: list[str]) -> int:
 
     try:
         export_target(args.out)  # a bad, missing or non-empty target: one line, before the checkpoint is read
-        trained = load_model(args.checkpoint, warn=lambda m: print(m, file=sys.stderr))
+        trained = load_model(checkpoint, warn=lambda m: print(m, file=sys.stderr))
         export_hf(
             trained.model,
             args.out,

@@ -1,15 +1,15 @@
 """Continue a prompt with a trained checkpoint; only the continuation goes to stdout.
 
-    uv run apps/sample.py --checkpoint runs/tiny --prompt "def " [--max-new-tokens 64] [--temperature 0]
+    uv run apps/sample.py --prompt "def " [--checkpoint RUN] [--max-new-tokens 64] [--temperature 0]
     uv run apps/sample.py --config configs/marin_8b.yaml --dry-run --hardware.chip "TPU v5e"
                           --hardware.devices 16 [--max-new-tokens 64]
 
 ``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
-bucket (``s3://``, ``gs://``), its parameters sharded over every device; ``--temperature 0`` is greedy. The
-continuation is written as it is generated; progress and the speed go to stderr. ``--dry-run`` plans without a
-checkpoint: the prefill of the longest prompt the context allows and the decode loop, compiled from shapes on
-the target's devices (faked on this CPU), their memory per device against the chip's; exit status 2 when they
-do not fit.
+bucket (``s3://``, ``gs://``; by default ``runs/tiny``, where ``uv run apps/pretrain.py`` writes), its
+parameters sharded over every device; ``--temperature 0`` is greedy. The continuation is written as it is
+generated; progress and the speed go to stderr. ``--dry-run`` plans without a checkpoint: the prefill of the
+longest prompt the context allows and the decode loop, compiled from shapes on the target's devices (faked on
+this CPU), their memory per device against the chip's; exit status 2 when they do not fit.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import argparse
 import sys
 
 from meltemi.trainer.generate.flags import (
+    PRETRAINED,
     add_checkpoint_flag,
     add_sampling_flags,
     parse_app_args,
@@ -27,7 +28,7 @@ from meltemi.trainer.generate.flags import (
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_checkpoint_flag(parser, dry_run=True)
+    add_checkpoint_flag(parser, PRETRAINED, dry_run=True)
     parser.add_argument("--prompt", help="the text to continue (required unless --dry-run)")
     add_sampling_flags(parser, max_new_tokens=64, temperature=0.8)
     args, overrides = parse_app_args(parser, argv, required=("prompt",))

@@ -150,15 +150,14 @@ def test_the_summary_ends_with_a_sample_of_generated_text(trained):
 @NEWCOMER
 def test_export_and_sample_read_the_run_directory(trained):
     cwd, _, _ = trained
-    exported = app("export_hf.py", "--checkpoint", "runs/tiny", "--out", "hf", cwd=cwd)
+    exported = app("export_hf.py", "--out", "hf", cwd=cwd)  # the default --checkpoint: runs/tiny
     assert exported.returncode == 0, exported.stderr
     assert "exported runs/tiny/checkpoints/step-6 to hf" in exported.stdout
     for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
         assert (cwd / "hf" / name).exists(), name
     first = app("sample.py", "--checkpoint", "runs/tiny/checkpoints/step-6", "--prompt", "import ",
                 "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)  # fmt: skip
-    again = app("sample.py", "--checkpoint", "runs/tiny", "--prompt", "import ", "--max-new-tokens", "12",
-                "--temperature", "0", cwd=cwd)  # fmt: skip
+    again = app("sample.py", "--prompt", "import ", "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)
     assert first.returncode == 0, first.stderr
     # only the continuation (a 6-step model's may be all whitespace), the same both times
     assert first.stdout == again.stdout and len(first.stdout) > len("\n")
@@ -254,7 +253,7 @@ def test_an_evaluation_that_does_not_fit_says_by_how_much(tmp_path):
         (["--dry-run", "--config", "c.yaml", "--checkpoint", "runs/x"], 2, "--checkpoint: not with --dry-run, which plans from --config alone"),  # noqa: E501
         (["--checkpoint", "runs/x", "--tasks", "x", "--hardware.devices", "16"], 2, "unrecognized arguments: --hardware.devices 16 (config fields are set only with --dry-run)"),  # noqa: E501
         (["--checkpoint", "runs/x", "--tasks", "x", "--devices", "16"], 2, "--devices: only with --dry-run"),
-        (["--tasks", "x"], 2, "the following arguments are required: --checkpoint"),
+        (["--tasks", "x"], 2, "--checkpoint not given, and its default runs/tiny does not exist: train it with uv run apps/pretrain.py, or name a run or step-N directory with --checkpoint"),  # noqa: E501
         (["--checkpoint", "runs/x"], 2, "the following arguments are required: --tasks"),
         (["--dry-run", "--config", "missing.yaml"], 1, "error: config file 'missing.yaml' does not exist"),
         (["--dry-run", "--config", "c.yaml", "--seed", "3"], 2, "--seed: neither a flag of this command nor a config field (did you mean --trainer.seed?)"),  # noqa: E501
@@ -377,3 +376,35 @@ def test_a_checkpoint_path_that_does_not_exist_is_said_so_before_anything_loads(
     result = app(name, "--checkpoint", str(tmp_path / "nowhere"), *extra, cwd=tmp_path, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip() == f"error: {tmp_path / 'nowhere'} does not exist"  # nothing before it
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "default", "trained_by"),
+    [
+        ("sample.py", ["--prompt", "x"], "runs/tiny", "uv run apps/pretrain.py"),
+        ("evaluate.py", ["--tasks", "stdlib_next_line"], "runs/tiny", "uv run apps/pretrain.py"),
+        ("export_hf.py", ["--out", "hf"], "runs/tiny", "uv run apps/pretrain.py"),
+        ("chat.py", ["--message", "hi"], "runs/tiny_sft", "uv run apps/sft.py"),
+    ],
+)
+def test_without_checkpoint_the_default_run_is_read_and_its_absence_says_how_to_train_it(
+    tmp_path, name, extra, default, trained_by
+):
+    result = app(name, *extra, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"{name}: error: --checkpoint not given, and its default {default} does not exist: train it with "
+        f"{trained_by}, or name a run or step-N directory with --checkpoint"
+    )
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_the_default_runs_are_where_pretraining_and_fine_tuning_write_by_default():
+    """``runs/<the default config's name>``, as the trainer's command names a run without --run-dir."""
+    import runpy
+
+    from meltemi.trainer.generate.flags import FINE_TUNED, PRETRAINED
+
+    for default, name in ((PRETRAINED, "pretrain.py"), (FINE_TUNED, "sft.py")):
+        config = runpy.run_path(str(ROOT / "apps" / name))["DEFAULT_CONFIG"]
+        assert default.directory == f"runs/{config.stem}" and default.trained_by == f"uv run apps/{name}"

@@ -51,9 +51,7 @@ def test_chat_prints_only_the_assistants_reply_and_reads_lines_without_a_message
     """A blank line is skipped; a line too long for the model is refused on stderr and the chat goes on."""
     cwd, _ = fine_tuned
     first, second = "Describe this function: def f(): pass", "And this one: def g(x): return x"
-    once = app(
-        "chat.py", "--checkpoint", "runs/tiny_sft", "--message", first, "--max-new-tokens", "8", cwd=cwd
-    )
+    once = app("chat.py", "--message", first, "--max-new-tokens", "8", cwd=cwd)  # runs/tiny_sft by default
     assert once.returncode == 0, once.stderr
     assert once.stdout.count("\n") >= 1 and "<|" not in once.stdout  # the reply, no special token
     looped = app("chat.py", "--checkpoint", "runs/tiny_sft", "--max-new-tokens", "8", cwd=cwd,

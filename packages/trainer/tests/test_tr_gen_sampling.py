@@ -80,3 +80,33 @@ def test_the_apps_sampling_flags_become_the_sampling_settings_and_an_empty_stop_
     with pytest.raises(SystemExit):
         parser.parse_args(["--stop", ""])
     assert capsys.readouterr().err.splitlines()[-1] == "sample.py: error: argument --stop: must not be empty"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-new-tokens", "0", "must be positive, got 0"),
+        ("--max-new-tokens", "2.5", "must be a whole number, got '2.5'"),
+        ("--temperature", "-1", "must be at least 0 (0: greedy), got -1"),
+        ("--temperature", "nan", "must be a number, got nan"),
+        ("--temperature", "inf", "must be at least 0 (0: greedy), got inf"),
+        ("--top-k", "0", "must be positive, got 0"),
+        ("--top-p", "0", "must be in (0, 1], got 0"),
+        ("--top-p", "1.5", "must be in (0, 1], got 1.5"),
+        ("--top-p", "half", "must be a number, got 'half'"),
+    ],
+)
+def test_a_bad_sampling_flag_is_a_usage_error_naming_the_flag(capsys, flag, value, message):
+    """argparse refuses it in the flag's words, before anything loads (not ``SamplingConfig``'s)."""
+    import argparse
+
+    from meltemi.trainer.generate.flags import add_sampling_flags
+
+    parser = argparse.ArgumentParser(prog="chat.py")
+    add_sampling_flags(parser, max_new_tokens=8, temperature=0.0)
+    with pytest.raises(SystemExit) as exit:
+        parser.parse_args([flag, value])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"chat.py: error: argument {flag}: {message}"
+    edges = {"--temperature": "0", "--top-p": "1", "--top-k": "1", "--max-new-tokens": "1"}
+    parser.parse_args([flag, edges[flag]])  # the edge of the range is taken

@@ -1,11 +1,11 @@
 """The flags the apps that read a trained model share (``sample.py``, ``chat.py``, ``export_hf.py``,
-``evaluate.py``): the checkpoint to read, for the two that generate the sampling settings, and for the two
-that can plan without a checkpoint the dry run's; with one description and per-app defaults. Light to
-import, so ``--help`` answers before JAX loads.
+``evaluate.py``): the checkpoint to read (by default the run the newcomer's commands train), for the two
+that generate the sampling settings, and for the two that can plan without a checkpoint the dry run's; with
+one description and per-app defaults. Light to import, so ``--help`` answers before JAX loads.
 
 >>> import argparse
 >>> parser = argparse.ArgumentParser()
->>> add_checkpoint_flag(parser); add_sampling_flags(parser, max_new_tokens=16, temperature=0.5)
+>>> add_checkpoint_flag(parser, PRETRAINED); add_sampling_flags(parser, max_new_tokens=16, temperature=0.5)
 >>> args = parser.parse_args(["--checkpoint", "runs/tiny", "--top-k", "40", "--stop", r"\\n\\n"])
 >>> sampling_settings(args)
 (16, 0.5, 40, None, 0, ('\\n\\n',))
@@ -14,22 +14,39 @@ import, so ``--help`` answers before JAX loads.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
-
-CHECKPOINT_HELP = (
-    "a run directory (its latest good checkpoint) or a step-N directory, local or in a bucket (required)"
-)
+from pathlib import Path
 
 
-def add_checkpoint_flag(parser: argparse.ArgumentParser, *, dry_run: bool = False) -> None:
-    """``--checkpoint``: the run or ``step-N`` directory to read (required; with ``dry_run``, the app also
-    takes the dry run's flags, and needs no checkpoint with them)."""
-    if not dry_run:
-        parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
-        return
+@dataclasses.dataclass(frozen=True)
+class DefaultRun:
+    """The run an app reads when ``--checkpoint`` is not given: where the command that trains it writes by
+    default (``runs/<its config's name>``, relative to the working directory, as that command's is)."""
+
+    directory: str
+    trained_by: str
+
+
+PRETRAINED = DefaultRun("runs/tiny", "uv run apps/pretrain.py")
+FINE_TUNED = DefaultRun("runs/tiny_sft", "uv run apps/sft.py")
+
+CHECKPOINT_HELP = "a run directory (its latest good checkpoint) or a step-N directory, local or in a bucket"
+
+
+def add_checkpoint_flag(
+    parser: argparse.ArgumentParser, default: DefaultRun, *, dry_run: bool = False
+) -> None:
+    """``--checkpoint``: the run or ``step-N`` directory to read, ``default`` when not given (read it with
+    ``checkpoint_of``); with ``dry_run``, the app also takes the dry run's flags, and reads no checkpoint
+    with them."""
     parser.add_argument(
-        "--checkpoint", help=CHECKPOINT_HELP.replace("(required)", "(required unless --dry-run)")
+        "--checkpoint",
+        help=f"{CHECKPOINT_HELP} (default: {default.directory}, which {default.trained_by} trains)",
     )
+    parser.set_defaults(default_run=default)
+    if not dry_run:
+        return
     group = parser.add_argument_group(
         "dry run",
         "plan on the target's devices without a checkpoint; any --section.field VALUE overrides the config",
@@ -40,18 +57,39 @@ def add_checkpoint_flag(parser: argparse.ArgumentParser, *, dry_run: bool = Fals
         help="compile from shapes on fake CPU devices, print the memory (default: off)",
     )
     group.add_argument("--config", help="the run's YAML config (required with --dry-run)")
-    group.add_argument("--devices", type=int, help="devices to plan for (default: hardware.devices)")
+    group.add_argument("--devices", type=positive, help="devices to plan for (default: hardware.devices)")
+
+
+def checkpoint_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The ``--checkpoint`` given, else the app's default run: a usage error (exit 2) when that does not
+    exist, saying which command trains it.
+
+    >>> parser = argparse.ArgumentParser(prog="chat.py")
+    >>> add_checkpoint_flag(parser, FINE_TUNED)
+    >>> checkpoint_of(parser, parser.parse_args(["--checkpoint", "s3://bucket/run"]))
+    's3://bucket/run'
+    """
+    if args.checkpoint is not None:
+        return args.checkpoint
+    default: DefaultRun = args.default_run
+    if not Path(default.directory).exists():
+        parser.error(
+            f"--checkpoint not given, and its default {default.directory} does not exist: train it with "
+            f"{default.trained_by}, or name a run or step-N directory with --checkpoint"
+        )
+    return default.directory
 
 
 def parse_app_args(
     parser: argparse.ArgumentParser, argv: list[str], *, required: tuple[str, ...] = ()
 ) -> tuple[argparse.Namespace, list[str]]:
     """``argv`` parsed, with the config overrides a dry run takes (``--section.field VALUE``) apart;
-    ``--checkpoint`` and the ``required`` flags are required without ``--dry-run``, ``--config`` with it, and
-    overrides only with it (each a usage error that exits 2, as argparse's own).
+    without ``--dry-run`` the ``required`` flags are required and ``args.checkpoint`` is ``checkpoint_of``'s;
+    with it, ``--config`` is required, and overrides are taken only with it (each a usage error that exits 2,
+    as argparse's own).
 
     >>> parser = argparse.ArgumentParser()
-    >>> add_checkpoint_flag(parser, dry_run=True)
+    >>> add_checkpoint_flag(parser, PRETRAINED, dry_run=True)
     >>> parse_app_args(parser, ["--dry-run", "--config", "a.yaml", "--hardware.devices", "16"])[1]
     ['--hardware.devices', '16']
     """
@@ -61,8 +99,6 @@ def parse_app_args(
             parser.error("--dry-run needs --config: the run's YAML config to plan for")
         if args.checkpoint is not None:
             parser.error("--checkpoint: not with --dry-run, which plans from --config alone")
-        if args.devices is not None and args.devices < 1:
-            parser.error(f"--devices {args.devices}: must be positive")
         from meltemi.trainer.command import parse_command
         from meltemi.trainer.errors import ConfigError
 
@@ -81,12 +117,59 @@ def parse_app_args(
     planning = [f"--{flag}" for flag in ("config", "devices") if getattr(args, flag) is not None]
     if planning:
         parser.error(f"{', '.join(planning)}: only with --dry-run")
-    missing = [
-        f"--{flag.replace('_', '-')}" for flag in ("checkpoint", *required) if getattr(args, flag) is None
-    ]
+    missing = [f"--{flag.replace('_', '-')}" for flag in required if getattr(args, flag) is None]
     if missing:
         parser.error(f"the following arguments are required: {', '.join(missing)}")
+    args.checkpoint = checkpoint_of(parser, args)
     return args, overrides
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (``type=positive``).
+
+    >>> positive("8")
+    8
+    """
+    return _at_least(1, text)
+
+
+def non_negative(text: str) -> int:
+    """An argparse type: a whole number of at least 0."""
+    return _at_least(0, text)
+
+
+def _at_least(minimum: int, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be {'positive' if minimum else 'at least 0'}, got {text}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if value != value:
+        raise argparse.ArgumentTypeError("must be a number, got nan")
+    return value
+
+
+def _temperature(text: str) -> float:
+    value = _number(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be at least 0 (0: greedy), got {text}")
+    return value
+
+
+def _probability(text: str) -> float:
+    value = _number(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
 
 
 def add_sampling_flags(parser: argparse.ArgumentParser, *, max_new_tokens: int, temperature: float) -> None:
@@ -94,22 +177,22 @@ def add_sampling_flags(parser: argparse.ArgumentParser, *, max_new_tokens: int, 
     described with its default (an app's own for the first two)."""
     parser.add_argument(
         "--max-new-tokens",
-        type=int,
+        type=positive,
         default=max_new_tokens,
         help=f"the generated text's length at most, in tokens (default {max_new_tokens})",
     )
     parser.add_argument(
         "--temperature",
-        type=float,
+        type=_temperature,
         default=temperature,
         help=f"0 is greedy; higher, more varied (default {temperature:g})",
     )
     parser.add_argument(
-        "--top-k", type=int, default=None, help="draw from the k likeliest tokens only (default: all)"
+        "--top-k", type=positive, default=None, help="draw from the k likeliest tokens only (default: all)"
     )
     parser.add_argument(
         "--top-p",
-        type=float,
+        type=_probability,
         default=None,
         help="draw from the fewest tokens reaching probability p (default: all)",
     )
