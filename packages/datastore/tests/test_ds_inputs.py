@@ -63,6 +63,15 @@ def test_an_empty_corpus_is_an_error(write_files, tmp_path, tokenizer_path):
         build_store(files, tokenizer_path, tmp_path / "s", progress=False)
     with pytest.raises(Exception, match="no manifest|does not exist"):
         TokenStore.open(tmp_path / "s")
+    assert not (tmp_path / "s").exists()  # the build made it, and left it empty: removed
+    (tmp_path / "kept" / "here").mkdir(parents=True)
+    with pytest.raises(EmptyCorpusError):
+        build_store(files, tokenizer_path, tmp_path / "kept" / "here" / "new" / "s", progress=False)
+    assert not (tmp_path / "kept" / "here" / "new").exists()  # with the parents it made
+    assert (tmp_path / "kept" / "here").is_dir()  # and no further
+    with pytest.raises(EmptyCorpusError):
+        build_store(files, tokenizer_path, tmp_path / "kept" / "here", progress=False)
+    assert (tmp_path / "kept" / "here").is_dir()  # a directory that was there stays
 
 
 def test_empty_files_are_skipped_and_counted(write_files, tmp_path, tokenizer_path):

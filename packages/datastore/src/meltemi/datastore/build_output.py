@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 from meltemi.datastore.build_records import EARLIER_INVALID_UTF8, Plan, count_phrase
 from meltemi.datastore.build_request import BuildRequest, Hints
@@ -25,9 +26,12 @@ PLAN_KEY = f"{BUILD_DIR}/{PLAN}"
 def only_build(out: Directory) -> Iterator[None]:
     """Probe the output, and on a local disk hold an exclusive lock on it, so two builds never write one
     store. An object store has no locks: two builds of one bucket store at once are not detected (both
-    write the same bytes, since a build is deterministic, but one may delete the other's parts)."""
-    check_writable(out.location)
+    write the same bytes, since a build is deterministic, but one may delete the other's parts). A local
+    directory the build made and leaves empty (it failed before keeping anything) is removed, with the
+    parents it made."""
     local = out.location.local_path
+    made = None if local is None else _first_missing(Path(local).absolute())
+    check_writable(out.location)
     if local is None:
         yield
         return
@@ -43,6 +47,29 @@ def only_build(out: Directory) -> Iterator[None]:
         yield
     finally:
         os.close(descriptor)
+        if made is not None:
+            _remove_empty(Path(local).absolute(), up_to=made)
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost of ``path`` and its parents that does not exist (None when ``path`` exists)."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
+def _remove_empty(path: Path, *, up_to: Path) -> None:
+    """Remove ``path``, then each parent up to ``up_to``, while each is an empty directory."""
+    for candidate in (path, *path.parents):
+        try:
+            candidate.rmdir()  # only ever an empty directory
+        except OSError:
+            return
+        if candidate == up_to:
+            return
 
 
 def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: Hints) -> None:
