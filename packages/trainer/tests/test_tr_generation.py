@@ -293,3 +293,25 @@ def test_a_stream_holds_back_what_may_begin_a_stop_string_and_a_character_still_
     for row in ([0, 5], [0, 5, 6], [0, 5, 6, 4, 0]):
         stream([row])
     assert pieces == ["a", "ä"]  # the first byte of "ä" alone is not written as U+FFFD
+
+
+def test_a_chat_compiles_once_per_doubling_of_its_length_and_padding_changes_no_reply(make_config, tokenizer):
+    """Each turn's prompt is longer than the last; padded to a power of two, seven turns compile three
+    shapes (64, 128, and 251: the model's 256 positions less the reply's 5), not seven, and each reply is
+    the unpadded prompt's."""
+    from meltemi.datastore.chat_template import ChatTemplate
+    from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids
+
+    model = Llama.init(make_config("--model.max_seq_len", "256").model, key=jax.random.key(5))
+    template, settings = ChatTemplate.llama3(), SamplingConfig(max_new_tokens=5, temperature=0.0)
+    session = ChatSession(model, tokenizer, template, [], settings, system="Be brief.")
+    lengths = []
+    with traces() as counted:
+        for n in range(7):
+            session.say(f"def f{n}(a): return a")
+            prompt = [{"role": "system", "content": "Be brief."}, *session.history[:-1]]
+            lengths.append(len(chat_prompt_ids(template, tokenizer, prompt)))
+            alone = generate(model, [chat_prompt_ids(template, tokenizer, prompt)], settings)
+            assert session.last.tokens == alone.completions[0].tokens
+    assert lengths[0] <= 64 < lengths[1] <= lengths[2] <= 128 < lengths[3] and lengths[-1] <= 251, lengths
+    assert counted["decode_chunk"] - 7 == 3  # the unpadded calls compile one program a turn

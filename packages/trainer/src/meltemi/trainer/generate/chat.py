@@ -73,9 +73,31 @@ def reply(
             f"model.max_seq_len ({model.config.max_seq_len}): shorten it or ask for fewer new tokens"
         )
     result = generate(
-        model, [ids], settings, tokenizer=tokenizer, eos_token_id=tuple(stop_ids), plan=plan, write=write
+        model,
+        [ids],
+        settings,
+        tokenizer=tokenizer,
+        eos_token_id=tuple(stop_ids),
+        plan=plan,
+        write=write,
+        prompt_multiple=padded_length(len(ids)),
     )
     return result.completions[0]
+
+
+SHORTEST_PADDED = 64
+
+
+def padded_length(tokens: int) -> int:
+    """The length a chat's prompt of ``tokens`` is left-padded to (as far as the model's positions allow):
+    the power of two at or above it, at least ``SHORTEST_PADDED``. A conversation grows every turn; so
+    padded, it compiles the prefill and the decode loop once per doubling of its length, not once per turn
+    (padding changes no token drawn).
+
+    >>> padded_length(5), padded_length(64), padded_length(65), padded_length(300)
+    (64, 64, 128, 512)
+    """
+    return max(SHORTEST_PADDED, 1 << (tokens - 1).bit_length())
 
 
 class ChatSession:
