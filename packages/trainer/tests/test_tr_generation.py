@@ -94,6 +94,10 @@ def test_padded_prompts_and_rows_reuse_one_program_and_change_no_token(model):
     assert counted == {"prefill": 1, "decode_chunk": 1}  # prompts of 7, 2 and 4 tokens: one shape
     with pytest.raises(GenerationError, match="^prompt_multiple must be a positive number, got 0$"):
         generate(model, PROMPTS, settings, prompt_multiple=0)
+    drawn = dataclasses.replace(settings, temperature=1.0, seed=3)  # a draw depends on n, not on the slot
+    plain = [generate(model, [p], drawn).completions[0].tokens for p in PROMPTS]
+    padded = [generate(model, [p], drawn, prompt_multiple=16, min_rows=4).completions for p in PROMPTS]
+    assert [c[0].tokens for c in padded] == plain
 
 
 def test_top_k_one_is_greedy_and_a_seed_fixes_the_draws(model):

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from tokenizers import Tokenizer
 
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
-from meltemi.trainer.generate.generation import Completion, GenerationError, generate
+from meltemi.trainer.generate.generation import Completion, GenerationError, generate, padded_length
 from meltemi.trainer.generate.sampling import ConversationTooLongError, SamplingConfig
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
@@ -83,21 +83,6 @@ def reply(
         prompt_multiple=padded_length(len(ids)),
     )
     return result.completions[0]
-
-
-SHORTEST_PADDED = 64
-
-
-def padded_length(tokens: int) -> int:
-    """The length a chat's prompt of ``tokens`` is left-padded to (as far as the model's positions allow):
-    the power of two at or above it, at least ``SHORTEST_PADDED``. A conversation grows every turn; so
-    padded, it compiles the prefill and the decode loop once per doubling of its length, not once per turn
-    (padding changes no token drawn).
-
-    >>> padded_length(5), padded_length(64), padded_length(65), padded_length(300)
-    (64, 64, 128, 512)
-    """
-    return max(SHORTEST_PADDED, 1 << (tokens - 1).bit_length())
 
 
 class ChatSession:

@@ -70,11 +70,12 @@ class Generation:
 
 
 class _Loop(eqx.Module):
-    """The decode loop's state: the token buffer, each row's first slot, the next slot, which rows ended,
-    the next logits, and the cache."""
+    """The decode loop's state: the token buffer, each row's first slot, the first new token's slot, the
+    next slot, which rows ended, the next logits, and the cache."""
 
     tokens: jax.Array
     pad: jax.Array
+    start: jax.Array
     t: jax.Array
     done: jax.Array
     logits: jax.Array
@@ -108,14 +109,15 @@ def prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) -
         logits = logits.rearrange(("batch", "vocab")).array
     else:
         cache, logits = None, _full_logits(model, tokens, pad, prompt_len - 1)
-    return _Loop(tokens, pad, jnp.int32(prompt_len), done, logits, cache)
+    return _Loop(tokens, pad, jnp.int32(prompt_len), jnp.int32(prompt_len), done, logits, cache)
 
 
 def decode_chunk(
     model: Llama, loop: _Loop, seed: jax.Array, settings: SamplingConfig, eos: tuple[int, ...], chunk: int
 ) -> _Loop:
     """Up to ``chunk`` more tokens for every row that has not ended (at ``eos`` or the buffer's end), drawn
-    with ``seed`` (an array: every seed runs one compiled program) as ``settings`` say."""
+    with ``seed`` (an array: every seed runs one compiled program) as ``settings`` say. The n-th new token's
+    draw depends on the seed and n, not on its slot: padding the prompts changes no draw."""
     end = loop.tokens.shape[1]
     filler = eos[0] if eos else 0
     pad = loop.pad
@@ -127,7 +129,7 @@ def decode_chunk(
 
     def step(carry):
         i, s = carry
-        chosen = next_tokens(s.logits, jax.random.fold_in(jax.random.key(seed), s.t), settings)
+        chosen = next_tokens(s.logits, jax.random.fold_in(jax.random.key(seed), s.t - s.start), settings)
         chosen = jnp.where(s.done, filler, chosen)
         tokens = jax.lax.dynamic_update_index_in_dim(s.tokens, chosen, s.t, axis=1)
         done = s.done | jnp.isin(chosen, jnp.asarray(eos, jnp.int32)) if eos else s.done
@@ -136,7 +138,7 @@ def decode_chunk(
             logits = logits.rearrange(("batch", "vocab")).array
         else:
             cache, logits = None, _full_logits(model, tokens, pad, s.t)
-        return i + 1, _Loop(tokens, pad, s.t + 1, done, logits, cache)
+        return i + 1, _Loop(tokens, pad, s.start, s.t + 1, done, logits, cache)
 
     return jax.lax.while_loop(running, step, (jnp.int32(0), loop))[1]
 
@@ -281,6 +283,22 @@ def generate(
     return Generation(completions, seconds)
 
 
+SHORTEST_PADDED = 64
+
+
+def padded_length(tokens: int) -> int:
+    """The length a prompt of ``tokens`` is left-padded to (as ``generate``'s ``prompt_multiple``; as far as
+    the model's positions allow): the power of two at or above it, at least ``SHORTEST_PADDED``. A chat's
+    conversation grows every turn; so padded, it compiles the prefill and the decode loop once per doubling
+    of its length, not once per turn, and other prompts find their programs in the compilation cache
+    (padding changes no token drawn).
+
+    >>> padded_length(5), padded_length(64), padded_length(65), padded_length(300)
+    (64, 64, 128, 512)
+    """
+    return max(SHORTEST_PADDED, 1 << (tokens - 1).bit_length())
+
+
 def _stop_ids(eos_token_id: int | Sequence[int] | None) -> tuple[int, ...]:
     """The ids a row stops at, as the compiled loop takes them (a static, hashable tuple)."""
     if eos_token_id is None:
@@ -308,7 +326,9 @@ def sample_checkpoint(
 ) -> tuple[Generation, Path]:
     """Continue text prompts with a run directory's latest good checkpoint (or a ``step-N`` directory),
     sharded over every device, tokenized with the run's own tokenizer, stopping at the end-of-text token
-    its checkpoint records; with ``write``, the first prompt's continuation is written as it grows."""
+    its checkpoint records; with ``write``, the first prompt's continuation is written as it grows. Prompts
+    are padded to ``padded_length``, so another prompt of about the same length reuses the compiled programs
+    (from the compilation cache, in another process)."""
     from meltemi.trainer.checkpoint.trained_model import load_model
     from meltemi.trainer.step import compile_cache
 
@@ -316,13 +336,16 @@ def sample_checkpoint(
     compile_cache.enable_for(trained.config.trainer)
     if trained.tokenizer is None:
         raise GenerationError(f"{trained.checkpoint}: its run has no tokenizer to turn text into tokens")
+    tokenizer = _tokenizer(trained.tokenizer)
+    lengths = [len(tokenizer.encode(p).ids) if isinstance(p, str) else len(p) for p in prompts]
     result = generate(
         trained.model,
         prompts,
         settings,
-        tokenizer=trained.tokenizer,
+        tokenizer=tokenizer,
         eos_token_id=trained.end_of_text.stop_ids,
         plan=trained.layout.plan,
         write=write,
+        prompt_multiple=padded_length(max(lengths, default=1)),
     )
     return result, trained.checkpoint
