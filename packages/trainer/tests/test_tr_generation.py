@@ -160,7 +160,7 @@ def traces() -> Iterator[Counter]:
 PROGRAMS = ("prefill", "decode_chunk")
 
 
-def test_decoding_compiles_once_not_per_token_chunk_seed_or_stop_string(model, tokenizer):
+def test_decoding_compiles_once_not_per_token_chunk_seed_stop_string_temperature_or_top_p(model, tokenizer):
     settings = SamplingConfig(max_new_tokens=29)  # a length no other test compiles for
     with traces() as first:
         generate(model, PROMPTS, settings, chunk=4)
@@ -173,6 +173,14 @@ def test_decoding_compiles_once_not_per_token_chunk_seed_or_stop_string(model, t
         for other in ({"seed": 5}, {"stop_strings": ("x",)}):
             generate(model, PROMPTS, dataclasses.replace(settings, **other), chunk=4, tokenizer=tokenizer)
     assert other_draws == {}
+    sampled = dataclasses.replace(settings, temperature=0.7, top_k=40, top_p=0.9)
+    with traces() as first_draws:
+        generate(model, PROMPTS, sampled, chunk=4)
+    assert first_draws == {"decode_chunk": 1}  # drawing is another program than greedy
+    with traces() as other_values:  # another temperature or top-p: the same program
+        for other in ({"temperature": 1.3}, {"top_p": 0.5}, {"temperature": 0.2, "top_p": 0.99}):
+            generate(model, PROMPTS, dataclasses.replace(sampled, **other), chunk=4)
+    assert other_values == {}
 
 
 def test_the_model_sharded_as_trained_generates_the_same_tokens(make_config, run_dir):

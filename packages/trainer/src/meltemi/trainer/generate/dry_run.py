@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import haliax_lite as hax
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.generate.generation import decode_chunk, prefill
-from meltemi.trainer.generate.sampling import GenerationError, SamplingConfig
+from meltemi.trainer.generate.sampling import Drawing, GenerationError, SamplingConfig
 from meltemi.trainer.plan.budget import planned_attention
 from meltemi.trainer.plan.inference import InferencePlan, compile_program, plan_of, sharded_parameters
 from meltemi.trainer.step.mesh import inference_layout
@@ -70,7 +70,7 @@ def plan_sampling(
     decode, _ = compile_program(
         "decode",
         f"{rows} rows, a cache of {end} tokens, {CHUNK} steps a call",
-        functools.partial(decode_chunk, settings=settings, eos=(0,), chunk=CHUNK),
+        functools.partial(decode_chunk, drawing=Drawing.of(settings), eos=(0,), chunk=CHUNK),
         layout,
         model,
         loop,

@@ -35,7 +35,7 @@ from tokenizers import Tokenizer
 
 import haliax_lite as hax
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
-from meltemi.trainer.generate.sampling import GenerationError, SamplingConfig, next_tokens
+from meltemi.trainer.generate.sampling import Drawing, GenerationError, SamplingConfig, next_tokens
 from meltemi.trainer.generate.streaming import TextStream
 from meltemi.trainer.model.kv_cache import KVCache, forward_cached
 from meltemi.trainer.model.llama import Llama
@@ -113,11 +113,12 @@ def prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) -
 
 
 def decode_chunk(
-    model: Llama, loop: _Loop, seed: jax.Array, settings: SamplingConfig, eos: tuple[int, ...], chunk: int
+    model: Llama, loop: _Loop, seed: jax.Array, drawing: Drawing, eos: tuple[int, ...], chunk: int
 ) -> _Loop:
     """Up to ``chunk`` more tokens for every row that has not ended (at ``eos`` or the buffer's end), drawn
-    with ``seed`` (an array: every seed runs one compiled program) as ``settings`` say. The n-th new token's
-    draw depends on the seed and n, not on its slot: padding the prompts changes no draw."""
+    with ``seed`` as ``drawing`` says (arrays, both: every seed, temperature and top-p runs one compiled
+    program). The n-th new token's draw depends on the seed and n, not on its slot: padding the prompts
+    changes no draw."""
     end = loop.tokens.shape[1]
     filler = eos[0] if eos else 0
     pad = loop.pad
@@ -129,7 +130,7 @@ def decode_chunk(
 
     def step(carry):
         i, s = carry
-        chosen = next_tokens(s.logits, jax.random.fold_in(jax.random.key(seed), s.t - s.start), settings)
+        chosen = next_tokens(s.logits, jax.random.fold_in(jax.random.key(seed), s.t - s.start), drawing)
         chosen = jnp.where(s.done, filler, chosen)
         tokens = jax.lax.dynamic_update_index_in_dim(s.tokens, chosen, s.t, axis=1)
         done = s.done | jnp.isin(chosen, jnp.asarray(eos, jnp.int32)) if eos else s.done
@@ -256,14 +257,13 @@ def generate(
     stream = None
     if write is not None:
         stream = TextStream(tokenizer, stop_ids=eos, stop_strings=settings.stop_strings, write=write)
-    drawing = dataclasses.replace(settings, seed=0, stop_strings=())  # what the compiled loop depends on
     start = time.perf_counter()
     with placed(plan):
         arrays = (jnp.asarray(tokens), jnp.asarray(pad), jnp.asarray(done))
         loop = _prefill(model, *arrays, prompt_len, use_cache)
         while True:
-            seed = jnp.asarray(settings.seed, jnp.int32)  # a new scalar each call: the call donates it
-            loop = _decode_chunk(model, loop, seed, drawing, eos, chunk)
+            seed = jnp.asarray(settings.seed, jnp.int32)  # new arrays each call: the call donates them
+            loop = _decode_chunk(model, loop, seed, Drawing.of(settings), eos, chunk)
             t, done = int(loop.t), np.asarray(loop.done)
             if settings.stop_strings or stream is not None:
                 new = np.asarray(loop.tokens)[:, prompt_len:t]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -63,27 +64,55 @@ class SamplingConfig:
         return self.temperature == 0
 
 
-def filter_logits(logits: jax.Array, config: SamplingConfig) -> jax.Array:
+class Drawing(eqx.Module):
+    """What choosing a token takes of a ``SamplingConfig``, as a compiled program takes it: the switches
+    that change the program (greedy or not, top-k's k, whether top-p filters) are static; the temperature
+    and top-p are arrays, so another value of either runs the same program.
+
+    >>> Drawing.of(SamplingConfig(temperature=0.7, top_p=0.9)).filters_top_p
+    True
+    """
+
+    temperature: jax.Array
+    top_p: jax.Array
+    greedy: bool = eqx.field(static=True)
+    top_k: int | None = eqx.field(static=True)
+    filters_top_p: bool = eqx.field(static=True)
+
+    @classmethod
+    def of(cls, config: SamplingConfig) -> Drawing:
+        filters_top_p = config.top_p is not None and config.top_p < 1
+        return cls(
+            temperature=jnp.float32(1.0 if config.greedy else config.temperature),
+            top_p=jnp.float32(config.top_p if filters_top_p else 1.0),
+            greedy=config.greedy,
+            top_k=config.top_k,
+            filters_top_p=filters_top_p,
+        )
+
+
+def filter_logits(logits: jax.Array, config: SamplingConfig | Drawing) -> jax.Array:
     """``logits`` (rows, vocab) scaled by the temperature, with what top-k and top-p drop set to -inf.
 
     Top-k compares the logits before scaling: dividing can round two distinct logits to one value (or
     flush a tiny one to zero), which would keep a token ranked below the k-th.
     """
+    drawing = config if isinstance(config, Drawing) else Drawing.of(config)
     logits = logits.astype(jnp.float32)
-    if config.top_k is not None and config.top_k < logits.shape[-1]:
-        kth = jax.lax.top_k(logits, config.top_k)[0][..., -1:]
+    if drawing.top_k is not None and drawing.top_k < logits.shape[-1]:
+        kth = jax.lax.top_k(logits, drawing.top_k)[0][..., -1:]
         logits = jnp.where(logits < kth, -jnp.inf, logits)
-    logits = logits / config.temperature
-    if config.top_p is not None and config.top_p < 1:
+    logits = logits / drawing.temperature
+    if drawing.filters_top_p:
         ordered = jnp.sort(logits, axis=-1)[..., ::-1]
         probs = jax.nn.softmax(ordered, axis=-1)
         before = jnp.cumsum(probs, axis=-1) - probs  # probability of the more likely tokens
-        cutoff = jnp.min(jnp.where(before < config.top_p, ordered, jnp.inf), axis=-1, keepdims=True)
+        cutoff = jnp.min(jnp.where(before < drawing.top_p, ordered, jnp.inf), axis=-1, keepdims=True)
         logits = jnp.where(logits < cutoff, -jnp.inf, logits)
     return logits
 
 
-def next_tokens(logits: jax.Array, key: jax.Array, config: SamplingConfig) -> jax.Array:
+def next_tokens(logits: jax.Array, key: jax.Array, config: SamplingConfig | Drawing) -> jax.Array:
     """The next token of each row of ``logits`` (rows, vocab): argmax when greedy, else a draw."""
     if config.greedy:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
