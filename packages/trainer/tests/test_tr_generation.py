@@ -168,6 +168,7 @@ def test_decoding_compiles_once_not_per_token_chunk_seed_stop_string_temperature
     with traces() as again:
         generate(model, [[t + 1 for t in p] for p in PROMPTS], settings, chunk=4)  # same shapes, 8 chunks
         generate(model, [[7] * 7, [8], [9]], settings, chunk=4)
+        generate(model, PROMPTS, settings, chunk=7)  # another chunk size
     assert again == {}
     with traces() as other_draws:  # another seed or stop string: the same programs
         for other in ({"seed": 5}, {"stop_strings": ("x",)}):
@@ -282,6 +283,12 @@ def test_written_text_is_the_completions_text_and_grows_chunk_by_chunk(model, to
         assert not any(piece.endswith(UNFINISHED) for piece in pieces[:-1])
         grew += len(pieces) > 1
     assert grew >= 2  # written in several pieces, not all at the end
+    streamed: list[str] = []  # by default, a written text arrives STREAMED_CHUNK (8) tokens at a time
+    out = generate(
+        model, ["def f(x):"], SamplingConfig(max_new_tokens=24), tokenizer=tokenizer, write=streamed.append
+    )
+    assert "".join(streamed) == out.completions[0].text and len(out.completions[0].tokens) == 24
+    assert len(streamed) >= 3, streamed
     with pytest.raises(GenerationError, match="^write needs the tokenizer"):
         generate(model, [[1]], SamplingConfig(max_new_tokens=4), write=print)
 

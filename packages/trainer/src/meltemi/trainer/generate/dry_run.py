@@ -21,13 +21,11 @@ import jax.numpy as jnp
 
 import haliax_lite as hax
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.generate.generation import decode_chunk, prefill
+from meltemi.trainer.generate.generation import CHUNK, decode_chunk, prefill
 from meltemi.trainer.generate.sampling import Drawing, GenerationError, SamplingConfig
 from meltemi.trainer.plan.budget import planned_attention
 from meltemi.trainer.plan.inference import InferencePlan, compile_program, plan_of, sharded_parameters
 from meltemi.trainer.step.mesh import inference_layout
-
-CHUNK = 32  # tokens per decode call, as ``generate`` runs it by default
 
 
 def plan_sampling(

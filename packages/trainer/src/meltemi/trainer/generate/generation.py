@@ -113,12 +113,12 @@ def prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) -
 
 
 def decode_chunk(
-    model: Llama, loop: _Loop, seed: jax.Array, drawing: Drawing, eos: tuple[int, ...], chunk: int
+    model: Llama, loop: _Loop, seed: jax.Array, drawing: Drawing, eos: tuple[int, ...], chunk: jax.Array
 ) -> _Loop:
     """Up to ``chunk`` more tokens for every row that has not ended (at ``eos`` or the buffer's end), drawn
-    with ``seed`` as ``drawing`` says (arrays, both: every seed, temperature and top-p runs one compiled
-    program). The n-th new token's draw depends on the seed and n, not on its slot: padding the prompts
-    changes no draw."""
+    with ``seed`` as ``drawing`` says (arrays, all three: every chunk size, seed, temperature and top-p runs
+    one compiled program). The n-th new token's draw depends on the seed and n, not on its slot: padding
+    the prompts changes no draw."""
     end = loop.tokens.shape[1]
     filler = eos[0] if eos else 0
     pad = loop.pad
@@ -145,6 +145,8 @@ def decode_chunk(
 
 
 _prefill = eqx.filter_jit(prefill)
+CHUNK = 32  # tokens the decode loop adds between the host's checks
+STREAMED_CHUNK = 8  # the same, when the text is written as it grows: about 4 pieces a second here
 _decode_chunk = eqx.filter_jit(decode_chunk, donate="all-except-first")
 
 
@@ -208,7 +210,7 @@ def generate(
     tokenizer: Tokenizer | str | Path | None = None,
     eos_token_id: int | Sequence[int] | None = None,
     plan: MeshPlan | None = None,
-    chunk: int = 32,
+    chunk: int | None = None,
     use_cache: bool = True,
     prompt_multiple: int = 1,
     min_rows: int = 1,
@@ -218,7 +220,9 @@ def generate(
 
     A row stops at ``eos_token_id`` (an id, or several: a chat model's end of turn and end of text; kept as
     its last token) or, with a tokenizer, once its text holds one of ``settings.stop_strings``. ``chunk`` is
-    how many tokens the compiled loop adds between the host's checks. Prompts are left-padded to a multiple
+    how many tokens the compiled loop adds between the host's checks (by default ``CHUNK``, or
+    ``STREAMED_CHUNK`` with ``write``: a reply shown as it grows arrives in small pieces; any size runs the
+    same program). Prompts are left-padded to a multiple
     of ``prompt_multiple`` tokens (as far as the model's context allows) and the batch to at least
     ``min_rows`` rows, so that calls with other prompts reuse the same compiled programs; padding changes no
     token a row draws. With ``write`` (and a tokenizer), the first prompt's text is written as it grows,
@@ -231,6 +235,8 @@ def generate(
         raise GenerationError("stop_strings need the tokenizer: pass tokenizer=")
     if write is not None and tokenizer is None:
         raise GenerationError("write needs the tokenizer to write text: pass tokenizer=")
+    if chunk is None:
+        chunk = CHUNK if write is None else STREAMED_CHUNK
     for name, value in (("chunk", chunk), ("prompt_multiple", prompt_multiple), ("min_rows", min_rows)):
         if value < 1:
             raise GenerationError(f"{name} must be a positive number, got {value}")
@@ -263,7 +269,7 @@ def generate(
         loop = _prefill(model, *arrays, prompt_len, use_cache)
         while True:
             seed = jnp.asarray(settings.seed, jnp.int32)  # new arrays each call: the call donates them
-            loop = _decode_chunk(model, loop, seed, Drawing.of(settings), eos, chunk)
+            loop = _decode_chunk(model, loop, seed, Drawing.of(settings), eos, jnp.int32(chunk))
             t, done = int(loop.t), np.asarray(loop.done)
             if settings.stop_strings or stream is not None:
                 new = np.asarray(loop.tokens)[:, prompt_len:t]
