@@ -129,6 +129,7 @@ def test_accuracy_rises_from_the_step_0_checkpoint_to_the_trained_one(run, tmp_p
         result = evaluate_app("--checkpoint", str(run[name]), "--tasks", tasks, "--limit", "100",
                               "--batch-size", "16", "--out", str(out), cwd=tmp_path, devices=2)  # fmt: skip
         assert result.returncode == 0, result.stderr
+        assert "--metadata" not in result.stderr  # the harness's advice for its own command line
         assert re.search(r"^\|stdlib_next_line *\|", result.stdout, flags=re.MULTILINE), result.stdout
         assert "|    Metric     |" in result.stdout and "acc_norm" in result.stdout  # the harness's table
         scores[name] = json.loads(out.read_text())["results"]

@@ -37,6 +37,17 @@ from lm_eval.utils import handle_non_serializable, make_table
 from meltemi.trainer.harness.errors import MissingTaskDataError, UnknownTaskError
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "tasks"
+
+
+class _WithoutMetadataAdvice(logging.Filter):
+    """Drops the harness's advice to pass ``--metadata`` on its own command line, which it logs for every
+    task read by a loader (each shipped task, at every run): neither this module nor the apps take it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Custom kwargs can be passed to `--metadata`" not in record.getMessage()
+
+
+logging.getLogger("lm_eval.api.task").addFilter(_WithoutMetadataAdvice())
 SHIPPED_TAG = "meltemi_stdlib"
 
 
