@@ -24,6 +24,7 @@ from meltemi.trainer.generate.flags import (
     add_checkpoint_flag,
     add_sampling_flags,
     checkpoint_of,
+    non_empty,
     sampling_settings,
 )
 
@@ -31,7 +32,9 @@ from meltemi.trainer.generate.flags import (
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_checkpoint_flag(parser, FINE_TUNED)
-    parser.add_argument("--message", default=None, help="the user's message (default: one per line of stdin)")
+    parser.add_argument(
+        "--message", type=non_empty, default=None, help="the user's message (default: one per line of stdin)"
+    )
     parser.add_argument(
         "--system", default=None, help="a system message opening the conversation (default: none)"
     )

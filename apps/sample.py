@@ -21,6 +21,7 @@ from meltemi.trainer.generate.flags import (
     PRETRAINED,
     add_checkpoint_flag,
     add_sampling_flags,
+    non_empty,
     parse_app_args,
     sampling_settings,
 )
@@ -29,7 +30,7 @@ from meltemi.trainer.generate.flags import (
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_checkpoint_flag(parser, PRETRAINED, dry_run=True)
-    parser.add_argument("--prompt", help="the text to continue (required unless --dry-run)")
+    parser.add_argument("--prompt", type=non_empty, help="the text to continue (required unless --dry-run)")
     add_sampling_flags(parser, max_new_tokens=64, temperature=0.8)
     args, overrides = parse_app_args(parser, argv, required=("prompt",))
     if args.dry_run:

@@ -409,3 +409,11 @@ def test_the_default_runs_are_where_pretraining_and_fine_tuning_write_by_default
     for default, name in ((PRETRAINED, "pretrain.py"), (FINE_TUNED, "sft.py")):
         config = runpy.run_path(str(ROOT / "apps" / name))["DEFAULT_CONFIG"]
         assert default.directory == f"runs/{config.stem}" and default.trained_by == f"uv run apps/{name}"
+
+
+@pytest.mark.parametrize(("name", "flag"), [("sample.py", "--prompt"), ("chat.py", "--message")])
+def test_an_empty_prompt_or_message_is_refused_before_anything_loads(tmp_path, name, flag):
+    """An empty ``--message`` (an unset shell variable, say) was sent, and the model talked to nothing."""
+    result = app(name, "--checkpoint", "runs/x", flag, "", cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == f"{name}: error: argument {flag}: must not be empty"

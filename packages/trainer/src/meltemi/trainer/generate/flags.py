@@ -138,6 +138,17 @@ def non_negative(text: str) -> int:
     return _at_least(0, text)
 
 
+def non_empty(value: str) -> str:
+    """An argparse type: text that is not empty (an unset shell variable, say, is refused, not sent).
+
+    >>> non_empty("def ")
+    'def '
+    """
+    if not value:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
 def _at_least(minimum: int, text: str) -> int:
     try:
         value = int(text)
@@ -214,9 +225,7 @@ def _unescaped(text: str) -> str:
     >>> _unescaped(r"\n\ndef"), _unescaped(r"a\\nb \x")
     ('\n\ndef', 'a\\nb \\x')
     """
-    if not text:
-        raise argparse.ArgumentTypeError("must not be empty")
-    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}.get(m[1], m[0]), text)
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}.get(m[1], m[0]), non_empty(text))
 
 
 def sampling_settings(
