@@ -61,7 +61,8 @@ def main(argv: list[str]) -> int:
             session.say(args.message, write=to_stdout)
             print()
             return 0
-        return _converse(session, _typed() if sys.stdin.isatty() and sys.stdout.isatty() else sys.stdin)
+        lines = _typed() if sys.stdin.isatty() and sys.stdout.isatty() else sys.stdin
+        return _converse(session, lines, write=to_stdout)
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -69,11 +70,10 @@ def main(argv: list[str]) -> int:
         return 130
 
 
-def _converse(session, lines) -> int:
-    """One reply per non-blank line; a line the model cannot take is said on stderr and the conversation
-    goes on without it (exit status 1 at the end)."""
+def _converse(session, lines, write) -> int:
+    """One reply per non-blank line, each written by ``write`` as it grows; a line the model cannot take is
+    said on stderr and the conversation goes on without it (exit status 1 at the end)."""
     from meltemi.trainer.generate.sampling import ConversationTooLongError
-    from meltemi.trainer.generate.streaming import to_stdout
 
     status = 0
     for line in lines:
@@ -82,7 +82,7 @@ def _converse(session, lines) -> int:
             continue
         forgotten = session.forgotten
         try:
-            session.say(message, write=to_stdout)
+            session.say(message, write=write)
         except ConversationTooLongError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             status = 1
