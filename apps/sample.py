@@ -1,15 +1,16 @@
 """Continue a prompt with a trained checkpoint; only the continuation goes to stdout.
 
-    uv run apps/sample.py --prompt "def " [--checkpoint RUN] [--max-new-tokens 64] [--temperature 0]
+    uv run apps/sample.py [--prompt "def "] [--checkpoint RUN] [--max-new-tokens 64] [--temperature 0]
     uv run apps/sample.py --config configs/marin_8b.yaml --dry-run --hardware.chip "TPU v5e"
                           --hardware.devices 16 [--max-new-tokens 64]
 
 ``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
 bucket (``s3://``, ``gs://``; by default ``runs/tiny``, where ``uv run apps/pretrain.py`` writes), its
-parameters sharded over every device; ``--temperature 0`` is greedy. The continuation is written as it is
-generated; progress and the speed go to stderr. ``--dry-run`` plans without a checkpoint: the prefill of the
-longest prompt the context allows and the decode loop, compiled from shapes on the target's devices (faked on
-this CPU), their memory per device against the chip's; exit status 2 when they do not fit.
+parameters sharded over every device; ``--prompt`` is by default the run's ``trainer.sample_prompt`` (what its
+summary's sample continued); ``--temperature 0`` is greedy. The continuation is written as it is generated;
+progress and the speed go to stderr. ``--dry-run`` plans without a checkpoint: the prefill of the longest
+prompt the context allows and the decode loop, compiled from shapes on the target's devices (faked on this
+CPU), their memory per device against the chip's; exit status 2 when they do not fit.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from meltemi.trainer.generate.flags import (
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_checkpoint_flag(parser, PRETRAINED, dry_run=True)
-    parser.add_argument("--prompt", type=non_empty, help="the text to continue (required unless --dry-run)")
+    parser.add_argument(
+        "--prompt", type=non_empty, help="the text to continue (default: the run's trainer.sample_prompt)"
+    )
     add_sampling_flags(parser, max_new_tokens=64, temperature=0.8)
-    args, overrides = parse_app_args(parser, argv, required=("prompt",))
+    args, overrides = parse_app_args(parser, argv)
     if args.dry_run:
         from meltemi.trainer.cli import plan_inference
         from meltemi.trainer.generate.dry_run import plan_sampling
@@ -44,15 +47,19 @@ def main(argv: list[str]) -> int:
 
     from meltemi.datastore import DatastoreError
     from meltemi.trainer.errors import TrainerError
-    from meltemi.trainer.generate.generation import sample_checkpoint
+    from meltemi.trainer.generate.generation import recorded_sample_prompt, sample_checkpoint
     from meltemi.trainer.generate.sampling import SamplingConfig
     from meltemi.trainer.generate.streaming import to_stdout
 
     try:
         settings = SamplingConfig(*sampling_settings(args))
+        prompt = args.prompt
+        if prompt is None:
+            prompt = recorded_sample_prompt(args.checkpoint)
+            print(f"continuing the run's trainer.sample_prompt: {prompt!r}", file=sys.stderr)
         result, path = sample_checkpoint(
             args.checkpoint,
-            [args.prompt],
+            [prompt],
             settings,
             warn=lambda m: print(m, file=sys.stderr),
             write=to_stdout,

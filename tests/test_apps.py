@@ -162,6 +162,11 @@ def test_export_and_sample_read_the_run_directory(trained):
     # only the continuation (a 6-step model's may be all whitespace), the same both times
     assert first.stdout == again.stdout and len(first.stdout) > len("\n")
     assert "tokens/s" in first.stderr and "tokens/s" not in first.stdout
+    recorded = app("sample.py", "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)  # 'def ', recorded
+    assert recorded.returncode == 0, recorded.stderr
+    assert "continuing the run's trainer.sample_prompt: 'def '" in recorded.stderr
+    given = app("sample.py", "--prompt", "def ", "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)
+    assert recorded.stdout == given.stdout
 
 
 @NEWCOMER

@@ -78,3 +78,21 @@ def test_a_recorded_config_that_no_longer_validates_names_the_manifest_that_hold
     with pytest.raises(ConfigError) as refused:
         load_model(run, devices=jax.devices()[:1])
     assert str(refused.value).startswith(f"{manifest}: trainer.compile_cache_dir: must be a local directory")
+
+
+def test_the_recorded_sample_prompt_is_the_runs_and_a_run_without_one_is_named(base, tmp_path):
+    from meltemi.trainer.generate.generation import recorded_sample_prompt
+    from meltemi.trainer.generate.sampling import GenerationError
+
+    run = tmp_path / "run"
+    shutil.copytree(base, run)
+    (manifest,) = run.glob("checkpoints/step-*/manifest.json")
+    record = json.loads(manifest.read_text())
+    record["config"]["trainer"]["sample_prompt"] = "import "
+    manifest.write_text(json.dumps(record))
+    assert recorded_sample_prompt(run) == recorded_sample_prompt(manifest.parent) == "import "
+    record["config"]["trainer"]["sample_prompt"] = None
+    manifest.write_text(json.dumps(record))
+    unrecorded = r"step-\d+: its run records no trainer.sample_prompt to continue$"
+    with pytest.raises(GenerationError, match=unrecorded):
+        recorded_sample_prompt(run)

@@ -322,6 +322,31 @@ def _mark_stops(new: np.ndarray, done: np.ndarray, tokenizer: Tokenizer, stops: 
     return done
 
 
+def recorded_sample_prompt(location: str | Path) -> str:
+    """The ``trainer.sample_prompt`` a run's latest readable checkpoint records (what its summary's sample
+    continued), read from the manifest alone; a ``GenerationError`` when the run records none.
+
+    >>> recorded_sample_prompt("/no/such/run")
+    Traceback (most recent call last):
+    ...
+    meltemi.trainer.errors.CheckpointError: /no/such/run does not exist
+    """
+    from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
+    from meltemi.trainer.checkpoint.trained_model import checkpoints_at
+    from meltemi.trainer.errors import CheckpointError
+
+    for step in checkpoints_at(location):
+        try:
+            manifest = inspect_checkpoint(step)
+        except CheckpointError:
+            continue  # load_model says why it skips it
+        prompt = manifest.config.get("trainer", {}).get("sample_prompt")
+        if not prompt:
+            raise GenerationError(f"{step.where()}: its run records no trainer.sample_prompt to continue")
+        return prompt
+    raise CheckpointError(f"{location}: no checkpoint there reads back whole")
+
+
 def sample_checkpoint(
     location: str | Path,
     prompts: Sequence[str],
