@@ -112,6 +112,10 @@ def prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) -
     return _Loop(tokens, pad, jnp.int32(prompt_len), jnp.int32(prompt_len), done, logits, cache)
 
 
+CHUNK = 32  # tokens the decode loop adds between the host's checks
+STREAMED_CHUNK = 8  # the same, when the text is written as it grows: about 4 pieces a second here
+
+
 def decode_chunk(
     model: Llama, loop: _Loop, seed: jax.Array, drawing: Drawing, eos: tuple[int, ...], chunk: jax.Array
 ) -> _Loop:
@@ -145,8 +149,6 @@ def decode_chunk(
 
 
 _prefill = eqx.filter_jit(prefill)
-CHUNK = 32  # tokens the decode loop adds between the host's checks
-STREAMED_CHUNK = 8  # the same, when the text is written as it grows: about 4 pieces a second here
 _decode_chunk = eqx.filter_jit(decode_chunk, donate="all-except-first")
 
 
@@ -222,11 +224,11 @@ def generate(
     its last token) or, with a tokenizer, once its text holds one of ``settings.stop_strings``. ``chunk`` is
     how many tokens the compiled loop adds between the host's checks (by default ``CHUNK``, or
     ``STREAMED_CHUNK`` with ``write``: a reply shown as it grows arrives in small pieces; any size runs the
-    same program). Prompts are left-padded to a multiple
-    of ``prompt_multiple`` tokens (as far as the model's context allows) and the batch to at least
-    ``min_rows`` rows, so that calls with other prompts reuse the same compiled programs; padding changes no
-    token a row draws. With ``write`` (and a tokenizer), the first prompt's text is written as it grows,
-    after each chunk (``streaming.TextStream``): what was written is its completion's text.
+    same program). Prompts are left-padded to a multiple of ``prompt_multiple`` tokens (as far as the model's
+    context allows) and the batch to at least ``min_rows`` rows, so that calls with other prompts reuse the
+    same compiled programs; padding changes no token a row draws. With ``write`` (and a tokenizer), the first
+    prompt's text is written as it grows, after each chunk (``streaming.TextStream``): what was written is its
+    completion's text.
     """
     settings = settings or SamplingConfig()
     tokenizer = _tokenizer(tokenizer)
