@@ -87,9 +87,9 @@ def test_the_apps_sampling_flags_become_the_sampling_settings_and_an_empty_stop_
     [
         ("--max-new-tokens", "0", "must be positive, got 0"),
         ("--max-new-tokens", "2.5", "must be a whole number, got '2.5'"),
-        ("--temperature", "-1", "must be at least 0 (0: greedy), got -1"),
+        ("--temperature", "-1", "must be a finite number of at least 0 (0: greedy), got -1"),
         ("--temperature", "nan", "must be a number, got nan"),
-        ("--temperature", "inf", "must be at least 0 (0: greedy), got inf"),
+        ("--temperature", "inf", "must be a finite number of at least 0 (0: greedy), got inf"),
         ("--top-k", "0", "must be positive, got 0"),
         ("--top-p", "0", "must be in (0, 1], got 0"),
         ("--top-p", "1.5", "must be in (0, 1], got 1.5"),

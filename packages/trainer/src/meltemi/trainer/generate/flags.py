@@ -172,7 +172,7 @@ def _number(text: str) -> float:
 def _temperature(text: str) -> float:
     value = _number(text)
     if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be at least 0 (0: greedy), got {text}")
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0 (0: greedy), got {text}")
     return value
 
 

@@ -370,7 +370,8 @@ def sample_checkpoint(
     if trained.tokenizer is None:
         raise GenerationError(f"{trained.checkpoint}: its run has no tokenizer to turn text into tokens")
     tokenizer = _tokenizer(trained.tokenizer)
-    lengths = [len(tokenizer.encode(p).ids) if isinstance(p, str) else len(p) for p in prompts]
+    if not isinstance(prompts, str):  # encoded once: the lengths pick the padding, generate takes the ids
+        prompts = [tokenizer.encode(p).ids if isinstance(p, str) else p for p in prompts]
     result = generate(
         trained.model,
         prompts,
@@ -379,6 +380,6 @@ def sample_checkpoint(
         eos_token_id=trained.end_of_text.stop_ids,
         plan=trained.layout.plan,
         write=write,
-        prompt_multiple=padded_length(max(lengths, default=1)),
+        prompt_multiple=padded_length(max(map(len, prompts), default=1)),
     )
     return result, trained.checkpoint
