@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,6 +125,18 @@ def test_a_changed_source_stops_the_build_naming_the_file_unless_overwriting(
     report = build_store(files, tokenizer_path, tmp_path / "s", overwrite=True, progress=False)
     assert report.documents == 2 and not report.already_built
     assert TokenStore.open(tmp_path / "s").num_tokens == report.tokens
+
+
+def test_a_source_named_through_a_link_is_the_file_it_names(tmp_path, write_files, tokenizer_path):
+    files = write_files({"a.txt": "alpha beta", "b.txt": "gamma delta"})
+    inputs = Path(files[0]).parent
+    (tmp_path / "link").symlink_to(inputs, target_is_directory=True)
+    build_store([str(inputs)], tokenizer_path, tmp_path / "s", progress=False)
+    report = build_store([str(tmp_path / "link")], tokenizer_path, tmp_path / "s", progress=False)
+    assert report.already_built
+    (tmp_path / "z").symlink_to(inputs / "a.txt")  # now sorted after b.txt: another store
+    with pytest.raises(SourceChangedError, match="named by other paths that put them in another order"):
+        build_store([files[1], str(tmp_path / "z")], tokenizer_path, tmp_path / "s", progress=False)
 
 
 def test_a_reader_never_opens_a_half_built_store(tmp_path, stdlib_files, tokenizer_path):

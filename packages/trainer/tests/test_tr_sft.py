@@ -197,6 +197,23 @@ def test_a_bad_conversation_is_one_line_naming_its_file_and_line_before_any_trai
     assert not (tmp_path / "sft").exists()
 
 
+def test_a_chat_corpus_named_through_a_link_finds_the_store_built_from_the_file(
+    make_config, chat_data, tmp_path
+):
+    from meltemi.trainer.data.sources import build_source
+
+    (tmp_path / "linked").symlink_to(chat_data.parent, target_is_directory=True)
+    said: list[str] = []
+    for data in (chat_data, tmp_path / "linked" / chat_data.name):
+        sources = json.dumps({"chat": {"corpus": str(data), "format": "chat"}})
+        config = make_config(
+            "--data.cache_dir", str(tmp_path), "--data.sources", sources,
+            "--data.seq_len", "255", "--model.max_seq_len", "256",
+        )  # fmt: skip
+        build_source(config, "chat", config.data.sources["chat"], config.data.tokenizer, said.append)
+    assert said[-1].endswith("; nothing to do") and sum(": built " in line for line in said) == 1
+
+
 def test_a_template_without_generation_blocks_is_refused_when_training_on_the_assistant_only(
     sft_config, base, tmp_path
 ):

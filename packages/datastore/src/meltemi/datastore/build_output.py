@@ -16,7 +16,7 @@ from meltemi.datastore.build_records import EARLIER_INVALID_UTF8, Plan, count_ph
 from meltemi.datastore.build_request import BuildRequest, Hints
 from meltemi.datastore.errors import DatastoreError, SourceChangedError
 from meltemi.datastore.layout import BUILD_DIR, CHAT_ARRAYS, GROUP, MANIFEST, STOPPED
-from meltemi.datastore.storage import Directory, check_writable
+from meltemi.datastore.storage import Directory, check_writable, local_path_of
 
 PLAN = "plan.json"
 PLAN_KEY = f"{BUILD_DIR}/{PLAN}"
@@ -110,6 +110,13 @@ def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: 
     out.write_json(PLAN_KEY, plan.to_json())
 
 
+def _same_file(url: str) -> str:
+    """A source's identity: a local path with its links resolved (a file named through a link is the file
+    it names, so a store built from it is found again), any other URL as it is."""
+    local = local_path_of(url)
+    return url if local is None else local.resolve().as_posix()
+
+
 def _invalid_utf8_handled(manifest: dict, request: BuildRequest) -> str | None:
     """What a finished store did with documents that are not UTF-8, when it is not what `request` asks."""
     count = manifest["counts"].get("invalid_utf8_documents", 0)
@@ -129,17 +136,19 @@ def _difference(previous: dict, plan: dict) -> str | None:
     """
     if previous.get("format_version") != plan["format_version"]:
         return f"format version {previous.get('format_version')} != {plan['format_version']}"
-    old = {s["url"]: s for s in previous["sources"]}
-    new = {s["url"]: s for s in plan["sources"]}
-    for url in sorted(old.keys() | new.keys()):
-        if url not in new:
-            return f"source {url} is no longer among the inputs"
-        if url not in old:
-            return f"source {url} is new"
-        if old[url] != new[url]:
-            return (
-                f"source {url} changed (size {old[url]['size']} -> {new[url]['size']}, content hash differs)"
-            )
+    old = {_same_file(s["url"]): s for s in previous["sources"]}
+    new = {_same_file(s["url"]): s for s in plan["sources"]}
+    for file in sorted(old.keys() | new.keys()):
+        if file not in new:
+            return f"source {old[file]['url']} is no longer among the inputs"
+        if file not in old:
+            return f"source {new[file]['url']} is new"
+        before, now = ({k: v for k, v in s[file].items() if k != "url"} for s in (old, new))
+        if before != now:
+            sizes = f"size {before['size']} -> {now['size']}"
+            return f"source {new[file]['url']} changed ({sizes}, content hash differs)"
+    if list(old) != list(new):
+        return "the same sources, named by other paths that put them in another order"
     if previous["tokenizer"] != plan["tokenizer"]:
         return (
             f"tokenizer {previous['tokenizer']['name']} ({previous['tokenizer']['sha256'][:12]}) "
