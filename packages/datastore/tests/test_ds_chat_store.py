@@ -174,6 +174,35 @@ def test_a_template_without_generation_blocks_or_without_the_end_of_turn_inside_
         )
 
 
+def test_a_prompt_and_its_completion_train_the_completions_tokens_only(tmp_path, tokenizer_path):
+    question, answer = {"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "4"}
+    earlier = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    records = [
+        {"prompt": [*earlier, question], "completion": [answer]},
+        {"prompt": "2 + 2?", "completion": "4"},
+    ]
+    build_store(write_lines(tmp_path / "pc.jsonl", records), tokenizer_path, tmp_path / "pc", **OPTIONS)
+    as_messages = [{"messages": [*earlier, question, answer]}, {"messages": [question, answer]}]
+    build_store(write_lines(tmp_path / "m.jsonl", as_messages), tokenizer_path, tmp_path / "m", **OPTIONS)
+    pc, messages = TokenStore.open(tmp_path / "pc"), TokenStore.open(tmp_path / "m")
+    tokenizer = Tokenizer.from_file(tokenizer_path)
+    for i in range(2):
+        assert np.array_equal(pc.doc(i), messages.doc(i))  # the same text: a conversation, its prompt first
+        trained = pc.doc(i)[pc.doc_weights(i) == 1].tolist()
+        assert tokenizer.decode(trained, skip_special_tokens=False) == "4<|eot_id|>"
+    assert tokenizer.decode(messages.doc(0)[messages.doc_weights(0) == 1].tolist()) == "Hello4"
+    looking_back = tmp_path / "looking_back.jinja"  # the last message is rendered as no other is
+    looking_back.write_text(
+        "{% for m in messages %}{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}<|eot_id|>"
+        "{% endgeneration %}{% else %}{{ m['content'] }}{% if loop.last %}?{% endif %}<|eot_id|>{% endif %}"
+        "{% endfor %}"
+    )
+    with pytest.raises(ChatTemplateError, match=r"pc.jsonl, line 1: .*the prompt renders otherwise when its"):
+        build_store(
+            tmp_path / "pc.jsonl", tokenizer_path, tmp_path / "x", chat_template=looking_back, **OPTIONS
+        )
+
+
 def test_a_tokenizer_without_the_templates_tokens_is_refused_before_any_work(
     tmp_path, stdlib_files, chat_jsonl
 ):

@@ -63,7 +63,20 @@ def test_another_field_can_hold_the_messages(tmp_path):
 BAD = [
     ("not json", "not valid JSON (Expecting value at column 1)"),
     ("[1, 2]", "not a JSON object with a 'messages' field (it is a list)"),
-    ({"text": "hello"}, "no 'messages' field (pass --text-field FIELD to name another)"),
+    (
+        {"text": "hello"},
+        "no 'messages' field, nor a 'prompt' and a 'completion' (pass --text-field FIELD to name another)",
+    ),
+    ({"prompt": "2 + 2?"}, "no 'messages' field, nor a 'prompt' and a 'completion'"),
+    (
+        {"prompt": "2 + 2?", "completion": 4},
+        "field 'completion' is a number, not a string or a list of messages",
+    ),
+    ({"prompt": [], "completion": "4"}, "field 'prompt' is an empty list, not a non-empty list of messages"),
+    (
+        {"prompt": "2 + 2?", "completion": [{"role": "bot", "content": "4"}]},
+        "message 1 has role 'bot', not one of " + ", ".join(ROLES),
+    ),
     ({"messages": []}, "field 'messages' is an empty list, not a non-empty list of messages (objects)"),
     ({"messages": "Hi"}, "field 'messages' is a string, not a non-empty list of messages (objects)"),
     ({"messages": [HELLO[0], 3]}, "message 2 is a number, not an object"),
@@ -92,9 +105,11 @@ def test_a_bad_conversation_is_one_line_naming_the_file_the_line_and_what_is_wro
 
 def test_the_remedy_for_another_field_is_said_only_when_the_caller_offers_one(tmp_path):
     path = _jsonl(tmp_path / "a.jsonl", {"text": "hello"})
-    with pytest.raises(BadLineError, match=r"line 1: no 'messages' field$"):
+    with pytest.raises(
+        BadLineError, match=r"line 1: no 'messages' field, nor a 'prompt' and a 'completion'$"
+    ):
         _read(path, ReadPolicy(text_field_flag=None))
-    with pytest.raises(BadLineError, match=r"no 'chat' field \(pass --data\.field X to name another\)$"):
+    with pytest.raises(BadLineError, match=r"'completion' \(pass --data\.field X to name another\)$"):
         _read(path, ReadPolicy(text_field_flag="--data.field X"), field="chat")
 
 
@@ -157,6 +172,21 @@ def test_plain_text_is_not_a_chat_source(tmp_path):
         _read(tmp_path / "a.txt")
 
 
+def test_a_prompt_and_its_completion_are_one_conversation_whose_prompt_is_not_trained(tmp_path):
+    system = {"role": "system", "content": "Be brief."}
+    path = _jsonl(
+        tmp_path / "a.jsonl",
+        {"prompt": [system, *HELLO, HELLO[0]], "completion": [HELLO[1]]},
+        {"prompt": "Hi", "completion": "Hello", "id": 3},
+        {"messages": HELLO, "prompt": "a field of its own"},
+    )
+    assert _read(path) == [
+        Conversation((system, *HELLO, *HELLO), f"{path}, line 1", prompt_messages=4),
+        Conversation(tuple(HELLO), f"{path}, line 2", prompt_messages=1),
+        Conversation(tuple(HELLO), f"{path}, line 3"),
+    ]
+
+
 def test_an_empty_file_is_counted(tmp_path):
     (tmp_path / "a.jsonl").write_text("\n\n")
     notes = ReadNotes()
@@ -201,12 +231,36 @@ def test_bad_parquet_rows_are_named_or_skipped_and_counted(tmp_path):
 def test_a_parquet_file_without_a_column_of_conversations_is_an_error_naming_it(tmp_path):
     pq.write_table(pa.table({"text": ["hello"]}), tmp_path / "a.parquet")
     with pytest.raises(
-        InputError, match=r"a\.parquet: no column 'messages' \(columns: text\); pass --text-field"
+        InputError,
+        match=r"a\.parquet: no column 'messages', nor a 'prompt' and a 'completion' \(columns: text\); pass",
     ):
         _read(tmp_path / "a.parquet")
     pq.write_table(pa.table({"messages": ["hello"]}), tmp_path / "b.parquet")
     with pytest.raises(InputError, match=r"b\.parquet: column 'messages' holds string, not conversations"):
         _read(tmp_path / "b.parquet")
+
+
+def test_parquet_prompt_and_completion_columns_of_text_or_messages(tmp_path):
+    strings = pa.table({"prompt": ["Hi", "Hey"], "completion": ["Hello", None]})
+    pq.write_table(strings, tmp_path / "a.parquet")
+    notes = ReadNotes()
+    read = _read(tmp_path / "a.parquet", ReadPolicy(skip_bad_lines=True), notes)
+    assert read == [Conversation(tuple(HELLO), f"{tmp_path / 'a.parquet'}, row 1", prompt_messages=1)]
+    assert notes.skipped_lines == [
+        f"{tmp_path / 'a.parquet'}, row 2: field 'completion' is null, not a string or a list of messages"
+    ]
+    messages = pa.table(
+        {"prompt": pa.array([HELLO[:1]], MESSAGES), "completion": pa.array([HELLO[1:]], MESSAGES)}
+    )
+    pq.write_table(messages, tmp_path / "b.parquet")
+    assert [(c.messages[1], c.prompt_messages) for c in _read(tmp_path / "b.parquet")] == [
+        ({"role": "assistant", "content": "Hello", "name": None}, 1)
+    ]
+    pq.write_table(pa.table({"prompt": ["Hi"], "completion": [1]}), tmp_path / "c.parquet")
+    with pytest.raises(
+        InputError, match=r"c\.parquet: column 'completion' holds int64, not text or a list of messages"
+    ):
+        _read(tmp_path / "c.parquet")
 
 
 def test_a_parquet_string_that_is_not_utf8_is_handled_as_the_policy_says(tmp_path):

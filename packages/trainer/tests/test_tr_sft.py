@@ -168,6 +168,31 @@ def test_a_base_without_the_templates_tokens_gets_them_appended_each_row_the_mea
     assert manifest.end_of_text.token == "<|eot_id|>" and manifest.end_of_text.id == 383
 
 
+def test_fine_tuning_on_prompts_and_completions_trains_the_completions_only(sft_config, tmp_path, chat_data):
+    from tokenizers import Tokenizer
+
+    from meltemi.datastore import TokenStore
+
+    exchanges = [json.loads(line)["messages"] for line in chat_data.read_text().splitlines()[:160]]
+    records = [  # each prompt holds an earlier exchange, whose answer is context only
+        {"prompt": [*before[-2:], *asked], "completion": [answer]}
+        for before, (*asked, answer) in zip(exchanges, exchanges[1:], strict=False)
+    ]
+    data = tmp_path / "pc.jsonl"
+    data.write_text("".join(json.dumps(record) + "\n" for record in records))
+    config = sft_config("--data.cache_dir", str(tmp_path / "cache"), data=data)
+    assert train(config, tmp_path / "sft").steps == 2
+    (built,) = (tmp_path / "cache" / "corpora").iterdir()
+    store, tokenizer = TokenStore.open(built), Tokenizer.from_file(config.data.tokenizer)
+    answers = {record["completion"][0]["content"].strip() + "<|eot_id|>" for record in records}
+    assert store.num_docs > 10  # the others, cut to a row, kept none of their completion and were dropped
+    for i in range(store.num_docs):
+        weights = store.doc_weights(i).astype(np.int8)
+        assert (np.diff(weights, prepend=0) == 1).sum() == 1  # one trained run: the completion's
+        trained = tokenizer.decode(store.doc(i)[weights == 1].tolist(), skip_special_tokens=False)
+        assert trained in answers or store.doc(i).size == 256
+
+
 def bad_chat(tmp_path: Path, line: str) -> Path:
     path = tmp_path / "bad.jsonl"
     good = json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})

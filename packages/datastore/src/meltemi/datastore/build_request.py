@@ -203,7 +203,8 @@ BUILD_FLAGS = (
     ),
     Flag(
         "format",
-        "text (documents) or chat (conversations: JSONL lines or Parquet rows with a messages list)",
+        "text (documents) or chat (conversations: JSONL lines or Parquet rows with a messages list, or a "
+        "prompt and a completion)",
         "choice",
         choices=FORMATS,
     ),

@@ -4,7 +4,8 @@ assistant's tokens found from the template's generation blocks, as transformers 
 A chat store's build reads conversations (`conversations.read_conversations`), renders each with the
 template (`chat_template.ChatTemplate`), tokenizes the rendered text as one string (special tokens as
 written, none added), and weighs each token 1 where transformers' `return_assistant_tokens_mask` marks
-it (`loss_on="assistant"`) or everywhere (`loss_on="all"`). Every assistant turn must end with the
+it (`loss_on="assistant"`) or everywhere (`loss_on="all"`); in a prompt and its completion, the assistant's
+tokens of the completion only. Every assistant turn must end with the
 end-of-turn token inside its generation block, so that a model learns to stop; a template whose blocks
 leave it out is refused before anything is written. A conversation longer than `max_tokens` is cut to
 it (`overlong="truncate"`) or left out (`"drop"`), counted either way.
@@ -25,6 +26,7 @@ from meltemi.datastore.chat_template import (
     END_OF_TURN,
     TOKENIZER_CONFIG,
     ChatTemplate,
+    RenderedChat,
     assistant_mask,
     file_bytes,
 )
@@ -151,7 +153,7 @@ def encode_conversations(
     rendered = []
     for conversation in conversations:
         try:
-            rendered.append(chat.template.render(conversation.messages, **chat.template.special_tokens))
+            rendered.append(_rendered(chat.template, conversation))
         except ChatTemplateError as e:
             raise ChatTemplateError(f"{conversation.place}: {e}") from None
     encodings = tokenizer.encode_batch([r.text for r in rendered], add_special_tokens=False)
@@ -181,6 +183,24 @@ def encode_conversations(
         np.concatenate(weights) if weights else np.zeros(0, np.uint8),
         np.array(lengths, np.int64),
     )
+
+
+def _rendered(template: ChatTemplate, conversation: Conversation) -> RenderedChat:
+    """A conversation rendered, with the generation spans of its completion only when it has a prompt: the
+    prompt's messages render to the start of the text (as they do alone), and no span before its end is
+    kept."""
+    whole = template.render(conversation.messages, **template.special_tokens)
+    if not conversation.prompt_messages:
+        return whole
+    prompt = template.render(conversation.messages[: conversation.prompt_messages], **template.special_tokens)
+    if not whole.text.startswith(prompt.text):
+        raise ChatTemplateError(
+            f"chat template {template.source}: the prompt renders otherwise when its completion follows, so "
+            "the completion's tokens cannot be told apart from the prompt's; give the conversation as "
+            "messages instead"
+        )
+    end = len(prompt.text)
+    return RenderedChat(whole.text, tuple((max(a, end), b) for a, b in whole.generation_spans if b > end))
 
 
 def _refuse(conversation: Conversation, why: str, policy: ReadPolicy, notes: ReadNotes) -> bool:

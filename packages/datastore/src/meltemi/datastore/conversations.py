@@ -3,9 +3,13 @@
 A conversation is a list of messages, each an object with a string `role` (one of `ROLES`) and a string
 `content`, and any other keys (`name`, `tool_calls`, ...), which a chat template may read. In JSON Lines
 (`.jsonl`, `.jsonl.gz`) each line is an object holding the list in a field (`messages` by default); in
-Parquet (Hugging Face datasets' exports) a column holds it as a list of structs. A conversation that is not
-such a list stops the read naming its file and line (or row), or is skipped and noted when the policy skips
-bad lines; one that is not UTF-8 text is handled as a document is (`ReadPolicy.invalid_utf8`).
+Parquet (Hugging Face datasets' exports) a column holds it as a list of structs. A line or row without that
+field may hold a prompt and its completion instead (TRL's prompt-completion datasets): `prompt` and
+`completion`, each a list of messages or a string (one user message, one assistant message); the
+conversation is the two joined, and only the completion is trained (`Conversation.prompt_messages`). A
+conversation that is not such a list stops the read naming its file and line (or row), or is skipped and
+noted when the policy skips bad lines; one that is not UTF-8 text is handled as a document is
+(`ReadPolicy.invalid_utf8`).
 """
 
 from __future__ import annotations
@@ -32,12 +36,17 @@ ROLES = ("system", "user", "assistant", "tool")
 REFUSED = "refused_conversations"  # the count of bad conversations skipped, in `ReadNotes.counts`
 
 
+PROMPT, COMPLETION = "prompt", "completion"  # TRL's prompt-completion fields
+
+
 @dataclass(frozen=True)
 class Conversation:
-    """A conversation's messages, and where it is (`/data/a.jsonl, line 3`), for messages."""
+    """A conversation's messages, and where it is (`/data/a.jsonl, line 3`), for messages. The first
+    `prompt_messages` messages are a prompt, context only: no token of theirs is trained."""
 
     messages: tuple[dict[str, Any], ...]
     place: str
+    prompt_messages: int = 0
 
 
 def read_conversations(
@@ -105,6 +114,29 @@ def checked_messages(value: Any, field: str = "messages") -> tuple[dict[str, Any
     return tuple(value)
 
 
+def prompt_and_completion(prompt: Any, completion: Any) -> tuple[tuple[dict[str, Any], ...], ...]:
+    """The messages of a prompt and of its completion, each given as a list of messages or as a string (the
+    prompt: one user message; the completion: one assistant message); a `BadLineError` saying what is
+    wrong with either.
+
+    >>> prompt, completion = prompt_and_completion("2 + 2?", [{"role": "assistant", "content": "4"}])
+    >>> prompt, completion
+    (({'role': 'user', 'content': '2 + 2?'},), ({'role': 'assistant', 'content': '4'},))
+    >>> prompt_and_completion("2 + 2?", None)
+    Traceback (most recent call last):
+    ...
+    meltemi.datastore.errors.BadLineError: field 'completion' is null, not a string or a list of messages
+    """
+    parts = []
+    for value, field, role in ((prompt, PROMPT, "user"), (completion, COMPLETION, "assistant")):
+        if not isinstance(value, str | list):
+            raise BadLineError(f"field {field!r} is {_kind(value)}, not a string or a list of messages")
+        parts.append(
+            checked_messages([{"role": role, "content": value}] if isinstance(value, str) else value, field)
+        )
+    return tuple(parts)
+
+
 def _kind(value: Any) -> str:
     """What a JSON value is, in words: `a list`, `a string`, `null`, ..."""
     names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number"}
@@ -125,12 +157,17 @@ def _jsonl_parser(
             raise BadLineError(f"not valid JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(record, dict):
             raise BadLineError(f"not a JSON object with a {field!r} field (it is {_kind(record)})")
-        if field not in record:
-            raise BadLineError(f"no {field!r} field{policy.another_field(' (pass {} to name another)')}")
-        messages = checked_messages(record[field], field)
+        if field not in record and PROMPT in record and COMPLETION in record:
+            prompt, completion = prompt_and_completion(record[PROMPT], record[COMPLETION])
+            messages, prompt_messages = prompt + completion, len(prompt)
+        elif field not in record:
+            another = policy.another_field(" (pass {} to name another)")
+            raise BadLineError(f"no {field!r} field, nor a {PROMPT!r} and a {COMPLETION!r}{another}")
+        else:
+            messages, prompt_messages = checked_messages(record[field], field), 0
         if "\\u" in line:  # only a JSON escape can make a lone surrogate (decoded UTF-8 holds none)
             messages = _without_lone_surrogates(messages, place, policy, notes)
-        return None if messages is None else Conversation(messages, str(place))
+        return None if messages is None else Conversation(messages, str(place), prompt_messages)
 
     return parse
 
@@ -177,7 +214,6 @@ def _parquet_conversations(
 ) -> Iterator[Conversation]:
     """Each row's conversation. Arrow does not check that strings hold UTF-8, so every string in the column
     is read as bytes and decoded here, under the policy, as a JSONL line is."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     source = piece.source
@@ -186,24 +222,11 @@ def _parquet_conversations(
             table = pq.ParquetFile(f)
         except Exception as e:
             raise InputError(f"{source.name}: not a readable Parquet file ({e})") from None
-        schema = table.schema_arrow
-        if field not in schema.names:
-            names = ", ".join(schema.names)
-            raise InputError(
-                f"{source.name}: no column {field!r} (columns: {names}){policy.another_field('; pass {}')}"
-            )
-        kind = schema.field(field).type
-        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_struct(
-            kind.value_type
-        ):
-            raise InputError(
-                f"{source.name}: column {field!r} holds {kind}, not conversations (a list of structs with a "
-                "role and a content)"
-            )
+        columns = _conversation_columns(source, table.schema_arrow, field, policy)
         yielded, row = False, 0
-        for batch in table.iter_batches(columns=[field]):
-            column = batch.column(0)
-            for value in column.cast(_as_bytes(column.type)).to_pylist():
+        for batch in table.iter_batches(columns=columns):
+            values = [c.cast(_as_bytes(c.type)).to_pylist() for c in batch.columns]
+            for value in zip(*values, strict=True) if len(columns) == 2 else values[0]:
                 row += 1
                 place = Place(source, row=row)
                 if value is not None:
@@ -211,7 +234,11 @@ def _parquet_conversations(
                     if value is None:  # not UTF-8, and skipped
                         continue
                 try:
-                    conversation = Conversation(checked_messages(value, field), str(place))
+                    if len(columns) == 2:
+                        prompt, completion = prompt_and_completion(*value)
+                        conversation = Conversation(prompt + completion, str(place), len(prompt))
+                    else:
+                        conversation = Conversation(checked_messages(value, field), str(place))
                 except BadLineError as error:
                     _refuse(f"{place}: {error}", policy, notes)
                     continue
@@ -219,6 +246,37 @@ def _parquet_conversations(
                 yield conversation
         if not yielded:
             notes.counts["empty_files"] += 1
+
+
+def _conversation_columns(source, schema, field: str, policy: ReadPolicy) -> list[str]:
+    """The Parquet columns a chat source's conversations are read from: `field`, or else a prompt column
+    and a completion column; an `InputError` naming the file when neither is there, or a column's type
+    cannot hold what it should."""
+    import pyarrow as pa
+
+    if field in schema.names:
+        columns = [field]
+    elif PROMPT in schema.names and COMPLETION in schema.names:
+        columns = [PROMPT, COMPLETION]
+    else:
+        names = ", ".join(schema.names)
+        raise InputError(
+            f"{source.name}: no column {field!r}, nor a {PROMPT!r} and a {COMPLETION!r} (columns: {names})"
+            f"{policy.another_field('; pass {}')}"
+        )
+    for name in columns:
+        kind = schema.field(name).type
+        lists = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_struct(
+            kind.value_type
+        )
+        strings = len(columns) == 2 and (pa.types.is_string(kind) or pa.types.is_large_string(kind))
+        if not (lists or strings):
+            held = "text or a list of messages" if len(columns) == 2 else "conversations"
+            raise InputError(
+                f"{source.name}: column {name!r} holds {kind}, not {held} (lists of structs with a role and "
+                "a content)"
+            )
+    return columns
 
 
 def _refuse(problem: str, policy: ReadPolicy, notes: ReadNotes) -> None:
