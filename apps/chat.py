@@ -1,7 +1,7 @@
 """Talk with a chat model trained by apps/sft.py; only the assistant's reply goes to stdout.
 
     uv run apps/chat.py --message "Describe json.dumps" [--temperature 0]     # runs/tiny_sft, apps/sft.py's
-    uv run apps/chat.py --checkpoint RUN [--system TEXT]            # a prompt loop: one reply per line
+    uv run apps/chat.py --checkpoint RUN [--system TEXT]            # a prompt loop: one reply per message
 
 ``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
 bucket (``s3://``, ``gs://``); by default ``runs/tiny_sft``, where ``uv run apps/sft.py`` writes. The
@@ -9,7 +9,8 @@ conversation is rendered by the chat template the checkpoint records (as ``trans
 ``apply_chat_template`` renders it with the exported tokenizer) and the reply stops at the end of the
 assistant's turn; the reply is written as it is generated. Without ``--message`` each non-blank line read from
 stdin (at a terminal, after a ``>`` prompt, with line editing) is a user message, answered in the same
-conversation, until end of input; when the conversation outgrows the model's positions its oldest exchanges
+conversation, until end of input; lines between ``\"\"\"`` and ``\"\"\"`` are one message (paste code so; the
+prompt is ``...`` meanwhile). When the conversation outgrows the model's positions its oldest exchanges
 are left out of the prompt (said on stderr), and a line too long even alone is refused on stderr while the
 conversation goes on.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Iterable
 
 from meltemi.trainer.generate.flags import (
     FINE_TUNED,
@@ -27,6 +29,7 @@ from meltemi.trainer.generate.flags import (
     non_empty,
     sampling_settings,
 )
+from meltemi.trainer.generate.user_input import UserMessages
 
 
 def main(argv: list[str]) -> int:
@@ -61,8 +64,10 @@ def main(argv: list[str]) -> int:
             session.say(args.message, write=to_stdout)
             print()
             return 0
-        lines = _typed() if sys.stdin.isatty() and sys.stdout.isatty() else sys.stdin
-        return _converse(session, lines, write=to_stdout)
+        messages = UserMessages(sys.stdin)
+        if sys.stdin.isatty() and sys.stdout.isatty():
+            messages.lines = _typed(lambda: messages.open)
+        return _converse(session, messages, write=to_stdout)
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -70,16 +75,13 @@ def main(argv: list[str]) -> int:
         return 130
 
 
-def _converse(session, lines, write) -> int:
-    """One reply per non-blank line, each written by ``write`` as it grows; a line the model cannot take is
+def _converse(session, messages: Iterable[str], write) -> int:
+    """One reply per message, each written by ``write`` as it grows; a message the model cannot take is
     said on stderr and the conversation goes on without it (exit status 1 at the end)."""
     from meltemi.trainer.generate.sampling import ConversationTooLongError
 
     status = 0
-    for line in lines:
-        message = line.rstrip("\n")
-        if not message.strip():
-            continue
+    for message in messages:
         forgotten = session.forgotten
         try:
             session.say(message, write=write)
@@ -96,13 +98,14 @@ def _converse(session, lines, write) -> int:
     return status
 
 
-def _typed():
-    """Lines typed at a terminal, each after a prompt, with line editing; until end of input (Ctrl-D)."""
+def _typed(continuing: Callable[[], bool]):
+    """Lines typed at a terminal, each after a prompt (``...`` while ``continuing`` a message of several
+    lines), with line editing; until end of input (Ctrl-D)."""
     import readline  # noqa: F401  (input() then edits the line and keeps the history)
 
     while True:
         try:
-            yield input("> ")
+            yield input("... " if continuing() else "> ")
         except EOFError:
             print()
             return

@@ -48,22 +48,50 @@ def test_the_default_fine_tuning_starts_from_runs_tiny_and_ends_with_its_replies
 
 
 def test_chat_prints_only_the_assistants_reply_and_reads_lines_without_a_message(fine_tuned):
-    """A blank line is skipped; a line too long for the model is refused on stderr and the chat goes on."""
+    """A blank line is skipped; lines between triple quotes are one message; a line too long for the model
+    is refused on stderr and the chat goes on."""
     cwd, _ = fine_tuned
-    first, second = "Describe this function: def f(): pass", "And this one: def g(x): return x"
+    first, second = "Describe this function:\n\ndef f():\n    pass", "And this one: def g(x): return x"
+    pasted = f'"""{first}\n"""\n'  # as typed or piped: the code's lines are one message
     once = app("chat.py", "--message", first, "--max-new-tokens", "8", cwd=cwd)  # runs/tiny_sft by default
     assert once.returncode == 0, once.stderr
     assert once.stdout.count("\n") >= 1 and "<|" not in once.stdout  # the reply, no special token
     looped = app("chat.py", "--checkpoint", "runs/tiny_sft", "--max-new-tokens", "8", cwd=cwd,
-                 stdin=f"{first}\n{second}\n")  # fmt: skip
+                 stdin=f"{pasted}{second}\n")  # fmt: skip
     assert looped.returncode == 0, looped.stderr
     assert looped.stdout.startswith(once.stdout)  # the first line's reply, greedy, then the second's
     too_long = "word " * 1000
     noisy = app("chat.py", "--checkpoint", "runs/tiny_sft", "--max-new-tokens", "8", cwd=cwd,
-                stdin=f"{first}\n\n{too_long}\n{second}\n")  # fmt: skip
+                stdin=f"{pasted}\n{too_long}\n{second}\n")  # fmt: skip
     assert noisy.returncode == 1 and noisy.stdout == looped.stdout  # no reply to the blank or the long line
     errors = [line for line in noisy.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "exceeds model.max_seq_len" in errors[0], noisy.stderr
+
+
+def test_chat_sends_the_lines_between_triple_quotes_as_one_message(monkeypatch, capsys, tmp_path):
+    """What apps/chat.py hands the session, from piped lines (the model stands aside: a session that
+    records each message and answers ``ok``)."""
+    import io
+    import runpy
+    from pathlib import Path
+
+    from meltemi.trainer.generate.chat import ChatSession
+
+    said = []
+
+    class Recording:
+        forgotten = 0
+
+        def say(self, message, write):
+            said.append(message)
+            write("ok")
+
+    monkeypatch.setattr(ChatSession, "of_checkpoint", classmethod(lambda cls, *args, **kwargs: Recording()))
+    monkeypatch.setattr("sys.stdin", io.StringIO('Hi\n\n"""Describe this:\n\ndef f():\n    pass\n"""\nBye\n'))
+    main = runpy.run_path(str(Path(__file__).parents[1] / "apps" / "chat.py"))["main"]
+    assert main(["--checkpoint", str(tmp_path)]) == 0
+    assert said == ["Hi", "Describe this:\n\ndef f():\n    pass", "Bye"]
+    assert capsys.readouterr().out == "ok\nok\nok\n"
 
 
 def test_the_fine_tuning_command_lists_its_own_flags_and_the_others_refuse_them(fine_tuned):
