@@ -52,6 +52,11 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(ROOT / ".cache" / "meltem
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 * 2**30))  # also makes JAX lock the directory
 
+# Tests talk only to loopback: the harness reads only cached task data, and never probes the Hugging Face
+# Hub (a test that wants the probe names an unreachable loopback HF_ENDPOINT and clears these itself).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
 # A GPU test process allocates what it uses, not 75% of the GPU's memory as it starts (XLA's default): every
 # xdist worker is one, and the 17 workers of `-n auto` on a 16-core GPU machine cannot each have that much.
 # XLA_PYTHON_CLIENT_PREALLOCATE=true (or a memory fraction) set by the user still wins.

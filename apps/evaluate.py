@@ -13,9 +13,9 @@ copy on one). ``--dry-run`` plans without a checkpoint: the scoring program comp
 target's devices (faked on this CPU), its memory per device against the chip's; exit status 2 when it does not
 fit. ``--tasks`` takes the harness's task, group or tag names and paths of task YAML files, comma-separated;
 ``meltemi_stdlib`` is every task that ships with the trainer (offline). Needs lm-eval: ``uv pip install
-'meltemi-trainer[eval]'`` (in this repository: see the README's "Evaluating"). Without network, set
-``HF_DATASETS_OFFLINE=1`` so that a task whose data set is not cached fails at once instead of after the hub's
-retries.
+'meltemi-trainer[eval]'`` (in this repository: see the README's "Evaluating"). When the Hugging Face Hub
+cannot be reached (or ``HF_HUB_OFFLINE`` is set), only data sets already cached are read, and a task whose
+data is not there fails at once, saying so.
 """
 
 from __future__ import annotations
@@ -103,6 +103,9 @@ def main(argv: list[str]) -> int:
     except TrainerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    from meltemi.trainer.harness.hub import hub_access
+
+    hub_access()  # before lm-eval is imported: offline at once when the Hub cannot be reached
     try:
         import meltemi.trainer.harness.model as harness_model
         from meltemi.trainer.harness.runner import PreparedTasks

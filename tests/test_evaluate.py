@@ -7,15 +7,11 @@ accelerate): CI installs them; see pyproject.toml.
 """
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # no network here: a data set that is not cached fails
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import jax
 import numpy as np
@@ -95,9 +91,9 @@ def train_optimized(config: Path, run_dir: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def evaluate_app(*args: str, cwd: Path, devices: int = 1) -> subprocess.CompletedProcess:
+def evaluate_app(*args: str, cwd: Path, devices: int = 1, **environ: str) -> subprocess.CompletedProcess:
     command = [sys.executable, str(ROOT / "apps" / "evaluate.py"), *args]
-    env = optimized_environ(devices)
+    env = optimized_environ(devices) | environ
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -226,6 +222,15 @@ def no_tokenizer_checkpoint(run, tmp_path_factory) -> Path:
     return copy
 
 
+def closed_port() -> int:
+    """A loopback port nothing listens on (connecting is refused at once)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def _missing_data_task(tmp_path: Path) -> str:
     (tmp_path / "mine.yaml").write_text(
         "task: mine\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
@@ -239,7 +244,7 @@ def _missing_data_task(tmp_path: Path) -> str:
     ("case", "message"),
     [
         ("unknown", "error: unknown task 'no_such_task': not a task, group or tag the harness knows, nor a task YAML file"),  # noqa: E501
-        ("hub data", "error: task 'arc_easy': its data is not on this machine: Couldn't reach 'allenai/ai2_arc' on the Hub (OfflineModeIsEnabled)"),  # noqa: E501
+        ("hub data", "error: task 'arc_easy': its data is not on this machine: Couldn't reach 'allenai/ai2_arc' on the Hub (OfflineModeIsEnabled); offline: the Hub ({hub}) cannot be reached: [Errno 111] Connection refused; only cached data is read"),  # noqa: E501
         ("local data", "error: task '{yaml}': its data is not on this machine: Unable to find '{missing}'"),
         ("no tokenizer", "error: {checkpoint}: its config names no data.tokenizer to turn text into tokens"),
     ],
@@ -250,9 +255,12 @@ def test_bad_input_is_one_line_and_writes_nothing(run, no_tokenizer_checkpoint, 
     if case == "no tokenizer":
         checkpoint = str(no_tokenizer_checkpoint)
     out = tmp_path / "results.json"
-    result = evaluate_app("--checkpoint", checkpoint, "--tasks", task, "--out", str(out), cwd=tmp_path)
+    hub = f"http://127.0.0.1:{closed_port()}"  # a Hub that cannot be reached, and no offline switch set
+    unreachable = {"HF_ENDPOINT": hub, "HF_HUB_OFFLINE": "", "HF_DATASETS_OFFLINE": ""}
+    args = ("--checkpoint", checkpoint, "--tasks", task, "--out", str(out))
+    result = evaluate_app(*args, cwd=tmp_path, **(unreachable if case == "hub data" else {}))
     assert result.returncode == 1
-    expected = message.format(yaml=yaml, missing=tmp_path / "missing.jsonl", checkpoint=checkpoint)
+    expected = message.format(yaml=yaml, missing=tmp_path / "missing.jsonl", checkpoint=checkpoint, hub=hub)
     assert result.stderr.strip().splitlines()[-1] == expected, result.stderr
     assert not out.exists()
 

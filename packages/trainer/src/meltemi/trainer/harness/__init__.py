@@ -8,5 +8,7 @@
 - ``runner``: runs harness tasks by name or task YAML path (the shipped ones in ``tasks/`` by name) and
   turns the results into ``eval/<task>/<metric>`` metrics.
 - ``results_file``: where the results' JSON goes, a new file checked before any task runs.
+- ``hub``: whether task data may come from the Hugging Face Hub, decided before lm-eval is imported (offline
+  at once when the Hub cannot be reached).
 - ``tasks/``: small offline tasks over held-out standard-library files, rebuilt by ``build_tasks``.
 """

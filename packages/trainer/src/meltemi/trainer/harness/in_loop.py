@@ -17,6 +17,7 @@ from typing import Any
 from meltemi.datastore.storage import Directory
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.harness.errors import HarnessMissingError
+from meltemi.trainer.harness.hub import hub_access
 from meltemi.trainer.run.plots import save_figure
 from meltemi.trainer.step.mesh import MeshPlan
 
@@ -27,6 +28,7 @@ class DownstreamEval:
     """The run's harness tasks, ready to score the model of any step on the run's mesh."""
 
     def __init__(self, config: RunConfig, plan: MeshPlan | None):
+        hub_access()  # before lm-eval is imported: offline at once when the Hub cannot be reached
         try:
             from meltemi.trainer.harness.model import read_tokenizer
             from meltemi.trainer.harness.runner import PreparedTasks

@@ -35,6 +35,7 @@ from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable, make_table
 
 from meltemi.trainer.harness.errors import MissingTaskDataError, UnknownTaskError
+from meltemi.trainer.harness.hub import decided_hub_access
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "tasks"
 
@@ -136,6 +137,9 @@ def load_tasks(specs: Sequence[str], manager: TaskManager) -> list:
         except OSError as error:  # a missing file, or a data set that is not cached and cannot be fetched
             name = error.filename if isinstance(error, FileNotFoundError) and error.filename else None
             detail = f"{name} does not exist" if name else _one_line(error)
+            access = decided_hub_access()  # a data set the Hub was not asked for: why
+            if isinstance(error, ConnectionError) and access is not None and not access.online:
+                detail += f"; offline: {access.reason}"
             raise MissingTaskDataError(f"task {spec!r}: its data is not on this machine: {detail}") from None
         groups, tasks = loaded.get("groups", {}), loaded["tasks"]
         children = {child for names in loaded.get("group_map", {}).values() for child in names}
