@@ -160,7 +160,7 @@ def traces() -> Iterator[Counter]:
 PROGRAMS = ("prefill", "decode_chunk")
 
 
-def test_decoding_compiles_once_not_per_token_chunk_seed_stop_string_temperature_or_top_p(model, tokenizer):
+def test_decoding_compiles_once_not_per_token_chunk_seed_stop_string_or_sampling_value(model, tokenizer):
     settings = SamplingConfig(max_new_tokens=29)  # a length no other test compiles for
     with traces() as first:
         generate(model, PROMPTS, settings, chunk=4)
@@ -178,8 +178,9 @@ def test_decoding_compiles_once_not_per_token_chunk_seed_stop_string_temperature
     with traces() as first_draws:
         generate(model, PROMPTS, sampled, chunk=4)
     assert first_draws == {"decode_chunk": 1}  # drawing is another program than greedy
-    with traces() as other_values:  # another temperature or top-p: the same program
-        for other in ({"temperature": 1.3}, {"top_p": 0.5}, {"temperature": 0.2, "top_p": 0.99}):
+    with traces() as other_values:  # another temperature, top-p or top-k (in k's power of two): the same
+        others = ({"temperature": 1.3}, {"top_p": 0.5}, {"temperature": 0.2, "top_p": 0.99}, {"top_k": 50})
+        for other in others:
             generate(model, PROMPTS, dataclasses.replace(sampled, **other), chunk=4)
     assert other_values == {}
 

@@ -66,17 +66,20 @@ class SamplingConfig:
 
 class Drawing(eqx.Module):
     """What choosing a token takes of a ``SamplingConfig``, as a compiled program takes it: the switches
-    that change the program (greedy or not, top-k's k, whether top-p filters) are static; the temperature
-    and top-p are arrays, so another value of either runs the same program.
+    that change the program (greedy or not, whether top-p filters, top-k's bucket: the power of two at or
+    above k) are static; the temperature, top-p and top-k's k are arrays, so another value of any of them
+    runs the same program (another k in the same bucket too).
 
-    >>> Drawing.of(SamplingConfig(temperature=0.7, top_p=0.9)).filters_top_p
-    True
+    >>> drawing = Drawing.of(SamplingConfig(temperature=0.7, top_k=40, top_p=0.9))
+    >>> drawing.filters_top_p, drawing.top_k_bucket, int(drawing.top_k)
+    (True, 64, 40)
     """
 
     temperature: jax.Array
     top_p: jax.Array
+    top_k: jax.Array
     greedy: bool = eqx.field(static=True)
-    top_k: int | None = eqx.field(static=True)
+    top_k_bucket: int | None = eqx.field(static=True)
     filters_top_p: bool = eqx.field(static=True)
 
     @classmethod
@@ -85,8 +88,9 @@ class Drawing(eqx.Module):
         return cls(
             temperature=jnp.float32(1.0 if config.greedy else config.temperature),
             top_p=jnp.float32(config.top_p if filters_top_p else 1.0),
+            top_k=jnp.int32(config.top_k or 0),
             greedy=config.greedy,
-            top_k=config.top_k,
+            top_k_bucket=None if config.top_k is None else 1 << (config.top_k - 1).bit_length(),
             filters_top_p=filters_top_p,
         )
 
@@ -99,8 +103,9 @@ def filter_logits(logits: jax.Array, config: SamplingConfig | Drawing) -> jax.Ar
     """
     drawing = config if isinstance(config, Drawing) else Drawing.of(config)
     logits = logits.astype(jnp.float32)
-    if drawing.top_k is not None and drawing.top_k < logits.shape[-1]:
-        kth = jax.lax.top_k(logits, drawing.top_k)[0][..., -1:]
+    if drawing.top_k_bucket is not None:  # the bucket's largest, then the k-th of them (k past it: all kept)
+        largest = jax.lax.top_k(logits, min(drawing.top_k_bucket, logits.shape[-1]))[0]
+        kth = jnp.take(largest, jnp.minimum(drawing.top_k, largest.shape[-1]) - 1, axis=-1)[..., None]
         logits = jnp.where(logits < kth, -jnp.inf, logits)
     logits = logits / drawing.temperature
     if drawing.filters_top_p:
