@@ -203,6 +203,37 @@ def test_a_prompt_and_its_completion_train_the_completions_tokens_only(tmp_path,
         )
 
 
+TOOLS_TEMPLATE = (  # the shipped layout, and an assistant's tool calls written as JSON in its turn
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n"
+    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] | default('') }}"
+    "{% for call in m['tool_calls'] | default([]) %}{{ call['function'] | tojson }}{% endfor %}<|eot_id|>"
+    "{% endgeneration %}{% else %}{{ m['content'] }}<|eot_id|>{% endif %}{% endfor %}"
+)
+
+
+def test_tool_calls_are_trained_when_the_template_writes_them_and_refused_when_it_drops_them(
+    tmp_path, tokenizer_path
+):
+    call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2}}}
+    calling = [
+        {"role": "user", "content": "2 + 2?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "4"},
+        {"role": "assistant", "content": "4"},
+    ]
+    data = write_lines(tmp_path / "tools.jsonl", [talk("q", "a"), {"messages": calling}])
+    with pytest.raises(
+        ChatTemplateError,
+        match=r"tools.jsonl, line 2: chat template .*: it does not write message 2's tool call \('add'",
+    ):
+        build_store(data, tokenizer_path, tmp_path / "shipped", **OPTIONS)
+    (tmp_path / "tools.jinja").write_text(TOOLS_TEMPLATE)
+    build_store(data, tokenizer_path, tmp_path / "tools", chat_template=tmp_path / "tools.jinja", **OPTIONS)
+    store, tokenizer = TokenStore.open(tmp_path / "tools"), Tokenizer.from_file(tokenizer_path)
+    trained = tokenizer.decode(store.doc(1)[store.doc_weights(1) == 1].tolist(), skip_special_tokens=False)
+    assert trained == '{"name": "add", "arguments": {"a": 2}}<|eot_id|>4<|eot_id|>'
+
+
 def test_a_tokenizer_without_the_templates_tokens_is_refused_before_any_work(
     tmp_path, stdlib_files, chat_jsonl
 ):

@@ -91,6 +91,18 @@ BAD = [
         {"messages": [{"role": "bot", "content": "Hi"}]},
         "message 1 has role 'bot', not one of " + ", ".join(ROLES),
     ),
+    (
+        {"messages": [HELLO[0], {"role": "assistant", "tool_calls": {"function": {"name": "f"}}}]},
+        "message 2: 'tool_calls' is an object, not a list of calls",
+    ),
+    (
+        {"messages": [HELLO[0], {"role": "assistant", "content": None, "tool_calls": [{"name": "f"}]}]},
+        "message 2: tool call 1 names no function (function.name)",
+    ),
+    (
+        {"messages": [HELLO[0], {"role": "assistant", "content": None, "tool_calls": []}]},
+        "message 2 has no string 'content'",
+    ),
 ]
 
 
@@ -185,6 +197,17 @@ def test_a_prompt_and_its_completion_are_one_conversation_whose_prompt_is_not_tr
         Conversation(tuple(HELLO), f"{path}, line 2", prompt_messages=1),
         Conversation(tuple(HELLO), f"{path}, line 3"),
     ]
+
+
+def test_a_message_that_calls_tools_needs_no_content(tmp_path):
+    call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 2}}}
+    calling = [
+        HELLO[0],
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "4"},
+        {"role": "assistant", "tool_calls": [call]},
+    ]
+    assert _read(_jsonl(tmp_path / "a.jsonl", {"messages": calling}))[0].messages == tuple(calling)
 
 
 def test_an_empty_file_is_counted(tmp_path):

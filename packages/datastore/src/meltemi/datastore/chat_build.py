@@ -30,7 +30,7 @@ from meltemi.datastore.chat_template import (
     assistant_mask,
     file_bytes,
 )
-from meltemi.datastore.conversations import Conversation
+from meltemi.datastore.conversations import Conversation, tool_call_names
 from meltemi.datastore.errors import BadLineError, ChatTemplateError, InputError
 from meltemi.datastore.sources import ReadNotes, ReadPolicy
 from meltemi.datastore.storage import Location
@@ -190,6 +190,7 @@ def _rendered(template: ChatTemplate, conversation: Conversation) -> RenderedCha
     prompt's messages render to the start of the text (as they do alone), and no span before its end is
     kept."""
     whole = template.render(conversation.messages, **template.special_tokens)
+    _check_tool_calls(template, conversation, whole.text)
     if not conversation.prompt_messages:
         return whole
     prompt = template.render(conversation.messages[: conversation.prompt_messages], **template.special_tokens)
@@ -201,6 +202,19 @@ def _rendered(template: ChatTemplate, conversation: Conversation) -> RenderedCha
         )
     end = len(prompt.text)
     return RenderedChat(whole.text, tuple((max(a, end), b) for a, b in whole.generation_spans if b > end))
+
+
+def _check_tool_calls(template: ChatTemplate, conversation: Conversation, text: str) -> None:
+    """A template that leaves a message's tool calls out of the text (the shipped one writes only
+    content) would train a model on turns without them: refused, naming the message."""
+    for number, message in enumerate(conversation.messages, start=1):
+        for name in tool_call_names(message, number):
+            if name not in text:
+                raise ChatTemplateError(
+                    f"chat template {template.source}: it does not write message {number}'s tool call "
+                    f"({name!r} is not in the text it renders); use a template that renders tool_calls, "
+                    "such as the model's own (a tokenizer directory)"
+                )
 
 
 def _refuse(conversation: Conversation, why: str, policy: ReadPolicy, notes: ReadNotes) -> bool:

@@ -1,7 +1,8 @@
 """Chat sources: conversations read from JSON Lines or Parquet, checked, each with where it came from.
 
 A conversation is a list of messages, each an object with a string `role` (one of `ROLES`) and a string
-`content`, and any other keys (`name`, `tool_calls`, ...), which a chat template may read. In JSON Lines
+`content` (which a message calling tools, with `tool_calls`, may leave out or null), and any other keys
+(`name`, ...), which a chat template may read. In JSON Lines
 (`.jsonl`, `.jsonl.gz`) each line is an object holding the list in a field (`messages` by default); in
 Parquet (Hugging Face datasets' exports) a column holds it as a list of structs. A line or row without that
 field may hold a prompt and its completion instead (TRL's prompt-completion datasets): `prompt` and
@@ -97,6 +98,14 @@ def checked_messages(value: Any, field: str = "messages") -> tuple[dict[str, Any
     Traceback (most recent call last):
     ...
     meltemi.datastore.errors.BadLineError: message 2 has no string 'content'
+
+    An assistant's message that calls tools (OpenAI's and transformers' `tool_calls`: a list of
+    `{"type": "function", "function": {"name": ..., "arguments": ...}}`) may have no content:
+
+    >>> call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 2}}}
+    >>> calling = {"role": "assistant", "content": None, "tool_calls": [call]}
+    >>> [m["content"] for m in checked_messages([calling])]
+    [None]
     """
     if not isinstance(value, list) or not value:
         what = "an empty list" if isinstance(value, list) else _kind(value)
@@ -104,7 +113,10 @@ def checked_messages(value: Any, field: str = "messages") -> tuple[dict[str, Any
     for number, message in enumerate(value, start=1):
         if not isinstance(message, dict):
             raise BadLineError(f"message {number} is {_kind(message)}, not an object")
+        calls = tool_call_names(message, number)
         for key in ("role", "content"):
+            if key == "content" and calls and message.get(key) is None:
+                continue  # a tool call says it all
             if not isinstance(message.get(key), str):
                 held = f" (it is {_kind(message[key])})" if message.get(key) is not None else ""
                 raise BadLineError(f"message {number} has no string {key!r}{held}")
@@ -112,6 +124,32 @@ def checked_messages(value: Any, field: str = "messages") -> tuple[dict[str, Any
             roles = ", ".join(ROLES)
             raise BadLineError(f"message {number} has role {message['role']!r}, not one of {roles}")
     return tuple(value)
+
+
+def tool_call_names(message: dict[str, Any], number: int) -> list[str]:
+    """The function names of a message's `tool_calls` (none when it has none); a `BadLineError` when they
+    are not a list of calls, each naming its function.
+
+    >>> tool_call_names({"role": "assistant", "tool_calls": [{"function": {"name": "add"}}]}, 2)
+    ['add']
+    >>> tool_call_names({"role": "assistant", "tool_calls": [{"function": {}}]}, 2)
+    Traceback (most recent call last):
+    ...
+    meltemi.datastore.errors.BadLineError: message 2: tool call 1 names no function (function.name)
+    """
+    calls = message.get("tool_calls")
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise BadLineError(f"message {number}: 'tool_calls' is {_kind(calls)}, not a list of calls")
+    names = []
+    for index, call in enumerate(calls, start=1):
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
+            raise BadLineError(f"message {number}: tool call {index} names no function (function.name)")
+        names.append(name)
+    return names
 
 
 def prompt_and_completion(prompt: Any, completion: Any) -> tuple[tuple[dict[str, Any], ...], ...]:
