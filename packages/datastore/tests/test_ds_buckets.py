@@ -190,6 +190,7 @@ def test_inputs_in_a_bucket_are_read_through_the_storage_seam_to_the_local_build
         path.write_bytes(open(source, "rb").read())
     corpus = Directory(f"{bucket}/corpus")
     corpus.write_bytes("chat/part-0.jsonl", open(chat, "rb").read())
+    corpus.write_bytes("chat/README.md", b"# A chat data set\n")  # as a Hugging Face data set has: not data
     for path in texts:
         corpus.write_bytes(f"texts/{path.name}", path.read_bytes())
     options = {"unit_bytes": 5_000, "progress": False}

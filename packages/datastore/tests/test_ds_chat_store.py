@@ -203,6 +203,25 @@ def test_a_prompt_and_its_completion_train_the_completions_tokens_only(tmp_path,
         )
 
 
+def test_a_directory_of_chat_data_is_read_for_its_data_files_only(tmp_path, tokenizer_path):
+    dataset = tmp_path / "dataset"  # laid out as a Hugging Face data set's repository
+    (dataset / "data").mkdir(parents=True)
+    write_lines(dataset / "data" / "train.jsonl", [talk("q", "a"), talk("q2", "a2")])
+    (dataset / "README.md").write_text("---\nlicense: mit\n---\n# A chat data set\n")
+    report = build_store(dataset, tokenizer_path, tmp_path / "store", **OPTIONS)
+    assert report.documents == 2
+    assert [s["url"] for s in TokenStore.open(tmp_path / "store").manifest["sources"]] == [
+        str(dataset / "data" / "train.jsonl")
+    ]
+    with pytest.raises(InputError, match=r"README.md: a chat source must be JSON Lines"):  # named: read
+        build_store([dataset / "README.md"], tokenizer_path, tmp_path / "named", **OPTIONS)
+    (dataset / "data" / "train.jsonl").unlink()
+    with pytest.raises(
+        InputError, match=r"dataset'?: holds no file ending .jsonl, .jsonl.gz, .parquet \(1 other file\)"
+    ):
+        build_store(dataset, tokenizer_path, tmp_path / "none", **OPTIONS)
+
+
 TOOLS_TEMPLATE = (  # the shipped layout, and an assistant's tool calls written as JSON in its turn
     "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n"
     "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] | default('') }}"

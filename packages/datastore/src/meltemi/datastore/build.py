@@ -55,7 +55,14 @@ from meltemi.datastore.layout import (
     token_dtype,
 )
 from meltemi.datastore.progress import ProgressBar
-from meltemi.datastore.sources import InvalidUtf8, Piece, Source, describe_source, resolve_inputs
+from meltemi.datastore.sources import (
+    CHAT_SUFFIXES,
+    InvalidUtf8,
+    Piece,
+    Source,
+    describe_source,
+    resolve_inputs,
+)
 from meltemi.datastore.storage import Directory, Location
 from meltemi.datastore.tokenizing import (
     TokenizerInfo,
@@ -177,7 +184,9 @@ def build_store(
     info = TokenizerInfo.load(tokenizer, eos=options.eos, eos_token=eos_token, hints=hints)
     if chat is not None:
         chat.check_tokenizer(tokenizer_of(info), info.name)
-    sources = [describe_source(url, split_bytes=unit_bytes) for url in resolve_inputs(list(request.inputs))]
+    within = CHAT_SUFFIXES if chat is not None else None  # a chat data set's README is not data
+    files = resolve_inputs(list(request.inputs), within)
+    sources = [describe_source(url, split_bytes=unit_bytes) for url in files]
     plan = _plan(info, sources, options, hints.command(request))
     with only_build(out):
         prepare_directory(out, plan, request, hints)

@@ -103,8 +103,14 @@ def _url(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return path if fs.protocol in ("file", ("file", "local")) else fs.unstrip_protocol(path)
 
 
-def resolve_inputs(inputs: Sequence[str]) -> list[str]:
-    """Every file named by `inputs` (files, directories, globs, URLs), sorted, without duplicates.
+CHAT_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")  # the files a chat source's directory is read for
+
+
+def resolve_inputs(inputs: Sequence[str], within: Sequence[str] | None = None) -> list[str]:
+    """Every file named by `inputs` (files, directories, globs, URLs), sorted, without duplicates; with
+    `within`, a directory's (or bucket prefix's) files are only those whose names end so, as Hugging Face
+    datasets finds a data set's files by their extensions (its `README.md` left out), while a file named
+    itself is kept whatever its name.
 
     >>> resolve_inputs([__file__]) == [__file__]
     True
@@ -114,9 +120,18 @@ def resolve_inputs(inputs: Sequence[str]) -> list[str]:
     found: set[str] = set()
     for item in inputs:
         try:
-            found.update(_resolve(str(item)))
+            files, listed = _resolve(str(item))
         except (ImportError, ValueError, OSError) as e:
             raise InputError(f"input {redact(str(item))!r}: cannot be listed ({redact(str(e))})") from None
+        if within is not None and listed:
+            kept = [f for f in files if f.lower().endswith(tuple(within))]
+            if not kept:
+                raise InputError(
+                    f"input {redact(str(item))!r}: holds no file ending {', '.join(within)} "
+                    f"({len(files)} other file{'s' * (len(files) != 1)})"
+                )
+            files = kept
+        found.update(files)
     return sorted(found)
 
 
@@ -143,27 +158,31 @@ def open_input(url: str, whole: bool = False):
     return io.BytesIO(data)
 
 
-def _resolve(item: str) -> list[str]:
+def _resolve(item: str) -> tuple[list[str], bool]:
+    """The files `item` names, and whether they were listed (a directory's, a prefix's) rather than named
+    (a file, an object, a pattern's matches)."""
     if _in_bucket(item):
         return _resolve_in_bucket(item)
     fs, path = fsspec.core.url_to_fs(item)
+    listed = False
     if any(c in path for c in _GLOB_CHARS):
         matches = [p for p in fs.glob(path) if fs.isfile(p)]
         if not matches:
             raise InputError(f"input {redact(item)!r}: the pattern matches no file")
     elif fs.isdir(path):
-        matches = [p for p in fs.find(path) if not _hidden(p[len(path) :])]
+        matches, listed = [p for p in fs.find(path) if not _hidden(p[len(path) :])], True
         if not matches:
             raise InputError(f"input {redact(item)!r}: the directory holds no file")
     elif fs.isfile(path):
         matches = [path]
     else:
         raise InputError(f"input {redact(item)!r}: no such file or directory")
-    return [_url(fs, p) for p in matches]
+    return [_url(fs, p) for p in matches], listed
 
 
-def _resolve_in_bucket(item: str) -> list[str]:
-    """The object a bucket URL names, or the objects under it as a prefix (a bucket has no globs)."""
+def _resolve_in_bucket(item: str) -> tuple[list[str], bool]:
+    """The object a bucket URL names, or the objects under it as a prefix (a bucket has no globs), and
+    whether they were listed."""
     from meltemi.datastore.storage.inputs import list_objects
 
     if any(c in Location.parse(item).path for c in _GLOB_CHARS):
@@ -173,7 +192,7 @@ def _resolve_in_bucket(item: str) -> list[str]:
     matches = list_objects(item)
     if not matches:
         raise InputError(f"input {redact(item)!r}: no such object, and no object under it")
-    return matches
+    return matches, matches != [str(Location.parse(item))]
 
 
 def _hidden(relative: str) -> bool:
