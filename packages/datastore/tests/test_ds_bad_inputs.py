@@ -1,10 +1,11 @@
 """Inputs a build repairs or stops at: named, so a user can find them, and never a dead end."""
 
 import inspect
+from pathlib import Path
 
 import pytest
 
-from meltemi.datastore import BadLineError, IncompleteStoreError, TokenStore, build_store
+from meltemi.datastore import BadLineError, IncompleteStoreError, SourceChangedError, TokenStore, build_store
 from meltemi.datastore.build_request import BUILD_FLAGS, BuildRequest
 from meltemi.datastore.cli import main
 
@@ -50,6 +51,27 @@ def test_a_bad_line_stops_the_build_saying_how_to_fix_or_skip_it_and_resume(
     ]
     manifest = TokenStore.open(out).manifest
     assert manifest["skipped_lines"] == report.skipped_lines and manifest["counts"]["skipped_lines"] == 2
+
+
+def test_fixing_the_bad_line_and_running_the_build_again_finishes_it_as_the_error_says(
+    write_files, tmp_path, tokenizer_path
+):
+    files = write_files({"a.txt": "first file", "b.jsonl": '{"text": "one"}\nnot json\n', "c.txt": "last"})
+    out = tmp_path / "s"
+    again = r"Fix that line and run the build again \(.*\) \(the build starts over from the fixed file\), or"
+    with pytest.raises(BadLineError, match=again):
+        build_store(files, tokenizer_path, out, progress=False, unit_bytes=1)
+    Path(files[1]).write_text('{"text": "one"}\n{"text": "two, fixed"}\n')
+    report = build_store(files, tokenizer_path, out, progress=False, unit_bytes=1)
+    build_store(files, tokenizer_path, tmp_path / "fresh", progress=False, unit_bytes=1)
+    assert report.documents == 4
+    assert TokenStore.open(out).content_hash == TokenStore.open(tmp_path / "fresh").content_hash
+    more = [*files, str(Path(files[0]).with_name("d.jsonl"))]
+    Path(more[-1]).write_text("[1]\n")
+    with pytest.raises(BadLineError):  # stopped again: now another corpus meets the half-built store
+        build_store(more, tokenizer_path, tmp_path / "t", progress=False)
+    with pytest.raises(SourceChangedError, match="is no longer among the inputs"):
+        build_store(files[:2], tokenizer_path, tmp_path / "t", progress=False)
 
 
 def test_skip_bad_lines_from_the_command_line(write_files, tmp_path, tokenizer_path, capsys):

@@ -252,7 +252,7 @@ def _stopped(
             "leave out each document that is not UTF-8": {"invalid_utf8": "skip"},
             "replace its undecodable bytes with U+FFFD": {"invalid_utf8": "replace"},
         }
-    how = f"Fix that {what} and {hints.resume(request)}"
+    how = f"Fix that {what} and {hints.again(request)} (the build starts over from the fixed file)"
     for way, changes in ways.items():
         command = hints.run(request, **changes)
         how += f", or {way}: {command}" if command else ""

@@ -87,7 +87,8 @@ def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: 
         rebuild = hints.flag("overwrite", True)
         remedy = f"{rebuild} to rebuild it" if rebuild else None
         difference = _difference(previous, plan.to_json())
-        if difference and not request.overwrite:
+        fixed = not built and difference is not None and _only_contents_changed(previous, plan.to_json())
+        if difference and not request.overwrite and not fixed:  # a stopped build's fixed file: start over
             how = f"pass {remedy}" if remedy else "build it in another directory"
             raise SourceChangedError(f"{shown!r} was built from different inputs: {difference}; {how}")
         handled = _invalid_utf8_handled(previous, request) if built and not difference else None
@@ -108,6 +109,15 @@ def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: 
     for name in (*CHAT_ARRAYS, BUILD_DIR):
         out.delete_prefix(f"{name}/")
     out.write_json(PLAN_KEY, plan.to_json())
+
+
+def _only_contents_changed(previous: dict, plan: dict) -> bool:
+    """Whether `plan` reads the same files in the same order, with the same tokenizer and options, as the
+    half-built store's plan `previous`, only some of them changed (a bad line fixed where the build stopped:
+    its parts cannot be kept, since units follow the files' sizes, but no other corpus is lost)."""
+    files = [[_same_file(s["url"]) for s in record["sources"]] for record in (previous, plan)]
+    keys = ("format_version", "tokenizer", "options")
+    return files[0] == files[1] and all(previous.get(key) == plan[key] for key in keys)
 
 
 def _same_file(url: str) -> str:

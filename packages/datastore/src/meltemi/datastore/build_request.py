@@ -270,11 +270,11 @@ class Hints:
             return None
         return f"run {self.rerun} again" + (f" with {' '.join(flags)}" if flags else "")  # type: ignore[arg-type]
 
-    def resume(self, request: BuildRequest) -> str:
-        """How to run the build again, as it was, to finish it."""
+    def again(self, request: BuildRequest) -> str:
+        """How to run the build again, as it was."""
         if self.flags is None:
-            return f"run the build again to resume ({request.command()})"
-        return f"run {self.rerun} again to resume"
+            return f"run the build again ({request.command()})"
+        return f"run {self.rerun} again"
 
     def command(self, request: BuildRequest) -> str:
         """The command that runs `request` again, as a plan records it for `TokenStore.open`'s messages."""
