@@ -235,7 +235,7 @@ def test_tool_calls_are_trained_when_the_template_writes_them_and_refused_when_i
 ):
     call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2}}}
     calling = [
-        {"role": "user", "content": "2 + 2?"},
+        {"role": "user", "content": "2 + 2? Call add."},  # the name in the prompt: not the call trained
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "content": "4"},
         {"role": "assistant", "content": "4"},

@@ -190,7 +190,7 @@ def _rendered(template: ChatTemplate, conversation: Conversation) -> RenderedCha
     prompt's messages render to the start of the text (as they do alone), and no span before its end is
     kept."""
     whole = template.render(conversation.messages, **template.special_tokens)
-    _check_tool_calls(template, conversation, whole.text)
+    _check_tool_calls(template, conversation, whole)
     if not conversation.prompt_messages:
         return whole
     prompt = template.render(conversation.messages[: conversation.prompt_messages], **template.special_tokens)
@@ -204,16 +204,19 @@ def _rendered(template: ChatTemplate, conversation: Conversation) -> RenderedCha
     return RenderedChat(whole.text, tuple((max(a, end), b) for a, b in whole.generation_spans if b > end))
 
 
-def _check_tool_calls(template: ChatTemplate, conversation: Conversation, text: str) -> None:
-    """A template that leaves a message's tool calls out of the text (the shipped one writes only
-    content) would train a model on turns without them: refused, naming the message."""
+def _check_tool_calls(template: ChatTemplate, conversation: Conversation, rendered: RenderedChat) -> None:
+    """A template that leaves a message's tool calls out of what it trains (the generation blocks, when it
+    has them; the shipped one writes only content) would teach turns without them: refused, naming the
+    message."""
+    spans = rendered.generation_spans or ((0, len(rendered.text)),)
+    trained = "\n".join(rendered.text[a:b] for a, b in spans)
     for number, message in enumerate(conversation.messages, start=1):
         for name in tool_call_names(message, number):
-            if name not in text:
+            if name not in trained:
                 raise ChatTemplateError(
                     f"chat template {template.source}: it does not write message {number}'s tool call "
-                    f"({name!r} is not in the text it renders); use a template that renders tool_calls, "
-                    "such as the model's own (a tokenizer directory)"
+                    f"({name!r} is not in what it renders to train on); use a template that renders "
+                    "tool_calls, such as the model's own (a tokenizer directory)"
                 )
 
 
