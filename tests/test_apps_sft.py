@@ -49,19 +49,21 @@ def test_the_default_fine_tuning_starts_from_runs_tiny_and_ends_with_its_replies
 
 def test_chat_prints_only_the_assistants_reply_and_reads_lines_without_a_message(fine_tuned):
     """A blank line is skipped; lines between triple quotes are one message; a line too long for the model
-    is refused on stderr and the chat goes on."""
+    is refused on stderr and the chat goes on. Each reply stops before a newline, so stdout holds a line per
+    reply."""
     cwd, _ = fine_tuned
     first, second = "Describe this function:\n\ndef f():\n    pass", "And this one: def g(x): return x"
     pasted = f'"""{first}\n"""\n'  # as typed or piped: the code's lines are one message
-    once = app("chat.py", "--message", first, "--max-new-tokens", "8", cwd=cwd)  # runs/tiny_sft by default
+    one_line = ("--max-new-tokens", "8", "--stop", "\\n")
+    once = app("chat.py", "--message", first, *one_line, cwd=cwd)  # runs/tiny_sft by default
     assert once.returncode == 0, once.stderr
-    assert once.stdout.count("\n") >= 1 and "<|" not in once.stdout  # the reply, no special token
-    looped = app("chat.py", "--checkpoint", "runs/tiny_sft", "--max-new-tokens", "8", cwd=cwd,
-                 stdin=f"{pasted}{second}\n")  # fmt: skip
+    assert once.stdout.count("\n") == 1 and "<|" not in once.stdout  # the reply, no special token
+    looped = app("chat.py", "--checkpoint", "runs/tiny_sft", *one_line, cwd=cwd, stdin=f"{pasted}{second}\n")
     assert looped.returncode == 0, looped.stderr
-    assert looped.stdout.startswith(once.stdout)  # the first line's reply, greedy, then the second's
+    assert looped.stdout.startswith(once.stdout)  # the pasted function's reply, greedy, then the second's
+    assert looped.stdout.count("\n") == 2  # two messages: the function's lines are one
     too_long = "word " * 1000
-    noisy = app("chat.py", "--checkpoint", "runs/tiny_sft", "--max-new-tokens", "8", cwd=cwd,
+    noisy = app("chat.py", "--checkpoint", "runs/tiny_sft", *one_line, cwd=cwd,
                 stdin=f"{pasted}\n{too_long}\n{second}\n")  # fmt: skip
     assert noisy.returncode == 1 and noisy.stdout == looped.stdout  # no reply to the blank or the long line
     errors = [line for line in noisy.stderr.splitlines() if line.startswith("error: ")]
