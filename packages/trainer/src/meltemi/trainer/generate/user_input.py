@@ -29,28 +29,31 @@ class UserMessages:
     open: bool = field(default=False, init=False)
 
     def __iter__(self) -> Iterator[str]:
-        gathered: list[str] = []
+        gathered: list[str] = []  # the open message's lines
         for line in self.lines:
             text = line.rstrip("\r\n")
+            if not self.open and not text.lstrip().startswith(FENCE):
+                if text.strip():
+                    yield text
+                continue
             if not self.open:
-                if not text.lstrip().startswith(FENCE):
-                    if text.strip():
-                        yield text
-                    continue
-                self.open, gathered = True, []
-                text = text.lstrip()[len(FENCE) :]
+                self.open, gathered, text = True, [], text.lstrip()[len(FENCE) :]
                 if not text.strip():
                     continue  # the fence alone: the message starts on the next line
-            if text.rstrip().endswith(FENCE):
-                last = text.rstrip()[: -len(FENCE)]
+            closed = text.rstrip().endswith(FENCE)
+            piece = text.rstrip()[: -len(FENCE)] if closed else text
+            if not closed or piece.strip():  # the closing fence alone adds no line
+                gathered.append(piece)
+            if closed:
                 self.open = False
-                message = "\n".join([*gathered, last] if last.strip() else gathered)
-                if message.strip():
-                    yield message
-                continue
-            gathered.append(text)
+                yield from _message(gathered)
         if self.open:
             self.open = False
-            message = "\n".join(gathered)
-            if message.strip():
-                yield message
+            yield from _message(gathered)
+
+
+def _message(lines: list[str]) -> Iterator[str]:
+    """The lines of a message as one, when it is not blank."""
+    message = "\n".join(lines)
+    if message.strip():
+        yield message
