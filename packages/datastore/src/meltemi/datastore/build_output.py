@@ -86,8 +86,9 @@ def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: 
     if previous is not None:
         rebuild = hints.flag("overwrite", True)
         remedy = f"{rebuild} to rebuild it" if rebuild else None
-        difference = _difference(previous, plan.to_json())
-        fixed = not built and difference is not None and _only_contents_changed(previous, plan.to_json())
+        planned = plan.to_json()
+        difference = _difference(previous, planned)
+        fixed = not built and difference is not None and _only_contents_changed(previous, planned)
         if difference and not request.overwrite and not fixed:  # a stopped build's fixed file: start over
             how = f"pass {remedy}" if remedy else "build it in another directory"
             raise SourceChangedError(f"{shown!r} was built from different inputs: {difference}; {how}")
@@ -111,13 +112,22 @@ def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: 
     out.write_json(PLAN_KEY, plan.to_json())
 
 
+def _files(previous: dict, plan: dict) -> tuple[list[str], list[str]]:
+    """The files each side's sources name, in order: the paths as recorded when both sides spell them
+    alike (no lookup), else each local path with its links resolved (`_same_file`)."""
+    old, new = ([s["url"] for s in record["sources"]] for record in (previous, plan))
+    if old == new:
+        return old, new
+    return [_same_file(url) for url in old], [_same_file(url) for url in new]
+
+
 def _only_contents_changed(previous: dict, plan: dict) -> bool:
     """Whether `plan` reads the same files in the same order, with the same tokenizer and options, as the
     half-built store's plan `previous`, only some of them changed (a bad line fixed where the build stopped:
     its parts cannot be kept, since units follow the files' sizes, but no other corpus is lost)."""
-    files = [[_same_file(s["url"]) for s in record["sources"]] for record in (previous, plan)]
+    old, new = _files(previous, plan)
     keys = ("format_version", "tokenizer", "options")
-    return files[0] == files[1] and all(previous.get(key) == plan[key] for key in keys)
+    return old == new and all(previous.get(key) == plan[key] for key in keys)
 
 
 def _same_file(url: str) -> str:
@@ -146,8 +156,9 @@ def _difference(previous: dict, plan: dict) -> str | None:
     """
     if previous.get("format_version") != plan["format_version"]:
         return f"format version {previous.get('format_version')} != {plan['format_version']}"
-    old = {_same_file(s["url"]): s for s in previous["sources"]}
-    new = {_same_file(s["url"]): s for s in plan["sources"]}
+    old_files, new_files = _files(previous, plan)
+    old = dict(zip(old_files, previous["sources"], strict=True))
+    new = dict(zip(new_files, plan["sources"], strict=True))
     for file in sorted(old.keys() | new.keys()):
         if file not in new:
             return f"source {old[file]['url']} is no longer among the inputs"
