@@ -257,6 +257,7 @@ def test_bad_input_is_one_line_and_writes_nothing(run, no_tokenizer_checkpoint, 
     out = tmp_path / "results.json"
     hub = f"http://127.0.0.1:{closed_port()}"  # a Hub that cannot be reached, and no offline switch set
     unreachable = {"HF_ENDPOINT": hub, "HF_HUB_OFFLINE": "", "HF_DATASETS_OFFLINE": ""}
+    unreachable["NO_PROXY"] = "127.0.0.1"  # straight to it, whatever proxy this machine names
     args = ("--checkpoint", checkpoint, "--tasks", task, "--out", str(out))
     result = evaluate_app(*args, cwd=tmp_path, **(unreachable if case == "hub data" else {}))
     assert result.returncode == 1

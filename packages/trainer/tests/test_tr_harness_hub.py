@@ -39,3 +39,24 @@ def test_a_hub_that_answers_leaves_the_switches_alone():
         access = decide_hub_access(environ, timeout_s=1)
     assert access.online and access.reason.endswith("can be reached")
     assert set(environ) == {"HF_ENDPOINT"}
+
+
+def test_behind_a_proxy_the_proxy_is_what_must_answer_unless_no_proxy_names_the_hub():
+    with socket.create_server(("127.0.0.1", 0)) as proxy:
+        address = f"http://127.0.0.1:{proxy.getsockname()[1]}"
+        environ = {"HTTPS_PROXY": address}  # the Hub's own name is never looked up: only the proxy answers
+        access = decide_hub_access(environ, timeout_s=1)
+    assert access == HubAccess(
+        True, f"the Hub (https://huggingface.co) through the proxy {address} can be reached"
+    )
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        environ = {"all_proxy": dead, "HF_ENDPOINT": "https://hub.example"}
+        assert decide_hub_access(environ, timeout_s=1).reason.startswith(
+            f"the Hub (https://hub.example) through the proxy {dead} cannot be reached: [Errno 111]"
+        )
+        with socket.create_server(("127.0.0.1", 0)) as hub:
+            direct = {"HTTPS_PROXY": dead, "NO_PROXY": "localhost,127.0.0.1"}
+            direct["HF_ENDPOINT"] = f"https://127.0.0.1:{hub.getsockname()[1]}"
+            assert decide_hub_access(direct, timeout_s=1).online  # NO_PROXY: straight to the Hub
