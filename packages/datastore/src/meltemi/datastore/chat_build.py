@@ -208,16 +208,19 @@ def _check_tool_calls(template: ChatTemplate, conversation: Conversation, render
     """A template that leaves a message's tool calls out of what it trains (the generation blocks, when it
     has them; the shipped one writes only content) would teach turns without them: refused, naming the
     message."""
+    messages = enumerate(conversation.messages, start=1)
+    calls = [(number, name) for number, message in messages for name in tool_call_names(message, number)]
+    if not calls:
+        return  # the common case: nothing to look for, no text gathered
     spans = rendered.generation_spans or ((0, len(rendered.text)),)
     trained = "\n".join(rendered.text[a:b] for a, b in spans)
-    for number, message in enumerate(conversation.messages, start=1):
-        for name in tool_call_names(message, number):
-            if name not in trained:
-                raise ChatTemplateError(
-                    f"chat template {template.source}: it does not write message {number}'s tool call "
-                    f"({name!r} is not in what it renders to train on); use a template that renders "
-                    "tool_calls, such as the model's own (a tokenizer directory)"
-                )
+    for number, name in calls:
+        if name not in trained:
+            raise ChatTemplateError(
+                f"chat template {template.source}: it does not write message {number}'s tool call "
+                f"({name!r} is not in what it renders to train on); use a template that renders "
+                "tool_calls, such as the model's own (a tokenizer directory)"
+            )
 
 
 def _refuse(conversation: Conversation, why: str, policy: ReadPolicy, notes: ReadNotes) -> bool:
