@@ -264,7 +264,7 @@ def test_an_evaluation_that_does_not_fit_says_by_how_much(tmp_path):
         (["--dry-run", "--config", "missing.yaml"], 1, "error: config file 'missing.yaml' does not exist"),
         (["--dry-run", "--config", "c.yaml", "--seed", "3"], 2, "--seed: neither a flag of this command nor a config field (did you mean --trainer.seed?)"),  # noqa: E501
         (["--dry-run", "--config", "c.yaml", "--run-dir", "runs/x"], 2, "--run-dir: not a flag of this command"),  # noqa: E501
-        (["--dry-run", "--config", str(ROOT / "configs" / "marin_8b.yaml"), "--hardware.chips", "x"], 1, "error: hardware.chips: unknown key (did you mean hardware.chip?)"),  # noqa: E501
+        (["--dry-run", "--config", str(ROOT / "configs" / "marin_8b.yaml"), "--hardware.chips", "x"], 1, "error: --hardware.chips: not a config field (did you mean --hardware.chip?)"),  # noqa: E501
         (["--dry-run", "--config", str(ROOT / "configs" / "marin_8b.yaml"), "--hardware.devices", "3"], 2, "error: the plan needs"),  # noqa: E501
     ],
 )  # fmt: skip
@@ -281,7 +281,7 @@ def test_bad_evaluation_flags_are_one_line(tmp_path, args, status, message):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--trainer.num_train_step", "3"], r"^error: trainer.num_train_step: unknown key \(did you mean trainer.num_train_steps\?\)$"),  # noqa: E501
+        (["--trainer.num_train_step", "3"], r"^error: --trainer.num_train_step: not a config field \(did you mean --trainer.num_train_steps\?\)$"),  # noqa: E501
         (["--trainer.num_train_steps", "many"], r"^error: trainer.num_train_steps: Input should be a valid integer"),  # noqa: E501
         (["--config", "missing.yaml"], r"^error: config file 'missing.yaml' does not exist$"),
         (["--data.corpus", "nothere.txt"], r"^error: data.corpus: nothere.txt: no such file or directory$"),

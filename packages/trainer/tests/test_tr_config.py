@@ -55,8 +55,11 @@ def test_overrides_apply_on_top_of_a_yaml_file(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["--trainer.num_train_step", "3"], r"^trainer.num_train_step: unknown key \(did you mean trainer.num_train_steps\?\)$"),  # noqa: E501
-        (["--modle.hidden_dim", "3"], r"^modle: unknown key \(did you mean model\?\)$"),
+        (["--trainer.num_train_step", "3"], r"^--trainer.num_train_step: not a config field \(did you mean --trainer.num_train_steps\?\)$"),  # noqa: E501
+        (["--trainer.steps", "3"], r"^--trainer.steps: not a config field \(did you mean --trainer.num_train_steps\?\)$"),  # noqa: E501
+        (["--modle.hidden_dim", "3"], r"^--modle.hidden_dim: not a config field: there is no section modle \(did you mean --model.hidden_dim\?\)$"),  # noqa: E501
+        (["--data.sources.web.storee", "s"], r"^--data.sources.web.storee: not a config field \(did you mean --data.sources.web.store\?\)$"),  # noqa: E501
+        (["--trainer.zzzz", "3"], r"^--trainer.zzzz: not a config field; --help lists them$"),
         (["--trainer.num_train_steps", "many"], r"^trainer.num_train_steps: .*integer.*\(got 'many'\)$"),
         (["--model.attention", "flash"], r"^model.attention: Input should be 'auto', .*\(got 'flash'\)$"),
         (["--model.num_kv_heads", "3"], r"model.num_kv_heads \(3\) must divide model.num_heads \(8\)"),
@@ -110,6 +113,26 @@ def test_bad_files_are_one_line_errors(tmp_path):
         load_config(tmp_path / "latin1.yaml")
 
 
+def test_an_unknown_key_in_a_file_names_the_file_and_a_flag_names_itself(tmp_path):
+    """A mistyped key is found where the user typed it: the file (even with a hint), or the flag as typed,
+    which is refused before the file is read (a flag's mistake is not the preset's)."""
+    path = tmp_path / "run.yaml"
+    path.write_text("trainer:\n  steps: 3\ndata:\n  sources:\n    web: {storee: s}\n")
+    with pytest.raises(
+        ConfigError,
+        match=rf"^trainer.steps: unknown key in {path} \(did you mean trainer.num_train_steps\?\)$",
+    ):  # noqa: E501
+        load_config(path)
+    path.write_text("data:\n  sources:\n    web: {storee: s}\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"^data.sources.web.storee: unknown key in .* \(did you mean data.sources.web.store\?\)$",
+    ):  # noqa: E501
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"^--trainer.stepz: not a config field"):
+        load_config(tmp_path / "missing.yaml", ["--trainer.stepz", "3"])
+
+
 @pytest.mark.parametrize("server", ["s3", "gcs"])
 def test_a_config_in_a_bucket_is_the_same_config_and_a_bad_url_one_line(request, server, tmp_path):
     from meltemi.datastore.storage import Directory
@@ -143,7 +166,9 @@ def test_help_lists_every_field_with_its_default(capsys):
 def test_the_command_line_reports_a_bad_override_in_one_line(capsys):
     assert main(["--trainer.num_train_step", "3"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == "error: trainer.num_train_step: unknown key (did you mean trainer.num_train_steps?)"
+    assert (
+        err == "error: --trainer.num_train_step: not a config field (did you mean --trainer.num_train_steps?)"
+    )  # noqa: E501
 
 
 @pytest.mark.parametrize("preset", ["tiny", "llama_1b", "marin_8b"])

@@ -3,10 +3,10 @@
 >>> config = load_config(None, ["--trainer.num_train_steps", "7", "--model.remat=none"])
 >>> config.trainer.num_train_steps, config.model.remat
 (7, 'none')
->>> load_config(None, ["--trainer.num_train_step", "7"])
+>>> load_config(None, ["--trainer.steps", "7"])
 Traceback (most recent call last):
 ...
-meltemi.trainer.errors.ConfigError: trainer.num_train_step: unknown key (did you mean ...num_train_steps?)
+meltemi.trainer.errors.ConfigError: --trainer.steps: not a config field (did you mean ...num_train_steps?)
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = ()) -
     ``overrides`` are command-line words: ``--a.b VALUE`` or ``--a.b=VALUE``; values are read as YAML
     (``100``, ``null``, ``[1, 2]``, ``bfloat16``).
     """
-    raw = read_yaml(path) if path is not None else {}
     parsed = parse_overrides(overrides)
+    for dotted, _ in parsed:  # a mistyped flag is named as typed, before the file is read
+        check_field_name(dotted)
+    raw = read_yaml(path) if path is not None else {}
     _data_named_once(raw, [dotted for dotted, _ in parsed])
     for dotted, value in parsed:
         set_dotted(raw, dotted, value)
@@ -160,31 +162,75 @@ def validate(raw: dict[str, Any], where: str = "the config", *, recorded: bool =
         raise ConfigError(f"{where}: {message}" if recorded else message) from None
 
 
+def check_field_name(dotted: str) -> None:
+    """Refuse an override ``--dotted`` that names no config field, with the nearest names that do (a key of a
+    mapping field, such as a source's name in ``data.sources.<name>.store``, is the user's to choose).
+
+    >>> check_field_name("trainer.mesh.data")
+    >>> check_field_name("modle.hidden_dim")
+    Traceback (most recent call last):
+    meltemi.trainer.errors.ConfigError: --modle.hidden_dim: not a config field: there is no section modle \
+(did you mean --model.hidden_dim?)
+    """
+    parts = dotted.split(".")
+    unknown = _first_unknown(parts)
+    if unknown is None:
+        return
+    near = _suggestions(parts, *unknown)
+    what = f": there is no section {'.'.join(parts[: unknown[0] + 1])}" if unknown[0] < len(parts) - 1 else ""
+    hint = f" (did you mean {' or '.join(f'--{name}' for name in near)}?)" if near else "; --help lists them"
+    raise ConfigError(f"--{dotted}: not a config field{what}{hint}")
+
+
+def _first_unknown(parts: Sequence[str]) -> tuple[int, list[str]] | None:
+    """Where the dotted name ``parts`` leaves the config's fields, and the names valid there; None when it
+    names a field (or a value inside one, whose validation speaks for it)."""
+    model: Any = RunConfig
+    depth = 0
+    while depth < len(parts):
+        fields = getattr(model, "model_fields", None)
+        if fields is None:
+            return None
+        if parts[depth] not in fields:
+            return depth, list(fields)
+        annotation = fields[parts[depth]].annotation
+        depth += 2 if _is_collection(annotation) else 1  # a mapping's key or a list's index is no field
+        model = _section_type(annotation)
+    return None
+
+
+def _suggestions(parts: Sequence[str], depth: int, names: Sequence[str]) -> list[str]:
+    """``parts`` with its unknown name at ``depth`` replaced by the valid ``names`` like it: spelled nearly
+    so, or holding it as the start of a word (``steps``: ``num_train_steps``), at most three."""
+    name = parts[depth]
+    near = difflib.get_close_matches(name, list(names), n=3, cutoff=0.6)
+    if len(name) >= 3:
+        near += [n for n in names if n not in near and any(w.startswith(name) for w in n.split("_"))]
+    return [".".join([*parts[:depth], n, *parts[depth + 1 :]]) for n in near[:3]]
+
+
+def _is_collection(annotation: Any) -> bool:
+    """Whether a field's annotation is a mapping or a list (``dict[str, X]``, ``list[X]``, possibly
+    ``| None``), whose entries are named by a key or an index."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(typing.get_origin(arg) in (dict, list) for arg in typing.get_args(annotation))
+    return origin in (dict, list)
+
+
 def _describe(error: dict, where: str) -> str:
     loc = [str(part) for part in error["loc"]]
     field = ".".join(loc)
     if error["type"] == "extra_forbidden":
-        hint = _nearest(loc)
-        return f"{field}: unknown key" + (f" (did you mean {hint}?)" if hint else f" in {where}")
+        unknown = _first_unknown(loc)
+        near = _suggestions(loc, *unknown) if unknown is not None else []
+        return f"{field}: unknown key in {where}" + (f" (did you mean {' or '.join(near)}?)" if near else "")
     message = error["msg"].removeprefix("Value error, ")
     if not field:
         return message
     given = error.get("input")
     shown = "" if isinstance(given, dict) or given is None else f" (got {given!r})"
     return f"{field}: {message}{shown}"
-
-
-def _nearest(loc: list[str]) -> str | None:
-    """The valid dotted name nearest to an unknown key at ``loc``."""
-    model: Any = RunConfig
-    for part in loc[:-1]:
-        fields = getattr(model, "model_fields", None)
-        if fields is None or part not in fields:
-            return None
-        model = _section_type(fields[part].annotation)
-    fields = getattr(model, "model_fields", {})
-    match = difflib.get_close_matches(loc[-1], list(fields), n=1, cutoff=0.6)
-    return ".".join([*loc[:-1], match[0]]) if match else None
 
 
 def _section_type(annotation: Any) -> Any:
