@@ -213,13 +213,31 @@ def test_a_directory_of_chat_data_is_read_for_its_data_files_only(tmp_path, toke
     assert [s["url"] for s in TokenStore.open(tmp_path / "store").manifest["sources"]] == [
         str(dataset / "data" / "train.jsonl")
     ]
-    with pytest.raises(InputError, match=r"README.md: a chat source must be JSON Lines"):  # named: read
+    with pytest.raises(InputError, match=r"README.md: a chat source must be JSON \("):  # named: read
         build_store([dataset / "README.md"], tokenizer_path, tmp_path / "named", **OPTIONS)
     (dataset / "data" / "train.jsonl").unlink()
+    (dataset / "data" / "train.csv").write_text("prompt,completion\nq,a\n")
     with pytest.raises(
-        InputError, match=r"dataset'?: holds no file ending .jsonl, .jsonl.gz, .parquet \(1 other file\)"
+        InputError,
+        match=r"dataset'?: holds no file ending .jsonl, .jsonl.gz, .json, .parquet "
+        r"\(2 other files: README.md, train.csv\)$",
     ):
         build_store(dataset, tokenizer_path, tmp_path / "none", **OPTIONS)
+
+
+def test_a_json_array_in_a_directory_is_data_and_the_records_of_a_saved_data_set_are_not(
+    tmp_path, tokenizer_path
+):
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    (dataset / "train.json").write_text(json.dumps([talk("q", "a"), talk("q2", "a2")]))
+    for record in ("dataset_info.json", "state.json"):  # what datasets' save_to_disk writes beside its data
+        (dataset / record).write_text('{"citation": ""}')
+    report = build_store(dataset, tokenizer_path, tmp_path / "store", **OPTIONS)
+    assert report.documents == 2
+    assert [s["url"] for s in TokenStore.open(tmp_path / "store").manifest["sources"]] == [
+        str(dataset / "train.json")
+    ]
 
 
 TOOLS_TEMPLATE = (  # the shipped layout, and an assistant's tool calls written as JSON in its turn

@@ -179,9 +179,37 @@ def test_an_escaped_lone_surrogate_anywhere_in_the_messages_is_not_text_either(t
 def test_plain_text_is_not_a_chat_source(tmp_path):
     (tmp_path / "a.txt").write_text("Hi there")
     with pytest.raises(
-        InputError, match=r"a\.txt: a chat source must be JSON Lines .* or Parquet with a 'messages'"
+        InputError,
+        match=r"a\.txt: a chat source must be JSON \(.jsonl, .jsonl.gz, .json\) or Parquet with a 'messages'",
     ):
         _read(tmp_path / "a.txt")
+
+
+def test_a_json_file_is_read_as_json_lines_or_as_one_array_of_records(tmp_path):
+    """As Hugging Face datasets reads a `.json` file: lines of records, or one array of them (Alpaca's and
+    ShareGPT's exports), pretty-printed or not; a bad record is named by its item in the array."""
+    records = [{"messages": HELLO}, {"prompt": "Hi", "completion": "Hello"}]
+    lines = _jsonl(tmp_path / "lines.json", *records)
+    (tmp_path / "array.json").write_text("\n  " + json.dumps(records, indent=2))
+    expected = [(tuple(HELLO), 0), (tuple(HELLO), 1)]
+    assert [(c.messages, c.prompt_messages) for c in _read(lines)] == expected
+    from_array = _read(tmp_path / "array.json")
+    assert [(c.messages, c.prompt_messages) for c in from_array] == expected
+    assert [c.place for c in from_array] == [f"{tmp_path / 'array.json'}, item {i}" for i in (1, 2)]
+    (tmp_path / "bad.json").write_text(
+        json.dumps([records[0], {"messages": [{"role": "bot", "content": "?"}]}])
+    )
+    with pytest.raises(BadLineError, match=r"bad\.json, item 2: message 1 has role 'bot'"):
+        _read(tmp_path / "bad.json")
+    notes = ReadNotes()
+    assert len(_read(tmp_path / "bad.json", ReadPolicy(skip_bad_lines=True), notes)) == 1
+    assert notes.counts["refused_conversations"] == 1 and "item 2" in notes.skipped_lines[0]
+    (tmp_path / "cut.json").write_text('[{"messages": []}, {"mess')
+    with pytest.raises(InputError, match=r"cut\.json: not valid JSON \(.* at line 1, column \d+\)$"):
+        _read(tmp_path / "cut.json")
+    (tmp_path / "escaped.json").write_text('[{"messages": [{"role": "user", "content": "a\\ud800"}]}]')
+    with pytest.raises(InvalidUtf8Error, match="escaped.json, item 1"):
+        _read(tmp_path / "escaped.json")
 
 
 def test_a_prompt_and_its_completion_are_one_conversation_whose_prompt_is_not_trained(tmp_path):

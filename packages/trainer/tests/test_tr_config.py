@@ -121,13 +121,13 @@ def test_an_unknown_key_in_a_file_names_the_file_and_a_flag_names_itself(tmp_pat
     with pytest.raises(
         ConfigError,
         match=rf"^trainer.steps: unknown key in {path} \(did you mean trainer.num_train_steps\?\)$",
-    ):  # noqa: E501
+    ):
         load_config(path)
     path.write_text("data:\n  sources:\n    web: {storee: s}\n")
     with pytest.raises(
         ConfigError,
         match=r"^data.sources.web.storee: unknown key in .* \(did you mean data.sources.web.store\?\)$",
-    ):  # noqa: E501
+    ):
         load_config(path)
     with pytest.raises(ConfigError, match=r"^--trainer.stepz: not a config field"):
         load_config(tmp_path / "missing.yaml", ["--trainer.stepz", "3"])
@@ -168,7 +168,7 @@ def test_the_command_line_reports_a_bad_override_in_one_line(capsys):
     err = capsys.readouterr().err.strip()
     assert (
         err == "error: --trainer.num_train_step: not a config field (did you mean --trainer.num_train_steps?)"
-    )  # noqa: E501
+    )
 
 
 @pytest.mark.parametrize("preset", ["tiny", "llama_1b", "marin_8b"])

@@ -1,9 +1,11 @@
-"""Chat sources: conversations read from JSON Lines or Parquet, checked, each with where it came from.
+"""Chat sources: conversations read from JSON (Lines, or one array) or Parquet, checked, each with where it
+came from.
 
 A conversation is a list of messages, each an object with a string `role` (one of `ROLES`) and a string
 `content` (which a message calling tools, with `tool_calls`, may leave out or null), and any other keys
 (`name`, ...), which a chat template may read. In JSON Lines
-(`.jsonl`, `.jsonl.gz`) each line is an object holding the list in a field (`messages` by default); in
+(`.jsonl`, `.jsonl.gz`) each line is an object holding the list in a field (`messages` by default); a `.json`
+file holds such lines or one array of such objects (as Hugging Face datasets reads either); in
 Parquet (Hugging Face datasets' exports) a column holds it as a list of structs. A line or row without that
 field may hold a prompt and its completion instead (TRL's prompt-completion datasets): `prompt` and
 `completion`, each a list of messages or a string (one user message, one assistant message); the
@@ -74,11 +76,13 @@ def read_conversations(
     kind = piece.source.kind
     if kind == "parquet":
         yield from _parquet_conversations(piece, policy, notes, field)
-    elif kind == "text":
+    elif kind == "text" and not piece.source.url.lower().endswith(".json"):
         raise InputError(
-            f"{piece.source.name}: a chat source must be JSON Lines (.jsonl, .jsonl.gz) or Parquet with a "
-            f"{field!r} column of conversations, not plain text"
+            f"{piece.source.name}: a chat source must be JSON (.jsonl, .jsonl.gz, .json) or Parquet with a "
+            f"{field!r} field of conversations (or a {PROMPT!r} and a {COMPLETION!r}), not plain text"
         )
+    elif kind == "text" and _json_array(piece):
+        yield from _json_array_conversations(piece, policy, notes, field)
     else:
         yielded = False
         parse = _jsonl_parser(policy, notes, field)
@@ -193,21 +197,74 @@ def _jsonl_parser(
             record = json.loads(line)
         except json.JSONDecodeError as e:
             raise BadLineError(f"not valid JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(record, dict):
-            raise BadLineError(f"not a JSON object with a {field!r} field (it is {_kind(record)})")
-        if field not in record and PROMPT in record and COMPLETION in record:
-            prompt, completion = prompt_and_completion(record[PROMPT], record[COMPLETION])
-            messages, prompt_messages = prompt + completion, len(prompt)
-        elif field not in record:
-            another = policy.another_field(" (pass {} to name another)")
-            raise BadLineError(f"no {field!r} field, nor a {PROMPT!r} and a {COMPLETION!r}{another}")
-        else:
-            messages, prompt_messages = checked_messages(record[field], field), 0
-        if "\\u" in line:  # only a JSON escape can make a lone surrogate (decoded UTF-8 holds none)
-            messages = _without_lone_surrogates(messages, place, policy, notes)
-        return None if messages is None else Conversation(messages, str(place), prompt_messages)
+        # only a JSON escape can make a lone surrogate (decoded UTF-8 holds none)
+        return _record_conversation(record, place, policy, notes, field, escaped="\\u" in line)
 
     return parse
+
+
+def _record_conversation(
+    record: Any, place: Place, policy: ReadPolicy, notes: ReadNotes, field: str, escaped: bool
+) -> Conversation | None:
+    """The conversation in one JSON record (None: skipped as not text), or a `BadLineError` saying what is
+    wrong with it (no place yet); `escaped` when its JSON held a `\\u` escape."""
+    if not isinstance(record, dict):
+        raise BadLineError(f"not a JSON object with a {field!r} field (it is {_kind(record)})")
+    if field not in record and PROMPT in record and COMPLETION in record:
+        prompt, completion = prompt_and_completion(record[PROMPT], record[COMPLETION])
+        messages, prompt_messages = prompt + completion, len(prompt)
+    elif field not in record:
+        another = policy.another_field(" (pass {} to name another)")
+        raise BadLineError(f"no {field!r} field, nor a {PROMPT!r} and a {COMPLETION!r}{another}")
+    else:
+        messages, prompt_messages = checked_messages(record[field], field), 0
+    if escaped:
+        messages = _without_lone_surrogates(messages, place, policy, notes)
+    return None if messages is None else Conversation(messages, str(place), prompt_messages)
+
+
+def _json_array(piece: Piece) -> bool:
+    """Whether a `.json` file holds one JSON array (of records), not JSON Lines: its first character that
+    is not white space is `[` (Hugging Face datasets reads a `.json` file either way)."""
+    with open_input(piece.source.url) as f:
+        while block := f.read(4096):
+            if stripped := block.lstrip():
+                return stripped.startswith(b"[")
+    return False
+
+
+def _json_array_conversations(
+    piece: Piece, policy: ReadPolicy, notes: ReadNotes, field: str
+) -> Iterator[Conversation]:
+    """The conversation of each record of a `.json` file holding one array, read whole; a bad record stops
+    the read naming its item (its place in the array, from 1), or is skipped as a bad line is."""
+    source = piece.source
+    with open_input(source.url, whole=True) as f:
+        data = f.read()
+    text = decode_document(data, Place(source), policy, notes)
+    if text is None:
+        return
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"{source.name}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})"
+        ) from None
+    if not isinstance(records, list):
+        raise InputError(f"{source.name}: not a JSON array of records, nor JSON Lines")
+    escaped, yielded = "\\u" in text, False
+    for number, record in enumerate(records, start=1):
+        place = Place(source, item=number)
+        try:
+            conversation = _record_conversation(record, place, policy, notes, field, escaped)
+        except BadLineError as error:
+            _refuse(f"{place}: {error}", policy, notes)
+            continue
+        if conversation is not None:
+            yielded = True
+            yield conversation
+    if not yielded:
+        notes.counts["empty_files"] += 1
 
 
 def _without_lone_surrogates(

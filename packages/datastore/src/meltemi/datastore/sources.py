@@ -103,7 +103,13 @@ def _url(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return path if fs.protocol in ("file", ("file", "local")) else fs.unstrip_protocol(path)
 
 
-CHAT_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")  # the files a chat source's directory is read for
+CHAT_SUFFIXES = (
+    ".jsonl",
+    ".jsonl.gz",
+    ".json",
+    ".parquet",
+)  # the files a chat source's directory is read for
+NOT_DATA = ("dataset_info.json", "dataset_dict.json", "state.json")  # Hugging Face datasets' own records
 
 
 def resolve_inputs(inputs: Sequence[str], within: Sequence[str] | None = None) -> list[str]:
@@ -124,15 +130,30 @@ def resolve_inputs(inputs: Sequence[str], within: Sequence[str] | None = None) -
         except (ImportError, ValueError, OSError) as e:
             raise InputError(f"input {redact(str(item))!r}: cannot be listed ({redact(str(e))})") from None
         if within is not None and listed:
-            kept = [f for f in files if f.lower().endswith(tuple(within))]
+            kept = [f for f in files if f.lower().endswith(tuple(within)) and _file_name(f) not in NOT_DATA]
             if not kept:
                 raise InputError(
                     f"input {redact(str(item))!r}: holds no file ending {', '.join(within)} "
-                    f"({len(files)} other file{'s' * (len(files) != 1)})"
+                    f"({_some_names(files)})"
                 )
             files = kept
         found.update(files)
     return sorted(found)
+
+
+def _file_name(url: str) -> str:
+    return url.rstrip("/").rpartition("/")[2]
+
+
+def _some_names(files: Sequence[str], shown: int = 4) -> str:
+    """`3 other files: a.csv, b.csv, c.txt`, the first `shown` file names of a listing.
+
+    >>> _some_names(["/d/a.csv", "/d/b.txt", "/d/c", "/d/e", "/d/f"], shown=2)
+    '5 other files: a.csv, b.txt and 3 more'
+    """
+    names = sorted(_file_name(f) for f in files)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{len(names)} other file{'s' * (len(names) != 1)}: {', '.join(names[:shown])}{more}"
 
 
 _BUCKETS = ("gs", "s3")  # read through the storage seam (its credentials and errors); the rest via fsspec
@@ -275,19 +296,23 @@ class ReadNotes:
 
 @dataclass(frozen=True)
 class Place:
-    """Where a document is, for messages: its line (JSONL) or row (Parquet), and the byte offset it starts
-    at in its file (in the uncompressed text of a `.jsonl.gz`; in its own bytes for a Parquet row)."""
+    """Where a document is, for messages: its line (JSONL), row (Parquet) or item (a JSON array), and the
+    byte offset it starts at in its file (in the uncompressed text of a `.jsonl.gz`; in its own bytes for a
+    Parquet row)."""
 
     source: Source
     line: int | None = None
     row: int | None = None
     start: int = 0
+    item: int | None = None
 
     def __str__(self) -> str:
         if self.line is not None:
             return f"{self.source.name}, line {self.line}"
         if self.row is not None:
             return f"{self.source.name}, row {self.row}"
+        if self.item is not None:
+            return f"{self.source.name}, item {self.item}"
         return self.source.name
 
     def byte(self, offset: int) -> str:

@@ -372,7 +372,8 @@ class SourceConfig(Section):
     corpus: str | None = Field(
         None,
         description="a file, directory or URL built into a store on first use: text, JSONL or Parquet; for "
-        "chat, JSONL or Parquet whose messages field holds the conversation (or a prompt and a completion)",
+        "chat, JSON, JSONL or Parquet whose messages field holds the conversation (or a prompt and a "
+        "completion)",
     )
     format: DataFormat = Field(
         "text", description="what the corpus holds: text documents or chat conversations"
