@@ -3,7 +3,8 @@
     uv run apps/chat.py --message "Describe json.dumps" [--temperature 0]     # runs/tiny_sft, apps/sft.py's
     uv run apps/chat.py --checkpoint RUN [--system TEXT]            # a prompt loop: one reply per message
 
-``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
+``--checkpoint`` is a run directory (its latest good checkpoint), a ``step-N`` directory or a Hugging Face
+directory with a chat template (``apps/export_hf.py``'s, or one ``transformers`` saved), local or in a
 bucket (``s3://``, ``gs://``); by default ``runs/tiny_sft``, where ``uv run apps/sft.py`` writes. The
 conversation is rendered by the chat template the checkpoint records (as ``transformers``'
 ``apply_chat_template`` renders it with the exported tokenizer) and the reply stops at the end of the

@@ -7,7 +7,8 @@
     uv run apps/evaluate.py --config configs/marin_8b.yaml --dry-run --hardware.chip "TPU v5e"
                             --hardware.devices 16 [--batch-size 8] [--max-length N]
 
-``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory (by default
+``--checkpoint`` is a run directory (its latest good checkpoint), a ``step-N`` directory or a Hugging Face
+directory (by default
 ``runs/tiny``, ``uv run apps/pretrain.py``'s); its parameters are sharded over every device (never a whole
 copy on one). ``--dry-run`` plans without a checkpoint: the scoring program compiled from shapes on the
 target's devices (faked on this CPU), its memory per device against the chip's; exit status 2 when it does not
@@ -95,11 +96,11 @@ def main(argv: list[str]) -> int:
         return plan_inference(args.config, overrides, args.devices, planner)
     specs = [spec.strip() for spec in args.tasks.split(",") if spec.strip()]
 
-    from meltemi.trainer.checkpoint.trained_model import checkpoints_at
+    from meltemi.trainer.checkpoint.trained_model import locate_model
     from meltemi.trainer.errors import TrainerError
 
     try:
-        checkpoints_at(args.checkpoint)  # a missing or empty run is said before the harness loads
+        locate_model(args.checkpoint)  # a missing or empty run is said before the harness loads
     except TrainerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -2,11 +2,12 @@
 
     uv run apps/export_hf.py --out exported/tiny [--checkpoint RUN] [--dtype bfloat16]
 
-``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
-bucket (``s3://``, ``gs://``), by default ``runs/tiny`` (``uv run apps/pretrain.py``'s); the tokenizer files
-come from the run's own copy, and generation stops at the end-of-text token the checkpoint records. ``--out``
-may be a bucket URL too: the export goes straight there, shard by shard (one atomic PUT each, ``config.json``
-last), with no local copy.
+``--checkpoint`` is a run directory (its latest good checkpoint), a ``step-N`` directory or a Hugging Face
+directory (to convert it: ``--dtype bfloat16``, or into a bucket), local or in a bucket (``s3://``,
+``gs://``), by default ``runs/tiny`` (``uv run apps/pretrain.py``'s); the tokenizer files come from the run's
+own copy, and generation stops at the end-of-text token the checkpoint records. ``--out`` may be a bucket URL
+too: the export goes straight there, shard by shard (one atomic PUT each, ``config.json`` last), with no local
+copy.
 """
 
 from __future__ import annotations

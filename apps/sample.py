@@ -4,13 +4,14 @@
     uv run apps/sample.py --config configs/marin_8b.yaml --dry-run --hardware.chip "TPU v5e"
                           --hardware.devices 16 [--max-new-tokens 64]
 
-``--checkpoint`` is a run directory (its latest good checkpoint) or a ``step-N`` directory, local or in a
-bucket (``s3://``, ``gs://``; by default ``runs/tiny``, where ``uv run apps/pretrain.py`` writes), its
-parameters sharded over every device; ``--prompt`` is by default the run's ``trainer.sample_prompt`` (what its
-summary's sample continued); ``--temperature 0`` is greedy. The continuation is written as it is generated;
-progress and the speed go to stderr. ``--dry-run`` plans without a checkpoint: the prefill of the longest
-prompt the context allows and the decode loop, compiled from shapes on the target's devices (faked on this
-CPU), their memory per device against the chip's; exit status 2 when they do not fit.
+``--checkpoint`` is a run directory (its latest good checkpoint), a ``step-N`` directory or a Hugging Face
+directory, local or in a bucket (``s3://``, ``gs://``; by default ``runs/tiny``, where ``uv run
+apps/pretrain.py`` writes), its parameters sharded over every device; ``--prompt`` is by default the run's
+``trainer.sample_prompt`` (what its summary's sample continued); ``--temperature 0`` is greedy. The
+continuation is written as it is generated; progress and the speed go to stderr. ``--dry-run`` plans without a
+checkpoint: the prefill of the longest prompt the context allows and the decode loop, compiled from shapes on
+the target's devices (faked on this CPU), their memory per device against the chip's; exit status 2 when they
+do not fit.
 """
 
 from __future__ import annotations

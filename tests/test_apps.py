@@ -193,7 +193,8 @@ def test_a_directory_without_checkpoints_is_a_one_line_error(tmp_path, name):
     assert result.returncode == 1
     assert (
         result.stderr.strip()
-        == f"error: {tmp_path / 'empty'} holds no checkpoint (looked for step-N directories)"
+        == f"error: {tmp_path / 'empty'} holds no checkpoint (looked for step-N directories) and is no "
+        "Hugging Face model (no config.json)"
     )
     assert not (tmp_path / "hf").exists()
 

@@ -138,3 +138,39 @@ def test_evaluate_renders_the_tasks_prompts_with_the_chat_template_when_asked(fi
         "error: --apply_chat_template: this model has no chat template (it was not fine-tuned for chat: "
         "apps/sft.py)"
     )
+
+
+def test_the_export_loads_back_as_the_run_it_came_from_and_apps_chat_talks_with_it(fine_tuned):
+    """A Hugging Face directory is a model as a run is: the same parameters bit for bit, the same stop ids,
+    template and special tokens, so ``apps/chat.py --checkpoint HF_DIR`` gives the run's reply."""
+    from meltemi.trainer.hf.layout import on_host
+
+    run, exported = load_model(fine_tuned / "sft"), load_model(fine_tuned / "hf")
+    ours, theirs = jax.tree_util.tree_leaves(run.model), jax.tree_util.tree_leaves(exported.model)
+    assert all(on_host(a).tobytes() == on_host(b).tobytes() for a, b in zip(ours, theirs, strict=True))
+    assert exported.end_of_text.stop_ids == run.end_of_text.stop_ids
+    assert exported.chat.template == run.chat.template
+    assert exported.chat.special_tokens["bos_token"] == run.chat.special_tokens["bos_token"]
+    assert exported.chat.special_tokens["eos_token"] == "<|eot_id|>"
+    chatted = app("chat.py", "--checkpoint", str(fine_tuned / "hf"), "--message", ASKED, "--max-new-tokens",
+                  "16", "--temperature", "0", cwd=fine_tuned)  # fmt: skip
+    assert chatted.returncode == 0, chatted.stderr
+    assert chatted.stdout.strip() == "yes"
+
+
+def test_a_directory_transformers_saved_is_read_with_its_template_file_and_dtype(
+    fine_tuned, torch, transformers
+):
+    """transformers writes the chat template to ``chat_template.jinja`` and the dtype to ``config.json``:
+    a bf16 model it saved is read in bf16, with the template, answering as the run does."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(fine_tuned / "hf")
+    model = transformers.LlamaForCausalLM.from_pretrained(fine_tuned / "hf", dtype=torch.bfloat16)
+    saved = fine_tuned / "resaved"
+    model.save_pretrained(saved)
+    tokenizer.save_pretrained(saved)
+    assert (saved / "chat_template.jinja").exists()
+    assert "chat_template" not in json.loads((saved / "tokenizer_config.json").read_text())
+    loaded, run = load_model(saved), load_model(fine_tuned / "sft")
+    assert loaded.config.trainer.param_dtype == loaded.config.trainer.compute_dtype == "bfloat16"
+    assert loaded.chat.template == run.chat.template
+    assert loaded.end_of_text.stop_ids == run.end_of_text.stop_ids

@@ -437,3 +437,56 @@ def test_an_import_onto_a_plan_reads_every_parameter_sharded_as_the_plan_says(
     state = train_state_from_hf(out, config, plan=plan)
     for tree in (state.model, state.opt_state[1].mu):
         assert tree.layers.stacked.self_attn.q_proj.weight.array.sharding == q.array.sharding
+
+
+def test_a_directory_s_model_files_are_read_as_transformers_writes_them_and_bad_ones_named(tmp_path):
+    from meltemi.trainer.checkpoint.trained_model import locate_model
+    from meltemi.trainer.errors import CheckpointError
+    from meltemi.trainer.hf.model_files import read_model_files
+
+    out = export_hf(Llama.init(SMALL, key=jax.random.key(0)), tmp_path / "hf")
+    files = read_model_files(out)
+    assert (files.dtype, files.tokenizer, files.chat, files.end_of_text.stop_ids) == (
+        "float32",
+        None,
+        None,
+        (),
+    )
+    assert locate_model(out).where() == str(out)
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    templates = [{"name": "tool_use", "template": "x"}, {"name": "default", "template": template}]
+    bos = {"content": "<s>", "special": True}
+    fields = {"chat_template": templates, "bos_token": bos, "eos_token": "</s>", "model_max_length": 8}
+    (out / "tokenizer_config.json").write_text(json.dumps(fields))
+    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": [5, 7]}))
+    files = read_model_files(out)
+    assert files.chat.template == template and files.chat.special_tokens == {
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+    }
+    assert files.end_of_text.stop_ids == (5, 7)
+    (out / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    assert read_model_files(out).chat.template == "{{ messages[0]['content'] }}"
+    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": "</s>"}))
+    with pytest.raises(
+        HfFormatError, match=r"generation_config.json: eos_token_id is '</s>', not a token id"
+    ):
+        read_model_files(out)
+    (out / "generation_config.json").write_text("[1, 2]")
+    with pytest.raises(HfFormatError, match=r"generation_config.json: holds list, not a JSON object"):
+        read_model_files(out)
+    (out / "chat_template.jinja").unlink()
+    (out / "generation_config.json").unlink()
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": [{"name": "rag", "template": "x"}]})
+    )
+    with pytest.raises(
+        HfFormatError, match=r"tokenizer_config.json: chat_template names no 'default' template"
+    ):
+        read_model_files(out)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(
+        CheckpointError,
+        match=r"empty holds no checkpoint .* and is no Hugging Face model \(no config.json\)$",
+    ):
+        locate_model(tmp_path / "empty")

@@ -1,7 +1,8 @@
 """A trained model read back from its run: the latest good checkpoint's parameters sharded over the devices
 (each process reading only what its devices hold: no device ever holds the whole model), its config, the
 run's own tokenizer (checked against the checkpoint) and its end-of-text token; what export, sampling and
-evaluation start from.
+evaluation start from. A Hugging Face directory (``config.json``, safetensors, ``tokenizer.json``, and a
+chat model's template) is read the same way, so they use a published model as they use a run.
 
     trained = load_model("runs/tiny")
     trained.model, trained.layout.plan, trained.tokenizer, trained.end_of_text.id
@@ -25,6 +26,9 @@ from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text, run_tokenizer
 from meltemi.trainer.errors import CheckpointError
+from meltemi.trainer.hf.load import import_hf
+from meltemi.trainer.hf.model_files import CONFIG as HF_CONFIG
+from meltemi.trainer.hf.model_files import read_model_files
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import InferenceLayout, inference_layout
 
@@ -33,10 +37,10 @@ logger = logging.getLogger("meltemi.trainer")
 
 @dataclasses.dataclass(frozen=True)
 class TrainedModel:
-    """A checkpoint's model and what using it needs: ``layout`` is the mesh its parameters lie on (and the
-    axis mappings that run it); ``tokenizer`` where the run's copy lies, a path or a URL in the run's bucket
-    (for checkpoints older than the copy, what their config names; None without one); ``chat`` a chat
-    run's template (None for a run that never saw a conversation)."""
+    """A checkpoint's (or a Hugging Face directory's) model and what using it needs: ``layout`` is the mesh
+    its parameters lie on (and the axis mappings that run it); ``tokenizer`` where the run's copy lies, a
+    path or a URL in the run's bucket (for checkpoints older than the copy, what their config names; None
+    without one); ``chat`` a chat run's template (None for a run that never saw a conversation)."""
 
     config: RunConfig
     model: Llama
@@ -81,12 +85,12 @@ def _readable(location: str) -> bool:
         return False
 
 
-def checkpoints_at(location: str | os.PathLike | Location) -> list[Directory]:
-    """The checkpoints a run or ``step-N`` directory holds, newest first; a ``CheckpointError`` saying the
-    location does not exist, or holds none, when there are none (reading only the listing: an app asks
-    before loading anything heavier).
+def locate_model(location: str | os.PathLike | Location) -> list[Directory] | Directory:
+    """The checkpoints a run or ``step-N`` directory holds, newest first, or the Hugging Face directory that
+    ``location`` is (``config.json`` and no checkpoint); a ``CheckpointError`` saying the location does not
+    exist, or holds neither (reading only listings: an app asks before loading anything heavier).
 
-    >>> checkpoints_at("/no/such/run")
+    >>> locate_model("/no/such/run")
     Traceback (most recent call last):
     ...
     meltemi.trainer.errors.CheckpointError: /no/such/run does not exist
@@ -95,10 +99,16 @@ def checkpoints_at(location: str | os.PathLike | Location) -> list[Directory]:
     found = find_checkpoints(location)
     if found:
         return found
+    directory = Directory(location)
+    if directory.exists(HF_CONFIG):
+        return directory
     local = Location.parse(location).local_path
     if local is not None and not local.exists():
         raise CheckpointError(f"{location} does not exist")
-    raise CheckpointError(f"{location} holds no checkpoint (looked for step-N directories)")
+    raise CheckpointError(
+        f"{location} holds no checkpoint (looked for step-N directories) and is no Hugging Face model "
+        f"(no {HF_CONFIG})"
+    )
 
 
 def abstract_model(config: RunConfig) -> Llama:
@@ -113,15 +123,18 @@ def load_model(
     warn=logger.warning,
     devices: Sequence[jax.Device] | None = None,
 ) -> TrainedModel:
-    """The model of a run directory's latest good checkpoint, or of a ``step-N`` directory (a local path or
-    a bucket URL), restored onto ``devices`` (default: all) as ``inference_layout`` lays it out.
+    """The model of a run directory's latest good checkpoint, of a ``step-N`` directory or of a Hugging Face
+    directory (a local path or a bucket URL), restored onto ``devices`` (default: all) as
+    ``inference_layout`` lays it out.
 
     A location without any checkpoint is a ``CheckpointError`` naming it; damaged ones are skipped with a
     warning, as a resumption skips them.
     """
     from meltemi.trainer.config_io import validate
 
-    found = checkpoints_at(location)
+    found = locate_model(location)
+    if isinstance(found, Directory):
+        return _hf_model(found, devices)
     for path in found:
         try:
             manifest = inspect_checkpoint(path)
@@ -137,3 +150,17 @@ def load_model(
         tokenizer, end = checkpoint_tokenizer(path, manifest)
         return TrainedModel(config, model, layout, path.location, tokenizer, end, manifest.chat)
     raise CheckpointError(f"{location}: no checkpoint there reads back whole")
+
+
+def _hf_model(directory: Directory, devices: Sequence[jax.Device] | None) -> TrainedModel:
+    """A Hugging Face directory's model, in the dtype its weights were saved in (``torch_dtype``: what
+    transformers' ``torch_dtype="auto"`` loads), which its matmuls compute in too; the rest of its config
+    is the defaults (its rows no longer than its positions)."""
+    files = read_model_files(directory)
+    trainer = {"param_dtype": files.dtype, "compute_dtype": files.dtype}
+    data = {"seq_len": min(RunConfig().data.seq_len, files.model.max_seq_len)}
+    config = RunConfig.model_validate({"model": files.model.model_dump(), "trainer": trainer, "data": data})
+    layout = inference_layout(config, devices)
+    _, model = import_hf(directory, config.model, dtype=files.dtype, plan=layout.plan)
+    where, chat = directory.location, files.chat
+    return TrainedModel(config, model, layout, where, files.tokenizer, files.end_of_text, chat)

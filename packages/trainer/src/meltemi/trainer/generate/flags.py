@@ -31,15 +31,18 @@ class DefaultRun:
 PRETRAINED = DefaultRun("runs/tiny", "uv run apps/pretrain.py")
 FINE_TUNED = DefaultRun("runs/tiny_sft", "uv run apps/sft.py")
 
-CHECKPOINT_HELP = "a run directory (its latest good checkpoint) or a step-N directory, local or in a bucket"
+CHECKPOINT_HELP = (
+    "a run directory (its latest good checkpoint), a step-N directory or a Hugging Face directory, local "
+    "or in a bucket"
+)
 
 
 def add_checkpoint_flag(
     parser: argparse.ArgumentParser, default: DefaultRun, *, dry_run: bool = False
 ) -> None:
-    """``--checkpoint``: the run or ``step-N`` directory to read, ``default`` when not given (read it with
-    ``checkpoint_of``); with ``dry_run``, the app also takes the dry run's flags, and reads no checkpoint
-    with them."""
+    """``--checkpoint``: the run, ``step-N`` or Hugging Face directory to read, ``default`` when not given
+    (read it with ``checkpoint_of``); with ``dry_run``, the app also takes the dry run's flags, and reads no
+    checkpoint with them."""
     parser.add_argument(
         "--checkpoint",
         help=f"{CHECKPOINT_HELP} (default: {default.directory}, which {default.trained_by} trains)",

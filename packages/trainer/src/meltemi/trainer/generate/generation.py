@@ -333,11 +333,15 @@ def recorded_sample_prompt(location: str | Path) -> str:
     ...
     meltemi.trainer.errors.CheckpointError: /no/such/run does not exist
     """
+    from meltemi.datastore.storage import Directory
     from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
-    from meltemi.trainer.checkpoint.trained_model import checkpoints_at
+    from meltemi.trainer.checkpoint.trained_model import locate_model
     from meltemi.trainer.errors import CheckpointError
 
-    for step in checkpoints_at(location):
+    found = locate_model(location)
+    if isinstance(found, Directory):
+        raise GenerationError(f"{location}: a Hugging Face model records no sample prompt; give --prompt")
+    for step in found:
         try:
             manifest = inspect_checkpoint(step)
         except CheckpointError:

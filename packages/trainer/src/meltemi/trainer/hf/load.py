@@ -46,15 +46,25 @@ def read_hf_config(
 ) -> ModelConfig:
     """The ``ModelConfig`` of a Hugging Face directory's ``config.json`` (other fields from ``base``)."""
     directory = _directory(directory)
-    where = directory.where("config.json")
-    data = directory.read_bytes("config.json")
+    fields = json_file(directory, "config.json")
+    if fields is None:
+        raise HfFormatError(f"{directory.where('config.json')}: missing; not a Hugging Face model directory")
+    return model_config_from_hf(fields, base, where=directory.where("config.json"))
+
+
+def json_file(directory: Directory, key: str) -> dict | None:
+    """The object in the JSON file ``key`` of ``directory`` (None when there is none); an ``HfFormatError``
+    naming it when it holds no JSON object."""
+    data = directory.read_bytes(key)
     if data is None:
-        raise HfFormatError(f"{where}: missing; not a Hugging Face model directory")
+        return None
     try:
         fields = json.loads(data)
     except ValueError as error:
-        raise HfFormatError(f"{where}: not valid JSON ({error})") from None
-    return model_config_from_hf(fields, base, where=where)
+        raise HfFormatError(f"{directory.where(key)}: not valid JSON ({error})") from None
+    if not isinstance(fields, dict):
+        raise HfFormatError(f"{directory.where(key)}: holds {type(fields).__name__}, not a JSON object")
+    return fields
 
 
 def _directory(directory: str | os.PathLike | Location | Directory) -> Directory:

@@ -1,0 +1,110 @@
+"""What using a Hugging Face directory needs besides its weights, read as transformers reads it: the model's
+shape (``config.json``), the dtype its weights were saved in (``torch_dtype``), ``tokenizer.json``, the ids
+generation stops at (``generation_config.json``'s ``eos_token_id``, else ``config.json``'s) and a chat
+model's template (``chat_template.jinja``, else ``tokenizer_config.json``'s ``chat_template``) with the
+special tokens it renders.
+
+>>> import jax
+>>> from meltemi.trainer.config import ModelConfig
+>>> from meltemi.trainer.hf.export import export_hf
+>>> from meltemi.trainer.model.llama import Llama
+>>> config = ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2)
+>>> out = export_hf(Llama.init(config, key=jax.random.key(0)), "memory://doc/hf_files", dtype="bfloat16")
+>>> files = read_model_files("memory://doc/hf_files")
+>>> files.model.hidden_dim, files.dtype, files.tokenizer, files.chat
+(32, 'bfloat16', None, None)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from meltemi.datastore.storage import Directory, Location
+from meltemi.trainer.config import ModelConfig
+from meltemi.trainer.data.chat import ChatRecord
+from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text, tokenizer_at
+from meltemi.trainer.hf.config_map import HfFormatError, model_config_from_hf
+from meltemi.trainer.hf.load import json_file
+
+CONFIG, TOKENIZER, TOKENIZER_CONFIG = "config.json", "tokenizer.json", "tokenizer_config.json"
+GENERATION_CONFIG = "generation_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # where transformers (4.43 on) saves a tokenizer's chat template
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}  # torch_dtype -> ours
+
+
+@dataclasses.dataclass(frozen=True)
+class HfModelFiles:
+    """A Hugging Face directory's model shape, its weights' ``dtype`` (float32 when ``config.json`` names
+    none, or one we do not compute in), where its ``tokenizer`` lies (None without ``tokenizer.json``), its
+    ``end_of_text`` and, for a chat model, its template (``chat``)."""
+
+    model: ModelConfig
+    dtype: str
+    tokenizer: str | None
+    end_of_text: EndOfText
+    chat: ChatRecord | None
+
+
+def read_model_files(directory: str | os.PathLike | Location | Directory) -> HfModelFiles:
+    """The ``HfModelFiles`` of a Hugging Face directory (a path or a bucket URL, read in place); an
+    ``HfFormatError`` naming the file that cannot be read as transformers writes it."""
+    directory = directory if isinstance(directory, Directory) else Directory(directory)
+    fields = json_file(directory, CONFIG)
+    if fields is None:
+        raise HfFormatError(f"{directory.where(CONFIG)}: missing; not a Hugging Face model directory")
+    model = model_config_from_hf(fields, where=directory.where(CONFIG))
+    dtype = DTYPES.get(str(fields.get("torch_dtype", fields.get("dtype"))), "float32")
+    tokenizer = directory.where(TOKENIZER) if directory.exists(TOKENIZER) else None
+    tokenizer_config = json_file(directory, TOKENIZER_CONFIG) or {}
+    chat = _chat(directory, tokenizer_config)
+    generation = json_file(directory, GENERATION_CONFIG) or {}
+    ids = _ids(generation.get("eos_token_id", fields.get("eos_token_id")), directory.where(GENERATION_CONFIG))
+    return HfModelFiles(model, dtype, tokenizer, _end_of_text(tokenizer, ids, chat), chat)
+
+
+def _ids(value: Any, where: str) -> tuple[int, ...]:
+    """``eos_token_id`` as the ids it names (one id or a list of them; none when unset)."""
+    if value is None:
+        return ()
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise HfFormatError(f"{where}: eos_token_id is {value!r}, not a token id or a list of them")
+    return tuple(values)
+
+
+def _chat(directory: Directory, tokenizer_config: dict[str, Any]) -> ChatRecord | None:
+    """The directory's chat template and the special tokens it may render (``bos_token``, ``eos_token``, ...:
+    each a string, or an added token's ``content``); None when it has no template."""
+    where = directory.where(TOKENIZER_CONFIG)
+    template: Any = directory.read_bytes(CHAT_TEMPLATE_FILE)
+    if template is not None:
+        template = template.decode("utf-8", errors="replace")
+    else:
+        template = tokenizer_config.get("chat_template")
+    if isinstance(template, list):  # named templates: transformers' default is the one named so
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+        if template is None:
+            raise HfFormatError(f"{where}: chat_template names no 'default' template (only {sorted(named)})")
+    if template is None:
+        return None
+    if not isinstance(template, str):
+        raise HfFormatError(f"{where}: chat_template is {type(template).__name__}, not the template's text")
+    tokens = {}
+    for key, value in tokenizer_config.items():
+        content = value.get("content") if isinstance(value, dict) else value
+        if key.endswith("_token") and isinstance(content, str):
+            tokens[key] = content
+    return ChatRecord(template, tokens)
+
+
+def _end_of_text(tokenizer: str | None, ids: tuple[int, ...], chat: ChatRecord | None) -> EndOfText:
+    """The ids generation stops at, the first named by the tokenizer; without any, the run's rule (a chat
+    model's end of turn being its ``eos_token``)."""
+    if not ids:
+        turn = None if chat is None else chat.special_tokens.get("eos_token")
+        return end_of_text(tokenizer, end_of_turn=turn)
+    token = None if tokenizer is None else tokenizer_at(tokenizer, HfFormatError).id_to_token(ids[0])
+    return EndOfText(token, ids[0], ids[1:])
