@@ -27,7 +27,13 @@ from collections.abc import Callable, Sequence
 from tokenizers import Tokenizer
 
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
-from meltemi.trainer.generate.generation import Completion, GenerationError, generate, padded_length
+from meltemi.trainer.generate.generation import (
+    Completion,
+    GenerationError,
+    generate,
+    no_tokenizer,
+    padded_length,
+)
 from meltemi.trainer.generate.sampling import ConversationTooLongError, SamplingConfig
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
@@ -139,7 +145,7 @@ class ChatSession:
                 "it first: uv run apps/sft.py --base RUN"
             )
         if trained.tokenizer is None:
-            raise GenerationError(f"{trained.checkpoint}: its run has no tokenizer to turn text into tokens")
+            raise no_tokenizer(trained.checkpoint)
         tokenizer = tokenizer_at(trained.tokenizer, GenerationError)
         template = trained.chat.chat_template(str(trained.checkpoint))
         stops = trained.end_of_text.stop_ids

@@ -324,6 +324,15 @@ def _mark_stops(new: np.ndarray, done: np.ndarray, tokenizer: Tokenizer, stops: 
     return done
 
 
+def no_tokenizer(where: object) -> GenerationError:
+    """The error of a model without a tokenizer: a run that kept none, or a Hugging Face directory without
+    ``tokenizer.json`` (one with only a SentencePiece ``tokenizer.model`` is not read)."""
+    return GenerationError(
+        f"{where}: no tokenizer to turn text into tokens (a run's copy of its own, or a Hugging Face "
+        "directory's tokenizer.json)"
+    )
+
+
 def recorded_sample_prompt(location: str | Path) -> str:
     """The ``trainer.sample_prompt`` a run's latest readable checkpoint records (what its summary's sample
     continued), read from the manifest alone; a ``GenerationError`` when the run records none.
@@ -372,7 +381,7 @@ def sample_checkpoint(
     trained = load_model(location, **({"warn": warn} if warn else {}))
     compile_cache.enable_for(trained.config.trainer)
     if trained.tokenizer is None:
-        raise GenerationError(f"{trained.checkpoint}: its run has no tokenizer to turn text into tokens")
+        raise no_tokenizer(trained.checkpoint)
     tokenizer = _tokenizer(trained.tokenizer)
     if not isinstance(prompts, str):  # encoded once: the lengths pick the padding, generate takes the ids
         prompts = [tokenizer.encode(p).ids if isinstance(p, str) else p for p in prompts]
