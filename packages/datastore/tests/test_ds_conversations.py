@@ -65,7 +65,8 @@ BAD = [
     ("[1, 2]", "not a JSON object with a 'messages' field (it is a list)"),
     (
         {"text": "hello"},
-        "no 'messages' field, nor a 'prompt' and a 'completion' (pass --text-field FIELD to name another)",
+        "no 'messages' field, nor a 'prompt' and a 'completion', nor ShareGPT's 'conversations' (pass "
+        "--text-field FIELD to name another)",
     ),
     ({"prompt": "2 + 2?"}, "no 'messages' field, nor a 'prompt' and a 'completion'"),
     (
@@ -103,6 +104,14 @@ BAD = [
         {"messages": [HELLO[0], {"role": "assistant", "content": None, "tool_calls": []}]},
         "message 2 has no string 'content'",
     ),
+    (
+        {"conversations": [{"from": "human", "value": "Hi"}, {"from": "bot", "value": "Hello"}]},
+        "conversations: turn 2 is from 'bot', not one of human, user, gpt, assistant, system, tool",
+    ),
+    (
+        {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": None}]},
+        "message 2 has no string 'content'",
+    ),
 ]
 
 
@@ -118,10 +127,12 @@ def test_a_bad_conversation_is_one_line_naming_the_file_the_line_and_what_is_wro
 def test_the_remedy_for_another_field_is_said_only_when_the_caller_offers_one(tmp_path):
     path = _jsonl(tmp_path / "a.jsonl", {"text": "hello"})
     with pytest.raises(
-        BadLineError, match=r"line 1: no 'messages' field, nor a 'prompt' and a 'completion'$"
+        BadLineError,
+        match=r"line 1: no 'messages' field, nor a 'prompt' and a 'completion', nor ShareGPT's "
+        r"'conversations'$",
     ):
         _read(path, ReadPolicy(text_field_flag=None))
-    with pytest.raises(BadLineError, match=r"'completion' \(pass --data\.field X to name another\)$"):
+    with pytest.raises(BadLineError, match=r"'conversations' \(pass --data\.field X to name another\)$"):
         _read(path, ReadPolicy(text_field_flag="--data.field X"), field="chat")
 
 
@@ -227,6 +238,40 @@ def test_a_prompt_and_its_completion_are_one_conversation_whose_prompt_is_not_tr
     ]
 
 
+SHAREGPT = [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]
+
+
+def test_sharegpt_turns_are_messages_with_the_records_system_prompt_first(tmp_path):
+    """ShareGPT's `conversations` of `from`/`value` turns (OpenThoughts', Bespoke-Stratos'), in JSON or
+    Parquet, read as the messages they are, a `system` field or column before them; in the messages field
+    itself too."""
+    system = {"role": "system", "content": "Think first."}
+    path = _jsonl(
+        tmp_path / "a.jsonl",
+        {"conversations": SHAREGPT, "system": "Think first."},
+        {"conversations": [{"from": "system", "value": "Think first."}, *SHAREGPT], "system": "ignored"},
+        {"messages": SHAREGPT},
+        {"conversations": SHAREGPT, "system": ""},
+    )
+    assert [c.messages for c in _read(path)] == [
+        (system, *HELLO),
+        (system, *HELLO),
+        tuple(HELLO),
+        tuple(HELLO),
+    ]
+    turn = pa.struct([("from", pa.string()), ("value", pa.string())])
+    table = pa.table(
+        {"system": ["Think first.", None], "conversations": pa.array([SHAREGPT, SHAREGPT], pa.list_(turn))}
+    )
+    pq.write_table(table, tmp_path / "a.parquet")
+    assert [c.messages for c in _read(tmp_path / "a.parquet")] == [(system, *HELLO), tuple(HELLO)]
+    pq.write_table(table.set_column(0, "system", pa.array([1, 2])), tmp_path / "b.parquet")
+    with pytest.raises(
+        InputError, match=r"b\.parquet: column 'system' holds int64, not text \(a system prompt\)"
+    ):
+        _read(tmp_path / "b.parquet")
+
+
 def test_a_message_that_calls_tools_needs_no_content(tmp_path):
     call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 2}}}
     calling = [
@@ -283,7 +328,8 @@ def test_a_parquet_file_without_a_column_of_conversations_is_an_error_naming_it(
     pq.write_table(pa.table({"text": ["hello"]}), tmp_path / "a.parquet")
     with pytest.raises(
         InputError,
-        match=r"a\.parquet: no column 'messages', nor a 'prompt' and a 'completion' \(columns: text\); pass",
+        match=r"a\.parquet: no column 'messages', nor a 'prompt' and a 'completion', nor ShareGPT's "
+        r"'conversations' \(columns: text\); pass",
     ):
         _read(tmp_path / "a.parquet")
     pq.write_table(pa.table({"messages": ["hello"]}), tmp_path / "b.parquet")

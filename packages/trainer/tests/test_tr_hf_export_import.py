@@ -457,7 +457,7 @@ def test_a_directory_s_model_files_are_read_as_transformers_writes_them_and_bad_
 
     with pytest.raises(
         GenerationError, match=r"hf: no tokenizer to turn text .*a Hugging Face directory's tokenizer.json"
-    ):  # noqa: E501
+    ):
         sample_checkpoint(out, ["def "])
     template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     templates = [{"name": "tool_use", "template": "x"}, {"name": "default", "template": template}]

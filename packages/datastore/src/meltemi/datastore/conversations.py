@@ -9,7 +9,9 @@ file holds such lines or one array of such objects (as Hugging Face datasets rea
 Parquet (Hugging Face datasets' exports) a column holds it as a list of structs. A line or row without that
 field may hold a prompt and its completion instead (TRL's prompt-completion datasets): `prompt` and
 `completion`, each a list of messages or a string (one user message, one assistant message); the
-conversation is the two joined, and only the completion is trained (`Conversation.prompt_messages`). A
+conversation is the two joined, and only the completion is trained (`Conversation.prompt_messages`). Or it
+may hold ShareGPT's `conversations`, turns of `from` (`human`, `gpt`, `system`, `tool`) and `value`, read
+as messages after its `system` text (`sharegpt_messages`), as Axolotl and LLaMA-Factory read them. A
 conversation that is not such a list stops the read naming its file and line (or row), or is skipped and
 noted when the policy skips bad lines; one that is not UTF-8 text is handled as a document is
 (`ReadPolicy.invalid_utf8`).
@@ -40,6 +42,15 @@ REFUSED = "refused_conversations"  # the count of bad conversations skipped, in 
 
 
 PROMPT, COMPLETION = "prompt", "completion"  # TRL's prompt-completion fields
+SHAREGPT, SYSTEM = "conversations", "system"  # ShareGPT's turns, and the system prompt beside them
+SHAREGPT_ROLES = {  # who speaks a ShareGPT turn (its `from`) -> the role of its message
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "tool": "tool",
+}
 
 
 @dataclass(frozen=True)
@@ -179,6 +190,34 @@ def prompt_and_completion(prompt: Any, completion: Any) -> tuple[tuple[dict[str,
     return tuple(parts)
 
 
+def sharegpt_messages(value: Any, system: Any = None, field: str = SHAREGPT) -> Any:
+    """ShareGPT's turns (`{"from": "human", "value": ...}`, as Axolotl and LLaMA-Factory read them) as
+    messages, the record's `system` text first when the turns hold none; anything else is returned as it
+    is, for `checked_messages` to judge.
+
+    >>> sharegpt_messages([{"from": "human", "value": "2 + 2?"}, {"from": "gpt", "value": "4"}], "Be brief.")
+    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': '2 + 2?'}, \
+{'role': 'assistant', 'content': '4'}]
+    """
+    if not isinstance(value, list) or not value or not all(_is_turn(turn) for turn in value):
+        return value
+    messages = []
+    for number, turn in enumerate(value, start=1):
+        role = SHAREGPT_ROLES.get(turn["from"])
+        if role is None:
+            known = ", ".join(SHAREGPT_ROLES)
+            raise BadLineError(f"{field}: turn {number} is from {turn['from']!r}, not one of {known}")
+        messages.append({"role": role, "content": turn["value"]})
+    if isinstance(system, str) and system and messages[0]["role"] != "system":
+        messages.insert(0, {"role": "system", "content": system})
+    return messages
+
+
+def _is_turn(turn: Any) -> bool:
+    """Whether `turn` is a ShareGPT turn: `from` and `value`, and no `role`."""
+    return isinstance(turn, dict) and "from" in turn and "value" in turn and "role" not in turn
+
+
 def _kind(value: Any) -> str:
     """What a JSON value is, in words: `a list`, `a string`, `null`, ..."""
     names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number"}
@@ -210,14 +249,21 @@ def _record_conversation(
     wrong with it (no place yet); `escaped` when its JSON held a `\\u` escape."""
     if not isinstance(record, dict):
         raise BadLineError(f"not a JSON object with a {field!r} field (it is {_kind(record)})")
-    if field not in record and PROMPT in record and COMPLETION in record:
+    prompt_messages = 0
+    if field in record:
+        messages = checked_messages(sharegpt_messages(record[field], record.get(SYSTEM), field), field)
+    elif PROMPT in record and COMPLETION in record:
         prompt, completion = prompt_and_completion(record[PROMPT], record[COMPLETION])
         messages, prompt_messages = prompt + completion, len(prompt)
-    elif field not in record:
-        another = policy.another_field(" (pass {} to name another)")
-        raise BadLineError(f"no {field!r} field, nor a {PROMPT!r} and a {COMPLETION!r}{another}")
+    elif SHAREGPT in record:
+        messages = checked_messages(
+            sharegpt_messages(record[SHAREGPT], record.get(SYSTEM), SHAREGPT), SHAREGPT
+        )
     else:
-        messages, prompt_messages = checked_messages(record[field], field), 0
+        another = policy.another_field(" (pass {} to name another)")
+        raise BadLineError(
+            f"no {field!r} field, nor a {PROMPT!r} and a {COMPLETION!r}, nor ShareGPT's {SHAREGPT!r}{another}"
+        )
     if escaped:
         messages = _without_lone_surrogates(messages, place, policy, notes)
     return None if messages is None else Conversation(messages, str(place), prompt_messages)
@@ -321,19 +367,14 @@ def _parquet_conversations(
         yielded, row = False, 0
         for batch in table.iter_batches(columns=columns):
             values = [c.cast(_as_bytes(c.type)).to_pylist() for c in batch.columns]
-            for value in zip(*values, strict=True) if len(columns) == 2 else values[0]:
+            for cells in zip(*values, strict=True):
                 row += 1
                 place = Place(source, row=row)
-                if value is not None:
-                    value = _decoded(value, place, policy, notes)
-                    if value is None:  # not UTF-8, and skipped
-                        continue
+                record = _decoded(dict(zip(columns, cells, strict=True)), place, policy, notes)
+                if record is None:  # not UTF-8, and skipped
+                    continue
                 try:
-                    if len(columns) == 2:
-                        prompt, completion = prompt_and_completion(*value)
-                        conversation = Conversation(prompt + completion, str(place), len(prompt))
-                    else:
-                        conversation = Conversation(checked_messages(value, field), str(place))
+                    conversation = _record_conversation(record, place, policy, notes, field, escaped=False)
                 except BadLineError as error:
                     _refuse(f"{place}: {error}", policy, notes)
                     continue
@@ -345,28 +386,31 @@ def _parquet_conversations(
 
 def _conversation_columns(source, schema, field: str, policy: ReadPolicy) -> list[str]:
     """The Parquet columns a chat source's conversations are read from: `field`, or else a prompt column
-    and a completion column; an `InputError` naming the file when neither is there, or a column's type
-    cannot hold what it should."""
+    and a completion column, or else ShareGPT's turns (each with a `system` column when there is one); an
+    `InputError` naming the file when none is there, or a column's type cannot hold what it should."""
     import pyarrow as pa
 
-    if field in schema.names:
-        columns = [field]
-    elif PROMPT in schema.names and COMPLETION in schema.names:
-        columns = [PROMPT, COMPLETION]
+    names = schema.names
+    if field in names or (SHAREGPT in names and not (PROMPT in names and COMPLETION in names)):
+        turns = field if field in names else SHAREGPT
+        columns, texts = [turns, *([SYSTEM] if SYSTEM in names and SYSTEM != turns else [])], [SYSTEM]
+    elif PROMPT in names and COMPLETION in names:
+        columns, texts = [PROMPT, COMPLETION], [PROMPT, COMPLETION]
     else:
-        names = ", ".join(schema.names)
         raise InputError(
-            f"{source.name}: no column {field!r}, nor a {PROMPT!r} and a {COMPLETION!r} (columns: {names})"
-            f"{policy.another_field('; pass {}')}"
+            f"{source.name}: no column {field!r}, nor a {PROMPT!r} and a {COMPLETION!r}, nor ShareGPT's "
+            f"{SHAREGPT!r} (columns: {', '.join(names)}){policy.another_field('; pass {}')}"
         )
     for name in columns:
         kind = schema.field(name).type
         lists = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_struct(
             kind.value_type
         )
-        strings = len(columns) == 2 and (pa.types.is_string(kind) or pa.types.is_large_string(kind))
+        strings = name in texts and (pa.types.is_string(kind) or pa.types.is_large_string(kind))
+        if name == SYSTEM and name != columns[0] and not strings:
+            raise InputError(f"{source.name}: column {name!r} holds {kind}, not text (a system prompt)")
         if not (lists or strings):
-            held = "text or a list of messages" if len(columns) == 2 else "conversations"
+            held = "text or a list of messages" if name in (PROMPT, COMPLETION) else "conversations"
             raise InputError(
                 f"{source.name}: column {name!r} holds {kind}, not {held} (lists of structs with a role and "
                 "a content)"
