@@ -104,18 +104,17 @@ def main(argv: list[str]) -> int:
     except TrainerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    from meltemi.trainer.harness.hub import hub_access
+    from meltemi.trainer.harness.loading import require_harness
 
-    hub_access()  # before lm-eval is imported: offline at once when the Hub cannot be reached
     try:
-        import meltemi.trainer.harness.model as harness_model
-        from meltemi.trainer.harness.runner import PreparedTasks
-    except ModuleNotFoundError as error:
-        print(f"error: evaluating needs lm-evaluation-harness ({error.name} is not installed): "
-              "uv pip install 'meltemi-trainer[eval]'", file=sys.stderr)  # fmt: skip
+        require_harness("evaluating")
+    except TrainerError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 1
+    import meltemi.trainer.harness.model as harness_model
     from meltemi.datastore import DatastoreError
     from meltemi.trainer.harness.results_file import results_file
+    from meltemi.trainer.harness.runner import PreparedTasks
 
     out = None
     try:

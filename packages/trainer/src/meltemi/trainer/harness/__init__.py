@@ -10,5 +10,7 @@
 - ``results_file``: where the results' JSON goes, a new file checked before any task runs.
 - ``hub``: whether task data may come from the Hugging Face Hub, decided before lm-eval is imported (offline
   at once when the Hub cannot be reached).
+- ``loading``: ``require_harness``, the one way in: the Hub decided, then lm-eval imported (or one error
+  saying what needed it and how to install it).
 - ``tasks/``: small offline tasks over held-out standard-library files, rebuilt by ``build_tasks``.
 """

@@ -16,8 +16,7 @@ from typing import Any
 
 from meltemi.datastore.storage import Directory
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.harness.errors import HarnessMissingError
-from meltemi.trainer.harness.hub import hub_access
+from meltemi.trainer.harness.loading import require_harness
 from meltemi.trainer.run.plots import save_figure
 from meltemi.trainer.step.mesh import MeshPlan
 
@@ -28,15 +27,10 @@ class DownstreamEval:
     """The run's harness tasks, ready to score the model of any step on the run's mesh."""
 
     def __init__(self, config: RunConfig, plan: MeshPlan | None):
-        hub_access()  # before lm-eval is imported: offline at once when the Hub cannot be reached
-        try:
-            from meltemi.trainer.harness.model import read_tokenizer
-            from meltemi.trainer.harness.runner import PreparedTasks
-        except ModuleNotFoundError as error:
-            raise HarnessMissingError(
-                f"eval.tasks needs lm-evaluation-harness ({error.name} is not installed): "
-                "pip install 'meltemi-trainer[eval]'"
-            ) from None
+        require_harness("eval.tasks")
+        from meltemi.trainer.harness.model import read_tokenizer
+        from meltemi.trainer.harness.runner import PreparedTasks
+
         self.config, self.plan = config, plan
         self.tokenizer = read_tokenizer(config.data.tokenizer, "eval.tasks")
         self.tasks = PreparedTasks.of(config.eval.tasks)
