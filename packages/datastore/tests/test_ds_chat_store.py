@@ -225,6 +225,30 @@ def test_a_directory_of_chat_data_is_read_for_its_data_files_only(tmp_path, toke
         build_store(dataset, tokenizer_path, tmp_path / "none", **OPTIONS)
 
 
+def test_a_data_set_whose_files_name_splits_is_read_for_its_train_split(tmp_path, tokenizer_path):
+    """As `load_dataset(dir)["train"]`: its test and validation conversations are not trained on, and the
+    summary says how many files were left out; splits without a train split are refused, naming them."""
+    dataset = tmp_path / "train_sets" / "ultrachat"  # a split's word above the data set does not count
+    (dataset / "data").mkdir(parents=True)
+    write_lines(dataset / "data" / "train_sft-00000-of-00002.jsonl", [talk("q", "a")])
+    write_lines(dataset / "data" / "train_sft-00001-of-00002.jsonl", [talk("q2", "a2")])
+    write_lines(dataset / "data" / "test_sft-00000-of-00001.jsonl", [talk("t", "t")])
+    write_lines(dataset / "data" / "validation.jsonl", [talk("v", "v")])
+    report = build_store(dataset, tokenizer_path, tmp_path / "store", **OPTIONS)
+    assert report.documents == 2 and report.counts["other_split_files"] == 2
+    assert "2 files of the data set's other splits left out (its train split read)" in report.summary()
+    names = [s["url"].rpartition("/")[2] for s in TokenStore.open(tmp_path / "store").manifest["sources"]]
+    assert names == ["train_sft-00000-of-00002.jsonl", "train_sft-00001-of-00002.jsonl"]
+    for name in ("train_sft-00000-of-00002.jsonl", "train_sft-00001-of-00002.jsonl"):
+        (dataset / "data" / name).unlink()
+    with pytest.raises(InputError, match=r"its files name the splits test, validation but no train split"):
+        build_store(dataset, tokenizer_path, tmp_path / "none", **OPTIONS)
+    named = build_store(
+        [dataset / "data" / "validation.jsonl"], tokenizer_path, tmp_path / "named", **OPTIONS
+    )
+    assert named.documents == 1  # a file named itself is read, whatever its name
+
+
 def test_a_json_array_in_a_directory_is_data_and_the_records_of_a_saved_data_set_are_not(
     tmp_path, tokenizer_path
 ):

@@ -20,6 +20,7 @@ import numpy as np
 from meltemi.datastore.build_output import only_build, prepare_directory
 from meltemi.datastore.build_records import (
     EARLIER_INVALID_UTF8,
+    OTHER_SPLIT_FILES,
     SHOWN_FILES,
     BuildOptions,
     BuildReport,
@@ -56,11 +57,11 @@ from meltemi.datastore.layout import (
 )
 from meltemi.datastore.progress import ProgressBar
 from meltemi.datastore.sources import (
-    CHAT_SUFFIXES,
     InvalidUtf8,
     Piece,
     Source,
     describe_source,
+    resolve_chat_inputs,
     resolve_inputs,
 )
 from meltemi.datastore.storage import Directory, Location
@@ -184,8 +185,12 @@ def build_store(
     info = TokenizerInfo.load(tokenizer, eos=options.eos, eos_token=eos_token, hints=hints)
     if chat is not None:
         chat.check_tokenizer(tokenizer_of(info), info.name)
-    within = CHAT_SUFFIXES if chat is not None else None  # a chat data set's README is not data
-    files = resolve_inputs(list(request.inputs), within)
+    other_splits = 0  # a chat data set's README is not data, nor its test split
+    if chat is not None:
+        chosen = resolve_chat_inputs(list(request.inputs))
+        files, other_splits = chosen.files, sum(chosen.other_splits.values())
+    else:
+        files = resolve_inputs(list(request.inputs))
     sources = [describe_source(url, split_bytes=unit_bytes) for url in files]
     plan = _plan(info, sources, options, hints.command(request))
     with only_build(out):
@@ -199,6 +204,8 @@ def build_store(
         except (BadLineError, InvalidUtf8Error) as error:
             raise _stopped(out, error, request, hints) from None
         counts = sum((Counter(s.counts) for s in summaries), Counter())
+        if other_splits:
+            counts[OTHER_SPLIT_FILES] = other_splits
         documents, tokens = sum(s.documents for s in summaries), sum(s.tokens for s in summaries)
         report = BuildReport(
             str(out.location),

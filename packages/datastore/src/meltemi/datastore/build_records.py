@@ -89,11 +89,18 @@ class Plan:
         )
 
 
+OTHER_SPLIT_FILES = "other_split_files"  # a chat data set's files of splits other than train, not read
+
+
 def count_phrase(key: str, count: int, invalid_utf8: str) -> str:
     """A count of a summary in words: `count_phrase("invalid_utf8_documents", 2, "skip")` is
     `'2 documents with invalid UTF-8 skipped'`, `count_phrase("empty_files", 1, "error")` `'1 empty file'`."""
     if key == "invalid_utf8_documents":
         return f"{count} document{'s' * (count != 1)} with invalid UTF-8 {_DONE[invalid_utf8]}"
+    if key == OTHER_SPLIT_FILES:
+        return (
+            f"{count} file{'s' * (count != 1)} of the data set's other splits left out (its train split read)"
+        )
     words = key.replace("_", " ")
     return f"{count} {words if count != 1 else words.removesuffix('s')}"
 

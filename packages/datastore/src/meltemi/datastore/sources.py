@@ -20,6 +20,7 @@ from typing import Literal, TypeVar, get_args
 
 import fsspec
 
+from meltemi.datastore.dataset_files import TrainingFiles, training_files
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
 from meltemi.datastore.storage import Location, url_scheme
 
@@ -103,57 +104,44 @@ def _url(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return path if fs.protocol in ("file", ("file", "local")) else fs.unstrip_protocol(path)
 
 
-CHAT_SUFFIXES = (
-    ".jsonl",
-    ".jsonl.gz",
-    ".json",
-    ".parquet",
-)  # the files a chat source's directory is read for
-NOT_DATA = ("dataset_info.json", "dataset_dict.json", "state.json")  # Hugging Face datasets' own records
-
-
-def resolve_inputs(inputs: Sequence[str], within: Sequence[str] | None = None) -> list[str]:
-    """Every file named by `inputs` (files, directories, globs, URLs), sorted, without duplicates; with
-    `within`, a directory's (or bucket prefix's) files are only those whose names end so, as Hugging Face
-    datasets finds a data set's files by their extensions (its `README.md` left out), while a file named
-    itself is kept whatever its name.
+def resolve_inputs(inputs: Sequence[str]) -> list[str]:
+    """Every file named by `inputs` (files, directories, globs, URLs), sorted, without duplicates.
 
     >>> resolve_inputs([__file__]) == [__file__]
     True
     """
+    return sorted({f for _, files, _ in _resolved(inputs) for f in files})
+
+
+def resolve_chat_inputs(inputs: Sequence[str]) -> TrainingFiles:
+    """The files `inputs` name, as `resolve_inputs`, but a directory's (or bucket prefix's) files are only its
+    data files of the train split, found as Hugging Face datasets finds a data set's files
+    (`dataset_files.training_files`), while a file named itself is kept whatever its name.
+
+    >>> resolve_chat_inputs([__file__]).files == [__file__]
+    True
+    """
+    found: set[str] = set()
+    other_splits: Counter[str] = Counter()
+    for item, files, listed in _resolved(inputs):
+        if listed:
+            chosen = training_files(redact(item), files)
+            files = chosen.files
+            other_splits.update(chosen.other_splits)
+        found.update(files)
+    return TrainingFiles(sorted(found), dict(sorted(other_splits.items())))
+
+
+def _resolved(inputs: Sequence[str]) -> Iterator[tuple[str, list[str], bool]]:
+    """Each input, the files it names, and whether they were listed (a directory's, a prefix's)."""
     if not inputs:
         raise InputError("no inputs given: pass at least one file, directory, glob or URL")
-    found: set[str] = set()
     for item in inputs:
         try:
             files, listed = _resolve(str(item))
         except (ImportError, ValueError, OSError) as e:
             raise InputError(f"input {redact(str(item))!r}: cannot be listed ({redact(str(e))})") from None
-        if within is not None and listed:
-            kept = [f for f in files if f.lower().endswith(tuple(within)) and _file_name(f) not in NOT_DATA]
-            if not kept:
-                raise InputError(
-                    f"input {redact(str(item))!r}: holds no file ending {', '.join(within)} "
-                    f"({_some_names(files)})"
-                )
-            files = kept
-        found.update(files)
-    return sorted(found)
-
-
-def _file_name(url: str) -> str:
-    return url.rstrip("/").rpartition("/")[2]
-
-
-def _some_names(files: Sequence[str], shown: int = 4) -> str:
-    """`3 other files: a.csv, b.csv, c.txt`, the first `shown` file names of a listing.
-
-    >>> _some_names(["/d/a.csv", "/d/b.txt", "/d/c", "/d/e", "/d/f"], shown=2)
-    '5 other files: a.csv, b.txt and 3 more'
-    """
-    names = sorted(_file_name(f) for f in files)
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return f"{len(names)} other file{'s' * (len(names) != 1)}: {', '.join(names[:shown])}{more}"
+        yield str(item), files, listed
 
 
 _BUCKETS = ("gs", "s3")  # read through the storage seam (its credentials and errors); the rest via fsspec

@@ -1,0 +1,99 @@
+"""Which files of a chat data set's directory (or bucket prefix) are its training data, found as Hugging Face
+datasets finds them: by their extensions (`CHAT_SUFFIXES`; its `README.md` and the records `save_to_disk`
+writes are not data), then, when their paths name splits (`train-00000-of-00002.parquet`,
+`test/part.jsonl`, `validation.json`), the train split only, so a data set's test conversations are not
+trained on.
+
+>>> files = ["/d/README.md", "/d/data/train-0.parquet", "/d/data/train-1.parquet", "/d/data/test-0.parquet"]
+>>> chosen = training_files("/d", files)
+>>> [f.rpartition("/")[2] for f in chosen.files], chosen.other_splits
+(['train-0.parquet', 'train-1.parquet'], {'test': 1})
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from meltemi.datastore.errors import InputError
+
+CHAT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")  # the files a chat directory is read for
+NOT_DATA = ("dataset_info.json", "dataset_dict.json", "state.json")  # Hugging Face datasets' own records
+SPLIT_WORDS = {  # the words that name a split in a file's path, as Hugging Face datasets reads them
+    "train": ("train", "training"),
+    "validation": ("validation", "valid", "dev", "val"),
+    "test": ("test", "testing", "eval", "evaluation"),
+}
+
+
+@dataclass(frozen=True)
+class TrainingFiles:
+    """The files of a listing to train on, and how many files of each other split were left out (`none`:
+    those whose path names no split, beside others that do)."""
+
+    files: list[str]
+    other_splits: dict[str, int] = field(default_factory=dict)
+
+
+def training_files(item: str, files: Sequence[str]) -> TrainingFiles:
+    """The data files among those listed under `item` (a directory or prefix), of the train split when their
+    paths name splits; an `InputError` naming `item` when none is data, or when the splits they name hold
+    no train split."""
+    data = [f for f in files if f.lower().endswith(CHAT_SUFFIXES) and _file_name(f) not in NOT_DATA]
+    if not data:
+        suffixes = ", ".join(CHAT_SUFFIXES)
+        raise InputError(f"input {item!r}: holds no file ending {suffixes} ({_some_names(files)})")
+    root = _common_directory(data)
+    splits = {f: split_of(f[len(root) :]) for f in data}
+    if not any(splits.values()):
+        return TrainingFiles(list(data))
+    kept = [f for f in data if splits[f] == "train"]
+    others = Counter(split for f, split in splits.items() if split != "train")
+    if not kept:
+        named = ", ".join(sorted(s for s in others if s))
+        raise InputError(
+            f"input {item!r}: its files name the splits {named} but no train split; name the files to train "
+            "on"
+        )
+    return TrainingFiles(
+        kept, {split or "none": n for split, n in sorted(others.items(), key=lambda s: s[0] or "")}
+    )
+
+
+def split_of(relative: str) -> str | None:
+    """The split a file's path (below its data set's directory) names: a word of it, between `-`, `.`, `_`,
+    `/`, spaces or digits, that is a split's (`SPLIT_WORDS`); None when it names none.
+
+    >>> split_of("data/train-00000-of-00002.parquet"), split_of("test/part.jsonl"), split_of("devops.jsonl")
+    ('train', 'test', None)
+    """
+    words = set(re.split(r"[-._ 0-9/]+", relative.lower()))
+    return next((split for split, names in SPLIT_WORDS.items() if words.intersection(names)), None)
+
+
+def _common_directory(files: Sequence[str]) -> str:
+    """The longest directory (with its trailing `/`) that holds every file."""
+    parts = [f.split("/")[:-1] for f in files]
+    common = []
+    for names in zip(*parts, strict=False):
+        if len(set(names)) != 1:
+            break
+        common.append(names[0])
+    return "/".join(common) + "/" if common else ""
+
+
+def _file_name(url: str) -> str:
+    return url.rstrip("/").rpartition("/")[2]
+
+
+def _some_names(files: Sequence[str], shown: int = 4) -> str:
+    """`3 other files: a.csv, b.csv, c.txt`, the first `shown` file names of a listing.
+
+    >>> _some_names(["/d/a.csv", "/d/b.txt", "/d/c", "/d/e", "/d/f"], shown=2)
+    '5 other files: a.csv, b.txt and 3 more'
+    """
+    names = sorted(_file_name(f) for f in files)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{len(names)} other file{'s' * (len(names) != 1)}: {', '.join(names[:shown])}{more}"
