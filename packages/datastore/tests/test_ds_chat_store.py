@@ -219,7 +219,7 @@ def test_a_directory_of_chat_data_is_read_for_its_data_files_only(tmp_path, toke
     (dataset / "data" / "train.csv").write_text("prompt,completion\nq,a\n")
     with pytest.raises(
         InputError,
-        match=r"dataset'?: holds no file ending .jsonl, .jsonl.gz, .json, .parquet "
+        match=r"dataset'?: holds no file ending .jsonl, .jsonl.gz, .json, .parquet, .arrow "
         r"\(2 other files: README.md, train.csv\)$",
     ):
         build_store(dataset, tokenizer_path, tmp_path / "none", **OPTIONS)
@@ -247,6 +247,25 @@ def test_a_data_set_whose_files_name_splits_is_read_for_its_train_split(tmp_path
         [dataset / "data" / "validation.jsonl"], tokenizer_path, tmp_path / "named", **OPTIONS
     )
     assert named.documents == 1  # a file named itself is read, whatever its name
+
+
+def test_a_data_set_saved_to_disk_is_read_from_its_arrow_files_split_by_split(tmp_path, tokenizer_path):
+    """`DatasetDict.save_to_disk` writes each split's Arrow stream under the split's name, with records of
+    its own beside them: the train split's conversations are read, its records are not data."""
+    import pyarrow as pa
+
+    saved = tmp_path / "saved"
+    for split, rows in (("train", [talk("q", "a"), talk("q2", "a2")]), ("test", [talk("t", "t")])):
+        (saved / split).mkdir(parents=True)
+        table = pa.Table.from_pylist(rows)
+        with pa.OSFile(str(saved / split / "data-00000-of-00001.arrow"), "wb") as sink:
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+        (saved / split / "state.json").write_text('{"_data_files": []}')
+        (saved / split / "dataset_info.json").write_text("{}")
+    (saved / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')
+    report = build_store(saved, tokenizer_path, tmp_path / "store", **OPTIONS)
+    assert report.documents == 2 and report.counts["other_split_files"] == 1
 
 
 def test_a_json_array_in_a_directory_is_data_and_the_records_of_a_saved_data_set_are_not(

@@ -29,13 +29,29 @@ def test_jsonl_gz_parquet_and_text_give_the_same_documents(tmp_path, write_files
     gz.write_bytes(gzip.compress(_jsonl({"text": t} for t in texts).encode()))
     parquet = tmp_path / "docs.parquet"
     pq.write_table(pa.table({"body": texts}), parquet)
+    stream, file = (
+        tmp_path / "data-00000-of-00001.arrow",
+        tmp_path / "docs.arrow",
+    )  # save_to_disk's, and IPC's
+    _write_arrow(stream, pa.table({"body": texts}), stream=True)
+    _write_arrow(file, pa.table({"body": texts}), stream=False)
     build_store(plain, tokenizer_path, tmp_path / "plain", progress=False)
     build_store(jsonl, tokenizer_path, tmp_path / "jsonl", progress=False)
     build_store([str(gz)], tokenizer_path, tmp_path / "gz", progress=False)
     build_store([str(parquet)], tokenizer_path, tmp_path / "pq", text_field="body", progress=False)
+    build_store([str(stream)], tokenizer_path, tmp_path / "stream", text_field="body", progress=False)
+    build_store([str(file)], tokenizer_path, tmp_path / "file", text_field="body", progress=False)
     expected = _docs(tmp_path / "plain")
     assert len(expected) == 3
     assert _docs(tmp_path / "jsonl") == _docs(tmp_path / "gz") == _docs(tmp_path / "pq") == expected
+    assert _docs(tmp_path / "stream") == _docs(tmp_path / "file") == expected
+
+
+def _write_arrow(path, table, stream: bool) -> None:
+    with pa.OSFile(str(path), "wb") as sink:
+        writer = pa.ipc.new_stream(sink, table.schema) if stream else pa.ipc.new_file(sink, table.schema)
+        with writer:
+            writer.write_table(table, max_chunksize=2)  # several record batches
 
 
 def test_globs_directories_and_urls_resolve_to_sorted_files(tmp_path, write_files, tokenizer_path):
@@ -111,6 +127,9 @@ def test_a_parquet_file_without_the_column_is_an_error_naming_it(tmp_path, token
     pq.write_table(pa.table({"body": ["x"]}), path)
     with pytest.raises(InputError, match=r"d\.parquet: no column 'text' \(columns: body\)"):
         build_store([str(path)], tokenizer_path, tmp_path / "s", progress=False)
+    (tmp_path / "d.arrow").write_bytes(b"not arrow at all")
+    with pytest.raises(InputError, match=r"d\.arrow: not a readable Arrow file"):
+        build_store([str(tmp_path / "d.arrow")], tokenizer_path, tmp_path / "a", progress=False)
 
 
 def test_a_document_larger_than_a_chunk_is_fine(write_files, tmp_path, tokenizer_path):

@@ -1,20 +1,19 @@
-"""Chat sources: conversations read from JSON (Lines, or one array) or Parquet, checked, each with where it
-came from.
+"""Chat sources: conversations read from JSON (Lines, or one array), Parquet or Arrow, checked, each with
+where it came from.
 
 A conversation is a list of messages, each an object with a string `role` (one of `ROLES`) and a string
 `content` (which a message calling tools, with `tool_calls`, may leave out or null), and any other keys
-(`name`, ...), which a chat template may read. In JSON Lines
-(`.jsonl`, `.jsonl.gz`) each line is an object holding the list in a field (`messages` by default); a `.json`
-file holds such lines or one array of such objects (as Hugging Face datasets reads either); in
-Parquet (Hugging Face datasets' exports) a column holds it as a list of structs. A line or row without that
-field may hold a prompt and its completion instead (TRL's prompt-completion datasets): `prompt` and
-`completion`, each a list of messages or a string (one user message, one assistant message); the
-conversation is the two joined, and only the completion is trained (`Conversation.prompt_messages`). Or it
-may hold ShareGPT's `conversations`, turns of `from` (`human`, `gpt`, `system`, `tool`) and `value`, read
-as messages after its `system` text (`sharegpt_messages`), as Axolotl and LLaMA-Factory read them. A
-conversation that is not such a list stops the read naming its file and line (or row), or is skipped and
-noted when the policy skips bad lines; one that is not UTF-8 text is handled as a document is
-(`ReadPolicy.invalid_utf8`).
+(`name`, ...), which a chat template may read. In JSON Lines (`.jsonl`, `.jsonl.gz`) each line is an object
+holding the list in a field (`messages` by default); a `.json` file holds such lines or one array of such
+objects (as Hugging Face datasets reads either); in Parquet (Hugging Face datasets' exports) or Arrow (its
+`save_to_disk`) a column holds it as a list of structs. A line or row without that field may hold a prompt and
+its completion instead (TRL's prompt-completion datasets): `prompt` and `completion`, each a list of messages
+or a string (one user message, one assistant message); the conversation is the two joined, and only the
+completion is trained (`Conversation.prompt_messages`). Or it may hold ShareGPT's `conversations`, turns of
+`from` (`human`, `gpt`, `system`, `tool`) and `value`, read as messages after its `system` text
+(`sharegpt_messages`), as Axolotl and LLaMA-Factory read them. A conversation that is not such a list stops
+the read naming its file and line (or row), or is skipped and noted when the policy skips bad lines; one that
+is not UTF-8 text is handled as a document is (`ReadPolicy.invalid_utf8`).
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from meltemi.datastore.sources import (
     read_jsonl,
     without_surrogates,
 )
+from meltemi.datastore.tables import TABLE_KINDS, open_table
 
 ROLES = ("system", "user", "assistant", "tool")
 REFUSED = "refused_conversations"  # the count of bad conversations skipped, in `ReadNotes.counts`
@@ -85,12 +85,12 @@ def read_conversations(
     meltemi.datastore.errors.BadLineError: ...chat.jsonl, line 2: message 1 has role 'bot', not one of ...
     """
     kind = piece.source.kind
-    if kind == "parquet":
-        yield from _parquet_conversations(piece, policy, notes, field)
+    if kind in TABLE_KINDS:
+        yield from _table_conversations(piece, policy, notes, field)
     elif kind == "text" and not piece.source.url.lower().endswith(".json"):
         raise InputError(
-            f"{piece.source.name}: a chat source must be JSON (.jsonl, .jsonl.gz, .json) or Parquet with a "
-            f"{field!r} field of conversations (or a {PROMPT!r} and a {COMPLETION!r}), not plain text"
+            f"{piece.source.name}: a chat source must be JSON (.jsonl, .jsonl.gz, .json), Parquet or Arrow "
+            f"with a {field!r} field of conversations (or a {PROMPT!r} and a {COMPLETION!r}), not plain text"
         )
     elif kind == "text" and _json_array(piece):
         yield from _json_array_conversations(piece, policy, notes, field)
@@ -350,22 +350,16 @@ def _mapped(value: Any, change: Callable[[Any], Any]) -> Any:
     return value
 
 
-def _parquet_conversations(
+def _table_conversations(
     piece: Piece, policy: ReadPolicy, notes: ReadNotes, field: str
 ) -> Iterator[Conversation]:
-    """Each row's conversation. Arrow does not check that strings hold UTF-8, so every string in the column
-    is read as bytes and decoded here, under the policy, as a JSONL line is."""
-    import pyarrow.parquet as pq
-
+    """Each row's conversation of a Parquet or Arrow file. Arrow does not check that strings hold UTF-8, so
+    every string in the columns is read as bytes and decoded here, under the policy, as a JSONL line is."""
     source = piece.source
-    with open_input(source.url, whole=True) as f:
-        try:
-            table = pq.ParquetFile(f)
-        except Exception as e:
-            raise InputError(f"{source.name}: not a readable Parquet file ({e})") from None
-        columns = _conversation_columns(source, table.schema_arrow, field, policy)
+    with open_table(source) as table:
+        columns = _conversation_columns(source, table.schema, field, policy)
         yielded, row = False, 0
-        for batch in table.iter_batches(columns=columns):
+        for batch in table.batches(columns):
             values = [c.cast(_as_bytes(c.type)).to_pylist() for c in batch.columns]
             for cells in zip(*values, strict=True):
                 row += 1
@@ -385,9 +379,10 @@ def _parquet_conversations(
 
 
 def _conversation_columns(source, schema, field: str, policy: ReadPolicy) -> list[str]:
-    """The Parquet columns a chat source's conversations are read from: `field`, or else a prompt column
-    and a completion column, or else ShareGPT's turns (each with a `system` column when there is one); an
-    `InputError` naming the file when none is there, or a column's type cannot hold what it should."""
+    """The Parquet or Arrow columns a chat source's conversations are read from: `field`, or else a prompt
+    column and a completion column, or else ShareGPT's turns (each with a `system` column when there is
+    one); an `InputError` naming the file when none is there, or a column's type cannot hold what it
+    should."""
     import pyarrow as pa
 
     names = schema.names

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from meltemi.datastore.errors import InputError
 
-CHAT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")  # the files a chat directory is read for
+CHAT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet", ".arrow")  # the files a chat directory reads
 NOT_DATA = ("dataset_info.json", "dataset_dict.json", "state.json")  # Hugging Face datasets' own records
 SPLIT_WORDS = {  # the words that name a split in a file's path, as Hugging Face datasets reads them
     "train": ("train", "training"),

@@ -70,6 +70,8 @@ class Source:
             return "jsonl"
         if name.endswith(".parquet"):
             return "parquet"
+        if name.endswith(".arrow"):
+            return "arrow"
         return "text"
 
 
@@ -368,8 +370,8 @@ def read_documents(piece: Piece, policy: ReadPolicy, notes: ReadNotes) -> Iterat
     kind = piece.source.kind
     if kind == "text":
         yield from _text_documents(piece.source, policy, notes)
-    elif kind == "parquet":
-        yield from _parquet_documents(piece.source, policy, notes)
+    elif kind in ("parquet", "arrow"):
+        yield from _table_documents(piece.source, policy, notes)
     else:
         yield from _jsonl_documents(piece, policy, notes)
 
@@ -464,18 +466,15 @@ def _jsonl_text(line: str, place: Place, policy: ReadPolicy, notes: ReadNotes) -
     return without_surrogates(text, place, policy, notes)
 
 
-def _parquet_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> Iterator[str]:
-    """Each row's text. Arrow does not check that a string column holds UTF-8, so every column of text is
-    read as bytes and decoded here, under the policy, as the other formats are."""
+def _table_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> Iterator[str]:
+    """Each row's text of a Parquet or Arrow file. Arrow does not check that a string column holds UTF-8, so
+    every column of text is read as bytes and decoded here, under the policy, as the other formats are."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    with open_input(source.url, whole=True) as f:
-        try:
-            table = pq.ParquetFile(f)
-        except Exception as e:
-            raise InputError(f"{source.name}: not a readable Parquet file ({e})") from None
-        text_field, schema = policy.text_field, table.schema_arrow
+    from meltemi.datastore.tables import open_table
+
+    with open_table(source) as table:
+        text_field, schema = policy.text_field, table.schema
         if text_field not in schema.names:
             names = ", ".join(schema.names)
             another = policy.another_field("; pass {}")
@@ -487,7 +486,7 @@ def _parquet_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> 
         if not any(test(kind) for test in textual):
             raise InputError(f"{source.name}: column {text_field!r} holds {kind}, not text")
         yielded, row = False, 0
-        for batch in table.iter_batches(columns=[text_field]):
+        for batch in table.batches([text_field]):
             column = batch.column(0)
             if pa.types.is_dictionary(column.type):
                 column = column.dictionary_decode()
