@@ -459,6 +459,13 @@ def test_a_directory_s_model_files_are_read_as_transformers_writes_them_and_bad_
         GenerationError, match=r"hf: no tokenizer to turn text .*a Hugging Face directory's tokenizer.json"
     ):
         sample_checkpoint(out, ["def "])
+    from meltemi.trainer.generate.chat import ChatSession
+    from meltemi.trainer.generate.sampling import SamplingConfig
+
+    with pytest.raises(
+        GenerationError, match=r"hf: not a chat model \(its directory has no chat_template.jinja"
+    ):
+        ChatSession.of_checkpoint(out, SamplingConfig())
     template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     templates = [{"name": "tool_use", "template": "x"}, {"name": "default", "template": template}]
     bos = {"content": "<s>", "special": True}

@@ -40,7 +40,8 @@ class TrainedModel:
     """A checkpoint's (or a Hugging Face directory's) model and what using it needs: ``layout`` is the mesh
     its parameters lie on (and the axis mappings that run it); ``tokenizer`` where the run's copy lies, a
     path or a URL in the run's bucket (for checkpoints older than the copy, what their config names; None
-    without one); ``chat`` a chat run's template (None for a run that never saw a conversation)."""
+    without one); ``chat`` a chat run's template (None for a run that never saw a conversation);
+    ``hugging_face`` whether ``checkpoint`` is a Hugging Face directory rather than a run's checkpoint."""
 
     config: RunConfig
     model: Llama
@@ -49,6 +50,7 @@ class TrainedModel:
     tokenizer: str | None
     end_of_text: EndOfText
     chat: ChatRecord | None = None
+    hugging_face: bool = False
 
 
 def run_of(step: Directory) -> Directory:
@@ -163,4 +165,6 @@ def _hf_model(directory: Directory, devices: Sequence[jax.Device] | None) -> Tra
     layout = inference_layout(config, devices)
     _, model = import_hf(directory, config.model, dtype=files.dtype, plan=layout.plan)
     where, chat = directory.location, files.chat
-    return TrainedModel(config, model, layout, where, files.tokenizer, files.end_of_text, chat)
+    return TrainedModel(
+        config, model, layout, where, files.tokenizer, files.end_of_text, chat, hugging_face=True
+    )

@@ -139,10 +139,14 @@ class ChatSession:
         trained = load_model(location, **({"warn": warn} if warn else {}))
         compile_cache.enable_for(trained.config.trainer)
         if trained.chat is None:
+            held = (
+                "its directory has no chat_template.jinja, nor a chat_template in tokenizer_config.json"
+                if trained.hugging_face
+                else "its checkpoint records no chat template"
+            )
             raise GenerationError(
-                f"{trained.checkpoint}: not a chat model (its checkpoint records no chat template); "
-                "fine-tune "
-                "it first: uv run apps/sft.py --base RUN"
+                f"{trained.checkpoint}: not a chat model ({held}); fine-tune it first: uv run apps/sft.py "
+                f"--base {trained.checkpoint}"
             )
         if trained.tokenizer is None:
             raise no_tokenizer(trained.checkpoint)
