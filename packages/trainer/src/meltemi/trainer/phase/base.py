@@ -14,19 +14,19 @@ import dataclasses
 from typing import Literal
 
 from meltemi.datastore.errors import StorageError
-from meltemi.datastore.storage import Directory, check_readable
-from meltemi.trainer.checkpoint.checkpointer import BREAKING_FIELDS, find_checkpoints, inspect_checkpoint
+from meltemi.datastore.storage import Directory, Location
+from meltemi.trainer.checkpoint.checkpointer import BREAKING_FIELDS, inspect_checkpoint
 from meltemi.trainer.checkpoint.format import Manifest
-from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer
+from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer, locate_model
 from meltemi.trainer.config import ModelConfig, RunConfig
 from meltemi.trainer.config_io import validate
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.hf.config_map import HfFormatError
 from meltemi.trainer.hf.load import read_hf_config
+from meltemi.trainer.hf.model_files import CONFIG as HF_CONFIG
 
 FIELD = "trainer.initialize_from"
-HF_CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
 # What a base and the config it starts may differ in: the vocabulary (a chat template's tokens appended)
 # and the dtype parameters are kept in (cast on restore).
@@ -53,17 +53,18 @@ def locate_base(path: str, warn=lambda _: None) -> Base:
     a run directory's latest readable checkpoint or a ``step-N`` directory; a ``CheckpointError`` naming
     ``path`` when it is neither."""
     try:  # a missing bucket, an unreachable endpoint or a file in the way: said at once
-        directory = Directory(check_readable(path))
+        found = locate_model(path)
     except StorageError as e:
         raise CheckpointError(f"{FIELD}: {e}") from None
-    found = find_checkpoints(directory)
-    if not found and directory.exists(HF_CONFIG):
+    except CheckpointError:
+        found = []
+    if isinstance(found, Directory):
         try:
-            model = read_hf_config(directory)
+            model = read_hf_config(found)
         except HfFormatError as e:
             raise ConfigError(f"{FIELD}: {path}: {e}") from None
-        tokenizer = directory.where(TOKENIZER) if directory.exists(TOKENIZER) else None
-        return Base("huggingface", path, model, tokenizer, hf_dir=directory)
+        tokenizer = found.where(TOKENIZER) if found.exists(TOKENIZER) else None
+        return Base("huggingface", path, model, tokenizer, hf_dir=found)
     for step in found:
         try:
             manifest = inspect_checkpoint(step)
@@ -75,7 +76,7 @@ def locate_base(path: str, warn=lambda _: None) -> Base:
         return Base("checkpoint", step.where(), config.model, tokenizer, step=step, manifest=manifest)
     if found:
         raise CheckpointError(f"{FIELD}: {path} holds no usable checkpoint")
-    local = directory.location.local_path
+    local = Location.parse(path).local_path
     if local is not None and not local.exists():
         raise CheckpointError(
             f"{FIELD}: {path}: no such run or directory (train the base first, e.g. uv run apps/pretrain.py, "
