@@ -36,19 +36,33 @@ def test_a_tracker_with_its_extra_installed_is_accepted(module, extra, flags):
     load_config(None, flags)
 
 
-@pytest.mark.parametrize("needed_by", ["evaluating", "eval.tasks"])
-def test_the_harness_without_lm_eval_is_one_error_saying_what_needs_it_and_how_to_install_it(
-    monkeypatch, needed_by
-):
-    from meltemi.trainer.harness.errors import HarnessMissingError
-    from meltemi.trainer.harness.loading import require_harness
+HARNESS_MISSING = """
+import sys
+sys.modules["lm_eval"] = None  # an import of lm_eval now fails as if it were not installed
+from meltemi.trainer.harness.errors import HarnessMissingError
+from meltemi.trainer.harness.loading import require_harness
+try:
+    require_harness(sys.argv[1])
+except HarnessMissingError as error:
+    print(error)
+"""
 
-    monkeypatch.setitem(sys.modules, "lm_eval", None)  # an import of lm_eval now fails as if it were missing
-    for name in ("meltemi.trainer.harness.model", "meltemi.trainer.harness.runner"):
-        monkeypatch.delitem(sys.modules, name, raising=False)  # imported afresh, as in a new process
-    with pytest.raises(HarnessMissingError) as error:
-        require_harness(needed_by)
-    assert str(error.value) == (
+
+@pytest.mark.parametrize("needed_by", ["evaluating", "eval.tasks"])
+def test_the_harness_without_lm_eval_is_one_error_saying_what_needs_it_and_how_to_install_it(needed_by):
+    """In a fresh interpreter (this one may hold lm-eval's modules already)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", HARNESS_MISSING, needed_by],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.stdout.strip() == (
         f"{needed_by} needs lm-evaluation-harness (lm_eval is not installed): "
         "pip install 'meltemi-trainer[eval]'"
-    )
+    ), done.stderr
