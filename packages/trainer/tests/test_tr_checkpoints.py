@@ -274,6 +274,13 @@ def test_initialize_from_a_directory_without_checkpoints_is_named(make_config, t
     absent = make_config("--trainer.initialize_from", str(tmp_path / "absent"))
     with pytest.raises(CheckpointError, match=r"absent: no such run or directory \(train the base first"):
         train(absent, tmp_path / "run")
+    (tmp_path / "empty" / "model.safetensors").write_bytes(b"weights")
+    weights = make_config("--trainer.initialize_from", str(tmp_path / "empty" / "model.safetensors"))
+    with pytest.raises(
+        CheckpointError, match=rf"model.safetensors is a file, .*: give the directory, {tmp_path}/empty$"
+    ):
+        train(weights, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_rerunning_a_finished_run_reports_it_without_compiling_or_training(make_config, good_run, tmp_path):

@@ -453,6 +453,10 @@ def test_a_directory_s_model_files_are_read_as_transformers_writes_them_and_bad_
         (),
     )
     assert locate_model(out).where() == str(out)
+    with pytest.raises(
+        CheckpointError, match=rf"model.safetensors is a file, not a run, .*: give the directory, {out}$"
+    ):
+        locate_model(out / "model.safetensors")
     from meltemi.trainer.generate.generation import GenerationError, sample_checkpoint
 
     with pytest.raises(

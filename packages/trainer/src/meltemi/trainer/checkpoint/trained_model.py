@@ -97,6 +97,12 @@ def locate_model(location: str | os.PathLike | Location) -> list[Directory] | Di
     ...
     meltemi.trainer.errors.CheckpointError: /no/such/run does not exist
     """
+    local = Location.parse(location).local_path
+    if local is not None and local.is_file():
+        raise CheckpointError(
+            f"{location} is a file, not a run, step-N or Hugging Face directory: give the directory, "
+            f"{local.parent}"
+        )
     check_readable(location)  # a missing bucket or refused credentials: one line, before anything else
     found = find_checkpoints(location)
     if found:
@@ -104,7 +110,6 @@ def locate_model(location: str | os.PathLike | Location) -> list[Directory] | Di
     directory = Directory(location)
     if directory.exists(HF_CONFIG):
         return directory
-    local = Location.parse(location).local_path
     if local is not None and not local.exists():
         raise CheckpointError(f"{location} does not exist")
     raise CheckpointError(

@@ -56,7 +56,10 @@ def locate_base(path: str, warn=lambda _: None) -> Base:
         found = locate_model(path)
     except StorageError as e:
         raise CheckpointError(f"{FIELD}: {e}") from None
-    except CheckpointError:
+    except CheckpointError as e:
+        local = Location.parse(path).local_path
+        if local is not None and local.is_file():  # a weights file named instead of its directory
+            raise CheckpointError(f"{FIELD}: {e}") from None
         found = []
     if isinstance(found, Directory):
         try:
