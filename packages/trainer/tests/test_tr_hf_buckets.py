@@ -68,6 +68,11 @@ def test_an_export_into_a_bucket_is_the_local_export_byte_for_byte_and_imports_t
     assert reader.shapes == SafetensorsReader(local).shapes
     embed = reader["model.embed_tokens.weight"]
     assert embed.tobytes() == np.asarray(llama.embed_tokens.weight.array).tobytes()
+    from meltemi.trainer.checkpoint.trained_model import load_model
+
+    trained = load_model(url)  # what the apps' --checkpoint reads: the model and its tokenizer, in place
+    assert trained.hugging_face and leaves(trained.model) == leaves(llama)
+    assert trained.tokenizer == f"{url}/tokenizer.json" and trained.end_of_text.id is not None
 
 
 def test_a_target_that_is_not_empty_is_refused_before_any_work_and_left_as_it_was(url):
