@@ -1,4 +1,4 @@
-"""Build a token store from text, JSONL or Parquet: resumable, atomic, the same bytes for any worker count.
+"""Build a token store from text, JSONL, Parquet or Arrow: resumable, atomic, the same bytes for any workers.
 
 The build plans its work (sources, their hashes, units of a few MiB each) into `.build/plan.json`,
 tokenizes each unit into a part file (in N processes), then assembles the parts, in unit order, into the

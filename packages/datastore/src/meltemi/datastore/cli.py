@@ -18,10 +18,11 @@ from meltemi.datastore.store import TokenStore
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m meltemi.datastore",
-        description="Build a deterministic token store from text, JSONL or Parquet, inspect it, verify it.",
+        description="Build a deterministic token store from text, JSONL, Parquet or Arrow; inspect it, "
+        "verify it.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    build = commands.add_parser("build", help="tokenize text, JSONL or Parquet into a token store")
+    build = commands.add_parser("build", help="tokenize text, JSONL, Parquet or Arrow into a token store")
     for flag in BUILD_FLAGS:
         flag.add_to(build)
     info = commands.add_parser("info", help="print a store's counts, tokenizer, layout and content hash")
