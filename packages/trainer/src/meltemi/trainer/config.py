@@ -371,9 +371,9 @@ class SourceConfig(Section):
     )
     corpus: str | None = Field(
         None,
-        description="a file, directory or URL built into a store on first use: text, JSONL or Parquet; for "
-        "chat, JSON, JSONL or Parquet whose messages field holds the conversation (or a prompt and a "
-        "completion)",
+        description="a file, directory or URL built into a store on first use: text, JSONL, Parquet or "
+        "Arrow; for chat, JSON, JSONL, Parquet or Arrow whose messages field holds the conversation (or a "
+        "prompt and a completion, or ShareGPT's conversations)",
     )
     format: DataFormat = Field(
         "text", description="what the corpus holds: text documents or chat conversations"
@@ -427,8 +427,8 @@ class DataConfig(Section):
     )
     corpus: str | None = Field(
         None,
-        description="a text, JSONL or Parquet file or directory, or stdlib (the standard library's source), "
-        "built into a store with data.tokenizer on first use (replaces data.sources)",
+        description="a text, JSONL, Parquet or Arrow file or directory, or stdlib (the standard library's "
+        "source), built into a store with data.tokenizer on first use (replaces data.sources)",
     )
     rebuild_corpus: bool = Field(False, description="rebuild data.corpus's store (the corpus changed)")
     cache_dir: str = Field(

@@ -1,6 +1,6 @@
 """Where a run's tokens come from, made concrete before the run starts: ``data.stores`` (token stores with
-equal weights), ``data.corpus`` (a text, JSONL or Parquet file or directory, built into a store on first
-use) or ``data.sources`` (named stores, or corpora built into stores on first use, text or chat, with
+equal weights), ``data.corpus`` (a text, JSONL, Parquet or Arrow file or directory, built into a store on
+first use) or ``data.sources`` (named stores, or corpora built into stores on first use, text or chat, with
 weights), and ``data.tokenizer``. The word ``stdlib`` in ``data.corpus`` or ``data.tokenizer`` stands for
 the running Python's standard library (its source files, and a byte-level BPE of ``model.vocab_size``
 tokens trained on them), which every machine has. A run with chat sources renders them with
