@@ -498,7 +498,9 @@ def test_a_directory_s_model_files_are_read_as_transformers_writes_them_and_bad_
         json.dumps({"chat_template": [{"name": "rag", "template": "x"}]})
     )
     with pytest.raises(
-        HfFormatError, match=r"tokenizer_config.json: chat_template names no 'default' template"
+        HfFormatError,
+        match=r"tokenizer_config.json: chat_template is neither a string nor a list of named templates with "
+        r"one named 'default' \(names: rag\)",
     ):
         read_model_files(out)
     (tmp_path / "empty").mkdir()

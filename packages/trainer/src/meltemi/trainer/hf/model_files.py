@@ -75,29 +75,18 @@ def _ids(value: Any, where: str) -> tuple[int, ...]:
 
 
 def _chat(directory: Directory, tokenizer_config: dict[str, Any]) -> ChatRecord | None:
-    """The directory's chat template and the special tokens it may render (``bos_token``, ``eos_token``, ...:
-    each a string, or an added token's ``content``); None when it has no template."""
-    where = directory.where(TOKENIZER_CONFIG)
-    template: Any = directory.read_bytes(CHAT_TEMPLATE_FILE)
-    if template is not None:
-        template = template.decode("utf-8", errors="replace")
-    else:
-        template = tokenizer_config.get("chat_template")
-    if isinstance(template, list):  # named templates: transformers' default is the one named so
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default")
-        if template is None:
-            raise HfFormatError(f"{where}: chat_template names no 'default' template (only {sorted(named)})")
-    if template is None:
+    """The directory's chat template and the special tokens it may render, read as transformers reads them
+    (the datastore's ``ChatTemplate.from_tokenizer_config``); None when it has no template."""
+    from meltemi.datastore.chat_template import ChatTemplate
+    from meltemi.datastore.errors import ChatTemplateError
+
+    if "chat_template" not in tokenizer_config and not directory.exists(CHAT_TEMPLATE_FILE):
         return None
-    if not isinstance(template, str):
-        raise HfFormatError(f"{where}: chat_template is {type(template).__name__}, not the template's text")
-    tokens = {}
-    for key, value in tokenizer_config.items():
-        content = value.get("content") if isinstance(value, dict) else value
-        if key.endswith("_token") and isinstance(content, str):
-            tokens[key] = content
-    return ChatRecord(template, tokens)
+    try:
+        template = ChatTemplate.from_tokenizer_config(directory.where())
+    except ChatTemplateError as error:
+        raise HfFormatError(str(error)) from None
+    return ChatRecord(template.text, dict(template.special_tokens))
 
 
 def _end_of_text(tokenizer: str | None, ids: tuple[int, ...], chat: ChatRecord | None) -> EndOfText:
