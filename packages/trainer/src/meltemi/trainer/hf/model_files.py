@@ -30,7 +30,7 @@ from meltemi.trainer.hf.load import json_file
 
 CONFIG, TOKENIZER, TOKENIZER_CONFIG = "config.json", "tokenizer.json", "tokenizer_config.json"
 GENERATION_CONFIG = "generation_config.json"
-CHAT_TEMPLATE_FILE = "chat_template.jinja"  # where transformers (4.43 on) saves a tokenizer's chat template
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # where recent transformers save a tokenizer's chat template
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}  # torch_dtype -> ours
 
 
@@ -60,7 +60,11 @@ def read_model_files(directory: str | os.PathLike | Location | Directory) -> HfM
     tokenizer_config = json_file(directory, TOKENIZER_CONFIG) or {}
     chat = _chat(directory, tokenizer_config)
     generation = json_file(directory, GENERATION_CONFIG) or {}
-    ids = _ids(generation.get("eos_token_id", fields.get("eos_token_id")), directory.where(GENERATION_CONFIG))
+    named_in = GENERATION_CONFIG if "eos_token_id" in generation else CONFIG
+    ids = _ids(
+        (generation if named_in == GENERATION_CONFIG else fields).get("eos_token_id"),
+        directory.where(named_in),
+    )
     return HfModelFiles(model, dtype, tokenizer, _end_of_text(tokenizer, ids, chat), chat)
 
 
