@@ -1,4 +1,4 @@
-"""Talk with a chat model trained by apps/sft.py; only the assistant's reply goes to stdout.
+"""Talk with a chat model (apps/sft.py's, or a Hugging Face one); only the assistant's reply goes to stdout.
 
     uv run apps/chat.py --message "Describe json.dumps" [--temperature 0]     # runs/tiny_sft, apps/sft.py's
     uv run apps/chat.py --checkpoint RUN [--system TEXT]            # a prompt loop: one reply per message
