@@ -26,6 +26,7 @@ from typing import Any
 from meltemi.datastore.errors import BadLineError, InputError
 from meltemi.datastore.sources import (
     LONE_SURROGATE,
+    TABLE_KINDS,
     Piece,
     Place,
     ReadNotes,
@@ -35,7 +36,7 @@ from meltemi.datastore.sources import (
     read_jsonl,
     without_surrogates,
 )
-from meltemi.datastore.tables import TABLE_KINDS, open_table
+from meltemi.datastore.tables import open_table
 
 ROLES = ("system", "user", "assistant", "tool")
 REFUSED = "refused_conversations"  # the count of bad conversations skipped, in `ReadNotes.counts`

@@ -31,6 +31,7 @@ INVALID_UTF8: tuple[str, ...] = get_args(InvalidUtf8)
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _T = TypeVar("_T")
 
+TABLE_KINDS = ("parquet", "arrow")  # the `Source.kind`s read as tables of columns (`tables.open_table`)
 _GLOB_CHARS = "*?["
 _HASH_BLOCK = 1 << 22
 
@@ -370,7 +371,7 @@ def read_documents(piece: Piece, policy: ReadPolicy, notes: ReadNotes) -> Iterat
     kind = piece.source.kind
     if kind == "text":
         yield from _text_documents(piece.source, policy, notes)
-    elif kind in ("parquet", "arrow"):
+    elif kind in TABLE_KINDS:
         yield from _table_documents(piece.source, policy, notes)
     else:
         yield from _jsonl_documents(piece, policy, notes)

@@ -27,8 +27,6 @@ from meltemi.datastore.sources import Source, open_input
 if TYPE_CHECKING:
     import pyarrow as pa
 
-TABLE_KINDS = ("parquet", "arrow")  # the `Source.kind`s read as tables
-
 
 @dataclass(frozen=True)
 class ColumnarFile:

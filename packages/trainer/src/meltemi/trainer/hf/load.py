@@ -46,10 +46,15 @@ def read_hf_config(
 ) -> ModelConfig:
     """The ``ModelConfig`` of a Hugging Face directory's ``config.json`` (other fields from ``base``)."""
     directory = _directory(directory)
+    return model_config_from_hf(config_fields(directory), base, where=directory.where("config.json"))
+
+
+def config_fields(directory: Directory) -> dict:
+    """The fields of a Hugging Face directory's ``config.json``; an ``HfFormatError`` when it has none."""
     fields = json_file(directory, "config.json")
     if fields is None:
         raise HfFormatError(f"{directory.where('config.json')}: missing; not a Hugging Face model directory")
-    return model_config_from_hf(fields, base, where=directory.where("config.json"))
+    return fields
 
 
 def json_file(directory: Directory, key: str) -> dict | None:

@@ -26,7 +26,7 @@ from meltemi.trainer.config import ModelConfig
 from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text, tokenizer_at
 from meltemi.trainer.hf.config_map import HfFormatError, model_config_from_hf
-from meltemi.trainer.hf.load import json_file
+from meltemi.trainer.hf.load import config_fields, json_file
 
 CONFIG, TOKENIZER, TOKENIZER_CONFIG = "config.json", "tokenizer.json", "tokenizer_config.json"
 GENERATION_CONFIG = "generation_config.json"
@@ -51,9 +51,7 @@ def read_model_files(directory: str | os.PathLike | Location | Directory) -> HfM
     """The ``HfModelFiles`` of a Hugging Face directory (a path or a bucket URL, read in place); an
     ``HfFormatError`` naming the file that cannot be read as transformers writes it."""
     directory = directory if isinstance(directory, Directory) else Directory(directory)
-    fields = json_file(directory, CONFIG)
-    if fields is None:
-        raise HfFormatError(f"{directory.where(CONFIG)}: missing; not a Hugging Face model directory")
+    fields = config_fields(directory)
     model = model_config_from_hf(fields, where=directory.where(CONFIG))
     dtype = DTYPES.get(str(fields.get("torch_dtype", fields.get("dtype"))), "float32")
     tokenizer = directory.where(TOKENIZER) if directory.exists(TOKENIZER) else None
