@@ -14,6 +14,7 @@ import pytest
 import zarr
 
 from meltemi.datastore import (
+    BadLineError,
     IncompleteStoreError,
     SourceChangedError,
     TokenStore,
@@ -125,6 +126,44 @@ def test_a_changed_source_stops_the_build_naming_the_file_unless_overwriting(
     report = build_store(files, tokenizer_path, tmp_path / "s", overwrite=True, progress=False)
     assert report.documents == 2 and not report.already_built
     assert TokenStore.open(tmp_path / "s").num_tokens == report.tokens
+
+
+def test_changed_options_are_named_and_a_stopped_build_that_finished_no_unit_takes_new_ones(
+    tmp_path, tokenizer_path
+):
+    good = [json.dumps({"text": f"def f{i}(x): return x"}) for i in range(40)]
+    late, early = tmp_path / "late.jsonl", tmp_path / "early.jsonl"
+    late.write_text("\n".join([*good, "{bad"]) + "\n")
+    early.write_text("\n".join(["{bad", *good]) + "\n")
+    build_store(str(late), tokenizer_path, tmp_path / "done", skip_bad_lines=True, progress=False)
+    with pytest.raises(
+        SourceChangedError, match=r"option chunk_tokens: 1024 then, 512 now; pass --overwrite"
+    ):
+        build_store(str(late), tokenizer_path, tmp_path / "done", skip_bad_lines=True, chunk_tokens=512,
+                    progress=False)  # fmt: skip
+    for data, out in ((late, tmp_path / "late"), (early, tmp_path / "early")):
+        with pytest.raises(BadLineError):
+            build_store(str(data), tokenizer_path, out, unit_bytes=200, progress=False)
+    with pytest.raises(
+        SourceChangedError, match=r"options chunk_tokens: 1024 then, 512 now; unit_bytes: 200 then, 300"
+    ):
+        build_store(
+            str(late),
+            tokenizer_path,
+            tmp_path / "late",
+            unit_bytes=300,
+            chunk_tokens=512,
+            skip_bad_lines=True,
+            progress=False,
+        )  # fmt: skip  (units were done under the old ones)
+    with pytest.raises(SourceChangedError, match=r"tokenizer tokenizer.json: eos_id: 0 then, None now; pass"):
+        build_store(str(late), tokenizer_path, tmp_path / "late", unit_bytes=200, eos=False, progress=False)
+    report = build_store(str(early), tokenizer_path, tmp_path / "early", unit_bytes=200, chunk_tokens=512,
+                         skip_bad_lines=True, progress=False)  # fmt: skip
+    assert (
+        report.documents == 40
+        and TokenStore.open(tmp_path / "early").manifest["options"]["chunk_tokens"] == 512
+    )
 
 
 def test_a_source_named_through_a_link_is_the_file_it_names(tmp_path, write_files, tokenizer_path):

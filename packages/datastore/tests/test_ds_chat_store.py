@@ -18,6 +18,7 @@ from meltemi.datastore import (
     corpora,
     hold_out_conversations,
 )
+from meltemi.datastore.chat_template import ChatTemplate
 from meltemi.datastore.errors import ChatTemplateError, InputError
 from meltemi.datastore.layout import LOSS_WEIGHTS
 from meltemi.datastore.stdlib_chat import stdlib_chat
@@ -141,26 +142,29 @@ def test_a_conversation_that_cannot_be_trained_on_stops_the_build_naming_it_or_i
     )
 
 
-def test_a_template_without_generation_blocks_or_without_the_end_of_turn_inside_them_is_refused(
-    tmp_path, tokenizer_path, chat_jsonl
+def test_a_template_without_generation_blocks_trains_the_turns_its_renders_of_beginnings_show(
+    tmp_path, tokenizer_path, chat_jsonl, chat_store, tree_bytes
 ):
-    plain = tmp_path / "plain.jinja"
-    plain.write_text("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}<|eot_id|>{% endfor %}")
-    with pytest.raises(ChatTemplateError, match=r"plain.jinja: it has no \{% generation %\} blocks"):
-        build_store(
-            chat_jsonl, tokenizer_path, tmp_path / "a", format="chat", chat_template=plain, progress=False
-        )
-    assert not (tmp_path / "a").exists() or not any((tmp_path / "a").iterdir())
-    report = build_store(  # training on every token needs no blocks
-        chat_jsonl,
-        tokenizer_path,
-        tmp_path / "b",
-        format="chat",
-        chat_template=plain,
-        loss_on="all",
-        progress=False,
+    shipped = ChatTemplate.llama3().text
+    plain = tmp_path / "plain.jinja"  # the shipped text, each block a plain `if`: the same renders
+    plain.write_text(
+        shipped.replace("{% generation %}", "{% if true %}").replace("{% endgeneration", "{% endif")
+    )
+    build_store(chat_jsonl, tokenizer_path, tmp_path / "a", chat_template=plain, **OPTIONS)
+    found, blocks = TokenStore.open(tmp_path / "a"), TokenStore.open(chat_store)
+    assert found.manifest["content_sha256"] == blocks.manifest["content_sha256"]  # tokens and weights
+    assert found.manifest["chat"]["assistant_tokens"].startswith("renders of the conversation up to each")
+    assert blocks.manifest["chat"]["assistant_tokens"] == "the template's {% generation %} blocks"
+    report = build_store(  # training on every token renders each conversation once
+        chat_jsonl, tokenizer_path, tmp_path / "b", chat_template=plain, loss_on="all", **OPTIONS
     )
     assert int(TokenStore.open(tmp_path / "b").doc_weights(0).min()) == 1 and report.documents > 0
+    assert TokenStore.open(tmp_path / "b").manifest["chat"]["assistant_tokens"] is None
+
+
+def test_a_turn_that_does_not_end_with_the_end_of_turn_token_is_refused_unless_it_is_named(
+    tmp_path, tokenizer_path, chat_jsonl
+):
     outside = tmp_path / "outside.jinja"
     outside.write_text(
         "{% for m in messages %}{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}"
@@ -169,9 +173,32 @@ def test_a_template_without_generation_blocks_or_without_the_end_of_turn_inside_
     with pytest.raises(
         ChatTemplateError, match=r"does not end with <\|eot_id\|> \(first at .*chat.jsonl, line 1\)"
     ):
-        build_store(
-            chat_jsonl, tokenizer_path, tmp_path / "c", format="chat", chat_template=outside, progress=False
-        )
+        build_store(chat_jsonl, tokenizer_path, tmp_path / "c", chat_template=outside, **OPTIONS)
+    headers = tmp_path / "headers.jinja"  # each turn ends with <|end_header_id|>, not the eos_token
+    headers.write_text(
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}<|end_header_id|>{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
+    with pytest.raises(
+        ChatTemplateError,
+        match=r"^.*chat.jsonl, line 1: chat template .*headers.jinja: message 2 \(the assistant's\) renders "
+        r"without <\|eot_id\|> .* \(end_of_turn\)$",
+    ):
+        build_store(chat_jsonl, tokenizer_path, tmp_path / "d", chat_template=headers, **OPTIONS)
+    assert not (tmp_path / "d" / "manifest.json").exists()
+    build_store(
+        chat_jsonl, tokenizer_path, tmp_path / "d", chat_template=headers, end_of_turn="<|end_header_id|>",
+        **OPTIONS,
+    )  # fmt: skip
+    store, tokenizer = TokenStore.open(tmp_path / "d"), Tokenizer.from_file(tokenizer_path)
+    answer = json.loads(open(chat_jsonl, encoding="utf-8").readline())["messages"][-1]["content"]
+    ids, weights = store.doc(0), store.doc_weights(0)
+    assert (
+        tokenizer.decode(ids[weights == 1].tolist(), skip_special_tokens=False)
+        == answer + "<|end_header_id|>"
+    )
+    assert store.manifest["chat"]["end_of_turn"] == "<|end_header_id|>"
+    assert store.manifest["chat"]["end_of_turn_id"] == tokenizer.token_to_id("<|end_header_id|>")
 
 
 def test_a_prompt_and_its_completion_train_the_completions_tokens_only(tmp_path, tokenizer_path):

@@ -104,6 +104,7 @@ def build_store(
     loss_on: LossOn = "assistant",
     max_tokens: int | None = None,
     overlong: Overlong = "truncate",
+    end_of_turn: str | None = None,
     progress: bool = True,
     hints: Hints | None = None,
 ) -> BuildReport:
@@ -137,7 +138,9 @@ def build_store(
     `chat_template` (`llama3`, the shipped Llama 3 layout; a Jinja file; or a tokenizer directory's
     `tokenizer_config.json`), tokenized as one string, and its tokens weighed for the loss in a fourth
     array, `loss_weights`: 1 on the assistant's tokens (the template's `{% generation %}` blocks, found as
-    transformers finds them, end-of-turn included) or on every token (`loss_on="all"`). A conversation
+    transformers finds them, or for a template without them each assistant message's turn, found from
+    renders of the conversation's beginnings; its end-of-turn token, `end_of_turn` or the template's
+    `eos_token`, included) or on every token (`loss_on="all"`). A conversation
     over `max_tokens` is cut to it or left out (`overlong`); one the build cannot train on (malformed, an
     unknown role, no assistant token) stops it naming its file and line, or with `skip_bad_lines` is
     skipped; all are counted in the manifest. No end-of-document token is added: the template ends turns.
@@ -176,6 +179,7 @@ def build_store(
         loss_on=loss_on,
         max_tokens=max_tokens,
         overlong=overlong,
+        end_of_turn=end_of_turn,
     )
     hints = hints or Hints()
     chat = request.chat_build()

@@ -89,6 +89,8 @@ def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: 
         planned = plan.to_json()
         difference = _difference(previous, planned)
         fixed = not built and difference is not None and _only_contents_changed(previous, planned)
+        unstarted = not built and not out.list(f"{BUILD_DIR}/parts/")  # other options for the same inputs
+        fixed = fixed or unstarted and _same_files(previous, planned)  # where it had done nothing: no loss
         if difference and not request.overwrite and not fixed:  # a stopped build's fixed file: start over
             how = f"pass {remedy}" if remedy else "build it in another directory"
             raise SourceChangedError(f"{shown!r} was built from different inputs: {difference}; {how}")
@@ -112,6 +114,12 @@ def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: 
     out.write_json(PLAN_KEY, plan.to_json())
 
 
+def _same_files(previous: dict, plan: dict) -> bool:
+    """Whether both sides read the same files in the same order (their contents may differ)."""
+    old, new = _files(previous, plan)
+    return old == new
+
+
 def _files(previous: dict, plan: dict) -> tuple[list[str], list[str]]:
     """The files each side's sources name, in order: the paths as recorded when both sides spell them
     alike (no lookup), else each local path with its links resolved (`_same_file`)."""
@@ -125,9 +133,8 @@ def _only_contents_changed(previous: dict, plan: dict) -> bool:
     """Whether `plan` reads the same files in the same order, with the same tokenizer and options, as the
     half-built store's plan `previous`, only some of them changed (a bad line fixed where the build stopped:
     its parts cannot be kept, since units follow the files' sizes, but no other corpus is lost)."""
-    old, new = _files(previous, plan)
     keys = ("format_version", "tokenizer", "options")
-    return old == new and all(previous.get(key) == plan[key] for key in keys)
+    return _same_files(previous, plan) and all(previous.get(key) == plan[key] for key in keys)
 
 
 def _same_file(url: str) -> str:
@@ -171,10 +178,36 @@ def _difference(previous: dict, plan: dict) -> str | None:
     if list(old) != list(new):
         return "the same sources, named by other paths that put them in another order"
     if previous["tokenizer"] != plan["tokenizer"]:
+        if previous["tokenizer"]["sha256"] == plan["tokenizer"]["sha256"]:  # the same file, read otherwise
+            return f"tokenizer {plan['tokenizer']['name']}: " + "; ".join(
+                _changes(previous["tokenizer"], plan["tokenizer"], "")
+            )
         return (
             f"tokenizer {previous['tokenizer']['name']} ({previous['tokenizer']['sha256'][:12]}) "
             f"!= {plan['tokenizer']['name']} ({plan['tokenizer']['sha256'][:12]})"
         )
     if previous["options"] != plan["options"]:
-        return f"options {previous['options']} != {plan['options']}"
+        return _options_difference(previous["options"], plan["options"])
     return None
+
+
+def _options_difference(previous: dict, plan: dict) -> str:
+    """The options that differ, by dotted name, each with its value then and now.
+
+    >>> then, now = {"eos": True, "chat": {"loss_on": "all", "x": 1}}, {"eos": False, "chat": {"x": 2}}
+    >>> _options_difference(then, now)
+    "options chat.loss_on: 'all' then, None now; chat.x: 1 then, 2 now; eos: True then, False now"
+    """
+    changes = _changes(previous, plan, "")
+    return ("options " if len(changes) > 1 else "option ") + "; ".join(changes)
+
+
+def _changes(previous: dict, plan: dict, prefix: str) -> list[str]:
+    changes = []
+    for key in sorted(previous.keys() | plan.keys()):
+        before, now = previous.get(key), plan.get(key)
+        if isinstance(before, dict) and isinstance(now, dict):
+            changes += _changes(before, now, f"{prefix}{key}.")
+        elif before != now:
+            changes.append(f"{prefix}{key}: {before!r} then, {now!r} now")
+    return changes

@@ -29,7 +29,13 @@ LossOn = Literal["assistant", "all"]
 Overlong = Literal["truncate", "drop"]
 LOSS_ON: tuple[str, ...] = get_args(LossOn)
 OVERLONG: tuple[str, ...] = get_args(Overlong)
-CHAT_OPTIONS = ("chat_template", "loss_on", "max_tokens", "overlong")  # what only a chat build reads
+CHAT_OPTIONS = (
+    "chat_template",
+    "loss_on",
+    "max_tokens",
+    "overlong",
+    "end_of_turn",
+)  # what only a chat build reads
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class BuildRequest:
     loss_on: LossOn = "assistant"
     max_tokens: int | None = None
     overlong: Overlong = "truncate"
+    end_of_turn: str | None = None
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -99,7 +106,7 @@ class BuildRequest:
         from meltemi.datastore.chat_build import ChatBuild, load_template  # Jinja, only for a chat store
 
         template = load_template(self.chat_template)
-        return ChatBuild(template, self.loss_on, self.max_tokens, self.overlong)
+        return ChatBuild(template, self.loss_on, self.max_tokens, self.overlong, self.end_of_turn)
 
     def reading(self, hints: Hints | None = None) -> ReadPolicy:
         """How this build reads documents; its messages name another text field as `hints` spell it.
@@ -227,6 +234,12 @@ BUILD_FLAGS = (
         "chat: a conversation over --max-tokens is cut to it (truncate) or left out (drop); counted",
         "choice",
         choices=OVERLONG,
+    ),
+    Flag(
+        "end_of_turn",
+        "chat: the token each assistant turn ends with, trained so that a model learns to stop (default: the "
+        "template's eos_token, else <|eot_id|>)",
+        metavar="TOKEN",
     ),
 )
 _BY_FIELD = {flag.field: flag for flag in BUILD_FLAGS}

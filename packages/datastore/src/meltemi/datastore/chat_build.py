@@ -1,14 +1,15 @@
 """Conversations to tokens and loss weights: rendered once by the chat template, tokenized once, the
-assistant's tokens found from the template's generation blocks, as transformers finds them.
+assistant's tokens found from the template's generation blocks, as transformers finds them, or, for a
+template without them, from renders of each conversation's beginnings (`assistant_turns`).
 
 A chat store's build reads conversations (`conversations.read_conversations`), renders each with the
 template (`chat_template.ChatTemplate`), tokenizes the rendered text as one string (special tokens as
 written, none added), and weighs each token 1 where transformers' `return_assistant_tokens_mask` marks
 it (`loss_on="assistant"`) or everywhere (`loss_on="all"`); in a prompt and its completion, the assistant's
-tokens of the completion only. Every assistant turn must end with the
-end-of-turn token inside its generation block, so that a model learns to stop; a template whose blocks
-leave it out is refused before anything is written. A conversation longer than `max_tokens` is cut to
-it (`overlong="truncate"`) or left out (`"drop"`), counted either way.
+tokens of the completion only. Every assistant turn must end with the end-of-turn token inside its
+generation block, so that a model learns to stop; a template whose blocks leave it out is refused, naming
+the first conversation it renders so. A conversation longer than `max_tokens` is cut to it
+(`overlong="truncate"`) or left out (`"drop"`), counted either way.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from meltemi.datastore.assistant_turns import FROM_BEGINNINGS, FROM_BLOCKS, turns_by_beginnings
 from meltemi.datastore.build_request import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
 from meltemi.datastore.chat_template import (
     END_OF_TURN,
@@ -83,17 +85,18 @@ class ChatBuild:
             raise ValueError(f"overlong must be one of {', '.join(OVERLONG)}, got {self.overlong!r}")
         if self.max_tokens is not None and self.max_tokens < 2:
             raise ValueError(f"max_tokens must be at least 2 (one input, one target), got {self.max_tokens}")
-        if self.loss_on == "assistant" and not self.template.has_generation_blocks:
-            raise ChatTemplateError(
-                f"chat template {self.template.source}: it has no {{% generation %}} blocks, so no token "
-                "would be marked as the assistant's and training on the assistant's tokens would train on "
-                "nothing; use a template with them, or train on every token (loss_on all)"
-            )
+        if self.end_of_turn is not None and not self.end_of_turn:
+            raise ValueError("end_of_turn must be a token's text, got an empty string")
 
     @property
     def turn_end(self) -> str:
         """The end-of-turn token's text."""
         return self.end_of_turn or self.template.special_tokens.get("eos_token") or END_OF_TURN
+
+    @property
+    def assistant_tokens(self) -> str:
+        """How the assistant's tokens are found (`FROM_BLOCKS` or `FROM_BEGINNINGS`), the reason included."""
+        return FROM_BLOCKS if self.template.has_generation_blocks else FROM_BEGINNINGS
 
     def record(self) -> dict[str, Any]:
         """What a plan and a manifest record of it (the template whole: a store says how it was made)."""
@@ -104,15 +107,17 @@ class ChatBuild:
             "special_tokens": dict(self.template.special_tokens),
             "end_of_turn": self.turn_end,
             "loss_on": self.loss_on,
+            "assistant_tokens": self.assistant_tokens if self.loss_on == "assistant" else None,
             "max_tokens": self.max_tokens,
             "overlong": self.overlong,
         }
 
     def identity(self) -> dict[str, Any]:
         """What decides the store's bytes (a different value, a different store): the record with the
-        template named by its hash, and without its source, which only says where the same text came from."""
+        template named by its hash, and without its source, which only says where the same text came from,
+        nor how the assistant's tokens are found, which the template decides."""
         record = self.record()
-        del record["template"], record["template_source"]
+        del record["template"], record["template_source"], record["assistant_tokens"]
         return record
 
     def check_tokenizer(self, tokenizer: Tokenizer, shown: str) -> int:
@@ -153,7 +158,7 @@ def encode_conversations(
     rendered = []
     for conversation in conversations:
         try:
-            rendered.append(_rendered(chat.template, conversation))
+            rendered.append(_rendered(chat, conversation))
         except ChatTemplateError as e:
             raise ChatTemplateError(f"{conversation.place}: {e}") from None
     encodings = tokenizer.encode_batch([r.text for r in rendered], add_special_tokens=False)
@@ -185,15 +190,21 @@ def encode_conversations(
     )
 
 
-def _rendered(template: ChatTemplate, conversation: Conversation) -> RenderedChat:
-    """A conversation rendered, with the generation spans of its completion only when it has a prompt: the
-    prompt's messages render to the start of the text (as they do alone), and no span before its end is
-    kept."""
-    whole = template.render(conversation.messages, **template.special_tokens)
+def _rendered(chat: ChatBuild, conversation: Conversation) -> RenderedChat:
+    """A conversation rendered, with the spans of its assistant's turns (its completion's only when it has a
+    prompt: the prompt's messages render to the start of the text, as they do alone, and no span before its
+    end is kept)."""
+    template = chat.template
+    if chat.loss_on == "all" or template.has_generation_blocks:
+        whole = template.render(conversation.messages)
+    else:
+        whole = turns_by_beginnings(
+            template, conversation.messages, chat.turn_end, conversation.prompt_messages
+        )
     _check_tool_calls(template, conversation, whole)
     if not conversation.prompt_messages:
         return whole
-    prompt = template.render(conversation.messages[: conversation.prompt_messages], **template.special_tokens)
+    prompt = template.render(conversation.messages[: conversation.prompt_messages])
     if not whole.text.startswith(prompt.text):
         raise ChatTemplateError(
             f"chat template {template.source}: the prompt renders otherwise when its completion follows, so "
