@@ -239,15 +239,55 @@ def test_a_chat_corpus_named_through_a_link_finds_the_store_built_from_the_file(
     assert said[-1].endswith("; nothing to do") and sum(": built " in line for line in said) == 1
 
 
-def test_a_template_without_generation_blocks_is_refused_when_training_on_the_assistant_only(
-    sft_config, base, tmp_path
+INSTRUCT_TEMPLATE = (  # Llama 3 Instruct's layout as published: no generation blocks
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+    "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
+def test_a_chat_base_is_fine_tuned_in_its_own_template_even_without_generation_blocks(
+    sft_config, base, chat_data, tmp_path, capsys
 ):
-    plain = tmp_path / "plain.jinja"
-    plain.write_text("{% for m in messages %}{{ m['content'] }}<|eot_id|>{% endfor %}")
-    config = sft_config("--data.chat.template", str(plain))
-    with pytest.raises(ConfigError, match=r"^data.chat.template: chat template .*plain.jinja: it has no"):
-        train(config, tmp_path / "sft")
-    assert not (tmp_path / "sft").exists()
+    from meltemi.datastore import TokenStore
+    from meltemi.datastore.assistant_turns import FROM_BEGINNINGS
+    from meltemi.trainer.checkpoint.trained_model import load_model
+
+    trained = load_model(base)
+    hf = export_hf(trained.model, tmp_path / "hf", tokenizer=trained.tokenizer)
+    config = json.loads((hf / "tokenizer_config.json").read_text())  # as the export wrote it, and then:
+    config |= {
+        "chat_template": INSTRUCT_TEMPLATE,
+        "bos_token": "<|begin_of_text|>",
+        "eos_token": "<|eot_id|>",
+    }
+    (hf / "tokenizer_config.json").write_text(json.dumps(config))
+    (hf / "special_tokens_map.json").unlink(missing_ok=True)
+    cache = ["--data.cache_dir", str(tmp_path / "cache")]
+    summary = train(sft_config(*cache, base=hf), tmp_path / "sft")
+    assert f"chat template: the base's own ({hf}; data.chat.template auto)" in capsys.readouterr().err
+    manifest = inspect_checkpoint(tmp_path / "sft" / "checkpoints" / "step-2")
+    assert manifest.chat.template == INSTRUCT_TEMPLATE and manifest.chat.added_tokens == ()
+    assert manifest.end_of_text.token == "<|eot_id|>" and summary.steps == 2
+    [store] = (tmp_path / "cache" / "corpora").iterdir()
+    store = TokenStore.open(store)
+    assert store.manifest["chat"]["assistant_tokens"] == FROM_BEGINNINGS
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(trained.tokenizer))
+    answer = json.loads(chat_data.read_text().splitlines()[0])["messages"][-1]["content"]
+    ids, weights = store.doc(0), store.doc_weights(0)
+    assert tokenizer.decode(ids[weights == 1].tolist(), skip_special_tokens=False) == answer + "<|eot_id|>"
+    assert "<|end_header_id|>\n\n" in tokenizer.decode(ids.tolist(), skip_special_tokens=False)
+    shutil.rmtree(hf)  # a resume reads the template its run recorded, not the base
+    resumed = train(sft_config(*cache, "--trainer.num_train_steps", "3", "--optimizer.extension", "tail",
+                               base=hf), tmp_path / "sft")  # fmt: skip
+    assert resumed.steps == 3 and len(list((tmp_path / "cache" / "corpora").iterdir())) == 1
+    shipped = train(sft_config(*cache, "--data.chat.template", "llama3", base=base), tmp_path / "shipped")
+    assert (
+        inspect_checkpoint(tmp_path / "shipped" / "checkpoints" / "step-2").chat.template != INSTRUCT_TEMPLATE
+    )
+    assert shipped.steps == 2
 
 
 def test_a_base_that_is_neither_a_run_a_checkpoint_nor_a_hugging_face_directory_is_named(

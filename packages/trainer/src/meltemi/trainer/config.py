@@ -391,15 +391,21 @@ class ChatConfig(Section):
     """How chat corpora become tokens (the choices a chat store is built with)."""
 
     template: str = Field(
-        "llama3",
-        description="llama3 (shipped: Llama 3's layout, generation blocks around each assistant turn), a "
-        ".jinja file, or a tokenizer directory or its tokenizer_config.json",
+        "auto",
+        description="auto (the base's own: a Hugging Face base's chat template, or the one a chat base run "
+        "was trained with; else llama3), llama3 (shipped: Llama 3's layout, generation blocks around each "
+        "assistant turn), a .jinja file, or a tokenizer directory or its tokenizer_config.json",
     )
     loss_on: Literal["assistant", "all"] = Field(
         "assistant", description="train on the assistant's tokens (end of turn included) or on every token"
     )
     overlong: Literal["truncate", "drop"] = Field(
         "truncate", description="a conversation longer than data.seq_len + 1 tokens: cut to fit, or left out"
+    )
+    end_of_turn: str | None = Field(
+        None,
+        description="the token each assistant turn ends with, trained so the model learns to stop, and "
+        "where generation stops (default: the template's eos_token, else <|eot_id|>)",
     )
 
 

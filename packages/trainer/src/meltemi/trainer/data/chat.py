@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,9 +29,12 @@ from typing import TYPE_CHECKING
 from tokenizers import AddedToken, Tokenizer
 
 from meltemi.datastore import DatastoreError
+from meltemi.datastore.build_request import SHIPPED_TEMPLATE
 from meltemi.datastore.storage import Directory
 from meltemi.trainer.data.run_tokenizer import tokenizer_bytes
 from meltemi.trainer.errors import ConfigError
+
+AUTO_TEMPLATE = "auto"  # data.chat.template: the base's own template, else the shipped one
 
 if TYPE_CHECKING:  # the template engine is imported by the runs that render chats, not by every run
     from meltemi.datastore.chat_template import ChatTemplate
@@ -56,17 +60,49 @@ class ChatRecord:
         return ChatRecord(raw["template"], dict(raw["special_tokens"]), tuple(raw.get("added_tokens", ())))
 
 
-def load_chat_template(spec: str, loss_on: str = "all") -> ChatTemplate:
-    """``data.chat.template``'s template; a ``ConfigError`` naming the field when it cannot be used (when
-    ``loss_on`` is ``assistant``: a template without generation blocks, which would mark nothing)."""
-    from meltemi.datastore.chat_build import ChatBuild, load_template
+def concrete_template(spec: str, base_template: str | None = None) -> str:
+    """``data.chat.template`` made concrete: ``auto`` is the base's own template (``base_template``, as
+    ``data.chat.template`` names it) when the base has one, else the shipped ``llama3``.
+
+    >>> concrete_template("auto", "hf/qwen"), concrete_template("auto"), concrete_template("my.jinja", "hf/q")
+    ('hf/qwen', 'llama3', 'my.jinja')
+    """
+    if spec != AUTO_TEMPLATE:
+        return spec
+    return SHIPPED_TEMPLATE if base_template is None else base_template
+
+
+def load_chat_template(spec: str) -> ChatTemplate:
+    """``data.chat.template``'s template (``auto`` being the shipped one, as for a run without a base); a
+    ``ConfigError`` naming the field when it cannot be read."""
+    from meltemi.datastore.chat_build import load_template
 
     try:
-        template = load_template(spec)
-        ChatBuild(template, loss_on)
+        return load_template(concrete_template(spec))
     except DatastoreError as e:
         raise ConfigError(f"data.chat.template: {e}") from None
-    return template
+
+
+def recorded_template(record: ChatRecord, cache_dir: str | os.PathLike) -> str:
+    """A template a run's checkpoint recorded, as ``data.chat.template`` names it: a tokenizer directory
+    under ``cache_dir/templates`` (named by the record's hash) whose ``tokenizer_config.json`` holds the
+    template and its special tokens, written once; so a run resumes with the template it trained with,
+    whether or not the file or base it came from is still there.
+
+    >>> import tempfile
+    >>> from meltemi.datastore.chat_build import load_template
+    >>> record = ChatRecord("{{ bos_token }}{{ messages[0].content }}", {"bos_token": "<s>"})
+    >>> template = load_template(recorded_template(record, tempfile.mkdtemp()))
+    >>> template.render([{"role": "user", "content": "Hi"}]).text
+    '<s>Hi'
+    """
+    from meltemi.datastore.chat_template import TOKENIZER_CONFIG
+
+    text = json.dumps({"chat_template": record.template, **record.special_tokens}, indent=1, sort_keys=True)
+    directory = Directory(Path(cache_dir) / "templates" / hashlib.sha256(text.encode()).hexdigest()[:16])
+    if directory.read_bytes(TOKENIZER_CONFIG) != text.encode():
+        directory.write_text(TOKENIZER_CONFIG, text)
+    return directory.where()
 
 
 def template_tokens(template: ChatTemplate) -> tuple[str, ...]:
@@ -89,15 +125,19 @@ class ChatTokenizer:
     added: tuple[str, ...]
 
 
-def chat_tokenizer(tokenizer: str, template: ChatTemplate, cache_dir: str | os.PathLike) -> ChatTokenizer:
-    """``tokenizer`` when it has every token of ``template`` as one token, else an extended copy (written
-    once under ``cache_dir/tokenizers``) with the missing ones appended as special tokens."""
+def chat_tokenizer(
+    tokenizer: str, template: ChatTemplate, cache_dir: str | os.PathLike, end_of_turn: str | None = None
+) -> ChatTokenizer:
+    """``tokenizer`` when it has every token of ``template`` (and ``end_of_turn``, when named) as one token,
+    else an extended copy (written once under ``cache_dir/tokenizers``) with the missing ones appended as
+    special tokens."""
     data = tokenizer_bytes(tokenizer)
     try:
         parsed = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as error:  # tokenizers raises a bare Exception for what it cannot parse
         raise ConfigError(f"data.tokenizer: {tokenizer} is not a tokenizer.json ({error})") from None
-    missing = tuple(t for t in template_tokens(template) if parsed.token_to_id(t) is None)
+    wanted = dict.fromkeys([*template_tokens(template), *([end_of_turn] if end_of_turn else [])])
+    missing = tuple(t for t in wanted if parsed.token_to_id(t) is None)
     if not missing:
         return ChatTokenizer(tokenizer, parsed.get_vocab_size(with_added_tokens=True), ())
     parsed.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in missing])

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from meltemi.datastore.storage import local_path_of
 from meltemi.trainer.config import RunConfig, SourceConfig
-from meltemi.trainer.data.chat import chat_tokenizer, load_chat_template
+from meltemi.trainer.data.chat import chat_tokenizer, concrete_template, load_chat_template
 from meltemi.trainer.data.run_tokenizer import file_sha256
 from meltemi.trainer.errors import ConfigError
 
@@ -47,6 +47,7 @@ SOURCE_FLAGS = CORPUS_FLAGS | {  # and a chat corpus's options
     "loss_on": "--data.chat.loss_on {}",
     "overlong": "--data.chat.overlong {}",
     "chat_template": "--data.chat.template {}",
+    "end_of_turn": "--data.chat.end_of_turn {}",
 }
 
 
@@ -70,8 +71,8 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
             raise ConfigError(
                 "chat sources need a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)"
             )
-        template = load_chat_template(data.chat.template, data.chat.loss_on)
-        extended = chat_tokenizer(tokenizer, template, data.cache_dir)
+        template = load_chat_template(data.chat.template)
+        extended = chat_tokenizer(tokenizer, template, data.cache_dir, data.chat.end_of_turn)
         if extended.added:
             say(
                 f"the chat template's tokens {', '.join(extended.added)} were added to the tokenizer "
@@ -101,7 +102,9 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
             else source.model_dump(exclude_defaults=True)
             for name, source in data.sources.items()
         }
+    chat = data.chat.model_dump() | {"template": concrete_template(data.chat.template)}
     resolved = data.model_dump() | {
+        "chat": chat,
         "tokenizer": tokenizer,
         "sources": sources,
         "stores": [],
@@ -157,12 +160,14 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
         template = load_chat_template(chat.template)
         options = {
             "format": "chat",
-            "chat_template": chat.template,
+            "chat_template": concrete_template(chat.template),
             "loss_on": chat.loss_on,
             "max_tokens": data.seq_len + 1,
             "overlong": chat.overlong,
+            "end_of_turn": chat.end_of_turn,
         }
         key += "\0".join(["", template.sha256, chat.loss_on, chat.overlong, str(data.seq_len + 1)])
+        key += "" if chat.end_of_turn is None else f"\0{chat.end_of_turn}"  # unnamed: the keys stores had
     stem = Path(corpus.rstrip("/")).stem or "corpus"
     text = {"text_field": data.text_field} if source.format == "text" else {}
     return _cached_build(config, corpus, corpus, stem, key, tokenizer, say, SOURCE_FLAGS, **text, **options)

@@ -82,13 +82,20 @@ def _chat(directory: Directory, tokenizer_config: dict[str, Any]) -> ChatRecord 
     from meltemi.datastore.chat_template import ChatTemplate
     from meltemi.datastore.errors import ChatTemplateError
 
-    if "chat_template" not in tokenizer_config and not directory.exists(CHAT_TEMPLATE_FILE):
+    if not has_chat_template(directory, tokenizer_config):
         return None
     try:
         template = ChatTemplate.from_tokenizer_config(directory.where())
     except ChatTemplateError as error:
         raise HfFormatError(str(error)) from None
     return ChatRecord(template.text, dict(template.special_tokens))
+
+
+def has_chat_template(directory: Directory, tokenizer_config: dict[str, Any] | None = None) -> bool:
+    """Whether a Hugging Face directory has a chat template: ``chat_template.jinja``, or a ``chat_template``
+    in its ``tokenizer_config.json`` (given when already read)."""
+    config = (json_file(directory, TOKENIZER_CONFIG) or {}) if tokenizer_config is None else tokenizer_config
+    return "chat_template" in config or directory.exists(CHAT_TEMPLATE_FILE)
 
 
 def _end_of_text(tokenizer: str | None, ids: tuple[int, ...], chat: ChatRecord | None) -> EndOfText:

@@ -25,6 +25,7 @@ from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.hf.config_map import HfFormatError
 from meltemi.trainer.hf.load import read_hf_config
 from meltemi.trainer.hf.model_files import CONFIG as HF_CONFIG
+from meltemi.trainer.hf.model_files import has_chat_template
 
 FIELD = "trainer.initialize_from"
 TOKENIZER = "tokenizer.json"
@@ -36,13 +37,16 @@ MAY_DIFFER = ("model.vocab_size", "trainer.param_dtype")
 @dataclasses.dataclass(frozen=True)
 class Base:
     """Where a phase starts: a checkpoint (``step`` and its ``manifest``) or a Hugging Face directory
-    (``hf_dir``, local or in a bucket, read in place), with the base's model shape and where its tokenizer
-    file lies (a path, or a URL in the base's bucket; None when it has none)."""
+    (``hf_dir``, local or in a bucket, read in place), with the base's model shape, where its tokenizer
+    file lies (a path, or a URL in the base's bucket; None when it has none) and its own chat template as
+    ``data.chat.template`` names it (a Hugging Face directory with a template; a chat run's template as that
+    run named it; None when the base has none)."""
 
     kind: Literal["checkpoint", "huggingface"]
     where: str
     model: ModelConfig
     tokenizer: str | None
+    chat_template: str | None = None
     step: Directory | None = None
     manifest: Manifest | None = None
     hf_dir: Directory | None = None
@@ -67,7 +71,8 @@ def locate_base(path: str, warn=lambda _: None) -> Base:
         except HfFormatError as e:
             raise ConfigError(f"{FIELD}: {path}: {e}") from None
         tokenizer = found.where(TOKENIZER) if found.exists(TOKENIZER) else None
-        return Base("huggingface", path, model, tokenizer, hf_dir=found)
+        template = path if has_chat_template(found) else None
+        return Base("huggingface", path, model, tokenizer, template, hf_dir=found)
     for step in found:
         try:
             manifest = inspect_checkpoint(step)
@@ -76,7 +81,10 @@ def locate_base(path: str, warn=lambda _: None) -> Base:
             continue
         config = validate(manifest.config, where=step.where("manifest.json"), recorded=True)
         tokenizer, _ = checkpoint_tokenizer(step, manifest)
-        return Base("checkpoint", step.where(), config.model, tokenizer, step=step, manifest=manifest)
+        template = None if manifest.chat is None else config.data.chat.template
+        return Base(
+            "checkpoint", step.where(), config.model, tokenizer, template, step=step, manifest=manifest
+        )
     if found:
         raise CheckpointError(f"{FIELD}: {path} holds no usable checkpoint")
     local = Location.parse(path).local_path

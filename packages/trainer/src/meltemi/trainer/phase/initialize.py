@@ -12,6 +12,8 @@ the optimizer afresh at step 0, as ``trainer.initialize_from`` asks by default.
 
 from __future__ import annotations
 
+import sys
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -23,6 +25,7 @@ from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.checkpoint.resume import RunToStart, Start, continued_config
 from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer
 from meltemi.trainer.config import RunConfig
+from meltemi.trainer.data.chat import ChatRecord, concrete_template, recorded_template
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
 from meltemi.trainer.data.sources import STDLIB, resolve_data, stdlib_tokenizer
 from meltemi.trainer.errors import CheckpointError, ConfigError
@@ -32,17 +35,22 @@ from meltemi.trainer.phase.base import FIELD, Base, check_shape, check_tokenizer
 from meltemi.trainer.phase.vocabulary import grow_vocabulary
 
 
-def resolve_base(config: RunConfig, say=lambda _: None, run_dir: str | Location | None = None) -> RunConfig:
+def resolve_base(config: RunConfig, say=None, run_dir: str | Location | None = None) -> RunConfig:
     """``config`` checked against its base (``trainer.initialize_from``), with the base's tokenizer as
-    ``data.tokenizer`` when it names none; unchanged when the run has no base. A run that has checkpoints
-    of its own (in ``run_dir``) resumes from them: its base is not read, and its tokenizer is its own copy."""
+    ``data.tokenizer`` when it names none and the base's own chat template as ``data.chat.template`` when it
+    is ``auto`` and the base has one; unchanged when the run has no base. A run that has checkpoints of its
+    own (in ``run_dir``) resumes from them: its base is not read, and its tokenizer is its own copy, its
+    ``auto`` template the one it recorded."""
     source = config.trainer.initialize_from
     if source is None:
         return config
-    own = None if run_dir is None else own_tokenizer(run_dir)
+    say = say or (lambda line: print(line, file=sys.stderr))
+    own = None if run_dir is None else own_checkpoint(run_dir)
     if own is not None:
-        tokenizer = config.data.tokenizer or str(own)
-        return config.model_copy(update={"data": config.data.model_copy(update={"tokenizer": tokenizer})})
+        tokenizer, chat = own
+        mine = None if chat is None else recorded_template(chat, config.data.cache_dir)
+        template = concrete_template(config.data.chat.template, mine)
+        return _with_data(config, tokenizer=config.data.tokenizer or str(tokenizer), template=template)
     base = locate_base(source.path)
     check_shape(base, config)
     tokenizer = config.data.tokenizer
@@ -57,7 +65,17 @@ def resolve_base(config: RunConfig, say=lambda _: None, run_dir: str | Location 
     elif tokenizer == STDLIB:
         tokenizer = stdlib_tokenizer(config, say)
     check_tokenizer(base, tokenizer, config)
-    return config.model_copy(update={"data": config.data.model_copy(update={"tokenizer": tokenizer})})
+    template = concrete_template(config.data.chat.template, base.chat_template)
+    if template != config.data.chat.template and template == base.chat_template:
+        say(f"chat template: the base's own ({template}; data.chat.template auto)")
+    return _with_data(config, tokenizer=tokenizer, template=template)
+
+
+def _with_data(config: RunConfig, *, tokenizer: str, template: str) -> RunConfig:
+    chat = config.data.chat.model_copy(update={"template": template})
+    return config.model_copy(
+        update={"data": config.data.model_copy(update={"tokenizer": tokenizer, "chat": chat})}
+    )
 
 
 def resolve_run(config: RunConfig, run_dir: str | Location | None = None, say=None) -> RunConfig:
@@ -73,14 +91,15 @@ def resolve_run(config: RunConfig, run_dir: str | Location | None = None, say=No
     return resolve_data(config, **kwargs)
 
 
-def own_tokenizer(run_dir: str | Location):
-    """The tokenizer copy of the run in ``run_dir`` when it has a readable checkpoint, else None."""
+def own_checkpoint(run_dir: str | Location) -> tuple[str, ChatRecord | None] | None:
+    """The tokenizer copy and the chat template (a chat run's) of the run in ``run_dir`` when it has a
+    readable checkpoint, else None."""
     for step in find_checkpoints(run_dir):
         try:
             manifest = inspect_checkpoint(step)
         except CheckpointError:
             continue
-        return checkpoint_tokenizer(step, manifest)[0]
+        return checkpoint_tokenizer(step, manifest)[0], manifest.chat
     return None
 
 
