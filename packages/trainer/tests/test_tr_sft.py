@@ -290,6 +290,24 @@ def test_a_chat_base_is_fine_tuned_in_its_own_template_even_without_generation_b
     assert shipped.steps == 2
 
 
+def test_a_template_whose_turns_end_with_another_token_trains_and_stops_at_the_one_named(
+    sft_config, tmp_path
+):
+    gemma = tmp_path / "gemma.jinja"  # Gemma's layout: turns end with <end_of_turn>, not the eos_token
+    gemma.write_text(
+        "{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+        "{% if add_generation_prompt %}<start_of_turn>assistant\n{% endif %}"
+    )
+    cache = ["--data.cache_dir", str(tmp_path / "cache"), "--data.chat.template", str(gemma)]
+    with pytest.raises(DatastoreError, match=r"renders without <\|eot_id\|> .* \(end_of_turn\)$"):
+        train(sft_config(*cache), tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
+    summary = train(sft_config(*cache, "--data.chat.end_of_turn", "<end_of_turn>"), tmp_path / "sft")
+    manifest = inspect_checkpoint(tmp_path / "sft" / "checkpoints" / "step-2")
+    assert summary.steps == 2 and manifest.end_of_text.token == "<end_of_turn>"
+    assert "<end_of_turn>" in manifest.chat.added_tokens
+
+
 def test_a_base_that_is_neither_a_run_a_checkpoint_nor_a_hugging_face_directory_is_named(
     sft_config, tmp_path
 ):
