@@ -242,6 +242,34 @@ def test_a_prompt_and_its_completion_are_one_conversation_whose_prompt_is_not_tr
 SHAREGPT = [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]
 
 
+def test_llama_factorys_function_calls_and_observations_are_tool_calls_and_tool_results(tmp_path):
+    call = {"name": "add", "arguments": {"a": 2, "b": 2}}
+    turns = [
+        {"from": "human", "value": "2 + 2?"},
+        {"from": "function_call", "value": json.dumps(call)},
+        {"from": "observation", "value": "4"},
+        {"from": "gpt", "value": "It is 4."},
+    ]
+    both = [*turns[:1], {"from": "function_call", "value": json.dumps([call, call])}, *turns[2:]]
+    bad = [*turns[:1], {"from": "function_call", "value": "add(2, 2)"}, *turns[2:]]
+    path = _jsonl(tmp_path / "a.jsonl", {"conversations": turns}, {"conversations": both},
+                  {"conversations": bad})  # fmt: skip
+    notes = ReadNotes()
+    first, second = _read(path, ReadPolicy(skip_bad_lines=True), notes)
+    as_call = {"type": "function", "function": call}
+    assert first.messages == (
+        {"role": "user", "content": "2 + 2?"},
+        {"role": "assistant", "content": None, "tool_calls": [as_call]},
+        {"role": "tool", "content": "4"},
+        {"role": "assistant", "content": "It is 4."},
+    )
+    assert second.messages[1]["tool_calls"] == [as_call, as_call]
+    assert notes.skipped_lines[0].endswith(
+        "line 3: conversations: turn 2 (function_call) is not the JSON text of a call "
+        '({"name": ..., "arguments": ...}) or of a list of them'
+    )
+
+
 def test_sharegpt_turns_are_messages_with_the_records_system_prompt_first(tmp_path):
     """ShareGPT's `conversations` of `from`/`value` turns (OpenThoughts', Bespoke-Stratos'), in JSON or
     Parquet, read as the messages they are, a `system` field or column before them; in the messages field

@@ -10,8 +10,9 @@ objects (as Hugging Face datasets reads either); in Parquet (Hugging Face datase
 its completion instead (TRL's prompt-completion datasets): `prompt` and `completion`, each a list of messages
 or a string (one user message, one assistant message); the conversation is the two joined, and only the
 completion is trained (`Conversation.prompt_messages`). Or it may hold ShareGPT's `conversations`, turns of
-`from` (`human`, `gpt`, `system`, `tool`) and `value`, read as messages after its `system` text
-(`sharegpt_messages`), as Axolotl and LLaMA-Factory read them. A conversation that is not such a list stops
+`from` (`human`, `gpt`, `system`, `tool`; LLaMA-Factory's `function_call`, a call as JSON text, and
+`observation`, its result) and `value`, read as messages after its `system` text (`sharegpt_messages`), as
+Axolotl and LLaMA-Factory read them. A conversation that is not such a list stops
 the read naming its file and line (or row), or is skipped and noted when the policy skips bad lines; one that
 is not UTF-8 text is handled as a document is (`ReadPolicy.invalid_utf8`).
 """
@@ -51,6 +52,8 @@ SHAREGPT_ROLES = {  # who speaks a ShareGPT turn (its `from`) -> the role of its
     "assistant": "assistant",
     "system": "system",
     "tool": "tool",
+    "observation": "tool",  # LLaMA-Factory's: a tool's result
+    "function_call": "assistant",  # LLaMA-Factory's: a call, its value `{"name", "arguments"}` as JSON
 }
 
 
@@ -208,10 +211,39 @@ def sharegpt_messages(value: Any, system: Any = None, field: str = SHAREGPT) -> 
         if role is None:
             known = ", ".join(SHAREGPT_ROLES)
             raise BadLineError(f"{field}: turn {number} is from {turn['from']!r}, not one of {known}")
-        messages.append({"role": role, "content": turn["value"]})
+        if turn["from"] == "function_call":
+            messages.append(
+                {"role": role, "content": None, "tool_calls": _calls(turn["value"], field, number)}
+            )
+        else:
+            messages.append({"role": role, "content": turn["value"]})
     if isinstance(system, str) and system and messages[0]["role"] != "system":
         messages.insert(0, {"role": "system", "content": system})
     return messages
+
+
+def _calls(value: Any, field: str, number: int) -> list[dict[str, Any]]:
+    """A `function_call` turn's value (JSON text of one call `{"name", "arguments"}`, or a list of them) as
+    the `tool_calls` of a message, as transformers' templates read them.
+
+    >>> _calls('{"name": "add", "arguments": {"a": 1}}', "conversations", 2)
+    [{'type': 'function', 'function': {'name': 'add', 'arguments': {'a': 1}}}]
+    """
+    try:
+        calls = json.loads(value) if isinstance(value, str) else None
+    except json.JSONDecodeError:
+        calls = None
+    calls = [calls] if isinstance(calls, dict) else calls
+    if not isinstance(calls, list) or not calls or not all(_is_call(call) for call in calls):
+        raise BadLineError(
+            f"{field}: turn {number} (function_call) is not the JSON text of a call "
+            '({"name": ..., "arguments": ...}) or of a list of them'
+        )
+    return [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]
+
+
+def _is_call(call: Any) -> bool:
+    return isinstance(call, dict) and isinstance(call.get("name"), str) and "arguments" in call
 
 
 def _is_turn(turn: Any) -> bool:
