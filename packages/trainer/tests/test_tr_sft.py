@@ -283,6 +283,12 @@ def test_a_chat_base_is_fine_tuned_in_its_own_template_even_without_generation_b
     resumed = train(sft_config(*cache, "--trainer.num_train_steps", "3", "--optimizer.extension", "tail",
                                base=hf), tmp_path / "sft")  # fmt: skip
     assert resumed.steps == 3 and len(list((tmp_path / "cache" / "corpora").iterdir())) == 1
+    capsys.readouterr()
+    train(sft_config(*cache, base=tmp_path / "sft"), tmp_path / "second")  # a chat run as the base
+    assert "chat template: the base's own (" in capsys.readouterr().err
+    assert (
+        inspect_checkpoint(tmp_path / "second" / "checkpoints" / "step-2").chat.template == INSTRUCT_TEMPLATE
+    )
     shipped = train(sft_config(*cache, "--data.chat.template", "llama3", base=base), tmp_path / "shipped")
     assert (
         inspect_checkpoint(tmp_path / "shipped" / "checkpoints" / "step-2").chat.template != INSTRUCT_TEMPLATE

@@ -20,6 +20,7 @@ from meltemi.trainer.checkpoint.format import Manifest
 from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer, locate_model
 from meltemi.trainer.config import ModelConfig, RunConfig
 from meltemi.trainer.config_io import validate
+from meltemi.trainer.data.chat import recorded_template
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.hf.config_map import HfFormatError
@@ -37,16 +38,13 @@ MAY_DIFFER = ("model.vocab_size", "trainer.param_dtype")
 @dataclasses.dataclass(frozen=True)
 class Base:
     """Where a phase starts: a checkpoint (``step`` and its ``manifest``) or a Hugging Face directory
-    (``hf_dir``, local or in a bucket, read in place), with the base's model shape, where its tokenizer
-    file lies (a path, or a URL in the base's bucket; None when it has none) and its own chat template as
-    ``data.chat.template`` names it (a Hugging Face directory with a template; a chat run's template as that
-    run named it; None when the base has none)."""
+    (``hf_dir``, local or in a bucket, read in place), with the base's model shape and where its tokenizer
+    file lies (a path, or a URL in the base's bucket; None when it has none)."""
 
     kind: Literal["checkpoint", "huggingface"]
     where: str
     model: ModelConfig
     tokenizer: str | None
-    chat_template: str | None = None
     step: Directory | None = None
     manifest: Manifest | None = None
     hf_dir: Directory | None = None
@@ -71,8 +69,7 @@ def locate_base(path: str, warn=lambda _: None) -> Base:
         except HfFormatError as e:
             raise ConfigError(f"{FIELD}: {path}: {e}") from None
         tokenizer = found.where(TOKENIZER) if found.exists(TOKENIZER) else None
-        template = path if has_chat_template(found) else None
-        return Base("huggingface", path, model, tokenizer, template, hf_dir=found)
+        return Base("huggingface", path, model, tokenizer, hf_dir=found)
     for step in found:
         try:
             manifest = inspect_checkpoint(step)
@@ -81,10 +78,7 @@ def locate_base(path: str, warn=lambda _: None) -> Base:
             continue
         config = validate(manifest.config, where=step.where("manifest.json"), recorded=True)
         tokenizer, _ = checkpoint_tokenizer(step, manifest)
-        template = None if manifest.chat is None else config.data.chat.template
-        return Base(
-            "checkpoint", step.where(), config.model, tokenizer, template, step=step, manifest=manifest
-        )
+        return Base("checkpoint", step.where(), config.model, tokenizer, step=step, manifest=manifest)
     if found:
         raise CheckpointError(f"{FIELD}: {path} holds no usable checkpoint")
     local = Location.parse(path).local_path
@@ -97,6 +91,15 @@ def locate_base(path: str, warn=lambda _: None) -> Base:
         f"{FIELD}: {path} is neither a run (no checkpoints/step-N), a step-N checkpoint nor a Hugging Face "
         f"directory (no {HF_CONFIG}): give the base run, checkpoint or export to start from"
     )
+
+
+def base_template(base: Base, cache_dir: str) -> str | None:
+    """The base's own chat template as ``data.chat.template`` names it: a Hugging Face directory that has
+    one, or the template a chat run's checkpoint records (written under ``cache_dir``: its file need not be
+    there any more); None when the base has none."""
+    if base.kind == "huggingface":
+        return base.where if has_chat_template(base.hf_dir) else None
+    return None if base.manifest.chat is None else recorded_template(base.manifest.chat, cache_dir)
 
 
 def check_shape(base: Base, config: RunConfig) -> None:

@@ -31,7 +31,14 @@ from meltemi.trainer.data.sources import STDLIB, resolve_data, stdlib_tokenizer
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.hf.load import import_hf
 from meltemi.trainer.model.llama import Llama, cast_floating
-from meltemi.trainer.phase.base import FIELD, Base, check_shape, check_tokenizer, locate_base
+from meltemi.trainer.phase.base import (
+    FIELD,
+    Base,
+    base_template,
+    check_shape,
+    check_tokenizer,
+    locate_base,
+)
 from meltemi.trainer.phase.vocabulary import grow_vocabulary
 
 
@@ -65,9 +72,10 @@ def resolve_base(config: RunConfig, say=None, run_dir: str | Location | None = N
     elif tokenizer == STDLIB:
         tokenizer = stdlib_tokenizer(config, say)
     check_tokenizer(base, tokenizer, config)
-    template = concrete_template(config.data.chat.template, base.chat_template)
-    if template != config.data.chat.template and template == base.chat_template:
-        say(f"chat template: the base's own ({template}; data.chat.template auto)")
+    own_template = base_template(base, config.data.cache_dir)
+    template = concrete_template(config.data.chat.template, own_template)
+    if template != config.data.chat.template and template == own_template:
+        say(f"chat template: the base's own ({base.where}; data.chat.template auto)")
     return _with_data(config, tokenizer=tokenizer, template=template)
 
 
