@@ -257,3 +257,19 @@ def test_a_final_message_left_open_as_lm_eval_asks_matches_transformers(hf, name
     assert ours.text == theirs and ours.text.endswith("The answer is")
     with pytest.raises(Exception, match="exclude each other"):
         LLAMA3.render(messages, continue_final_message=True, add_generation_prompt=True)
+
+
+def test_a_conversations_tools_render_as_transformers_renders_them(hf, tokenizer_file):
+    """A record's ``tools`` reach the template as ``apply_chat_template(..., tools=...)`` passes them."""
+    template = (
+        "{% if tools %}<|start_header_id|>tools<|end_header_id|>\n{% for tool in tools %}{{ tool | tojson }}"
+        "\n{% endfor %}<|eot_id|>{% endif %}" + LLAMA3.text
+    )
+    tools = [
+        {"type": "function", "function": {"name": "add", "description": "a + b, as numbers: é"}},
+        {"name": "legacy", "parameters": {"type": "object", "properties": {}}},
+    ]
+    messages = CONVERSATIONS["a tool turn"]
+    theirs = hf.apply_chat_template(messages, tools=tools, chat_template=template, tokenize=False)
+    ours = ChatTemplate(template, "tools.jinja", LLAMA3.special_tokens).render(messages, tools=tools)
+    assert ours.text == theirs and '"name": "legacy"' in ours.text

@@ -341,6 +341,31 @@ def test_tool_calls_are_trained_when_the_template_writes_them_and_refused_when_i
     assert trained == '{"name": "add", "arguments": {"a": 2}}<|eot_id|>4<|eot_id|>'
 
 
+def test_a_conversations_tools_are_rendered_for_the_model_and_a_template_that_never_reads_them_is_refused(
+    tmp_path, tokenizer_path
+):
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+    data = write_lines(tmp_path / "tools.jsonl", [talk("q", "a") | {"tools": tools}])
+    with pytest.raises(
+        ChatTemplateError,
+        match=r"tools.jsonl, line 1: chat template the shipped llama3 template: it never reads the "
+        r"conversation's tools, so a model would learn to call tools it was never shown",
+    ):
+        build_store(data, tokenizer_path, tmp_path / "shipped", **OPTIONS)
+    listing = (
+        "{% if tools %}<|start_header_id|>tools<|end_header_id|>\n{{ tools | tojson }}<|eot_id|>{% endif %}"
+    )
+    (tmp_path / "tools.jinja").write_text(
+        TOOLS_TEMPLATE.replace("{{ bos_token }}", "{{ bos_token }}" + listing)
+    )
+    build_store(data, tokenizer_path, tmp_path / "tools", chat_template=tmp_path / "tools.jinja", **OPTIONS)
+    store, tokenizer = TokenStore.open(tmp_path / "tools"), Tokenizer.from_file(tokenizer_path)
+    ids, weights = store.doc(0), store.doc_weights(0)
+    text = tokenizer.decode(ids.tolist(), skip_special_tokens=False)
+    assert f"tools<|end_header_id|>\n{json.dumps(tools)}<|eot_id|>" in text
+    assert tokenizer.decode(ids[weights == 1].tolist(), skip_special_tokens=False) == "a<|eot_id|>"
+
+
 def test_a_tokenizer_without_the_templates_tokens_is_refused_before_any_work(
     tmp_path, stdlib_files, chat_jsonl
 ):

@@ -242,6 +242,34 @@ def test_a_prompt_and_its_completion_are_one_conversation_whose_prompt_is_not_tr
 SHAREGPT = [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]
 
 
+def test_a_records_tools_are_read_as_a_list_or_as_its_json_text_in_json_and_parquet(tmp_path):
+    tools = [{"type": "function", "function": {"name": "add", "description": "a + b"}}]
+    path = _jsonl(
+        tmp_path / "a.jsonl",
+        {"messages": HELLO, "tools": tools},
+        {"messages": HELLO, "tools": json.dumps(tools)},
+        {"messages": HELLO, "tools": None},
+        {"messages": HELLO, "tools": "{not json"},
+        {"messages": HELLO, "tools": {"add": 1}},
+    )
+    notes = ReadNotes()
+    read = _read(path, ReadPolicy(skip_bad_lines=True), notes)
+    assert [c.tools for c in read] == [tuple(tools), tuple(tools), None]
+    assert [line.split("a.jsonl, ")[1] for line in notes.skipped_lines] == [
+        "line 4: 'tools' is text that is not JSON (Expecting property name enclosed in double quotes at "
+        "column 2)",
+        "line 5: 'tools' is an object, not a list of tool definitions (objects)",
+    ]
+    messages = pa.array([HELLO, HELLO])
+    pq.write_table(pa.table({"messages": messages, "tools": [json.dumps(tools), ""]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"messages": messages, "tools": [tools, []]}), tmp_path / "b.parquet")
+    for name in ("a.parquet", "b.parquet"):
+        assert [c.tools for c in _read(tmp_path / name)] == [tuple(tools), None]
+    pq.write_table(pa.table({"messages": messages, "tools": [1, 2]}), tmp_path / "c.parquet")
+    with pytest.raises(InputError, match=r"c.parquet: column 'tools' holds int64, not tool definitions"):
+        _read(tmp_path / "c.parquet")
+
+
 def test_llama_factorys_function_calls_and_observations_are_tool_calls_and_tool_results(tmp_path):
     call = {"name": "add", "arguments": {"a": 2, "b": 2}}
     turns = [

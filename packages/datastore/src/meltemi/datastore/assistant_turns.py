@@ -30,10 +30,11 @@ def turns_by_beginnings(
     messages: Sequence[Mapping[str, Any]],
     end_of_turn: str,
     first: int = 0,
+    **variables: Any,
 ) -> RenderedChat:
-    """`messages` rendered, with one span per assistant message from index `first` on: from the end of the
-    conversation before it (rendered with the generation prompt) to the last `end_of_turn` its own render
-    adds, that token included.
+    """`messages` rendered (with `variables`, such as `tools`), with one span per assistant message from
+    index `first` on: from the end of the conversation before it (rendered with the generation prompt) to
+    the last `end_of_turn` its own render adds, that token included.
 
     >>> template = ChatTemplate(
     ...     "{% for m in messages %}<|im_start|>{{ m.role }}\\n{{ m.content }}<|im_end|>\\n{% endfor %}"
@@ -46,14 +47,14 @@ def turns_by_beginnings(
     >>> [rendered.text[a:b] for a, b in rendered.generation_spans]
     ['Hey<|im_end|>']
     """
-    whole = template.render(messages)
+    whole = template.render(messages, **variables)
     spans = []
     for index in range(first, len(messages)):
         if messages[index].get("role") != "assistant":
             continue
         number = index + 1
-        before = template.render(messages[:index], add_generation_prompt=True).text
-        through = template.render(messages[: index + 1]).text
+        before = template.render(messages[:index], add_generation_prompt=True, **variables).text
+        through = template.render(messages[: index + 1], **variables).text
         for text, what in ((before, "the conversation before it"), (through, "the conversation through it")):
             if not whole.text.startswith(text):
                 raise ChatTemplateError(

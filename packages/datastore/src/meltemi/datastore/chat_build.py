@@ -15,6 +15,7 @@ the first conversation it renders so. A conversation longer than `max_tokens` is
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -194,17 +195,22 @@ def _rendered(chat: ChatBuild, conversation: Conversation) -> RenderedChat:
     """A conversation rendered, with the spans of its assistant's turns (its completion's only when it has a
     prompt: the prompt's messages render to the start of the text, as they do alone, and no span before its
     end is kept)."""
-    template = chat.template
-    if chat.loss_on == "all" or template.has_generation_blocks:
-        whole = template.render(conversation.messages)
-    else:
-        whole = turns_by_beginnings(
-            template, conversation.messages, chat.turn_end, conversation.prompt_messages
+    template, messages = chat.template, conversation.messages
+    tools = {} if conversation.tools is None else {"tools": list(conversation.tools)}
+    if tools and not _reads_tools(template):
+        raise ChatTemplateError(
+            f"chat template {template.source}: it never reads the conversation's tools, so a model would "
+            "learn to call tools it was never shown; use a template that renders them, such as the model's "
+            "own (a tokenizer directory)"
         )
+    if chat.loss_on == "all" or template.has_generation_blocks:
+        whole = template.render(messages, **tools)
+    else:
+        whole = turns_by_beginnings(template, messages, chat.turn_end, conversation.prompt_messages, **tools)
     _check_tool_calls(template, conversation, whole)
     if not conversation.prompt_messages:
         return whole
-    prompt = template.render(conversation.messages[: conversation.prompt_messages])
+    prompt = template.render(messages[: conversation.prompt_messages], **tools)
     if not whole.text.startswith(prompt.text):
         raise ChatTemplateError(
             f"chat template {template.source}: the prompt renders otherwise when its completion follows, so "
@@ -213,6 +219,11 @@ def _rendered(chat: ChatBuild, conversation: Conversation) -> RenderedChat:
         )
     end = len(prompt.text)
     return RenderedChat(whole.text, tuple((max(a, end), b) for a, b in whole.generation_spans if b > end))
+
+
+def _reads_tools(template: ChatTemplate) -> bool:
+    """Whether the template's text reads the `tools` variable (as a name, not inside another word)."""
+    return re.search(r"\btools\b", template.text) is not None
 
 
 def _check_tool_calls(template: ChatTemplate, conversation: Conversation, rendered: RenderedChat) -> None:

@@ -44,6 +44,7 @@ REFUSED = "refused_conversations"  # the count of bad conversations skipped, in 
 
 
 PROMPT, COMPLETION = "prompt", "completion"  # TRL's prompt-completion fields
+TOOLS = "tools"  # the definitions of the tools a conversation may call, beside its messages
 SHAREGPT, SYSTEM = "conversations", "system"  # ShareGPT's turns, and the system prompt beside them
 SHAREGPT_ROLES = {  # who speaks a ShareGPT turn (its `from`) -> the role of its message
     "human": "user",
@@ -60,11 +61,13 @@ SHAREGPT_ROLES = {  # who speaks a ShareGPT turn (its `from`) -> the role of its
 @dataclass(frozen=True)
 class Conversation:
     """A conversation's messages, and where it is (`/data/a.jsonl, line 3`), for messages. The first
-    `prompt_messages` messages are a prompt, context only: no token of theirs is trained."""
+    `prompt_messages` messages are a prompt, context only: no token of theirs is trained. `tools` are the
+    definitions of the tools it may call (its record's `tools`), which a template renders for the model."""
 
     messages: tuple[dict[str, Any], ...]
     place: str
     prompt_messages: int = 0
+    tools: tuple[dict[str, Any], ...] | None = None
 
 
 def read_conversations(
@@ -299,7 +302,30 @@ def _record_conversation(
         )
     if escaped:
         messages = _without_lone_surrogates(messages, place, policy, notes)
-    return None if messages is None else Conversation(messages, str(place), prompt_messages)
+    tools = checked_tools(record.get(TOOLS))
+    return None if messages is None else Conversation(messages, str(place), prompt_messages, tools)
+
+
+def checked_tools(value: Any) -> tuple[dict[str, Any], ...] | None:
+    """A record's `tools` as tool definitions (objects, such as `{"type": "function", "function": {...}}`):
+    a list of them, or the JSON text of one (as LLaMA-Factory and many Parquet exports keep them); None
+    when there are none; a `BadLineError` otherwise.
+
+    >>> checked_tools('[{"type": "function", "function": {"name": "add"}}]')
+    ({'type': 'function', 'function': {'name': 'add'}},)
+    >>> checked_tools("") is None, checked_tools([]) is None
+    (True, True)
+    """
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else None
+        except json.JSONDecodeError as e:
+            raise BadLineError(f"{TOOLS!r} is text that is not JSON ({e.msg} at column {e.colno})") from None
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list) or not all(isinstance(tool, dict) for tool in value):
+        raise BadLineError(f"{TOOLS!r} is {_kind(value)}, not a list of tool definitions (objects)")
+    return tuple(value)
 
 
 def _json_array(piece: Piece) -> bool:
@@ -419,11 +445,12 @@ def _conversation_columns(source, schema, field: str, policy: ReadPolicy) -> lis
     import pyarrow as pa
 
     names = schema.names
+    tools = [TOOLS] if TOOLS in names and field != TOOLS else []
     if field in names or (SHAREGPT in names and not (PROMPT in names and COMPLETION in names)):
         turns = field if field in names else SHAREGPT
-        columns, texts = [turns, *([SYSTEM] if SYSTEM in names and SYSTEM != turns else [])], [SYSTEM]
+        columns, texts = [turns, *([SYSTEM] if SYSTEM in names and SYSTEM != turns else []), *tools], [SYSTEM]
     elif PROMPT in names and COMPLETION in names:
-        columns, texts = [PROMPT, COMPLETION], [PROMPT, COMPLETION]
+        columns, texts = [PROMPT, COMPLETION, *tools], [PROMPT, COMPLETION]
     else:
         raise InputError(
             f"{source.name}: no column {field!r}, nor a {PROMPT!r} and a {COMPLETION!r}, nor ShareGPT's "
@@ -434,7 +461,12 @@ def _conversation_columns(source, schema, field: str, policy: ReadPolicy) -> lis
         lists = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_struct(
             kind.value_type
         )
-        strings = name in texts and (pa.types.is_string(kind) or pa.types.is_large_string(kind))
+        strings = name in (*texts, TOOLS) and (pa.types.is_string(kind) or pa.types.is_large_string(kind))
+        if name == TOOLS and not (lists or strings):
+            raise InputError(
+                f"{source.name}: column {name!r} holds {kind}, not tool definitions (a list of structs, or "
+                "JSON text)"
+            )
         if name == SYSTEM and name != columns[0] and not strings:
             raise InputError(f"{source.name}: column {name!r} holds {kind}, not text (a system prompt)")
         if not (lists or strings):
