@@ -70,6 +70,39 @@ def test_a_hugging_face_export_of_the_base_starts_the_same_parameters(sft_config
     assert state_arrays(start.state.model) == model_arrays(base / "checkpoints" / "step-2")
 
 
+def test_a_base_and_data_named_as_on_the_hub_are_read_from_the_hub_cache(
+    sft_config, base, chat_data, tmp_path, monkeypatch
+):
+    from meltemi.datastore.testing import put_in_hub_cache
+    from meltemi.trainer.checkpoint.trained_model import load_model
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    trained = load_model(base)
+    exported = export_hf(trained.model, tmp_path / "hf", tokenizer=trained.tokenizer)
+    put_in_hub_cache(tmp_path / "hub", "org/tiny", "model", exported)
+    (tmp_path / "chats" / "data").mkdir(parents=True)
+    shutil.copy(chat_data, tmp_path / "chats" / "data" / "train-00000-of-00001.jsonl")
+    put_in_hub_cache(tmp_path / "hub", "org/chats", "dataset", tmp_path / "chats")
+    named = load_model("org/tiny")
+    assert named.hugging_face and named.config.model.vocab_size == trained.config.model.vocab_size
+    config = sft_config("--data.cache_dir", str(tmp_path / "cache"), base="org/tiny", data="org/chats")
+    trainer = Trainer(config, tmp_path / "sft", devices=jax.devices()[:1], progress=False)
+    start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
+    assert state_arrays(start.state.model) == model_arrays(base / "checkpoints" / "step-2")
+    assert [p.name for p in (tmp_path / "cache" / "corpora").iterdir()][0].startswith("chats-")
+    with pytest.raises(
+        CheckpointError,
+        match=r"org/missing: no such run or directory, nor is a model of that "
+        r"name in the Hugging Face cache \(.*hub; read, never downloaded",
+    ):
+        train(sft_config(base="org/missing"), tmp_path / "missing")  # fmt: skip
+    with pytest.raises(
+        ConfigError, match=r"corpus: org/nothing: no such file or directory, nor is a dataset"
+    ):
+        train(sft_config(base="org/tiny", data="org/nothing"), tmp_path / "missing")
+    assert not (tmp_path / "missing").exists()
+
+
 def named(tree) -> list:
     """The NamedArrays of ``tree`` (or the NamedArray-wrapped shardings of a tree of them)."""
     return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "axes"))

@@ -22,6 +22,7 @@ import fsspec
 
 from meltemi.datastore.dataset_files import TrainingFiles, training_files
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
+from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import Location, url_scheme
 
 InvalidUtf8 = Literal["error", "skip", "replace"]
@@ -141,7 +142,7 @@ def _resolved(inputs: Sequence[str]) -> Iterator[tuple[str, list[str], bool]]:
         raise InputError("no inputs given: pass at least one file, directory, glob or URL")
     for item in inputs:
         try:
-            files, listed = _resolve(str(item))
+            files, listed = _resolve(local_or_cached(str(item), "dataset"))
         except (ImportError, ValueError, OSError) as e:
             raise InputError(f"input {redact(str(item))!r}: cannot be listed ({redact(str(e))})") from None
         yield str(item), files, listed
@@ -188,7 +189,7 @@ def _resolve(item: str) -> tuple[list[str], bool]:
     elif fs.isfile(path):
         matches = [path]
     else:
-        raise InputError(f"input {redact(item)!r}: no such file or directory")
+        raise InputError(f"input {redact(item)!r}: no such file or directory{not_cached(item, 'dataset')}")
     return [_url(fs, p) for p in matches], listed
 
 

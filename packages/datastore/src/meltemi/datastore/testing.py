@@ -14,7 +14,9 @@ Both refuse what the real stores refuse when told to check credentials (`checkin
 keys and unsigned requests (403), GCS any bearer token but the one named (401). `FaultyProxy` fails
 requests between a client and either server. `google_oauth` (`GoogleOAuth`) is Google's token endpoint on
 loopback behind an HTTPS proxy, so a service account's key file named by `GOOGLE_APPLICATION_CREDENTIALS`
-is exchanged for a token the way Google's clients do it, and nothing leaves loopback.
+is exchanged for a token the way Google's clients do it, and nothing leaves loopback. `put_in_hub_cache`
+lays a directory out in a Hugging Face Hub cache as `hf download` does (blobs, a snapshot of links to them,
+`refs/main`).
 
 The servers are development dependencies (`moto[server]`, `gcp-storage-emulator`, `cryptography`),
 imported only when a fixture starts one: where they are not installed (the datastore's wheel tested alone)
@@ -763,3 +765,24 @@ def environ_with(*servers: S3Server | GcsServer) -> dict[str, str]:
         if isinstance(server, GcsServer):
             merged.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
     return merged
+
+
+def put_in_hub_cache(cache: Path, repo_id: str, kind: str, files: Path, commit: str = "a" * 40) -> Path:
+    """`files` (a directory) as the main revision `commit` of the Hub repository `repo_id` (`kind`: model or
+    dataset) in the Hub cache `cache`, laid out as huggingface_hub lays it out: each file a blob named by its
+    hash, the snapshot's files links to them; returns the snapshot's directory."""
+    import hashlib
+
+    repository = cache / "--".join([f"{kind}s", *repo_id.split("/")])
+    snapshot = repository / "snapshots" / commit
+    for path in sorted(p for p in files.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        blob = repository / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = snapshot / path.relative_to(files)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    (repository / "refs").mkdir(parents=True, exist_ok=True)
+    (repository / "refs" / "main").write_text(commit)
+    return snapshot

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import jax
 
 from meltemi.datastore.errors import StorageError
+from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import Directory, Location, check_readable, read_object
 from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
 from meltemi.trainer.checkpoint.format import MANIFEST, Manifest
@@ -92,11 +93,17 @@ def locate_model(location: str | os.PathLike | Location) -> list[Directory] | Di
     ``location`` is (``config.json`` and no checkpoint); a ``CheckpointError`` saying the location does not
     exist, or holds neither (reading only listings: an app asks before loading anything heavier).
 
+    ``location`` may name a Hugging Face model in this machine's Hub cache (``Qwen/Qwen3-0.6B``, as
+    transformers names one; ``datastore.hub_cache``) when no path of that name is here.
+
     >>> locate_model("/no/such/run")
     Traceback (most recent call last):
     ...
     meltemi.trainer.errors.CheckpointError: /no/such/run does not exist
     """
+    given = location
+    if isinstance(location, str | os.PathLike):
+        location = local_or_cached(os.fspath(location), "model")
     local = Location.parse(location).local_path
     if local is not None and local.is_file():
         raise CheckpointError(
@@ -111,7 +118,7 @@ def locate_model(location: str | os.PathLike | Location) -> list[Directory] | Di
     if directory.exists(HF_CONFIG):
         return directory
     if local is not None and not local.exists():
-        raise CheckpointError(f"{location} does not exist")
+        raise CheckpointError(f"{location} does not exist{not_cached(str(given), 'model')}")
     raise CheckpointError(
         f"{location} holds no checkpoint (looked for step-N directories) and is no Hugging Face model "
         f"(no {HF_CONFIG})"

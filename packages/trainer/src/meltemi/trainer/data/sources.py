@@ -24,6 +24,7 @@ import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 
+from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import local_path_of
 from meltemi.trainer.config import RunConfig, SourceConfig
 from meltemi.trainer.data.chat import chat_tokenizer, concrete_template, load_chat_template
@@ -87,8 +88,9 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
                 raise ConfigError(f"data.stores: {store}: no such token store (the directory does not exist)")
         sources = {name: {"store": store} for name, store in _store_names(data.stores).items()}
     elif data.corpus is not None:
-        if data.corpus != STDLIB and _missing(data.corpus, Path.exists):
-            raise ConfigError(f"data.corpus: {data.corpus}: no such file or directory")
+        if data.corpus != STDLIB and _missing(local_or_cached(data.corpus, "dataset"), Path.exists):
+            missing = f"no such file or directory{not_cached(data.corpus, 'dataset')}"
+            raise ConfigError(f"data.corpus: {data.corpus}: {missing}")
         if tokenizer is None:
             raise ConfigError(
                 "--data.corpus needs a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)"
@@ -152,8 +154,9 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
     corpus = source.corpus
     if corpus == STDLIB_CHAT:
         corpus = stdlib_chat_corpus(config, say)
-    elif _missing(corpus, Path.exists):
-        raise ConfigError(f"data.sources.{name}.corpus: {corpus}: no such file or directory")
+    elif _missing(corpus := local_or_cached(corpus, "dataset"), Path.exists):
+        missing = f"{corpus}: no such file or directory{not_cached(corpus, 'dataset')}"
+        raise ConfigError(f"data.sources.{name}.corpus: {missing}")
     key = "\0".join([source.format, _resolved(corpus), file_sha256(tokenizer)])  # a copy finds the same store
     options = {}
     if source.format == "chat":
@@ -168,7 +171,8 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
         }
         key += "\0".join(["", template.sha256, chat.loss_on, chat.overlong, str(data.seq_len + 1)])
         key += "" if chat.end_of_turn is None else f"\0{chat.end_of_turn}"  # unnamed: the keys stores had
-    stem = Path(corpus.rstrip("/")).stem or "corpus"
+    named = corpus if source.corpus == STDLIB_CHAT else source.corpus  # a Hub name, not its snapshot's hash
+    stem = Path(named.rstrip("/")).stem or "corpus"
     text = {"text_field": data.text_field} if source.format == "text" else {}
     return _cached_build(config, corpus, corpus, stem, key, tokenizer, say, SOURCE_FLAGS, **text, **options)
 
@@ -242,8 +246,8 @@ def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, str]:
         inputs, name = corpora.python_stdlib(), STDLIB
         key = f"{STDLIB}-py{sysconfig.get_python_version()}"
     else:
-        inputs, name = data.corpus, Path(data.corpus).stem or "corpus"
-        key = _resolved(data.corpus)
+        inputs, name = local_or_cached(data.corpus, "dataset"), Path(data.corpus).stem or "corpus"
+        key = _resolved(inputs)
     key += "\0" + _resolved(tokenizer)
     text_field = {"text_field": data.text_field}
     return name, _cached_build(

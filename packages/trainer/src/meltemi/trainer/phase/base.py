@@ -14,6 +14,7 @@ import dataclasses
 from typing import Literal
 
 from meltemi.datastore.errors import StorageError
+from meltemi.datastore.hub_cache import not_cached
 from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.checkpoint.checkpointer import BREAKING_FIELDS, inspect_checkpoint
 from meltemi.trainer.checkpoint.format import Manifest
@@ -84,8 +85,8 @@ def locate_base(path: str, warn=lambda _: None) -> Base:
     local = Location.parse(path).local_path
     if local is not None and not local.exists():
         raise CheckpointError(
-            f"{FIELD}: {path}: no such run or directory (train the base first, e.g. uv run apps/pretrain.py, "
-            "or name another with --base)"
+            f"{FIELD}: {path}: no such run or directory{not_cached(path, 'model')} (train the base first, "
+            "e.g. uv run apps/pretrain.py, or name another with --base)"
         )
     raise CheckpointError(
         f"{FIELD}: {path} is neither a run (no checkpoints/step-N), a step-N checkpoint nor a Hugging Face "
@@ -98,7 +99,7 @@ def base_template(base: Base, cache_dir: str) -> str | None:
     one, or the template a chat run's checkpoint records (written under ``cache_dir``: its file need not be
     there any more); None when the base has none."""
     if base.kind == "huggingface":
-        return base.where if has_chat_template(base.hf_dir) else None
+        return base.hf_dir.where() if has_chat_template(base.hf_dir) else None
     return None if base.manifest.chat is None else recorded_template(base.manifest.chat, cache_dir)
 
 

@@ -1,0 +1,95 @@
+"""A Hugging Face Hub repository named as transformers and datasets name one (`Qwen/Qwen3-0.6B`,
+`trl-lib/Capybara`), found in this machine's Hub cache, where `hf download`, `from_pretrained` and
+`load_dataset` put it; nothing is ever downloaded.
+
+The cache is the directory huggingface_hub uses: `HF_HUB_CACHE`, else `HUGGINGFACE_HUB_CACHE`, else
+`hub` in `HF_HOME` (default: `huggingface` in `XDG_CACHE_HOME` or `~/.cache`). A repository lives in
+`models--OWNER--NAME` (or `datasets--...`), its files in `snapshots/COMMIT/`, the commit of its main
+branch in `refs/main`. A name is looked up only when no file or directory of that name is here, so a
+local path always wins.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+RepoKind = Literal["model", "dataset"]
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+def hub_cache() -> Path:
+    """The Hub cache directory, as huggingface_hub finds it from the environment.
+
+    >>> import os
+    >>> os.environ["HF_HUB_CACHE"] = "/data/hf"
+    >>> str(hub_cache())
+    '/data/hf'
+    >>> del os.environ["HF_HUB_CACHE"]
+    """
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(variable):
+            return Path(os.path.expandvars(os.environ[variable])).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+    )
+    return Path(os.path.expandvars(home)).expanduser() / "hub"
+
+
+def is_repo_id(text: str) -> bool:
+    """Whether `text` can name a Hub repository: `NAME` or `OWNER/NAME`, letters, digits, `-`, `_`, `.`.
+
+    >>> is_repo_id("Qwen/Qwen3-0.6B"), is_repo_id("gpt2"), is_repo_id("/tmp/x"), is_repo_id("a/b/c")
+    (True, True, False, False)
+    """
+    return _REPO_ID.fullmatch(text) is not None and ".." not in text
+
+
+def cached_snapshot(repo_id: str, kind: RepoKind) -> Path | None:
+    """The directory of the main revision of `repo_id` in the Hub cache, None when it is not there.
+
+    >>> import tempfile
+    >>> os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp()
+    >>> repo = hub_cache() / "models--org--tiny"
+    >>> (repo / "snapshots" / "abc123").mkdir(parents=True)
+    >>> (repo / "refs").mkdir()
+    >>> _ = (repo / "refs" / "main").write_text("abc123")
+    >>> cached_snapshot("org/tiny", "model").name, cached_snapshot("org/tiny", "dataset")
+    ('abc123', None)
+    >>> del os.environ["HF_HUB_CACHE"]
+    """
+    repository = hub_cache() / "--".join([f"{kind}s", *repo_id.split("/")])
+    ref = repository / "refs" / "main"
+    if not ref.is_file():
+        return None
+    snapshot = repository / "snapshots" / ref.read_text(encoding="utf-8").strip()
+    return snapshot if snapshot.is_dir() else None
+
+
+def local_or_cached(given: str, kind: RepoKind) -> str:
+    """`given` as it is when it is a URL or a path that exists here; else, when it names a repository of
+    `kind` in the Hub cache, the path of its snapshot; else `given` as it is (whose reader says it is
+    missing, adding `not_cached`'s words).
+
+    >>> local_or_cached("s3://bucket/run", "model"), local_or_cached("no/such-model", "model")
+    ('s3://bucket/run', 'no/such-model')
+    """
+    if "://" in given or Path(given).expanduser().exists() or not is_repo_id(given):
+        return given
+    snapshot = cached_snapshot(given, kind)
+    return given if snapshot is None else str(snapshot)
+
+
+def not_cached(given: str, kind: RepoKind) -> str:
+    """The words a missing `given` adds to its error when it could name a Hub repository: that no
+    repository of that name is in the cache either (which is read, never downloaded into); empty when it
+    cannot name one.
+
+    >>> not_cached("/tmp/x", "model")
+    ''
+    """
+    if "://" in given or not is_repo_id(given):
+        return ""
+    return f", nor is a {kind} of that name in the Hugging Face cache ({hub_cache()}; read, never downloaded)"
