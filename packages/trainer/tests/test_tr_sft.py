@@ -50,6 +50,9 @@ def test_a_fine_tuning_run_starts_from_the_bases_parameters_bit_for_bit_with_a_f
     assert state_arrays(start.state.model) == model_arrays(base / "checkpoints" / "step-2")
     assert not np.asarray(start.state.opt_state[1].mu.embed_tokens.weight.array).any()
     assert trainer.data.chat is not None and "rows of 256 tokens" in trainer.data.packing["chat"]
+    mixture = trainer.data.train.dataset
+    rows = mixture.sources[mixture.names.index("chat")].num_sequences
+    assert trainer.data.packing["chat"].endswith(f"; 2 steps of 4 rows read 8 of them: {8 / rows:.2f} epochs")
     summary = trainer.run()
     assert summary.steps == 2 and summary.first_eval_step == 0
     manifest = inspect_checkpoint(tmp_path / "sft" / "checkpoints" / "step-2")

@@ -72,7 +72,7 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
         if store.is_chat:
             chats[name] = store.manifest["chat"]
             trains[name], held[name] = _packed(name, store, config)
-            packing[name] = trains[name].report()
+            packing[name] = trains[name].report() + _epochs(name, trains[name].num_sequences, config)
             continue
         if store.num_tokens < 2 * (data.seq_len + 1):
             raise DataError(
@@ -111,6 +111,26 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
         chat=chat,
         packing=packing,
     )
+
+
+def _epochs(name: str, rows: int, config: RunConfig) -> str:
+    """How many times the run reads a source's rows (its share of the run's rows, by its mixture weight:
+    TRL's and the peers' epochs), in words; empty when stages change the weights.
+
+    >>> from meltemi.trainer.config import RunConfig
+    >>> config = RunConfig(data={"sources": {"chat": {"store": "s"}}}, trainer={"num_train_steps": 45,
+    ...                                                                        "global_batch_size": 8})
+    >>> _epochs("chat", 735, config)
+    '; 45 steps of 8 rows read 360 of them: 0.49 epochs'
+    """
+    data, trainer = config.data, config.trainer
+    if data.stages:
+        return ""
+    total = BatchSchedule(trainer.global_batch_size).first_row(trainer.num_train_steps)
+    share = data.sources[name].weight / sum(source.weight for source in data.sources.values())
+    read, about = total * share, "" if share == 1 else "about "
+    steps = f"{trainer.num_train_steps:,} steps of {trainer.global_batch_size:,} rows"
+    return f"; {steps} read {about}{read:,.0f} of them: {read / rows:.2f} epochs"
 
 
 def _packed(name: str, store: TokenStore, config: RunConfig):
