@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from meltemi.trainer.generate.flags import (
     FINE_TUNED,
     add_checkpoint_flag,
+    add_dtype_flag,
     add_sampling_flags,
     checkpoint_of,
     non_empty,
@@ -36,6 +37,7 @@ from meltemi.trainer.generate.user_input import UserMessages
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_checkpoint_flag(parser, FINE_TUNED)
+    add_dtype_flag(parser)
     parser.add_argument(
         "--message", type=non_empty, default=None, help="the user's message (default: one per line of stdin)"
     )
@@ -60,6 +62,7 @@ def main(argv: list[str]) -> int:
             system=args.system,
             forget_oldest=args.message is None,  # a conversation goes on when it outgrows the model
             warn=lambda m: print(m, file=sys.stderr),
+            dtype=args.dtype,
         )
         if args.message is not None:
             session.say(args.message, write=to_stdout)

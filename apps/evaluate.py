@@ -27,6 +27,7 @@ import sys
 from meltemi.trainer.generate.flags import (
     PRETRAINED,
     add_checkpoint_flag,
+    add_dtype_flag,
     non_negative,
     parse_app_args,
     positive,
@@ -46,6 +47,7 @@ def _limit(text: str) -> int | float:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_checkpoint_flag(parser, PRETRAINED, dry_run=True)
+    add_dtype_flag(parser)
     parser.add_argument(
         "--tasks",
         help="comma-separated task, group or tag names or task YAML paths (required unless --dry-run)",
@@ -121,7 +123,9 @@ def main(argv: list[str]) -> int:
         if args.out is not None:  # a new file, local or in a bucket, its folder probed before any work
             out = results_file(args.out)
         tasks = PreparedTasks.of(specs)
-        lm = harness_model.MeltemiLM(args.checkpoint, batch_size=args.batch_size, max_length=args.max_length)
+        lm = harness_model.MeltemiLM(
+            args.checkpoint, batch_size=args.batch_size, max_length=args.max_length, dtype=args.dtype
+        )
         if args.apply_chat_template:
             lm.chat_template(True)  # a model without a template is refused before any task runs
         results = tasks.run(

@@ -22,6 +22,7 @@ import sys
 from meltemi.trainer.generate.flags import (
     PRETRAINED,
     add_checkpoint_flag,
+    add_dtype_flag,
     add_sampling_flags,
     non_empty,
     parse_app_args,
@@ -32,6 +33,7 @@ from meltemi.trainer.generate.flags import (
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_checkpoint_flag(parser, PRETRAINED, dry_run=True)
+    add_dtype_flag(parser)
     parser.add_argument(
         "--prompt", type=non_empty, help="the text to continue (default: the run's trainer.sample_prompt)"
     )
@@ -64,6 +66,7 @@ def main(argv: list[str]) -> int:
             settings,
             warn=lambda m: print(m, file=sys.stderr),
             write=to_stdout,
+            dtype=args.dtype,
         )
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)

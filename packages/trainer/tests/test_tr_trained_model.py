@@ -67,6 +67,24 @@ def test_the_export_of_the_sharded_model_is_byte_for_byte_the_single_device_one(
     assert (mismatch, errors) == ([], []) and match == names
 
 
+def test_a_model_is_held_and_computed_in_the_dtype_asked_for_each_shard_where_it_lies(loaded, tmp_path):
+    sharded, _ = loaded
+    half = load_model(sharded.checkpoint, dtype="bfloat16")
+    assert (half.config.trainer.param_dtype, half.config.trainer.compute_dtype) == ("bfloat16", "bfloat16")
+    for ours, theirs in zip(jax.tree.leaves(half.model), jax.tree.leaves(sharded.model), strict=True):
+        assert ours.dtype == jax.numpy.bfloat16 and ours.sharding == theirs.sharding
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs).astype(ours.dtype))
+    exported = export_hf(half.model, tmp_path / "hf", dtype="bfloat16")
+    assert load_model(exported).config.trainer.compute_dtype == "bfloat16"  # its torch_dtype
+    wide = load_model(exported, dtype="float32")
+    assert (
+        wide.config.trainer.compute_dtype == "float32" and wide.model.embed_tokens.weight.dtype == np.float32
+    )
+    np.testing.assert_array_equal(
+        np.asarray(wide.model.embed_tokens.weight.array), np.asarray(half.model.embed_tokens.weight.array)
+    )
+
+
 def test_a_recorded_config_that_no_longer_validates_names_the_manifest_that_holds_it(base, tmp_path):
     """The user typed no config here: the one-line error says which record the value comes from."""
     run = tmp_path / "run"

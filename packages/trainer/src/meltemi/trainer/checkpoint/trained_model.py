@@ -16,6 +16,7 @@ import os
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 
 from meltemi.datastore.errors import StorageError
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
@@ -30,7 +31,7 @@ from meltemi.trainer.errors import CheckpointError
 from meltemi.trainer.hf.load import import_hf
 from meltemi.trainer.hf.model_files import CONFIG as HF_CONFIG
 from meltemi.trainer.hf.model_files import read_model_files
-from meltemi.trainer.model.llama import Llama
+from meltemi.trainer.model.llama import Llama, cast_floating
 from meltemi.trainer.step.mesh import InferenceLayout, inference_layout
 
 logger = logging.getLogger("meltemi.trainer")
@@ -52,6 +53,15 @@ class TrainedModel:
     end_of_text: EndOfText
     chat: ChatRecord | None = None
     hugging_face: bool = False
+
+    def in_dtype(self, dtype: str) -> TrainedModel:
+        """The model with its floating-point parameters cast to ``dtype``, computed in it too (each shard
+        cast where it lies)."""
+        if str(self.model.embed_tokens.weight.dtype) == dtype and self.config.trainer.compute_dtype == dtype:
+            return self
+        trainer = self.config.trainer.model_copy(update={"param_dtype": dtype, "compute_dtype": dtype})
+        config = self.config.model_copy(update={"trainer": trainer})
+        return dataclasses.replace(self, config=config, model=cast_floating(self.model, jnp.dtype(dtype)))
 
 
 def run_of(step: Directory) -> Directory:
@@ -136,10 +146,12 @@ def load_model(
     location: str | os.PathLike | Location,
     warn=logger.warning,
     devices: Sequence[jax.Device] | None = None,
+    dtype: str | None = None,
 ) -> TrainedModel:
     """The model of a run directory's latest good checkpoint, of a ``step-N`` directory or of a Hugging Face
     directory (a local path or a bucket URL), restored onto ``devices`` (default: all) as
-    ``inference_layout`` lays it out.
+    ``inference_layout`` lays it out; in ``dtype`` when given (parameters and computation), else in the
+    run's dtypes (a Hugging Face model's ``torch_dtype``).
 
     A location without any checkpoint is a ``CheckpointError`` naming it; damaged ones are skipped with a
     warning, as a resumption skips them.
@@ -148,7 +160,7 @@ def load_model(
 
     found = locate_model(location)
     if isinstance(found, Directory):
-        return _hf_model(found, devices)
+        return _hf_model(found, devices, dtype)
     for path in found:
         try:
             manifest = inspect_checkpoint(path)
@@ -162,20 +174,23 @@ def load_model(
             warn(f"skipping checkpoint {e}")
             continue
         tokenizer, end = checkpoint_tokenizer(path, manifest)
-        return TrainedModel(config, model, layout, path.location, tokenizer, end, manifest.chat)
+        trained = TrainedModel(config, model, layout, path.location, tokenizer, end, manifest.chat)
+        return trained if dtype is None else trained.in_dtype(dtype)
     raise CheckpointError(f"{location}: no checkpoint there reads back whole")
 
 
-def _hf_model(directory: Directory, devices: Sequence[jax.Device] | None) -> TrainedModel:
-    """A Hugging Face directory's model, in the dtype its weights were saved in (``torch_dtype``: what
-    transformers' ``torch_dtype="auto"`` loads), which its matmuls compute in too; the rest of its config
-    is the defaults (its rows no longer than its positions)."""
+def _hf_model(directory: Directory, devices: Sequence[jax.Device] | None, dtype: str | None) -> TrainedModel:
+    """A Hugging Face directory's model, in ``dtype`` or else the dtype its weights were saved in
+    (``torch_dtype``: what transformers' ``torch_dtype="auto"`` loads), which its matmuls compute in too
+    (each tensor read straight into it); the rest of its config is the defaults (its rows no longer than its
+    positions)."""
     files = read_model_files(directory)
-    trainer = {"param_dtype": files.dtype, "compute_dtype": files.dtype}
+    dtype = dtype or files.dtype
+    trainer = {"param_dtype": dtype, "compute_dtype": dtype}
     data = {"seq_len": min(RunConfig().data.seq_len, files.model.max_seq_len)}
     config = RunConfig.model_validate({"model": files.model.model_dump(), "trainer": trainer, "data": data})
     layout = inference_layout(config, devices)
-    _, model = import_hf(directory, config.model, dtype=files.dtype, plan=layout.plan)
+    _, model = import_hf(directory, config.model, dtype=dtype, plan=layout.plan)
     where, chat = directory.location, files.chat
     return TrainedModel(
         config, model, layout, where, files.tokenizer, files.end_of_text, chat, hugging_face=True

@@ -130,13 +130,15 @@ class ChatSession:
         system: str | None = None,
         forget_oldest: bool = False,
         warn=None,
+        dtype: str | None = None,
     ) -> ChatSession:
         """A session with a run directory's latest good checkpoint (or a ``step-N`` directory), rendered
-        with the chat template the checkpoint records; a ``GenerationError`` when it records none."""
+        with the chat template the checkpoint records (the model in ``dtype`` when given); a
+        ``GenerationError`` when it records none."""
         from meltemi.trainer.checkpoint.trained_model import load_model
         from meltemi.trainer.step import compile_cache
 
-        trained = load_model(location, **({"warn": warn} if warn else {}))
+        trained = load_model(location, **({"warn": warn} if warn else {}), dtype=dtype)
         compile_cache.enable_for(trained.config.trainer)
         if trained.chat is None:
             held = (

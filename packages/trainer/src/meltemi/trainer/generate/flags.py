@@ -1,7 +1,8 @@
 """The flags the apps that read a trained model share (``sample.py``, ``chat.py``, ``export_hf.py``,
 ``evaluate.py``): the checkpoint to read (by default the run the newcomer's commands train), for the two
-that generate the sampling settings, and for the two that can plan without a checkpoint the dry run's; with
-one description and per-app defaults. Light to import, so ``--help`` answers before JAX loads.
+that generate the sampling settings, the dtype a model is computed in, and for the two that can plan without
+a checkpoint the dry run's; with one description and per-app defaults. Light to import, so ``--help``
+answers before JAX loads.
 
 >>> import argparse
 >>> parser = argparse.ArgumentParser()
@@ -33,8 +34,9 @@ FINE_TUNED = DefaultRun("runs/tiny_sft", "uv run apps/sft.py")
 
 CHECKPOINT_HELP = (
     "a run directory (its latest good checkpoint), a step-N directory or a Hugging Face directory, local "
-    "or in a bucket"
+    "or in a bucket, or a model's Hub name (OWNER/NAME) in this machine's Hugging Face cache"
 )
+DTYPES = ("float32", "bfloat16", "float16")  # what --dtype may hold and compute a model in
 
 
 def add_checkpoint_flag(
@@ -184,6 +186,18 @@ def _probability(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
     return value
+
+
+def add_dtype_flag(parser: argparse.ArgumentParser) -> None:
+    """``--dtype``: the dtype a model is held and computed in, for a model saved in another (a bfloat16
+    model is faster in float32 on most CPUs, whose bfloat16 matmuls are emulated)."""
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default=None,
+        help="the dtype the model is held and computed in (default: the run's; a Hugging Face model's "
+        "torch_dtype); float32 is the fast one on most CPUs",
+    )
 
 
 def add_sampling_flags(parser: argparse.ArgumentParser, *, max_new_tokens: int, temperature: float) -> None:

@@ -369,16 +369,18 @@ def sample_checkpoint(
     *,
     warn=None,
     write: Callable[[str], object] | None = None,
+    dtype: str | None = None,
 ) -> tuple[Generation, Path]:
     """Continue text prompts with a run directory's latest good checkpoint (or a ``step-N`` directory),
     sharded over every device, tokenized with the run's own tokenizer, stopping at the end-of-text token
     its checkpoint records; with ``write``, the first prompt's continuation is written as it grows. Prompts
     are padded to ``padded_length``, so another prompt of about the same length reuses the compiled programs
-    (from the compilation cache, in another process)."""
+    (from the compilation cache, in another process); ``dtype`` holds and computes the model in another
+    dtype than its run's."""
     from meltemi.trainer.checkpoint.trained_model import load_model
     from meltemi.trainer.step import compile_cache
 
-    trained = load_model(location, **({"warn": warn} if warn else {}))
+    trained = load_model(location, **({"warn": warn} if warn else {}), dtype=dtype)
     compile_cache.enable_for(trained.config.trainer)
     if trained.tokenizer is None:
         raise no_tokenizer(trained.checkpoint)

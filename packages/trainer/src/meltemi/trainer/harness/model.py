@@ -69,7 +69,9 @@ class MeltemiLM(TemplateLM):
     a ``step-N`` directory), or from ``model`` and ``tokenizer`` in memory (the training loop's, with its
     ``plan`` and ``compute_dtype``).
 
-    ``batch_size`` rows are scored per compiled call; ``max_length`` (default: the model's ``max_seq_len``)
+    A checkpoint is held and computed in ``dtype`` when given (``--model_args checkpoint=...,dtype=float32``,
+    as the harness's ``hf`` model takes it), else in its run's dtypes. ``batch_size`` rows are scored per
+    compiled call; ``max_length`` (default: the model's ``max_seq_len``)
     bounds a row. A checkpoint is evaluated on every device, its parameters sharded over them as
     ``load_model`` lays them out and each batch's rows split between them.
     """
@@ -83,6 +85,7 @@ class MeltemiLM(TemplateLM):
         chat: ChatRecord | None = None,
         plan: MeshPlan | None = None,
         compute_dtype: str | None = None,
+        dtype: str | None = None,
         batch_size: int | str = 8,
         max_length: int | None = None,
         max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
@@ -92,7 +95,7 @@ class MeltemiLM(TemplateLM):
         if (checkpoint is None) == (model is None):
             raise EvalError("give the harness model either checkpoint= or model=, not both")
         if checkpoint is not None:
-            model, tokenizer, compute_dtype, plan, ending, chat = self._from_checkpoint(checkpoint)
+            model, tokenizer, compute_dtype, plan, ending, chat = self._from_checkpoint(checkpoint, dtype)
         else:
             if not isinstance(tokenizer, Tokenizer):
                 tokenizer = read_tokenizer(tokenizer, "the model given")
@@ -119,11 +122,11 @@ class MeltemiLM(TemplateLM):
         )
 
     @staticmethod
-    def _from_checkpoint(location):
+    def _from_checkpoint(location, dtype: str | None = None):
         from meltemi.trainer.checkpoint.trained_model import load_model
         from meltemi.trainer.step import compile_cache
 
-        trained = load_model(location)  # the run's copy of its tokenizer, and the run's end-of-text token
+        trained = load_model(location, dtype=dtype)  # the run's tokenizer copy and end-of-text token
         compile_cache.enable_for(trained.config.trainer)
         tokenizer = read_tokenizer(trained.tokenizer, str(trained.checkpoint))
         dtype = trained.config.trainer.compute_dtype
