@@ -53,26 +53,40 @@ def test_a_turn_ends_at_its_end_of_turn_and_only_assistant_messages_from_the_fir
     assert turns_by_beginnings(CHATML, chat[:1], "<|im_end|>").generation_spans == ()
 
 
-def test_a_turn_that_renders_otherwise_when_later_messages_follow_is_refused_naming_the_message():
-    forgets = ChatTemplate(  # an earlier turn's reasoning is left out, as Qwen3's template leaves it
-        "{% for m in messages %}{{ m.role }}: {% if m.thinking and loop.last %}({{ m.thinking }}) "
-        "{% endif %}{{ m.content }}<|eot_id|>{% endfor %}"
-        "{% if add_generation_prompt %}assistant: {% endif %}",
-        "forgets.jinja",
-        {},
-    )
+QWEN3_LIKE = ChatTemplate(  # reasoning shown only in the turns after the last question, as Qwen3's shows it
+    "{%- set ns = namespace(last=-1) %}{%- for m in messages %}{%- if m.role == 'user' %}"
+    "{%- set ns.last = loop.index0 %}{%- endif %}{%- endfor %}"
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.role == 'assistant' and loop.index0 > ns.last %}<think>{{ m.thinking | default('') }}</think>"
+    "{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% if no_thinking %}<think></think>{% endif %}"
+    "{%- endif %}",
+    "qwen3-like.jinja",
+    {"eos_token": "<|im_end|>"},
+)
+
+
+def test_a_turn_that_renders_otherwise_when_later_messages_follow_ends_where_the_whole_conversation_says():
     chat = [
         {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "Hey", "thinking": "greet back"},
-        {"role": "user", "content": "Bye"},
+        {"role": "assistant", "content": "Hey", "thinking": "greet back"},  # its reasoning is dropped
+        {"role": "user", "content": "2 + 2?"},
+        {"role": "assistant", "content": "4", "thinking": "add"},
     ]
-    assert said(turns_by_beginnings(forgets, chat[:2], END_OF_TURN)) == ["(greet back) Hey<|eot_id|>"]
+    rendered = turns_by_beginnings(QWEN3_LIKE, chat, "<|im_end|>")
+    assert said(rendered) == ["Hey<|im_end|>", "<think>add</think>4<|im_end|>"]
+    assert "greet back" not in rendered.text
+
+
+def test_a_generation_prompt_that_is_not_how_the_conversation_goes_on_is_refused_naming_the_message():
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}]
+    chat += [{"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Bye"}]
     with pytest.raises(
         ChatTemplateError,
-        match=r"^chat template forgets.jinja: the conversation through it renders otherwise when later "
-        r"messages follow, so message 2's tokens cannot be told apart without \{% generation %\} blocks",
+        match=r"^chat template qwen3-like.jinja: the conversation before message 2, with the generation "
+        r"prompt, renders otherwise when that message follows, so its tokens cannot be told apart",
     ):
-        turns_by_beginnings(forgets, chat, END_OF_TURN)
+        turns_by_beginnings(QWEN3_LIKE, chat, "<|im_end|>", no_thinking=True)
 
 
 def test_a_turn_without_the_end_of_turn_token_is_refused_saying_what_to_name():

@@ -2,12 +2,13 @@
 published chat models' own templates): found from renders of the conversation's beginnings.
 
 An assistant message's turn starts where the conversation before it ends, rendered with the generation
-prompt (the text a model is given to answer it), and ends with the last end-of-turn token in the text the
-message adds to the conversation (the conversation through it, rendered): a template that ends a line or a
-turn after that token keeps the rest untrained, as the peers' training templates keep it out of their
-generation blocks. Each render must be how the whole conversation begins; a template that renders a turn
-otherwise when later messages follow (one that drops earlier turns' reasoning, say) is refused, naming the
-message, since its tokens cannot then be told apart.
+prompt (the text a model is given to answer it): that render must be how the whole conversation begins, or
+the turn's tokens cannot be told apart and the template is refused, naming the message. The turn ends with
+the last end-of-turn token in the text the message adds to the conversation (the conversation through it,
+rendered), so a newline a template writes after that token stays untrained, as the peers' training
+templates keep it out of their generation blocks. A template that renders a turn otherwise when later
+messages follow (Qwen3's drops the reasoning of turns before the last question) ends the turn at the first
+end-of-turn token after its start instead, in the text as the whole conversation renders it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from meltemi.datastore.errors import ChatTemplateError
 FROM_BLOCKS = "the template's {% generation %} blocks"
 FROM_BEGINNINGS = (
     "renders of the conversation up to each assistant message (with the generation prompt) and through it, "
-    "to its last end of turn (the template has no {% generation %} blocks)"
+    "to its end of turn (the template has no {% generation %} blocks)"
 )
 
 
@@ -54,15 +55,17 @@ def turns_by_beginnings(
             continue
         number = index + 1
         before = template.render(messages[:index], add_generation_prompt=True, **variables).text
+        if not whole.text.startswith(before):
+            raise ChatTemplateError(
+                f"chat template {template.source}: the conversation before message {number}, with the "
+                "generation prompt, renders otherwise when that message follows, so its tokens cannot be "
+                "told apart without {% generation %} blocks; use a template with them"
+            )
         through = template.render(messages[: index + 1], **variables).text
-        for text, what in ((before, "the conversation before it"), (through, "the conversation through it")):
-            if not whole.text.startswith(text):
-                raise ChatTemplateError(
-                    f"chat template {template.source}: {what} renders otherwise when later messages "
-                    f"follow, so message {number}'s tokens cannot be told apart without "
-                    "{% generation %} blocks; use a template with them"
-                )
-        end = through.rfind(end_of_turn, len(before))
+        if whole.text.startswith(through):
+            end = through.rfind(end_of_turn, len(before))
+        else:  # the turn renders otherwise when later messages follow: it ends where the whole says
+            end = whole.text.find(end_of_turn, len(before))
         if end < 0:
             raise ChatTemplateError(
                 f"chat template {template.source}: message {number} (the assistant's) renders without "
