@@ -253,8 +253,10 @@ def test_a_directory_of_chat_data_is_read_for_its_data_files_only(tmp_path, toke
 
 
 def test_a_data_set_whose_files_name_splits_is_read_for_its_train_split(tmp_path, tokenizer_path):
-    """As `load_dataset(dir)["train"]`: its test and validation conversations are not trained on, and the
-    summary says how many files were left out; splits without a train split are refused, naming them."""
+    """As `load_dataset(dir)` names splits (sharded files' whole names first): its train split, or the only
+    one for training (UltraChat's `train_sft`), is read, not its test and validation conversations, and the
+    summary says how many files were left out and which split was read; splits with no train split, or with
+    several, are refused naming them."""
     dataset = tmp_path / "train_sets" / "ultrachat"  # a split's word above the data set does not count
     (dataset / "data").mkdir(parents=True)
     write_lines(dataset / "data" / "train_sft-00000-of-00002.jsonl", [talk("q", "a")])
@@ -263,13 +265,30 @@ def test_a_data_set_whose_files_name_splits_is_read_for_its_train_split(tmp_path
     write_lines(dataset / "data" / "validation.jsonl", [talk("v", "v")])
     report = build_store(dataset, tokenizer_path, tmp_path / "store", **OPTIONS)
     assert report.documents == 2 and report.counts["other_split_files"] == 2
-    assert "2 files of the data set's other splits left out (its train split read)" in report.summary()
+    assert "2 files of the data set's other splits left out (its train_sft split read)" in report.summary()
+    assert TokenStore.open(tmp_path / "store").manifest["split"] == "train_sft"
     names = [s["url"].rpartition("/")[2] for s in TokenStore.open(tmp_path / "store").manifest["sources"]]
     assert names == ["train_sft-00000-of-00002.jsonl", "train_sft-00001-of-00002.jsonl"]
-    for name in ("train_sft-00000-of-00002.jsonl", "train_sft-00001-of-00002.jsonl"):
+    write_lines(dataset / "data" / "train_gen-00000-of-00001.jsonl", [talk("g", "g")])
+    with pytest.raises(
+        InputError,
+        match=r"splits test_sft, train_gen, train_sft, of which train_gen and train_sft are for training; "
+        r"name the files of the one to train on \(as .*ultrachat/data/train_gen-\*\)",
+    ):
+        build_store(dataset, tokenizer_path, tmp_path / "two", **OPTIONS)
+    for name in (
+        "train_sft-00000-of-00002.jsonl",
+        "train_sft-00001-of-00002.jsonl",
+        "train_gen-00000-of-00001.jsonl",
+    ):
         (dataset / "data" / name).unlink()
-    with pytest.raises(InputError, match=r"its files name the splits test, validation but no train split"):
+    with pytest.raises(InputError, match=r"its files name the splits test_sft but no train split"):
         build_store(dataset, tokenizer_path, tmp_path / "none", **OPTIONS)
+    (dataset / "data" / "test_sft-00000-of-00001.jsonl").unlink()
+    with pytest.raises(InputError, match=r"its files name the splits validation but no train split"):
+        build_store(
+            dataset, tokenizer_path, tmp_path / "none", **OPTIONS
+        )  # by its word, when none is sharded
     named = build_store(
         [dataset / "data" / "validation.jsonl"], tokenizer_path, tmp_path / "named", **OPTIONS
     )

@@ -189,10 +189,10 @@ def build_store(
     info = TokenizerInfo.load(tokenizer, eos=options.eos, eos_token=eos_token, hints=hints)
     if chat is not None:
         chat.check_tokenizer(tokenizer_of(info), info.name)
-    other_splits = 0  # a chat data set's README is not data, nor its test split
+    other_splits, split = 0, None  # a chat data set's README is not data, nor its test split
     if chat is not None:
         chosen = resolve_chat_inputs(list(request.inputs))
-        files, other_splits = chosen.files, sum(chosen.other_splits.values())
+        files, other_splits, split = chosen.files, sum(chosen.other_splits.values()), chosen.split
     else:
         files = resolve_inputs(list(request.inputs))
     sources = [describe_source(url, split_bytes=unit_bytes) for url in files]
@@ -220,6 +220,7 @@ def build_store(
             skipped_lines=[line for s in summaries for line in s.skipped_lines],
             invalid_utf8=request.invalid_utf8,
             format=request.format,
+            split=split if other_splits else None,
         )
         if documents == 0:
             out.delete_prefix(f"{BUILD_DIR}/")
@@ -248,6 +249,7 @@ def _already_built(out: Directory) -> BuildReport:
         skipped_lines=manifest.get("skipped_lines", []),
         invalid_utf8=manifest.get("invalid_utf8", EARLIER_INVALID_UTF8),
         format=manifest.get("format", "text"),
+        split=manifest.get("split"),
     )
 
 
@@ -434,6 +436,8 @@ def _assemble(
             "end_of_turn_id": chat.check_tokenizer(tokenizer_of(info), info.name)
         }
     manifest["counts"] = {"documents": total_docs, "tokens": total_tokens} | report.counts
+    if report.split is not None:
+        manifest["split"] = report.split
     manifest["invalid_utf8"] = report.invalid_utf8
     manifest["invalid_utf8_files"] = report.invalid_utf8_files
     manifest["skipped_lines"] = report.skipped_lines

@@ -92,14 +92,15 @@ class Plan:
 OTHER_SPLIT_FILES = "other_split_files"  # a chat data set's files of splits other than train, not read
 
 
-def count_phrase(key: str, count: int, invalid_utf8: str) -> str:
+def count_phrase(key: str, count: int, invalid_utf8: str, split: str | None = None) -> str:
     """A count of a summary in words: `count_phrase("invalid_utf8_documents", 2, "skip")` is
     `'2 documents with invalid UTF-8 skipped'`, `count_phrase("empty_files", 1, "error")` `'1 empty file'`."""
     if key == "invalid_utf8_documents":
         return f"{count} document{'s' * (count != 1)} with invalid UTF-8 {_DONE[invalid_utf8]}"
     if key == OTHER_SPLIT_FILES:
         return (
-            f"{count} file{'s' * (count != 1)} of the data set's other splits left out (its train split read)"
+            f"{count} file{'s' * (count != 1)} of the data set's other splits left out (its "
+            f"{split or 'train'} split read)"
         )
     words = key.replace("_", " ")
     return f"{count} {words if count != 1 else words.removesuffix('s')}"
@@ -169,6 +170,7 @@ class BuildReport:
     skipped_lines: list[str] = field(default_factory=list)
     invalid_utf8: str = "error"
     format: str = "text"
+    split: str | None = None  # a chat data set's split read, when its files name others
 
     def items(self, count: float) -> str:
         """What the store's documents are called: ``docs``, or a chat store's ``conversations``."""
@@ -177,7 +179,7 @@ class BuildReport:
     def notes(self) -> str:
         """The counts of what the build skipped or repaired, in words (empty when none)."""
         counts = sorted((k, n) for k, n in self.counts.items() if n)
-        return ", ".join(count_phrase(k, n, self.invalid_utf8) for k, n in counts)
+        return ", ".join(count_phrase(k, n, self.invalid_utf8, self.split) for k, n in counts)
 
     def summary(self) -> str:
         notes = f", {self.notes()}" if self.notes() else ""

@@ -1,8 +1,11 @@
 """Which files of a chat data set's directory (or bucket prefix) are its training data, found as Hugging Face
 datasets finds them: by their extensions (`CHAT_SUFFIXES`; its `README.md` and the records `save_to_disk`
-writes are not data), then, when their paths name splits (`train-00000-of-00002.parquet`,
-`test/part.jsonl`, `validation.json`), the train split only, so a data set's test conversations are not
-trained on.
+writes are not data), then, when their paths name splits, the train split only, so a data set's test
+conversations are not trained on. Splits are named as datasets names them: first by sharded files,
+`data/SPLIT-00000-of-00002.parquet`, whose SPLIT is the split's whole name (`train_sft`, `test_gen`), else
+by a split's word in the path (`test/part.jsonl`, `validation.json`). The train split is the one named
+`train`, else the only one whose name has a train word in it (UltraChat's `train_sft`, where `load_dataset`
+has no `train`); several such are refused, naming them.
 
 >>> files = ["/d/README.md", "/d/data/train-0.parquet", "/d/data/train-1.parquet", "/d/data/test-0.parquet"]
 >>> chosen = training_files("/d", files)
@@ -28,13 +31,17 @@ SPLIT_WORDS = {  # the words that name a split in a file's path, as Hugging Face
 }
 
 
+_SHARDED = re.compile(r"(?:^|/)data/(?P<split>\w+(?:\.\w+)*)-\d{5}-of-\d{5}[^/]*$")  # datasets' first pattern
+
+
 @dataclass(frozen=True)
 class TrainingFiles:
-    """The files of a listing to train on, and how many files of each other split were left out (`none`:
-    those whose path names no split, beside others that do)."""
+    """The files of a listing to train on, how many files of each other split were left out (`none`: those
+    whose path names no split, beside others that do), and the split read (None when none is named)."""
 
     files: list[str]
     other_splits: dict[str, int] = field(default_factory=dict)
+    split: str | None = None
 
 
 def training_files(item: str, files: Sequence[str]) -> TrainingFiles:
@@ -46,19 +53,33 @@ def training_files(item: str, files: Sequence[str]) -> TrainingFiles:
         suffixes = ", ".join(CHAT_SUFFIXES)
         raise InputError(f"input {item!r}: holds no file ending {suffixes} ({_some_names(files)})")
     root = _common_directory(data)
-    splits = {f: split_of(f[len(root) :]) for f in data}
+    sharded = {f: m["split"] for f in data if (m := _SHARDED.search(f))}
+    splits = sharded or {f: split_of(f[len(root) :]) for f in data}
     if not any(splits.values()):
         return TrainingFiles(list(data))
-    kept = [f for f in data if splits[f] == "train"]
-    others = Counter(split for f, split in splits.items() if split != "train")
-    if not kept:
-        named = ", ".join(sorted(s for s in others if s))
+    chosen = _train_split(item, {split for split in splits.values() if split})
+    kept = [f for f in data if splits.get(f) == chosen]
+    others = Counter(splits.get(f) for f in data if splits.get(f) != chosen)
+    counted = {split or "none": n for split, n in sorted(others.items(), key=lambda s: s[0] or "")}
+    return TrainingFiles(kept, counted, chosen)
+
+
+def _train_split(item: str, splits: set[str]) -> str:
+    """The split to train on among `splits`: `train`, else the only one whose name has a train word."""
+    if "train" in splits:
+        return "train"
+    trains = sorted(s for s in splits if set(re.split(r"[-._ 0-9]+", s.lower())) & set(SPLIT_WORDS["train"]))
+    if len(trains) == 1:
+        return trains[0]
+    named = ", ".join(sorted(splits))
+    if not trains:
         raise InputError(
             f"input {item!r}: its files name the splits {named} but no train split; name the files to train "
             "on"
         )
-    return TrainingFiles(
-        kept, {split or "none": n for split, n in sorted(others.items(), key=lambda s: s[0] or "")}
+    raise InputError(
+        f"input {item!r}: its files name the splits {named}, of which {' and '.join(trains)} are for "
+        f"training; name the files of the one to train on (as {item.rstrip('/')}/data/{trains[0]}-*)"
     )
 
 

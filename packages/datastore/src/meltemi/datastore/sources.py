@@ -127,13 +127,15 @@ def resolve_chat_inputs(inputs: Sequence[str]) -> TrainingFiles:
     """
     found: set[str] = set()
     other_splits: Counter[str] = Counter()
+    read: list[str] = []
     for item, files, listed in _resolved(inputs):
         if listed:
             chosen = training_files(redact(item), files)
             files = chosen.files
             other_splits.update(chosen.other_splits)
+            read += [chosen.split] if chosen.split and chosen.split not in read else []
         found.update(files)
-    return TrainingFiles(sorted(found), dict(sorted(other_splits.items())))
+    return TrainingFiles(sorted(found), dict(sorted(other_splits.items())), ", ".join(read) or None)
 
 
 def _resolved(inputs: Sequence[str]) -> Iterator[tuple[str, list[str], bool]]:
