@@ -74,3 +74,16 @@ def test_a_data_set_named_as_load_dataset_names_it_is_built_from_its_train_split
         rf"Hugging Face cache \({cache}; read, never downloaded\)$",
     ):
         build_store("org/missing", tokenizer_path, tmp_path / "other", format="chat", progress=False)
+
+
+def test_a_chat_template_is_read_from_a_models_snapshot_by_its_name(cache, tmp_path):
+    from meltemi.datastore.chat_build import load_template
+    from meltemi.datastore.errors import ChatTemplateError
+
+    (tmp_path / "model").mkdir()
+    config = {"chat_template": "{{ bos_token }}{{ messages[0].content }}", "bos_token": "<s>"}
+    (tmp_path / "model" / "tokenizer_config.json").write_text(json.dumps(config))
+    put_in_hub_cache(cache, "org/chat-model", "model", tmp_path / "model")
+    assert load_template("org/chat-model").render([{"role": "user", "content": "Hi"}]).text == "<s>Hi"
+    with pytest.raises(ChatTemplateError, match=r"'org/gone': no such file .*, nor is a model of that name"):
+        load_template("org/gone")

@@ -7,6 +7,7 @@ from pathlib import Path
 import jax
 import pytest
 
+from meltemi.datastore import corpora
 from meltemi.trainer.chips import CHIPS, chip_named, chip_of_device_kind
 from meltemi.trainer.command import FLAGS, LaunchFlags, parse_command
 from meltemi.trainer.config import RunConfig
@@ -154,13 +155,30 @@ def test_stores_replace_corpus_and_sources_and_get_distinct_names(tmp_path):
     assert load_config(None, ["--data.stores", "one"]).data.stores == ["one"]
 
 
+def test_a_tokenizer_is_a_file_a_models_directory_or_a_models_hub_name(tmp_path, monkeypatch):
+    from meltemi.datastore.testing import put_in_hub_cache
+    from meltemi.trainer.phase.initialize import resolve_run
+
+    model = tmp_path / "model"
+    model.mkdir()
+    corpora.train_tokenizer(corpora.python_stdlib()[:2], 300, model / "tokenizer.json")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    snapshot = put_in_hub_cache(tmp_path / "hub", "org/model", "model", model)
+    for given, found in ((model, model), ("org/model", snapshot)):
+        config = small("--data.tokenizer", str(given), "--data.stores", str(tmp_path))
+        assert resolve_run(config).data.tokenizer == str(found / "tokenizer.json")
+
+
 def test_a_missing_tokenizer_is_named_before_anything_is_built(tmp_path):
     config = small(
         "--data.corpus", "c.txt", "--data.tokenizer", "no/t.json", "--data.cache_dir", str(tmp_path)
     )
     with pytest.raises(ConfigError) as raised:
         resolve_data(config)
-    assert str(raised.value) == "data.tokenizer: no/t.json: no such file (a tokenizer.json, or stdlib)"
+    assert str(raised.value).startswith(
+        "data.tokenizer: no/t.json: no such file (a tokenizer.json, a model directory holding one, or "
+        "stdlib), nor is a model of that name in the Hugging Face cache ("
+    )
     assert not list(tmp_path.iterdir())
     as_url = small("--data.corpus", "c.txt", "--data.tokenizer", f"file://{tmp_path}/no/t.json")
     with pytest.raises(ConfigError, match=r"no/t.json: no such file"):  # a file:// URL is a local path too

@@ -35,14 +35,16 @@ from meltemi.datastore.chat_template import (
 )
 from meltemi.datastore.conversations import Conversation, tool_call_names
 from meltemi.datastore.errors import BadLineError, ChatTemplateError, InputError
+from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.sources import ReadNotes, ReadPolicy
 from meltemi.datastore.storage import Location
 
 
 def load_template(spec: str | os.PathLike) -> ChatTemplate:
     """The chat template `spec` names: `llama3` (the shipped one), a tokenizer directory or its
-    `tokenizer_config.json` (its `chat_template` and special tokens), or a Jinja file; a path, or a URL of
-    the storage seam (a tokenizer directory in a bucket, say).
+    `tokenizer_config.json` (its `chat_template` and special tokens), or a Jinja file; a path, a URL of
+    the storage seam (a tokenizer directory in a bucket, say), or a model's Hub name in this machine's
+    Hugging Face cache (`hub_cache`).
 
     >>> load_template("llama3").has_generation_blocks
     True
@@ -50,6 +52,7 @@ def load_template(spec: str | os.PathLike) -> ChatTemplate:
     text = os.fspath(spec)
     if text == SHIPPED_TEMPLATE:
         return ChatTemplate.llama3()
+    text = local_or_cached(text, "model")
     if text.rstrip("/").rpartition("/")[2] == TOKENIZER_CONFIG:
         return ChatTemplate.from_tokenizer_config(text)
     if file_bytes(text) is not None:
@@ -58,7 +61,7 @@ def load_template(spec: str | os.PathLike) -> ChatTemplate:
         return ChatTemplate.from_tokenizer_config(text)
     raise ChatTemplateError(
         f"chat template {text!r}: no such file (give {SHIPPED_TEMPLATE}, a .jinja file, or a tokenizer "
-        "directory or its tokenizer_config.json)"
+        f"directory or its tokenizer_config.json){not_cached(text, 'model')}"
     )
 
 

@@ -424,8 +424,9 @@ class DataConfig(Section):
 
     tokenizer: str | None = Field(
         None,
-        description="tokenizer.json the stores must have been built with, or stdlib: a BPE of "
-        "model.vocab_size tokens trained on the standard library (on first use)",
+        description="tokenizer.json the stores must have been built with (or a model's directory or Hub name "
+        "in the Hugging Face cache: its tokenizer.json), or stdlib: a BPE of model.vocab_size tokens trained "
+        "on the standard library (on first use)",
     )
     stores: list[str] = Field(
         default_factory=list,

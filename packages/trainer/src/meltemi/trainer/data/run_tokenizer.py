@@ -39,6 +39,28 @@ from meltemi.datastore.storage import Directory, Location, read_object
 from meltemi.trainer.errors import CheckpointError, ConfigError, TrainerError
 from meltemi.trainer.run_directory import RunDirectory
 
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def tokenizer_file(spec: str) -> str:
+    """``data.tokenizer`` as the file it names: a ``tokenizer.json``; a directory holding one (a Hugging
+    Face model's, as ``AutoTokenizer.from_pretrained`` reads it); or a model's Hub name in this machine's
+    Hugging Face cache (``meta-llama/Llama-3.2-1B``); any other value as it is (``stdlib``, a URL).
+
+    >>> import tempfile, pathlib
+    >>> model = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (model / "tokenizer.json").write_text("{}")
+    >>> tokenizer_file(str(model)) == str(model / "tokenizer.json"), tokenizer_file("stdlib")
+    (True, 'stdlib')
+    """
+    from meltemi.datastore.hub_cache import local_or_cached
+
+    found = local_or_cached(spec, "model")
+    local = Location.parse(found).local_path
+    if local is not None and local.is_dir() and (local / TOKENIZER_FILE).is_file():
+        return str(local / TOKENIZER_FILE)
+    return found
+
 
 @dataclasses.dataclass(frozen=True)
 class EndOfText:

@@ -65,7 +65,10 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
     if tokenizer == STDLIB:
         tokenizer = stdlib_tokenizer(config, say)
     elif tokenizer is not None and _missing(tokenizer, Path.is_file):
-        raise ConfigError(f"data.tokenizer: {tokenizer}: no such file (a tokenizer.json, or stdlib)")
+        raise ConfigError(
+            f"data.tokenizer: {tokenizer}: no such file (a tokenizer.json, a model directory holding one, or "
+            f"stdlib){not_cached(tokenizer, 'model')}"
+        )
     model = config.model
     if any(source.format == "chat" for source in data.sources.values()):
         if tokenizer is None:

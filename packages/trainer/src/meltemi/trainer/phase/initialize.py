@@ -26,7 +26,7 @@ from meltemi.trainer.checkpoint.resume import RunToStart, Start, continued_confi
 from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.chat import ChatRecord, concrete_template, recorded_template
-from meltemi.trainer.data.run_tokenizer import tokenizer_at
+from meltemi.trainer.data.run_tokenizer import tokenizer_at, tokenizer_file
 from meltemi.trainer.data.sources import STDLIB, resolve_data, stdlib_tokenizer
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.hf.load import import_hf
@@ -93,6 +93,9 @@ def resolve_run(config: RunConfig, run_dir: str | Location | None = None, say=No
     resolved (corpora built, the tokenizer given a chat template's tokens). ``say`` tells the user what is
     being built and how a schedule was extended."""
     kwargs = {} if say is None else {"say": say}
+    if config.data.tokenizer is not None:  # a model's directory or Hub name: its tokenizer.json
+        data = config.data.model_copy(update={"tokenizer": tokenizer_file(config.data.tokenizer)})
+        config = config.model_copy(update={"data": data})
     config = resolve_base(config, run_dir=run_dir, **kwargs)
     if run_dir is not None:
         config = continued_config(config, run_dir, **kwargs)
