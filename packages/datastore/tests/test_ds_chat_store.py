@@ -269,6 +269,10 @@ def test_a_data_set_whose_files_name_splits_is_read_for_its_train_split(tmp_path
     assert TokenStore.open(tmp_path / "store").manifest["split"] == "train_sft"
     names = [s["url"].rpartition("/")[2] for s in TokenStore.open(tmp_path / "store").manifest["sources"]]
     assert names == ["train_sft-00000-of-00002.jsonl", "train_sft-00001-of-00002.jsonl"]
+    test = build_store(dataset, tokenizer_path, tmp_path / "test", split="test_sft", **OPTIONS)
+    assert test.documents == 1 and "(its test_sft split read)" in test.summary()
+    with pytest.raises(InputError, match=r"its files name the splits test_sft, train_sft, not dev"):
+        build_store(dataset, tokenizer_path, tmp_path / "dev", split="dev", **OPTIONS)
     write_lines(dataset / "data" / "train_gen-00000-of-00001.jsonl", [talk("g", "g")])
     with pytest.raises(
         InputError,

@@ -106,6 +106,35 @@ def test_a_base_and_data_named_as_on_the_hub_are_read_from_the_hub_cache(
     assert not (tmp_path / "missing").exists()
 
 
+def test_a_data_sets_test_split_is_held_out_whole_and_its_train_split_trained_whole(
+    sft_config, chat_data, tmp_path
+):
+    lines = chat_data.read_text().splitlines(keepends=True)
+    (tmp_path / "chats" / "data").mkdir(parents=True)
+    (tmp_path / "chats" / "data" / "train-00000-of-00001.jsonl").write_text("".join(lines[:200]))
+    (tmp_path / "chats" / "data" / "test-00000-of-00001.jsonl").write_text("".join(lines[200:240]))
+    cache = ["--data.cache_dir", str(tmp_path / "cache")]
+    config = sft_config(*cache, data=tmp_path / "chats")
+    trainer = Trainer(config, tmp_path / "sft", devices=jax.devices()[:1], progress=False)
+    source = trainer.config.data.sources["chat"]
+    assert source.eval_store is not None and "/chats-test-" in source.eval_store
+    assert "200 conversations in" in trainer.data.packing["chat"]
+    assert "; held out: 40 conversations in" in trainer.data.packing["chat"]
+    tail = Trainer(sft_config(*cache, "--data.chat.held_out", "tail", data=tmp_path / "chats"),
+                   tmp_path / "tail", devices=jax.devices()[:1], progress=False)  # fmt: skip
+    assert tail.config.data.sources["chat"].eval_store is None
+    assert "180 conversations in" in tail.data.packing["chat"]  # its last 10% held out
+    shutil.copytree(tmp_path / "chats", tmp_path / "small")
+    (tmp_path / "small" / "data" / "test-00000-of-00001.jsonl").write_text("".join(lines[200:201]))
+    with pytest.raises(
+        TrainerError,
+        match=r"eval_store: .*-test-.* packs into 1 rows, fewer than one evaluation batch of 4; hold out the "
+        r"store's tail instead",
+    ):
+        small = sft_config(*cache, data=tmp_path / "small")
+        Trainer(small, tmp_path / "small-run", devices=jax.devices()[:1], progress=False)
+
+
 def named(tree) -> list:
     """The NamedArrays of ``tree`` (or the NamedArray-wrapped shardings of a tree of them)."""
     return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "axes"))

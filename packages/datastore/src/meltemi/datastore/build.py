@@ -105,6 +105,7 @@ def build_store(
     max_tokens: int | None = None,
     overlong: Overlong = "truncate",
     end_of_turn: str | None = None,
+    split: str | None = None,
     progress: bool = True,
     hints: Hints | None = None,
 ) -> BuildReport:
@@ -144,6 +145,7 @@ def build_store(
     over `max_tokens` is cut to it or left out (`overlong`); one the build cannot train on (malformed, an
     unknown role, no assistant token) stops it naming its file and line, or with `skip_bad_lines` is
     skipped; all are counted in the manifest. No end-of-document token is added: the template ends turns.
+    A data set's directory is read for its train split, or for `split` (its test split, say).
 
     The remedies errors suggest name the datastore's command-line flags; a program that calls this for
     its own users passes `hints` saying how they set each option (see `Hints`).
@@ -180,6 +182,7 @@ def build_store(
         max_tokens=max_tokens,
         overlong=overlong,
         end_of_turn=end_of_turn,
+        split=split,
     )
     hints = hints or Hints()
     chat = request.chat_build()
@@ -191,7 +194,7 @@ def build_store(
         chat.check_tokenizer(tokenizer_of(info), info.name)
     other_splits, split = 0, None  # a chat data set's README is not data, nor its test split
     if chat is not None:
-        chosen = resolve_chat_inputs(list(request.inputs))
+        chosen = resolve_chat_inputs(list(request.inputs), request.split)
         files, other_splits, split = chosen.files, sum(chosen.other_splits.values()), chosen.split
     else:
         files = resolve_inputs(list(request.inputs))

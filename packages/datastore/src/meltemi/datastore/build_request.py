@@ -35,6 +35,7 @@ CHAT_OPTIONS = (
     "max_tokens",
     "overlong",
     "end_of_turn",
+    "split",
 )  # what only a chat build reads
 
 
@@ -61,6 +62,7 @@ class BuildRequest:
     max_tokens: int | None = None
     overlong: Overlong = "truncate"
     end_of_turn: str | None = None
+    split: str | None = None
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -240,6 +242,12 @@ BUILD_FLAGS = (
         "chat: the token each assistant turn ends with, trained so that a model learns to stop (default: the "
         "template's eos_token, else <|eot_id|>)",
         metavar="TOKEN",
+    ),
+    Flag(
+        "split",
+        "chat: the split of a data set's directory to read, as its file names name it (default: its train "
+        "split)",
+        metavar="SPLIT",
     ),
 )
 _BY_FIELD = {flag.field: flag for flag in BUILD_FLAGS}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from meltemi.datastore.errors import InputError
@@ -44,10 +44,10 @@ class TrainingFiles:
     split: str | None = None
 
 
-def training_files(item: str, files: Sequence[str]) -> TrainingFiles:
-    """The data files among those listed under `item` (a directory or prefix), of the train split when their
-    paths name splits; an `InputError` naming `item` when none is data, or when the splits they name hold
-    no train split."""
+def training_files(item: str, files: Sequence[str], split: str | None = None) -> TrainingFiles:
+    """The data files among those listed under `item` (a directory or prefix), of the train split (or of
+    `split`) when their paths name splits; an `InputError` naming `item` when none is data, or when the
+    splits they name hold no train split (or no `split`)."""
     data = [f for f in files if f.lower().endswith(CHAT_SUFFIXES) and _file_name(f) not in NOT_DATA]
     if not data:
         suffixes = ", ".join(CHAT_SUFFIXES)
@@ -57,18 +57,46 @@ def training_files(item: str, files: Sequence[str]) -> TrainingFiles:
     splits = sharded or {f: split_of(f[len(root) :]) for f in data}
     if not any(splits.values()):
         return TrainingFiles(list(data))
-    chosen = _train_split(item, {split for split in splits.values() if split})
+    named = {name for name in splits.values() if name}
+    if split is not None and split not in named:
+        raise InputError(f"input {item!r}: its files name the splits {', '.join(sorted(named))}, not {split}")
+    chosen = split or _train_split(item, named)
     kept = [f for f in data if splits.get(f) == chosen]
     others = Counter(splits.get(f) for f in data if splits.get(f) != chosen)
     counted = {split or "none": n for split, n in sorted(others.items(), key=lambda s: s[0] or "")}
     return TrainingFiles(kept, counted, chosen)
 
 
+def held_out_split(splits: Iterable[str], train: str) -> str | None:
+    """The split to evaluate on beside the `train` split read: `test`, else the one split with a test word
+    (the one that shares the train split's other words when several do: UltraChat's `test_sft` beside
+    `train_sft`), else the same for validation; None when there is none.
+
+    >>> held_out_split(["test_gen", "test_sft", "train_gen"], "train_sft"), held_out_split(["none"], "train")
+    ('test_sft', None)
+    """
+    names = [name for name in splits if name != "none"]
+    rest = _words(train) - set(SPLIT_WORDS["train"])
+    for kind in ("test", "validation"):
+        if kind in names:
+            return kind
+        candidates = sorted(name for name in names if _words(name) & set(SPLIT_WORDS[kind]))
+        matching = [name for name in candidates if _words(name) - set(SPLIT_WORDS[kind]) == rest]
+        for found in (candidates, matching):
+            if len(found) == 1:
+                return found[0]
+    return None
+
+
+def _words(split: str) -> set[str]:
+    return set(re.split(r"[-._ 0-9]+", split.lower())) - {""}
+
+
 def _train_split(item: str, splits: set[str]) -> str:
     """The split to train on among `splits`: `train`, else the only one whose name has a train word."""
     if "train" in splits:
         return "train"
-    trains = sorted(s for s in splits if set(re.split(r"[-._ 0-9]+", s.lower())) & set(SPLIT_WORDS["train"]))
+    trains = sorted(s for s in splits if _words(s) & set(SPLIT_WORDS["train"]))
     if len(trains) == 1:
         return trains[0]
     named = ", ".join(sorted(splits))

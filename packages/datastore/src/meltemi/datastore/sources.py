@@ -117,9 +117,9 @@ def resolve_inputs(inputs: Sequence[str]) -> list[str]:
     return sorted({f for _, files, _ in _resolved(inputs) for f in files})
 
 
-def resolve_chat_inputs(inputs: Sequence[str]) -> TrainingFiles:
+def resolve_chat_inputs(inputs: Sequence[str], split: str | None = None) -> TrainingFiles:
     """The files `inputs` name, as `resolve_inputs`, but a directory's (or bucket prefix's) files are only its
-    data files of the train split, found as Hugging Face datasets finds a data set's files
+    data files of the train split (or of `split`), found as Hugging Face datasets finds a data set's files
     (`dataset_files.training_files`), while a file named itself is kept whatever its name.
 
     >>> resolve_chat_inputs([__file__]).files == [__file__]
@@ -130,7 +130,7 @@ def resolve_chat_inputs(inputs: Sequence[str]) -> TrainingFiles:
     read: list[str] = []
     for item, files, listed in _resolved(inputs):
         if listed:
-            chosen = training_files(redact(item), files)
+            chosen = training_files(redact(item), files, split)
             files = chosen.files
             other_splits.update(chosen.other_splits)
             read += [chosen.split] if chosen.split and chosen.split not in read else []

@@ -379,6 +379,11 @@ class SourceConfig(Section):
         "text", description="what the corpus holds: text documents or chat conversations"
     )
     weight: float = Field(1.0, ge=0, description="mixture weight (normalised over the sources)")
+    eval_store: str | None = Field(
+        None,
+        description="a chat store of held-out conversations evaluated whole, instead of the tail of the "
+        "store (data.eval_fraction); a chat corpus's test split is built into one (data.chat.held_out)",
+    )
 
     @model_validator(mode="after")
     def _store_or_corpus(self) -> SourceConfig:
@@ -401,6 +406,12 @@ class ChatConfig(Section):
     )
     overlong: Literal["truncate", "drop"] = Field(
         "truncate", description="a conversation longer than data.seq_len + 1 tokens: cut to fit, or left out"
+    )
+    held_out: Literal["split", "tail"] = Field(
+        "split",
+        description="the held-out conversations of a chat corpus: its data set's test split (else its "
+        "validation split) when its file names name one, else the tail of its store (data.eval_fraction); "
+        "or always the tail",
     )
     end_of_turn: str | None = Field(
         None,

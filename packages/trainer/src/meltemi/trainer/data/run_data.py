@@ -19,6 +19,7 @@ from meltemi.datastore import (
     BatchSchedule,
     DatastoreError,
     MixtureDataset,
+    PackedDataset,
     SequenceDataset,
     TokenStore,
     hold_out,
@@ -48,11 +49,11 @@ class RunData:
     packing: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def _open_store(name: str, path: str, tokenizer: str | None) -> TokenStore:
+def _open_store(name: str, path: str, tokenizer: str | None, field: str = "store") -> TokenStore:
     try:
         return TokenStore.open(path, tokenizer=tokenizer)
     except DatastoreError as e:
-        raise DataError(f"data.sources.{name}.store: {e}") from None
+        raise DataError(f"data.sources.{name}.{field}: {e}") from None
 
 
 def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1) -> RunData:
@@ -71,9 +72,16 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
             )
         if store.is_chat:
             chats[name] = store.manifest["chat"]
-            trains[name], held[name] = _packed(name, store, config)
+            trains[name], held[name] = _packed(name, store, source.eval_store, config)
             packing[name] = trains[name].report() + _epochs(name, trains[name].num_sequences, config)
+            if source.eval_store is not None:
+                packing[name] += f"; held out: {held[name].report()} ({source.eval_store})"
             continue
+        if source.eval_store is not None:
+            raise DataError(
+                f"data.sources.{name}.eval_store: {source.store} is a text store, which holds out its tail "
+                "(data.eval_fraction); an eval_store is a chat source's"
+            )
         if store.num_tokens < 2 * (data.seq_len + 1):
             raise DataError(
                 f"data.seq_len {data.seq_len}: {source.store} holds {store.num_tokens} tokens, too few for "
@@ -96,6 +104,12 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
     eval_steps = min(trainer.eval_batches, *(h.num_sequences // eval_batch for h in held.values()))
     if eval_steps < 1:
         smallest = min(held, key=lambda n: held[n].num_sequences)
+        if (eval_store := data.sources[smallest].eval_store) is not None:
+            raise DataError(
+                f"data.sources.{smallest}.eval_store: {eval_store} packs into {held[smallest].num_sequences} "
+                f"rows, fewer than one evaluation batch of {eval_batch}; hold out the store's tail instead "
+                "(--data.chat.held_out tail) or evaluate fewer rows at once (trainer.global_batch_size)"
+            )
         raise DataError(
             f"data.eval_fraction: the held-out split of source {smallest!r} has "
             f"{held[smallest].num_sequences} sequences, fewer than one evaluation batch of {eval_batch}; "
@@ -133,12 +147,28 @@ def _epochs(name: str, rows: int, config: RunConfig) -> str:
     return f"; {steps} read {about}{read:,.0f} of them: {read / rows:.2f} epochs"
 
 
-def _packed(name: str, store: TokenStore, config: RunConfig):
-    """A chat store's training and held-out conversations, each packed whole into rows."""
+def _packed(name: str, store: TokenStore, eval_store: str | None, config: RunConfig):
+    """A chat store's training and held-out conversations, each packed whole into rows: the store's tail
+    held out, or every conversation of the store trained and every one of ``eval_store`` held out."""
+    seq_len = config.data.seq_len
+    if eval_store is None:
+        try:
+            return hold_out_conversations(store, seq_len, config.data.eval_fraction)
+        except ValueError as e:
+            raise DataError(f"data.sources.{name}.store: {e}") from None
+    held = _open_store(name, eval_store, config.data.tokenizer, "eval_store")
+    for field, opened in (("store", store), ("eval_store", held)):
+        if not opened.is_chat:
+            raise DataError(f"data.sources.{name}.{field}: {opened.path} is a text store, not a chat one")
+    if held.manifest["chat"].get("template_sha256") != store.manifest["chat"].get("template_sha256"):
+        raise DataError(
+            f"data.sources.{name}.eval_store: {eval_store} was rendered with another chat template than "
+            f"{store.path}"
+        )
     try:
-        return hold_out_conversations(store, config.data.seq_len, config.data.eval_fraction)
+        return PackedDataset(store, seq_len), PackedDataset(held, seq_len)
     except ValueError as e:
-        raise DataError(f"data.sources.{name}.store: {e}") from None
+        raise DataError(f"data.sources.{name}: {e}") from None
 
 
 def _one_template(chats: dict[str, dict]) -> ChatRecord | None:

@@ -102,7 +102,7 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
         sources = {name: {"store": store}}
     else:
         sources = {
-            name: {"store": build_source(config, name, source, tokenizer, say), "weight": source.weight}
+            name: build_source(config, name, source, tokenizer, say) | {"weight": source.weight}
             if source.corpus is not None
             else source.model_dump(exclude_defaults=True)
             for name, source in data.sources.items()
@@ -149,10 +149,13 @@ def stdlib_tokenizer(config: RunConfig, say) -> str:
     return corpora.stdlib_tokenizer(directory, config.model.vocab_size)
 
 
-def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: str, say) -> str:
-    """The store of ``data.sources.NAME.corpus``, built on first use under ``data.cache_dir``: text documents,
-    or chat conversations rendered by ``data.chat.template`` (conversations longer than ``data.seq_len``
-    + 1 tokens cut or left out as ``data.chat.overlong`` says); the build's summary line is said."""
+def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: str, say) -> dict[str, str]:
+    """The stores of ``data.sources.NAME.corpus``, built on first use under ``data.cache_dir``: text
+    documents, or chat conversations rendered by ``data.chat.template`` (conversations longer than
+    ``data.seq_len`` + 1 tokens cut or left out as ``data.chat.overlong`` says); each build's summary line
+    is said. ``{"store": ...}``, and ``"eval_store"`` for a chat data set whose files name a test (else
+    validation) split beside the one trained on, as ``data.chat.held_out: split`` asks: its held-out
+    conversations, as TRL's ``eval_dataset`` would be."""
     data, chat = config.data, config.data.chat
     corpus = source.corpus
     if corpus == STDLIB_CHAT:
@@ -177,7 +180,25 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
     named = corpus if source.corpus == STDLIB_CHAT else source.corpus  # a Hub name, not its snapshot's hash
     stem = Path(named.rstrip("/")).stem or "corpus"
     text = {"text_field": data.text_field} if source.format == "text" else {}
-    return _cached_build(config, corpus, corpus, stem, key, tokenizer, say, SOURCE_FLAGS, **text, **options)
+    built = {"store": _cached_build(config, corpus, corpus, stem, key, tokenizer, say, SOURCE_FLAGS, **text,
+                                    **options)}  # fmt: skip
+    split = _held_out_split(corpus) if source.format == "chat" and chat.held_out == "split" else None
+    if split is not None:
+        shown = f"{corpus} (its {split} split, held out)"
+        key += f"\0split={split}"
+        built["eval_store"] = _cached_build(config, corpus, shown, f"{stem}-{split}", key, tokenizer, say,
+                                            SOURCE_FLAGS, **options, split=split)  # fmt: skip
+    return built
+
+
+def _held_out_split(corpus: str) -> str | None:
+    """The split of a chat data set's directory to hold out (its test, else validation, split), beside the
+    train split its store reads; None when its files name no such split."""
+    from meltemi.datastore.dataset_files import held_out_split
+    from meltemi.datastore.sources import resolve_chat_inputs
+
+    chosen = resolve_chat_inputs([corpus])
+    return None if chosen.split is None else held_out_split(chosen.other_splits, chosen.split)
 
 
 def _cached_build(config: RunConfig, inputs, shown: str, name: str, key: str, tokenizer: str, say, flags,
