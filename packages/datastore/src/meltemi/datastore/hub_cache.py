@@ -18,6 +18,10 @@ from typing import Literal
 
 RepoKind = Literal["model", "dataset"]
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+_FILE_SUFFIXES = (  # a name ending so is a file's, never said to be missing from the cache as well
+    ".txt", ".json", ".jsonl", ".gz", ".parquet", ".arrow", ".csv", ".md", ".py", ".jinja", ".yaml",
+    ".yml", ".safetensors", ".bin",
+)  # fmt: skip
 
 
 def hub_cache() -> Path:
@@ -83,13 +87,13 @@ def local_or_cached(given: str, kind: RepoKind) -> str:
 
 
 def not_cached(given: str, kind: RepoKind) -> str:
-    """The words a missing `given` adds to its error when it could name a Hub repository: that no
-    repository of that name is in the cache either (which is read, never downloaded into); empty when it
-    cannot name one.
+    """The words a missing `given` adds to its error when it looks like a Hub repository's name
+    (`OWNER/NAME`, not a file's name): that no repository of that name is in the cache either (which is
+    read, never downloaded into); empty otherwise.
 
-    >>> not_cached("/tmp/x", "model")
-    ''
+    >>> not_cached("/tmp/x", "model"), not_cached("corpus.txt", "dataset"), not_cached("no/t.json", "model")
+    ('', '', '')
     """
-    if "://" in given or not is_repo_id(given):
+    if "://" in given or not is_repo_id(given) or "/" not in given or given.lower().endswith(_FILE_SUFFIXES):
         return ""
     return f", nor is a {kind} of that name in the Hugging Face cache ({hub_cache()}; read, never downloaded)"

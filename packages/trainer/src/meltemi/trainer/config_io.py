@@ -201,9 +201,16 @@ def _first_unknown(parts: Sequence[str]) -> tuple[int, list[str]] | None:
 
 def _suggestions(parts: Sequence[str], depth: int, names: Sequence[str]) -> list[str]:
     """``parts`` with its unknown name at ``depth`` replaced by the valid ``names`` like it: spelled nearly
-    so, or holding it as the start of a word (``steps``: ``num_train_steps``), at most three."""
+    so (those about as near as the nearest: ``storee`` is ``store``, not also ``eval_store``), or holding it
+    as the start of a word (``steps``: ``num_train_steps``), at most three.
+
+    >>> _suggestions(["storee"], 0, ["store", "eval_store", "weight"])
+    ['store']
+    """
     name = parts[depth]
     near = difflib.get_close_matches(name, list(names), n=3, cutoff=0.6)
+    best = max((difflib.SequenceMatcher(None, name, n).ratio() for n in near), default=0.0)
+    near = [n for n in near if difflib.SequenceMatcher(None, name, n).ratio() >= best - 0.15]
     if len(name) >= 3:
         near += [n for n in names if n not in near and any(w.startswith(name) for w in n.split("_"))]
     return [".".join([*parts[:depth], n, *parts[depth + 1 :]]) for n in near[:3]]
