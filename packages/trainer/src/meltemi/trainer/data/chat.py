@@ -83,20 +83,30 @@ def load_chat_template(spec: str) -> ChatTemplate:
         raise ConfigError(f"data.chat.template: {e}") from None
 
 
-def recorded_template(record: ChatRecord, cache_dir: str | os.PathLike) -> str:
-    """A template a run's checkpoint recorded, as ``data.chat.template`` names it: a tokenizer directory
-    under ``cache_dir/templates`` (named by the record's hash) whose ``tokenizer_config.json`` holds the
-    template and its special tokens, written once; so a run resumes with the template it trained with,
-    whether or not the file or base it came from is still there.
+def recorded_template(record: ChatRecord, named: str | None, cache_dir: str | os.PathLike) -> str:
+    """A template a run's checkpoint recorded, as ``data.chat.template`` names it: as the run ``named`` it
+    when that still reads as the same template (so a resumed run records the config an uninterrupted one
+    does), else a tokenizer directory under ``cache_dir/templates`` (named by the record's hash) whose
+    ``tokenizer_config.json`` holds the template and its special tokens, written once; so a run resumes with
+    the template it trained with, whether or not the file or base it came from is still there.
 
     >>> import tempfile
     >>> from meltemi.datastore.chat_build import load_template
     >>> record = ChatRecord("{{ bos_token }}{{ messages[0].content }}", {"bos_token": "<s>"})
-    >>> template = load_template(recorded_template(record, tempfile.mkdtemp()))
+    >>> template = load_template(recorded_template(record, "/gone/chat.jinja", tempfile.mkdtemp()))
     >>> template.render([{"role": "user", "content": "Hi"}]).text
     '<s>Hi'
     """
+    from meltemi.datastore.chat_build import load_template
     from meltemi.datastore.chat_template import TOKENIZER_CONFIG
+
+    if named is not None and named != AUTO_TEMPLATE:
+        try:
+            same = load_template(named)
+        except DatastoreError:
+            same = None
+        if same is not None and (same.text, same.special_tokens) == (record.template, record.special_tokens):
+            return named
 
     text = json.dumps({"chat_template": record.template, **record.special_tokens}, indent=1, sort_keys=True)
     directory = Directory(Path(cache_dir) / "templates" / hashlib.sha256(text.encode()).hexdigest()[:16])

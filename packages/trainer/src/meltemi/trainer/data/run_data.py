@@ -138,10 +138,11 @@ def _epochs(name: str, rows: int, config: RunConfig) -> str:
     '; 45 steps of 8 rows read 360 of them: 0.49 epochs'
     """
     data, trainer = config.data, config.trainer
-    if data.stages:
+    weights = sum(source.weight for source in data.sources.values())
+    if data.stages or not weights:  # (weights that are all 0: the mixture's own error says so)
         return ""
     total = BatchSchedule(trainer.global_batch_size).first_row(trainer.num_train_steps)
-    share = data.sources[name].weight / sum(source.weight for source in data.sources.values())
+    share = data.sources[name].weight / weights
     read, about = total * share, "" if share == 1 else "about "
     steps = f"{trainer.num_train_steps:,} steps of {trainer.global_batch_size:,} rows"
     return f"; {steps} read {about}{read:,.0f} of them: {read / rows:.2f} epochs"

@@ -100,7 +100,10 @@ def base_template(base: Base, cache_dir: str) -> str | None:
     there any more); None when the base has none."""
     if base.kind == "huggingface":
         return base.hf_dir.where() if has_chat_template(base.hf_dir) else None
-    return None if base.manifest.chat is None else recorded_template(base.manifest.chat, cache_dir)
+    if base.manifest.chat is None:
+        return None
+    named = base.manifest.config.get("data", {}).get("chat", {}).get("template")
+    return recorded_template(base.manifest.chat, named, cache_dir)
 
 
 def check_shape(base: Base, config: RunConfig) -> None:

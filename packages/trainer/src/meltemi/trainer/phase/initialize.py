@@ -54,8 +54,8 @@ def resolve_base(config: RunConfig, say=None, run_dir: str | Location | None = N
     say = say or (lambda line: print(line, file=sys.stderr))
     own = None if run_dir is None else own_checkpoint(run_dir)
     if own is not None:
-        tokenizer, chat = own
-        mine = None if chat is None else recorded_template(chat, config.data.cache_dir)
+        tokenizer, chat, named = own
+        mine = None if chat is None else recorded_template(chat, named, config.data.cache_dir)
         template = concrete_template(config.data.chat.template, mine)
         return _with_data(config, tokenizer=config.data.tokenizer or str(tokenizer), template=template)
     base = locate_base(source.path)
@@ -102,15 +102,16 @@ def resolve_run(config: RunConfig, run_dir: str | Location | None = None, say=No
     return resolve_data(config, **kwargs)
 
 
-def own_checkpoint(run_dir: str | Location) -> tuple[str, ChatRecord | None] | None:
-    """The tokenizer copy and the chat template (a chat run's) of the run in ``run_dir`` when it has a
-    readable checkpoint, else None."""
+def own_checkpoint(run_dir: str | Location) -> tuple[str, ChatRecord | None, str | None] | None:
+    """The tokenizer copy, the chat template (a chat run's) and the ``data.chat.template`` that named it of
+    the run in ``run_dir`` when it has a readable checkpoint, else None."""
     for step in find_checkpoints(run_dir):
         try:
             manifest = inspect_checkpoint(step)
         except CheckpointError:
             continue
-        return checkpoint_tokenizer(step, manifest)[0], manifest.chat
+        named = manifest.config.get("data", {}).get("chat", {}).get("template")
+        return checkpoint_tokenizer(step, manifest)[0], manifest.chat, named
     return None
 
 
