@@ -6,13 +6,15 @@ standard library's functions, generated offline.
     uv run apps/sft.py --config configs/marin_8b_sft.yaml --dry-run     # Marin-8B-Instruct's recipe, planned
 
 ``--base`` is a run directory (its latest good checkpoint), a ``step-N`` directory or a Hugging Face
-directory, local or in a bucket; the run starts from its parameters with a fresh optimizer at step 0.
+directory, local or in a bucket, or a model's Hub name in this machine's Hugging Face cache; the run starts
+from its parameters with a fresh optimizer at step 0.
 ``--data`` is chat data: JSON Lines (one ``{"messages": [{"role": ..., "content": ...}, ...]}`` per line), a
 ``.json`` file of such lines or of one array of them, or Parquet or Arrow (``save_to_disk``'s) with a
 ``messages`` column (or TRL's ``prompt`` and ``completion``, of which only the completion is trained, or
-ShareGPT's ``conversations`` of ``from``/``value`` turns), files, directories or URLs, comma-separated.
-Conversations are rendered by ``data.chat.template``, packed whole into rows (each with its own positions,
-never attending to another), and the loss is the assistant's tokens only. This is
+ShareGPT's ``conversations`` of ``from``/``value`` turns), files, directories, URLs or a data set's Hub name
+in the cache, comma-separated; a data set's test split is held out. Conversations are rendered by
+``data.chat.template`` (``auto``: the base's own template, else Llama 3's layout), packed whole into rows
+(each with its own positions, never attending to another), and the loss is the assistant's tokens only. This is
 ``python -m meltemi.trainer`` with ``configs/tiny_sft.yaml`` as its default config: ``--config`` and every
 dotted override work as in ``apps/pretrain.py``, and the same progress, metrics, checkpoints, plots and
 resume; the summary ends with the model's reply to ``trainer.sample_prompt`` before and after. Talk with the

@@ -35,7 +35,8 @@ def turns_by_beginnings(
 ) -> RenderedChat:
     """`messages` rendered (with `variables`, such as `tools`), with one span per assistant message from
     index `first` on: from the end of the conversation before it (rendered with the generation prompt) to
-    the last `end_of_turn` its own render adds, that token included.
+    the last `end_of_turn` its own render adds, that token included (to the first after its start when the
+    template renders the turn otherwise once later messages follow).
 
     >>> template = ChatTemplate(
     ...     "{% for m in messages %}<|im_start|>{{ m.role }}\\n{{ m.content }}<|im_end|>\\n{% endfor %}"
