@@ -15,10 +15,10 @@ ShareGPT's ``conversations`` of ``from``/``value`` turns), files, directories, U
 in the cache, comma-separated; a data set's test split is held out. Conversations are rendered by
 ``data.chat.template`` (``auto``: the base's own template, else Llama 3's layout), packed whole into rows
 (each with its own positions, never attending to another), and the loss is the assistant's tokens only.
-This is ``python -m meltemi.trainer`` with ``configs/tiny_sft.yaml`` as its default config: ``--config`` and every
-dotted override work as in ``apps/pretrain.py``, and the same progress, metrics, checkpoints, plots and
-resume; the summary ends with the model's reply to ``trainer.sample_prompt`` before and after. Talk with the
-result: ``apps/chat.py``.
+This is ``python -m meltemi.trainer`` with ``configs/tiny_sft.yaml`` as its default config: ``--config`` and
+every dotted override work as in ``apps/pretrain.py``, and the same progress, metrics, checkpoints, plots
+and resume; the summary ends with the model's reply to ``trainer.sample_prompt`` before and after. Talk
+with the result: ``apps/chat.py``.
 """
 
 import sys
