@@ -266,7 +266,10 @@ def test_a_data_set_whose_files_name_splits_is_read_for_its_train_split(tmp_path
     report = build_store(dataset, tokenizer_path, tmp_path / "store", **OPTIONS)
     assert report.documents == 2 and report.counts["other_split_files"] == 2
     assert "2 files of the data set's other splits left out (its train_sft split read)" in report.summary()
-    assert TokenStore.open(tmp_path / "store").manifest["split"] == "train_sft"
+    manifest = TokenStore.open(tmp_path / "store").manifest
+    assert (manifest["split"], manifest["other_splits"]) == ("train_sft", {"none": 1, "test_sft": 1})
+    again = build_store(dataset, tokenizer_path, tmp_path / "store", **OPTIONS)
+    assert again.already_built and again.other_splits == {"none": 1, "test_sft": 1}
     names = [s["url"].rpartition("/")[2] for s in TokenStore.open(tmp_path / "store").manifest["sources"]]
     assert names == ["train_sft-00000-of-00002.jsonl", "train_sft-00001-of-00002.jsonl"]
     test = build_store(dataset, tokenizer_path, tmp_path / "test", split="test_sft", **OPTIONS)

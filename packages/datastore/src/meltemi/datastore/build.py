@@ -192,10 +192,10 @@ def build_store(
     info = TokenizerInfo.load(tokenizer, eos=options.eos, eos_token=eos_token, hints=hints)
     if chat is not None:
         chat.check_tokenizer(tokenizer_of(info), info.name)
-    other_splits, split = 0, None  # a chat data set's README is not data, nor its test split
+    chosen = None  # a chat data set's README is not data, nor its test split
     if chat is not None:
         chosen = resolve_chat_inputs(list(request.inputs), request.split)
-        files, other_splits, split = chosen.files, sum(chosen.other_splits.values()), chosen.split
+        files = chosen.files
     else:
         files = resolve_inputs(list(request.inputs))
     sources = [describe_source(url, split_bytes=unit_bytes) for url in files]
@@ -211,8 +211,9 @@ def build_store(
         except (BadLineError, InvalidUtf8Error) as error:
             raise _stopped(out, error, request, hints) from None
         counts = sum((Counter(s.counts) for s in summaries), Counter())
+        other_splits = {} if chosen is None else chosen.other_splits
         if other_splits:
-            counts[OTHER_SPLIT_FILES] = other_splits
+            counts[OTHER_SPLIT_FILES] = sum(other_splits.values())
         documents, tokens = sum(s.documents for s in summaries), sum(s.tokens for s in summaries)
         report = BuildReport(
             str(out.location),
@@ -223,7 +224,8 @@ def build_store(
             skipped_lines=[line for s in summaries for line in s.skipped_lines],
             invalid_utf8=request.invalid_utf8,
             format=request.format,
-            split=split if other_splits else None,
+            split=chosen.split if other_splits else None,
+            other_splits=other_splits,
         )
         if documents == 0:
             out.delete_prefix(f"{BUILD_DIR}/")
@@ -253,6 +255,7 @@ def _already_built(out: Directory) -> BuildReport:
         invalid_utf8=manifest.get("invalid_utf8", EARLIER_INVALID_UTF8),
         format=manifest.get("format", "text"),
         split=manifest.get("split"),
+        other_splits=manifest.get("other_splits", {}),
     )
 
 
@@ -440,7 +443,7 @@ def _assemble(
         }
     manifest["counts"] = {"documents": total_docs, "tokens": total_tokens} | report.counts
     if report.split is not None:
-        manifest["split"] = report.split
+        manifest["split"], manifest["other_splits"] = report.split, report.other_splits
     manifest["invalid_utf8"] = report.invalid_utf8
     manifest["invalid_utf8_files"] = report.invalid_utf8_files
     manifest["skipped_lines"] = report.skipped_lines

@@ -171,6 +171,7 @@ class BuildReport:
     invalid_utf8: str = "error"
     format: str = "text"
     split: str | None = None  # a chat data set's split read, when its files name others
+    other_splits: dict[str, int] = field(default_factory=dict)  # their files left out, by split
 
     def items(self, count: float) -> str:
         """What the store's documents are called: ``docs``, or a chat store's ``conversations``."""

@@ -12,9 +12,9 @@ or a string (one user message, one assistant message); the conversation is the t
 completion is trained (`Conversation.prompt_messages`). Or it may hold ShareGPT's `conversations`, turns of
 `from` (`human`, `gpt`, `system`, `tool`; LLaMA-Factory's `function_call`, a call as JSON text, and
 `observation`, its result) and `value`, read as messages after its `system` text (`sharegpt_messages`), as
-Axolotl and LLaMA-Factory read them. A conversation that is not such a list stops
-the read naming its file and line (or row), or is skipped and noted when the policy skips bad lines; one that
-is not UTF-8 text is handled as a document is (`ReadPolicy.invalid_utf8`).
+Axolotl and LLaMA-Factory read them. A conversation that is not such a list stops the read naming its file and
+line (or row), or is skipped and noted when the policy skips bad lines; one that is not UTF-8 text is handled
+as a document is (`ReadPolicy.invalid_utf8`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import sys
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import local_path_of
@@ -30,6 +31,9 @@ from meltemi.trainer.config import RunConfig, SourceConfig
 from meltemi.trainer.data.chat import chat_tokenizer, concrete_template, load_chat_template
 from meltemi.trainer.data.run_tokenizer import file_sha256
 from meltemi.trainer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from meltemi.datastore import BuildReport
 
 STDLIB = "stdlib"
 STDLIB_CHAT = (
@@ -180,32 +184,26 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
     named = corpus if source.corpus == STDLIB_CHAT else source.corpus  # a Hub name, not its snapshot's hash
     stem = Path(named.rstrip("/")).stem or "corpus"
     text = {"text_field": data.text_field} if source.format == "text" else {}
-    built = {"store": _cached_build(config, corpus, corpus, stem, key, tokenizer, say, SOURCE_FLAGS, **text,
-                                    **options)}  # fmt: skip
-    split = _held_out_split(corpus) if source.format == "chat" and chat.held_out == "split" else None
-    if split is not None:
-        shown = f"{corpus} (its {split} split, held out)"
-        key += f"\0split={split}"
-        built["eval_store"] = _cached_build(config, corpus, shown, f"{stem}-{split}", key, tokenizer, say,
-                                            SOURCE_FLAGS, **options, split=split)  # fmt: skip
+    store, report = _cached_build(config, corpus, corpus, stem, key, tokenizer, say, SOURCE_FLAGS, **text,
+                                  **options)  # fmt: skip
+    built = {"store": store}
+    if source.format == "chat" and chat.held_out == "split" and report.split is not None:
+        from meltemi.datastore.dataset_files import held_out_split
+
+        split = held_out_split(report.other_splits, report.split)  # the splits its build left out
+        if split is not None:
+            shown = f"{corpus} (its {split} split, held out)"
+            key += f"\0split={split}"
+            built["eval_store"], _ = _cached_build(config, corpus, shown, f"{stem}-{split}", key, tokenizer,
+                                                   say, SOURCE_FLAGS, **options, split=split)  # fmt: skip
     return built
 
 
-def _held_out_split(corpus: str) -> str | None:
-    """The split of a chat data set's directory to hold out (its test, else validation, split), beside the
-    train split its store reads; None when its files name no such split."""
-    from meltemi.datastore.dataset_files import held_out_split
-    from meltemi.datastore.sources import resolve_chat_inputs
-
-    chosen = resolve_chat_inputs([corpus])
-    return None if chosen.split is None else held_out_split(chosen.other_splits, chosen.split)
-
-
 def _cached_build(config: RunConfig, inputs, shown: str, name: str, key: str, tokenizer: str, say, flags,
-                  **options) -> str:  # fmt: skip
+                  **options) -> tuple[str, BuildReport]:  # fmt: skip
     """The store of ``inputs`` under ``data.cache_dir/corpora``, named by ``name`` and a hash of ``key``
-    (what decides its bytes), built on first use as the data config and ``options`` say; the build's
-    summary line is said, and remedies name the command's ``flags``."""
+    (what decides its bytes), built on first use as the data config and ``options`` say, and its build's
+    report (whose summary line is said); remedies name the command's ``flags``."""
     from meltemi.datastore import Hints, build_store
 
     data = config.data
@@ -225,7 +223,7 @@ def _cached_build(config: RunConfig, inputs, shown: str, name: str, key: str, to
         **options,
     )
     say(report.summary())
-    return str(out)
+    return str(out), report
 
 
 def stdlib_chat_corpus(config: RunConfig, say) -> str:
@@ -276,4 +274,4 @@ def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, str]:
     text_field = {"text_field": data.text_field}
     return name, _cached_build(
         config, inputs, data.corpus, name, key, tokenizer, say, CORPUS_FLAGS, **text_field
-    )
+    )[0]

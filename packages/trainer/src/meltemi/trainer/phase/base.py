@@ -100,10 +100,17 @@ def base_template(base: Base, cache_dir: str) -> str | None:
     there any more); None when the base has none."""
     if base.kind == "huggingface":
         return base.hf_dir.where() if has_chat_template(base.hf_dir) else None
-    if base.manifest.chat is None:
+    return checkpoint_template(base.manifest, cache_dir)
+
+
+def checkpoint_template(manifest: Manifest, cache_dir: str) -> str | None:
+    """The chat template a checkpoint records (None for a run that saw no conversation), as
+    ``data.chat.template`` names it: as its run named it, or written under ``cache_dir``
+    (``data.chat.recorded_template``)."""
+    if manifest.chat is None:
         return None
-    named = base.manifest.config.get("data", {}).get("chat", {}).get("template")
-    return recorded_template(base.manifest.chat, named, cache_dir)
+    named = manifest.config.get("data", {}).get("chat", {}).get("template")
+    return recorded_template(manifest.chat, named, cache_dir)
 
 
 def check_shape(base: Base, config: RunConfig) -> None:

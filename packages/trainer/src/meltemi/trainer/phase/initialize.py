@@ -21,11 +21,12 @@ import numpy as np
 
 from meltemi.datastore.storage import Location
 from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
+from meltemi.trainer.checkpoint.format import Manifest
 from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.checkpoint.resume import RunToStart, Start, continued_config
 from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.data.chat import ChatRecord, concrete_template, recorded_template
+from meltemi.trainer.data.chat import concrete_template
 from meltemi.trainer.data.run_tokenizer import tokenizer_at, tokenizer_file
 from meltemi.trainer.data.sources import STDLIB, resolve_data, stdlib_tokenizer
 from meltemi.trainer.errors import CheckpointError, ConfigError
@@ -37,6 +38,7 @@ from meltemi.trainer.phase.base import (
     base_template,
     check_shape,
     check_tokenizer,
+    checkpoint_template,
     locate_base,
 )
 from meltemi.trainer.phase.vocabulary import grow_vocabulary
@@ -54,8 +56,8 @@ def resolve_base(config: RunConfig, say=None, run_dir: str | Location | None = N
     say = say or (lambda line: print(line, file=sys.stderr))
     own = None if run_dir is None else own_checkpoint(run_dir)
     if own is not None:
-        tokenizer, chat, named = own
-        mine = None if chat is None else recorded_template(chat, named, config.data.cache_dir)
+        tokenizer, manifest = own
+        mine = checkpoint_template(manifest, config.data.cache_dir)
         template = concrete_template(config.data.chat.template, mine)
         return _with_data(config, tokenizer=config.data.tokenizer or str(tokenizer), template=template)
     base = locate_base(source.path)
@@ -102,16 +104,15 @@ def resolve_run(config: RunConfig, run_dir: str | Location | None = None, say=No
     return resolve_data(config, **kwargs)
 
 
-def own_checkpoint(run_dir: str | Location) -> tuple[str, ChatRecord | None, str | None] | None:
-    """The tokenizer copy, the chat template (a chat run's) and the ``data.chat.template`` that named it of
-    the run in ``run_dir`` when it has a readable checkpoint, else None."""
+def own_checkpoint(run_dir: str | Location) -> tuple[str, Manifest] | None:
+    """The tokenizer copy and the manifest of the latest readable checkpoint of the run in ``run_dir``, or
+    None when it has none."""
     for step in find_checkpoints(run_dir):
         try:
             manifest = inspect_checkpoint(step)
         except CheckpointError:
             continue
-        named = manifest.config.get("data", {}).get("chat", {}).get("template")
-        return checkpoint_tokenizer(step, manifest)[0], manifest.chat, named
+        return checkpoint_tokenizer(step, manifest)[0], manifest
     return None
 
 
