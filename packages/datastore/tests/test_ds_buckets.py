@@ -9,6 +9,7 @@ import sys
 import time
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import tensorstore as ts
 import zarr
@@ -191,6 +192,8 @@ def test_inputs_in_a_bucket_are_read_through_the_storage_seam_to_the_local_build
     corpus = Directory(f"{bucket}/corpus")
     corpus.write_bytes("chat/part-0.jsonl", open(chat, "rb").read())
     corpus.write_bytes("chat/README.md", b"# A chat data set\n")  # as a Hugging Face data set has: not data
+    zstd = pa.compress(open(chat, "rb").read(), codec="zstd", asbytes=True)
+    corpus.write_bytes("chat-zst/part-0.jsonl.zst", zstd)  # compressed whole, as DCLM's shards are
     for path in texts:
         corpus.write_bytes(f"texts/{path.name}", path.read_bytes())
     options = {"unit_bytes": 5_000, "progress": False}
@@ -198,6 +201,10 @@ def test_inputs_in_a_bucket_are_read_through_the_storage_seam_to_the_local_build
     build_store(chat, tokenizer_path, tmp_path / "local-chat", format="chat", **options)
     remote, local = TokenStore.open(tmp_path / "remote-chat"), TokenStore.open(tmp_path / "local-chat")
     assert remote.content_hash == local.content_hash and remote.num_docs > 100
+    build_store(
+        f"{bucket}/corpus/chat-zst", tokenizer_path, tmp_path / "remote-zst", format="chat", **options
+    )
+    assert TokenStore.open(tmp_path / "remote-zst").content_hash == local.content_hash
     build_store(f"{bucket}/corpus/texts/", tokenizer_path, tmp_path / "remote-text", **options)
     build_store([str(p) for p in texts], tokenizer_path, tmp_path / "local-text", **options)
     assert (

@@ -246,8 +246,8 @@ def test_a_directory_of_chat_data_is_read_for_its_data_files_only(tmp_path, toke
     (dataset / "data" / "train.csv").write_text("prompt,completion\nq,a\n")
     with pytest.raises(
         InputError,
-        match=r"dataset'?: holds no file ending .jsonl, .jsonl.gz, .json, .parquet, .arrow "
-        r"\(2 other files: README.md, train.csv\)$",
+        match=r"dataset'?: holds no file ending .jsonl, .json, .parquet, .arrow "
+        r"\(or those compressed: .gz, .zst, .zstd, .bz2, .xz\) \(2 other files: README.md, train.csv\)$",
     ):
         build_store(dataset, tokenizer_path, tmp_path / "none", **OPTIONS)
 

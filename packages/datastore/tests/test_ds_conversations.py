@@ -191,8 +191,8 @@ def test_plain_text_is_not_a_chat_source(tmp_path):
     (tmp_path / "a.txt").write_text("Hi there")
     with pytest.raises(
         InputError,
-        match=r"a\.txt: a chat source must be JSON \(.jsonl, .jsonl.gz, .json\), Parquet or Arrow with a "
-        r"'messages'",
+        match=r"a\.txt: a chat source must be JSON \(.jsonl, .json\), Parquet or Arrow \(each may be "
+        r"compressed: .jsonl.gz, .json.zst\) with a 'messages'",
     ):
         _read(tmp_path / "a.txt")
 

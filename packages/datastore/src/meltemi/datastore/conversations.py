@@ -3,7 +3,7 @@ where it came from.
 
 A conversation is a list of messages, each an object with a string `role` (one of `ROLES`) and a string
 `content` (which a message calling tools, with `tool_calls`, may leave out or null), and any other keys
-(`name`, ...), which a chat template may read. In JSON Lines (`.jsonl`, `.jsonl.gz`) each line is an object
+(`name`, ...), which a chat template may read. In JSON Lines (`.jsonl`) each line is an object
 holding the list in a field (`messages` by default); a `.json` file holds such lines or one array of such
 objects (as Hugging Face datasets reads either); in Parquet (Hugging Face datasets' exports) or Arrow (its
 `save_to_disk`) a column holds it as a list of structs. A line or row without that field may hold a prompt and
@@ -33,8 +33,10 @@ from meltemi.datastore.sources import (
     ReadNotes,
     ReadPolicy,
     decode_document,
-    open_input,
+    holds_json_array,
+    read_json_array,
     read_jsonl,
+    refuse,
     without_surrogates,
 )
 from meltemi.datastore.tables import open_table
@@ -94,12 +96,13 @@ def read_conversations(
     kind = piece.source.kind
     if kind in TABLE_KINDS:
         yield from _table_conversations(piece, policy, notes, field)
-    elif kind == "text" and not piece.source.url.lower().endswith(".json"):
+    elif kind == "text":
         raise InputError(
-            f"{piece.source.name}: a chat source must be JSON (.jsonl, .jsonl.gz, .json), Parquet or Arrow "
-            f"with a {field!r} field of conversations (or a {PROMPT!r} and a {COMPLETION!r}), not plain text"
+            f"{piece.source.name}: a chat source must be JSON (.jsonl, .json), Parquet or Arrow (each may be "
+            f"compressed: .jsonl.gz, .json.zst) with a {field!r} field of conversations (or a {PROMPT!r} and "
+            f"a {COMPLETION!r}), not plain text"
         )
-    elif kind == "text" and _json_array(piece):
+    elif kind == "json" and holds_json_array(piece.source):
         yield from _json_array_conversations(piece, policy, notes, field)
     else:
         yielded = False
@@ -328,46 +331,18 @@ def checked_tools(value: Any) -> tuple[dict[str, Any], ...] | None:
     return tuple(value)
 
 
-def _json_array(piece: Piece) -> bool:
-    """Whether a `.json` file holds one JSON array (of records), not JSON Lines: its first character that
-    is not white space is `[` (Hugging Face datasets reads a `.json` file either way)."""
-    with open_input(piece.source.url) as f:
-        while block := f.read(4096):
-            if stripped := block.lstrip():
-                return stripped.startswith(b"[")
-    return False
-
-
 def _json_array_conversations(
     piece: Piece, policy: ReadPolicy, notes: ReadNotes, field: str
 ) -> Iterator[Conversation]:
-    """The conversation of each record of a `.json` file holding one array, read whole; a bad record stops
-    the read naming its item (its place in the array, from 1), or is skipped as a bad line is."""
-    source = piece.source
-    with open_input(source.url, whole=True) as f:
-        data = f.read()
-    text = decode_document(data, Place(source), policy, notes)
-    if text is None:
-        return
-    try:
-        records = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(
-            f"{source.name}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})"
-        ) from None
-    if not isinstance(records, list):
-        raise InputError(f"{source.name}: not a JSON array of records, nor JSON Lines")
-    escaped, yielded = "\\u" in text, False
-    for number, record in enumerate(records, start=1):
-        place = Place(source, item=number)
-        try:
-            conversation = _record_conversation(record, place, policy, notes, field, escaped)
-        except BadLineError as error:
-            _refuse(f"{place}: {error}", policy, notes)
-            continue
-        if conversation is not None:
-            yielded = True
-            yield conversation
+    """The conversation of each record of a `.json` file holding one array (`sources.read_json_array`)."""
+    yielded = False
+
+    def parse(record: Any, place: Place) -> Conversation | None:
+        return _record_conversation(record, place, policy, notes, field, escaped=True)
+
+    for conversation in read_json_array(piece, policy, notes, parse, refused=REFUSED):
+        yielded = True
+        yield conversation
     if not yielded:
         notes.counts["empty_files"] += 1
 
@@ -429,7 +404,7 @@ def _table_conversations(
                 try:
                     conversation = _record_conversation(record, place, policy, notes, field, escaped=False)
                 except BadLineError as error:
-                    _refuse(f"{place}: {error}", policy, notes)
+                    refuse(f"{place}: {error}", policy, notes, REFUSED)
                     continue
                 yielded = True
                 yield conversation
@@ -476,14 +451,6 @@ def _conversation_columns(source, schema, field: str, policy: ReadPolicy) -> lis
                 "a content)"
             )
     return columns
-
-
-def _refuse(problem: str, policy: ReadPolicy, notes: ReadNotes) -> None:
-    """Stop at a bad conversation, or with `policy.skip_bad_lines` count and name it (the caller skips it)."""
-    if not policy.skip_bad_lines:
-        raise BadLineError(problem)
-    notes.counts[REFUSED] += 1
-    notes.skipped_lines.append(problem)
 
 
 def _as_bytes(kind):

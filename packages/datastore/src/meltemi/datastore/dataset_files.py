@@ -1,7 +1,7 @@
 """Which files of a chat data set's directory (or bucket prefix) are its training data, found as Hugging Face
-datasets finds them: by their extensions (`CHAT_SUFFIXES`; its `README.md` and the records `save_to_disk`
-writes are not data), then, when their paths name splits, the train split only, so a data set's test
-conversations are not trained on. Splits are named as datasets names them: first by sharded files,
+datasets finds them: by their extensions (`CHAT_SUFFIXES`, compressed or not; its `README.md` and the records
+`save_to_disk` writes are not data), then, when their paths name splits, the train split only, so a data
+set's test conversations are not trained on. Splits are named as datasets names them: first by sharded files,
 `data/SPLIT-00000-of-00002.parquet`, whose SPLIT is the split's whole name (`train_sft`, `test_gen`), else
 by a split's word in the path (`test/part.jsonl`, `validation.json`). The train split is the one named
 `train`, else the only one whose name has a train word in it (UltraChat's `train_sft`, where `load_dataset`
@@ -20,9 +20,15 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from meltemi.datastore.compression import CODECS, uncompressed_name
 from meltemi.datastore.errors import InputError
 
-CHAT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet", ".arrow")  # the files a chat directory reads
+CHAT_SUFFIXES = (
+    ".jsonl",
+    ".json",
+    ".parquet",
+    ".arrow",
+)  # the files a chat directory reads, maybe compressed
 NOT_DATA = ("dataset_info.json", "dataset_dict.json", "state.json")  # Hugging Face datasets' own records
 SPLIT_WORDS = {  # the words that name a split in a file's path, as Hugging Face datasets reads them
     "train": ("train", "training"),
@@ -48,10 +54,13 @@ def training_files(item: str, files: Sequence[str], split: str | None = None) ->
     """The data files among those listed under `item` (a directory or prefix), of the train split (or of
     `split`) when their paths name splits; an `InputError` naming `item` when none is data, or when the
     splits they name hold no train split (or no `split`)."""
-    data = [f for f in files if f.lower().endswith(CHAT_SUFFIXES) and _file_name(f) not in NOT_DATA]
+    data = [f for f in files if _is_data(f)]
     if not data:
-        suffixes = ", ".join(CHAT_SUFFIXES)
-        raise InputError(f"input {item!r}: holds no file ending {suffixes} ({_some_names(files)})")
+        suffixes, codecs = ", ".join(CHAT_SUFFIXES), ", ".join(CODECS)
+        raise InputError(
+            f"input {item!r}: holds no file ending {suffixes} (or those compressed: {codecs}) "
+            f"({_some_names(files)})"
+        )
     root = _common_directory(data)
     sharded = {f: m["split"] for f in data if (m := _SHARDED.search(f))}
     splits = sharded or {f: split_of(f[len(root) :]) for f in data}
@@ -65,6 +74,10 @@ def training_files(item: str, files: Sequence[str], split: str | None = None) ->
     others = Counter(splits.get(f) for f in data if splits.get(f) != chosen)
     counted = {split or "none": n for split, n in sorted(others.items(), key=lambda s: s[0] or "")}
     return TrainingFiles(kept, counted, chosen)
+
+
+def _is_data(name: str) -> bool:
+    return uncompressed_name(name).lower().endswith(CHAT_SUFFIXES) and _file_name(name) not in NOT_DATA
 
 
 def held_out_split(splits: Iterable[str], train: str) -> str | None:

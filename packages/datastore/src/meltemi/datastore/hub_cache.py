@@ -19,8 +19,8 @@ from typing import Literal
 RepoKind = Literal["model", "dataset"]
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 _FILE_SUFFIXES = (  # a name ending so is a file's, never said to be missing from the cache as well
-    ".txt", ".json", ".jsonl", ".gz", ".parquet", ".arrow", ".csv", ".md", ".py", ".jinja", ".yaml",
-    ".yml", ".safetensors", ".bin",
+    ".txt", ".json", ".jsonl", ".gz", ".zst", ".bz2", ".xz", ".parquet", ".arrow", ".csv", ".md", ".py",
+    ".jinja", ".yaml", ".yml", ".safetensors", ".bin",
 )  # fmt: skip
 
 

@@ -1,25 +1,27 @@
 """Input sources: resolve paths, globs and fsspec URLs to files in a stable order, and read documents.
 
-Formats, by file name: `.jsonl` and `.jsonl.gz` (one JSON object per line, text in a field), `.parquet`
-(text in a column), anything else plain text (one document per file). A document is a whole text file, one
-JSONL line or one Parquet row; one that is not UTF-8 text (a binary file, say) is an error naming the file
-and byte unless the reading policy says to skip or repair it. Documents come in sorted source order, then in
-order within a source, so a build never depends on how the files were listed.
+Formats, by file name: `.jsonl` (one JSON object per line, text in a field), `.json` (such lines, or one array
+of such objects, as Hugging Face datasets reads either), `.parquet` and `.arrow` (text in a column), anything
+else plain text (one document per file); any of them compressed whole (`.jsonl.zst`, `.json.gz`, `.txt.xz`:
+`compression`) is read as it streams out. A document is a whole text file, one JSON record or one table
+row; one that is not UTF-8 text (a binary file, say) is an error naming the file and byte unless the reading
+policy says to skip or repair it. Documents come in sorted source order, then in order within a source, so a
+build never depends on how the files were listed.
 """
 
-import gzip
+import contextlib
 import hashlib
 import io
 import json
 import re
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar, get_args
+from typing import Any, BinaryIO, Literal, TypeVar, get_args
 
 import fsspec
 
+from meltemi.datastore.compression import Codec, codec_of, decompressed, uncompressed_name
 from meltemi.datastore.dataset_files import TrainingFiles, training_files
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
@@ -65,16 +67,21 @@ class Source:
 
     @property
     def kind(self) -> str:
-        name = self.url.lower()
-        if name.endswith(".jsonl.gz"):
-            return "jsonl.gz"
-        if name.endswith(".jsonl"):
-            return "jsonl"
-        if name.endswith(".parquet"):
-            return "parquet"
-        if name.endswith(".arrow"):
-            return "arrow"
-        return "text"
+        """The format of its uncompressed bytes, by name: `jsonl`, `json`, `parquet`, `arrow` or `text`.
+
+        >>> Source("s3://b/shard.jsonl.zst", 0, "").kind, Source("/d/notes.md", 0, "").kind
+        ('jsonl', 'text')
+        """
+        name = uncompressed_name(self.url).lower()
+        return next((kind for kind in _KINDS if name.endswith(f".{kind}")), "text")
+
+    @property
+    def compression(self) -> Codec | None:
+        """The codec the whole file is compressed with (`compression.CODECS`), None when it is not."""
+        return codec_of(self.url)
+
+
+_KINDS = ("jsonl", "json", "parquet", "arrow")
 
 
 def redact(url: str) -> str:
@@ -171,6 +178,22 @@ def open_input(url: str, whole: bool = False):
     if data is None:
         raise FileNotFoundError(url)
     return io.BytesIO(data)
+
+
+@contextlib.contextmanager
+def open_source(source: Source, whole: bool = False) -> Iterator[BinaryIO]:
+    """A binary file of `source`'s uncompressed bytes (`open_input`'s, decompressed as they are read); with
+    `whole`, seekable, for a reader that seeks from the end (a compressed one is decompressed into memory).
+
+    >>> import gzip, pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt.gz"
+    >>> _ = path.write_bytes(gzip.compress(b"hello"))
+    >>> with open_source(describe_source(str(path))) as f:
+    ...     f.read()
+    b'hello'
+    """
+    with open_input(source.url, whole=whole) as raw, decompressed(raw, source.compression, source.name) as f:
+        yield io.BytesIO(f.read()) if whole and source.compression is not None else f
 
 
 def _resolve(item: str) -> tuple[list[str], bool]:
@@ -291,8 +314,8 @@ class ReadNotes:
 @dataclass(frozen=True)
 class Place:
     """Where a document is, for messages: its line (JSONL), row (Parquet) or item (a JSON array), and the
-    byte offset it starts at in its file (in the uncompressed text of a `.jsonl.gz`; in its own bytes for a
-    Parquet row)."""
+    byte offset it starts at in its file (in the uncompressed text of a compressed file; in its own bytes for
+    a Parquet row)."""
 
     source: Source
     line: int | None = None
@@ -312,7 +335,7 @@ class Place:
     def byte(self, offset: int) -> str:
         if self.row is not None:
             return f"byte {offset} of the row"
-        if self.source.kind == "jsonl.gz":
+        if self.source.compression is not None:
             return f"byte {offset} of the uncompressed text"
         return f"byte {offset}"
 
@@ -381,7 +404,7 @@ def read_documents(piece: Piece, policy: ReadPolicy, notes: ReadNotes) -> Iterat
 
 
 def _text_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> Iterator[str]:
-    with open_input(source.url) as f:
+    with open_source(source) as f:
         data = f.read()
     if not data.strip():
         notes.counts["empty_files"] += 1
@@ -402,7 +425,13 @@ def _lines(f, piece: Piece) -> Iterator[bytes]:
 
 def _jsonl_documents(piece: Piece, policy: ReadPolicy, notes: ReadNotes) -> Iterator[str]:
     yielded = False
-    for text in read_jsonl(piece, policy, notes, lambda line, place: _jsonl_text(line, place, policy, notes)):
+    if piece.source.kind == "json" and holds_json_array(piece.source):
+        texts = read_json_array(
+            piece, policy, notes, lambda record, place: _record_text(record, place, policy, notes)
+        )
+    else:
+        texts = read_jsonl(piece, policy, notes, lambda line, place: _jsonl_text(line, place, policy, notes))
+    for text in texts:
         if text:
             yielded = True
             yield text
@@ -427,31 +456,87 @@ def read_jsonl(
     `notes.counts` and named in `notes.skipped_lines`.
     """
     source = piece.source
-    with open_input(source.url) as raw:
-        f = gzip.open(raw, "rb") if source.kind == "jsonl.gz" else raw
+    with open_source(source) as f:
         lines = f if piece.whole else _lines(f, piece)
         start = piece.start
+        for number, line in enumerate(lines, start=piece.first_line):
+            place, start = Place(source, line=number, start=start), start + len(line)
+            if not line.strip():
+                continue
+            decoded = decode_document(line, place, policy, notes)
+            if decoded is None:
+                continue
+            try:
+                item = parse(decoded, place)
+            except BadLineError as error:
+                refuse(f"{place}: {error}", policy, notes, refused)
+                continue
+            if item is not None:
+                yield item
+
+
+def holds_json_array(source: Source) -> bool:
+    """Whether a `.json` file holds one JSON array (of records), not JSON Lines: its first character that
+    is not white space is `[` (Hugging Face datasets reads a `.json` file either way)."""
+    with open_source(source) as f:
+        while block := f.read(4096):
+            if stripped := block.lstrip():
+                return stripped.startswith(b"[")
+    return False
+
+
+def read_json_array(
+    piece: Piece,
+    policy: ReadPolicy,
+    notes: ReadNotes,
+    parse: Callable[[Any, Place], _T | None],
+    refused: str = "skipped_lines",
+) -> Iterator[_T]:
+    """What `parse(record, place)` makes of each record of a `.json` file holding one array (read whole),
+    in order; None is nothing. A bad record (a `BadLineError` from `parse`) stops the read naming its item
+    (its place in the array, from 1), or is skipped as a bad JSONL line is (`read_jsonl`); a file that is
+    not UTF-8 is handled as a document is.
+
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.json"
+    >>> _ = path.write_text('[{"text": "one"}, {"text": "two"}]')
+    >>> piece = describe_source(str(path)).pieces()[0]
+    >>> [(str(place), r["text"]) for place, r in read_json_array(piece, ReadPolicy(), ReadNotes(),
+    ...                                                            lambda r, place: (place, r))]
+    [('...a.json, item 1', 'one'), ('...a.json, item 2', 'two')]
+    """
+    source = piece.source
+    with open_source(source, whole=True) as f:
+        data = f.read()
+    text = decode_document(data, Place(source), policy, notes)
+    if text is None:
+        return
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"{source.name}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})"
+        ) from None
+    if not isinstance(records, list):
+        raise InputError(f"{source.name}: not a JSON array of records, nor JSON Lines")
+    for number, record in enumerate(records, start=1):
+        place = Place(source, item=number)
         try:
-            for number, line in enumerate(lines, start=piece.first_line):
-                place, start = Place(source, line=number, start=start), start + len(line)
-                if not line.strip():
-                    continue
-                decoded = decode_document(line, place, policy, notes)
-                if decoded is None:
-                    continue
-                try:
-                    item = parse(decoded, place)
-                except BadLineError as error:
-                    problem = f"{place}: {error}"
-                    if not policy.skip_bad_lines:
-                        raise BadLineError(problem) from None
-                    notes.counts[refused] += 1
-                    notes.skipped_lines.append(problem)
-                    continue
-                if item is not None:
-                    yield item
-        except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-            raise InputError(f"{source.name}: not a gzip file, or a damaged one ({e})") from None
+            item = parse(record, place)
+        except BadLineError as error:
+            refuse(f"{place}: {error}", policy, notes, refused)
+            continue
+        if item is not None:
+            yield item
+
+
+def refuse(problem: str, policy: ReadPolicy, notes: ReadNotes, refused: str = "skipped_lines") -> None:
+    """Stop at a bad record (`problem` names it and says why), or with `policy.skip_bad_lines` count it under
+    `refused` in `notes.counts` and name it in `notes.skipped_lines` (the caller skips it)."""
+    if not policy.skip_bad_lines:
+        raise BadLineError(problem)
+    notes.counts[refused] += 1
+    notes.skipped_lines.append(problem)
 
 
 def _jsonl_text(line: str, place: Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
@@ -461,6 +546,12 @@ def _jsonl_text(line: str, place: Place, policy: ReadPolicy, notes: ReadNotes) -
         record = json.loads(line)
     except json.JSONDecodeError as e:
         raise BadLineError(f"not valid JSON ({e.msg} at column {e.colno})") from None
+    return _record_text(record, place, policy, notes)
+
+
+def _record_text(record: Any, place: Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
+    """The text in one JSON record's text field (None: skipped as not UTF-8), or a `BadLineError` saying
+    what is wrong with it."""
     field_name = policy.text_field
     if not isinstance(record, dict) or field_name not in record:
         raise BadLineError(f"no {field_name!r} field{policy.another_field(' (pass {} to name another)')}")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from meltemi.datastore.errors import InputError
-from meltemi.datastore.sources import Source, open_input
+from meltemi.datastore.sources import Source, open_source
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,7 +40,7 @@ class ColumnarFile:
 def open_table(source: Source) -> Iterator[ColumnarFile]:
     """The Parquet or Arrow file `source` as a `ColumnarFile`, read whole into memory (a reader seeks from
     its end); an `InputError` naming it when it cannot be read as one."""
-    with open_input(source.url, whole=True) as f:
+    with open_source(source, whole=True) as f:
         yield _parquet(source, f) if source.kind == "parquet" else _arrow(source, f)
 
 
