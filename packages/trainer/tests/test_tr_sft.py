@@ -135,6 +135,41 @@ def test_a_data_sets_test_split_is_held_out_whole_and_its_train_split_trained_wh
         Trainer(small, tmp_path / "small-run", devices=jax.devices()[:1], progress=False)
 
 
+def test_a_subset_of_a_data_set_is_read_as_its_card_names_it_with_its_own_test_split_held_out(
+    sft_config, chat_data, tmp_path
+):
+    """SmolTalk's layout: `all` holds every conversation again beside each part's subset; the subset asked for
+    is trained, and its own test split held out, never the conversations of the data set's other subsets."""
+    lines = chat_data.read_text().splitlines(keepends=True)
+    card = (
+        "---\nconfigs:\n"
+        + "".join(
+            f"- config_name: {name}\n  data_files:\n  - split: train\n    path: data/{name}/train-*\n"
+            f"  - split: test\n    path: data/{name}/test-*\n"
+            for name in ("all", "code")
+        )
+        + "---\n"
+    )
+    files = {"all": (lines[:200], lines[200:240]), "code": (lines[:100], lines[200:220])}
+    (tmp_path / "chats").mkdir()
+    (tmp_path / "chats" / "README.md").write_text(card)
+    for name, (train_lines, test_lines) in files.items():
+        (tmp_path / "chats" / "data" / name).mkdir(parents=True)
+        (tmp_path / "chats" / "data" / name / "train-00000-of-00001.jsonl").write_text("".join(train_lines))
+        (tmp_path / "chats" / "data" / name / "test-00000-of-00001.jsonl").write_text("".join(test_lines))
+    cache = ["--data.cache_dir", str(tmp_path / "cache")]
+    choose = r"the subsets all, code, and none is its default: choose one \(--data.sources.chat.subset NAME\)"
+    with pytest.raises(DatastoreError, match=choose):
+        Trainer(sft_config(*cache, data=tmp_path / "chats"), tmp_path / "none", devices=jax.devices()[:1],
+                progress=False)  # fmt: skip
+    config = sft_config(*cache, "--data.sources.chat.subset", "code", data=tmp_path / "chats")
+    trainer = Trainer(config, tmp_path / "sft", devices=jax.devices()[:1], progress=False)
+    assert "100 conversations in" in trainer.data.packing["chat"]
+    assert "; held out: 20 conversations in" in trainer.data.packing["chat"]
+    with pytest.raises(ConfigError, match=r"subset names the part of a chat corpus's data set"):
+        sft_config(*cache, "--data.sources.chat.format", "text", "--data.sources.chat.subset", "code")
+
+
 def named(tree) -> list:
     """The NamedArrays of ``tree`` (or the NamedArray-wrapped shardings of a tree of them)."""
     return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "axes"))

@@ -106,6 +106,7 @@ def build_store(
     overlong: Overlong = "truncate",
     end_of_turn: str | None = None,
     split: str | None = None,
+    subset: str | None = None,
     progress: bool = True,
     hints: Hints | None = None,
 ) -> BuildReport:
@@ -145,7 +146,8 @@ def build_store(
     over `max_tokens` is cut to it or left out (`overlong`); one the build cannot train on (malformed, an
     unknown role, no assistant token) stops it naming its file and line, or with `skip_bad_lines` is
     skipped; all are counted in the manifest. No end-of-document token is added: the template ends turns.
-    A data set's directory is read for its train split, or for `split` (its test split, say).
+    A data set's directory is read for its train split, or for `split` (its test split, say), of the subset
+    its card's `configs` mark default, or of `subset`.
 
     The remedies errors suggest name the datastore's command-line flags; a program that calls this for
     its own users passes `hints` saying how they set each option (see `Hints`).
@@ -183,6 +185,7 @@ def build_store(
         overlong=overlong,
         end_of_turn=end_of_turn,
         split=split,
+        subset=subset,
     )
     hints = hints or Hints()
     chat = request.chat_build()
@@ -194,7 +197,8 @@ def build_store(
         chat.check_tokenizer(tokenizer_of(info), info.name)
     chosen = None  # a chat data set's README is not data, nor its test split
     if chat is not None:
-        chosen = resolve_chat_inputs(list(request.inputs), request.split)
+        choose = hints.flag("subset", "NAME") or "subset"
+        chosen = resolve_chat_inputs(list(request.inputs), request.split, request.subset, choose)
         files = chosen.files
     else:
         files = resolve_inputs(list(request.inputs))
@@ -226,6 +230,7 @@ def build_store(
             format=request.format,
             split=chosen.split if other_splits else None,
             other_splits=other_splits,
+            subset=None if chosen is None else chosen.subset,
         )
         if documents == 0:
             out.delete_prefix(f"{BUILD_DIR}/")
@@ -256,6 +261,7 @@ def _already_built(out: Directory) -> BuildReport:
         format=manifest.get("format", "text"),
         split=manifest.get("split"),
         other_splits=manifest.get("other_splits", {}),
+        subset=manifest.get("subset"),
     )
 
 
@@ -444,6 +450,8 @@ def _assemble(
     manifest["counts"] = {"documents": total_docs, "tokens": total_tokens} | report.counts
     if report.split is not None:
         manifest["split"], manifest["other_splits"] = report.split, report.other_splits
+    if report.subset is not None:
+        manifest["subset"] = report.subset
     manifest["invalid_utf8"] = report.invalid_utf8
     manifest["invalid_utf8_files"] = report.invalid_utf8_files
     manifest["skipped_lines"] = report.skipped_lines

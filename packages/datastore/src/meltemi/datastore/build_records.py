@@ -92,7 +92,9 @@ class Plan:
 OTHER_SPLIT_FILES = "other_split_files"  # a chat data set's files of splits other than train, not read
 
 
-def count_phrase(key: str, count: int, invalid_utf8: str, split: str | None = None) -> str:
+def count_phrase(
+    key: str, count: int, invalid_utf8: str, split: str | None = None, subset: str | None = None
+) -> str:
     """A count of a summary in words: `count_phrase("invalid_utf8_documents", 2, "skip")` is
     `'2 documents with invalid UTF-8 skipped'`, `count_phrase("empty_files", 1, "error")` `'1 empty file'`."""
     if key == "invalid_utf8_documents":
@@ -100,7 +102,7 @@ def count_phrase(key: str, count: int, invalid_utf8: str, split: str | None = No
     if key == OTHER_SPLIT_FILES:
         return (
             f"{count} file{'s' * (count != 1)} of the data set's other splits left out (its "
-            f"{split or 'train'} split read)"
+            f"{split or 'train'} split{f' of subset {subset}' if subset else ''} read)"
         )
     words = key.replace("_", " ")
     return f"{count} {words if count != 1 else words.removesuffix('s')}"
@@ -172,6 +174,7 @@ class BuildReport:
     format: str = "text"
     split: str | None = None  # a chat data set's split read, when its files name others
     other_splits: dict[str, int] = field(default_factory=dict)  # their files left out, by split
+    subset: str | None = None  # the subset of a chat data set's card read, when its card names subsets
 
     def items(self, count: float) -> str:
         """What the store's documents are called: ``docs``, or a chat store's ``conversations``."""
@@ -180,7 +183,7 @@ class BuildReport:
     def notes(self) -> str:
         """The counts of what the build skipped or repaired, in words (empty when none)."""
         counts = sorted((k, n) for k, n in self.counts.items() if n)
-        return ", ".join(count_phrase(k, n, self.invalid_utf8, self.split) for k, n in counts)
+        return ", ".join(count_phrase(k, n, self.invalid_utf8, self.split, self.subset) for k, n in counts)
 
     def summary(self) -> str:
         notes = f", {self.notes()}" if self.notes() else ""

@@ -36,6 +36,7 @@ CHAT_OPTIONS = (
     "overlong",
     "end_of_turn",
     "split",
+    "subset",
 )  # what only a chat build reads
 
 
@@ -63,6 +64,7 @@ class BuildRequest:
     overlong: Overlong = "truncate"
     end_of_turn: str | None = None
     split: str | None = None
+    subset: str | None = None
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -245,9 +247,15 @@ BUILD_FLAGS = (
     ),
     Flag(
         "split",
-        "chat: the split of a data set's directory to read, as its file names name it (default: its train "
-        "split)",
+        "chat: the split of a data set's directory to read, as its card or file names name it (default: its "
+        "train split)",
         metavar="SPLIT",
+    ),
+    Flag(
+        "subset",
+        "chat: the subset of a data set's directory to read, as the configs of its README.md name it "
+        "(load_dataset's name; default: the one its card marks default)",
+        metavar="NAME",
     ),
 )
 _BY_FIELD = {flag.field: flag for flag in BUILD_FLAGS}

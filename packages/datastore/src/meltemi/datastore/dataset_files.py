@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from meltemi.datastore.compression import CODECS, uncompressed_name
+from meltemi.datastore.dataset_card import Subset
 from meltemi.datastore.errors import InputError
 
 CHAT_SUFFIXES = (
@@ -43,17 +44,22 @@ _SHARDED = re.compile(r"(?:^|/)data/(?P<split>\w+(?:\.\w+)*)-\d{5}-of-\d{5}[^/]*
 @dataclass(frozen=True)
 class TrainingFiles:
     """The files of a listing to train on, how many files of each other split were left out (`none`: those
-    whose path names no split, beside others that do), and the split read (None when none is named)."""
+    whose path names no split, beside others that do), the split read (None when none is named) and the
+    subset of the data set's card read (None when its card names none)."""
 
     files: list[str]
     other_splits: dict[str, int] = field(default_factory=dict)
     split: str | None = None
+    subset: str | None = None
 
 
-def training_files(item: str, files: Sequence[str], split: str | None = None) -> TrainingFiles:
+def training_files(
+    item: str, files: Sequence[str], split: str | None = None, subset: Subset | None = None, root: str = ""
+) -> TrainingFiles:
     """The data files among those listed under `item` (a directory or prefix), of the train split (or of
-    `split`) when their paths name splits; an `InputError` naming `item` when none is data, or when the
-    splits they name hold no train split (or no `split`)."""
+    `split`) when their paths name splits; with a `subset` of the data set's card whose `data_files` name
+    the splits (paths below `root`, the data set's directory), the files its patterns match. An `InputError`
+    naming `item` when none is data, or when the splits they name hold no train split (or no `split`)."""
     data = [f for f in files if _is_data(f)]
     if not data:
         suffixes, codecs = ", ".join(CHAT_SUFFIXES), ", ".join(CODECS)
@@ -61,11 +67,22 @@ def training_files(item: str, files: Sequence[str], split: str | None = None) ->
             f"input {item!r}: holds no file ending {suffixes} (or those compressed: {codecs}) "
             f"({_some_names(files)})"
         )
-    root = _common_directory(data)
-    sharded = {f: m["split"] for f in data if (m := _SHARDED.search(f))}
-    splits = sharded or {f: split_of(f[len(root) :]) for f in data}
+    named_by = subset.name if subset is not None else None
+    if subset is not None and subset.splits:
+        splits = {f: s for f in data if (s := subset.split_of(f[len(root) :]))}
+        if not splits:
+            patterns = ", ".join(p for paths in subset.splits.values() for p in paths)
+            raise InputError(
+                f"input {item!r}: the data_files of its subset {subset.name!r} ({patterns}) match none of "
+                f"its JSON, Parquet or Arrow files ({_some_names(data)})"
+            )
+        data = list(splits)
+    else:
+        root = _common_directory(data)
+        sharded = {f: m["split"] for f in data if (m := _SHARDED.search(f))}
+        splits = sharded or {f: split_of(f[len(root) :]) for f in data}
     if not any(splits.values()):
-        return TrainingFiles(list(data))
+        return TrainingFiles(list(data), subset=named_by)
     named = {name for name in splits.values() if name}
     if split is not None and split not in named:
         raise InputError(f"input {item!r}: its files name the splits {', '.join(sorted(named))}, not {split}")
@@ -73,7 +90,7 @@ def training_files(item: str, files: Sequence[str], split: str | None = None) ->
     kept = [f for f in data if splits.get(f) == chosen]
     others = Counter(splits.get(f) for f in data if splits.get(f) != chosen)
     counted = {split or "none": n for split, n in sorted(others.items(), key=lambda s: s[0] or "")}
-    return TrainingFiles(kept, counted, chosen)
+    return TrainingFiles(kept, counted, chosen, named_by)
 
 
 def _is_data(name: str) -> bool:

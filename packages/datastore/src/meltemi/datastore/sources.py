@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, Literal, TypeVar, get_args
 import fsspec
 
 from meltemi.datastore.compression import Codec, codec_of, decompressed, uncompressed_name
+from meltemi.datastore.dataset_card import CARD, Subset, card_subsets, chosen_subset
 from meltemi.datastore.dataset_files import TrainingFiles, training_files
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
@@ -124,10 +125,14 @@ def resolve_inputs(inputs: Sequence[str]) -> list[str]:
     return sorted({f for _, files, _ in _resolved(inputs) for f in files})
 
 
-def resolve_chat_inputs(inputs: Sequence[str], split: str | None = None) -> TrainingFiles:
+def resolve_chat_inputs(
+    inputs: Sequence[str], split: str | None = None, subset: str | None = None, choose: str = "subset"
+) -> TrainingFiles:
     """The files `inputs` name, as `resolve_inputs`, but a directory's (or bucket prefix's) files are only its
-    data files of the train split (or of `split`), found as Hugging Face datasets finds a data set's files
-    (`dataset_files.training_files`), while a file named itself is kept whatever its name.
+    data files of the train split (or of `split`), found as Hugging Face datasets finds a data set's files:
+    by the `configs` of its card (`dataset_card`: `subset`, else its default) when they say, else by their
+    names (`dataset_files.training_files`); a file named itself is kept whatever its name. `choose` says how
+    the user names a subset, for the error when a card names several and no default.
 
     >>> resolve_chat_inputs([__file__]).files == [__file__]
     True
@@ -135,14 +140,36 @@ def resolve_chat_inputs(inputs: Sequence[str], split: str | None = None) -> Trai
     found: set[str] = set()
     other_splits: Counter[str] = Counter()
     read: list[str] = []
+    subsets: list[str] = []
     for item, files, listed in _resolved(inputs):
         if listed:
-            chosen = training_files(redact(item), files, split)
+            root, subsets_named = _card_subsets(redact(item), files)
+            chosen_one = chosen_subset(subsets_named, subset, redact(item), choose)
+            chosen = training_files(redact(item), files, split, chosen_one, root)
             files = chosen.files
             other_splits.update(chosen.other_splits)
             read += [chosen.split] if chosen.split and chosen.split not in read else []
+            subsets += [chosen.subset] if chosen.subset and chosen.subset not in subsets else []
         found.update(files)
-    return TrainingFiles(sorted(found), dict(sorted(other_splits.items())), ", ".join(read) or None)
+    if subset is not None and not subsets:
+        given = ", ".join(redact(str(i)) for i in inputs)
+        raise InputError(
+            f"{given}: files, not a data set's directory, so there is no subset {subset!r} to read"
+        )
+    return TrainingFiles(
+        sorted(found), dict(sorted(other_splits.items())), ", ".join(read) or None, ", ".join(subsets) or None
+    )
+
+
+def _card_subsets(item: str, files: Sequence[str]) -> tuple[str, list[Subset]]:
+    """The data set's directory (with its `/`) and the subsets its card names, when the listing `files` has
+    a card (`README.md`) at its top; else `("", [])`."""
+    cards = sorted((f for f in files if f.rpartition("/")[2] == CARD), key=len)
+    if not cards or not all(f.startswith(root := cards[0][: -len(CARD)]) for f in files):
+        return "", []
+    with open_input(cards[0]) as f:
+        text = f.read().decode("utf-8", errors="replace")
+    return root, card_subsets(text, item)
 
 
 def _resolved(inputs: Sequence[str]) -> Iterator[tuple[str, list[str], bool]]:

@@ -73,6 +73,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--max-failures", "N", "restart the job after an exception in the training up to N times (default 0)", int, "launch"),  # noqa: E501
     Flag("--base", "RUN_OR_HF_DIR", "the model to fine-tune: a run, a step-N checkpoint or a Hugging Face directory, local or in a bucket (trainer.initialize_from)", group="fine-tuning"),  # noqa: E501
     Flag("--data", "PATHS", "chat data, comma-separated JSON, JSONL, Parquet or Arrow files, directories or URLs with a messages field (or a prompt and a completion); each one a source of equal weight (data.sources)", group="fine-tuning"),  # noqa: E501
+    Flag("--subset", "NAME", "the subset of --data's data sets to read, as the configs of their README.md name it (load_dataset's name; data.sources.NAME.subset)", group="fine-tuning"),  # noqa: E501
 )  # fmt: skip
 _BY_NAME = {flag.name: flag for flag in FLAGS}
 _ALIASES = {"-h": "--help"}
@@ -131,7 +132,9 @@ def parse_command(argv: Sequence[str], *, fine_tuning: bool = False) -> Command:
             i += 1
             continue
         if flag.group == "fine-tuning" and not fine_tuning:
-            field = "trainer.initialize_from" if flag.name == "--base" else "data.sources"
+            field = {"--base": "trainer.initialize_from", "--subset": "data.sources.NAME.subset"}.get(
+                flag.name, "data.sources"
+            )
             raise ConfigError(f"{flag.name}: a flag of apps/sft.py; here, set --{field}")
         if flag.name == "--no-compile-cache":
             overrides += ["--trainer.compile_cache", "false"]
@@ -186,6 +189,8 @@ def _fine_tuning_overrides(values: dict[str, object]) -> list[str]:
     >>> _fine_tuning_overrides({"--base": "runs/tiny", "--data": "a/chat.jsonl,b/chat.jsonl"})
     ['--trainer.initialize_from.path', 'runs/tiny', '--data.sources', '{"chat": {"corpus": "a/chat.jsonl", \
 "format": "chat"}, "chat-2": {"corpus": "b/chat.jsonl", "format": "chat"}}']
+    >>> _fine_tuning_overrides({"--data": "HuggingFaceTB/smoltalk", "--subset": "all"})[1]
+    '{"smoltalk": {"corpus": "HuggingFaceTB/smoltalk", "format": "chat", "subset": "all"}}'
     """
     words: list[str] = []
     if "--base" in values:
@@ -202,7 +207,12 @@ def _fine_tuning_overrides(values: dict[str, object]) -> list[str]:
                 n += 1
                 name = f"{base}-{n}"
             sources[name] = {"corpus": path, "format": "chat"}
+            sources[name] |= {"subset": str(values["--subset"])} if "--subset" in values else {}
         words += ["--data.sources", json.dumps(sources)]
+    elif "--subset" in values:
+        raise ConfigError(
+            "--subset: the subset of --data's data sets: give it with --data (or data.sources.NAME.subset)"
+        )
     return words
 
 

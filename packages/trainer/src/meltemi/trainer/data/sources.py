@@ -178,14 +178,16 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
             "max_tokens": data.seq_len + 1,
             "overlong": chat.overlong,
             "end_of_turn": chat.end_of_turn,
+            "subset": source.subset,
         }
         key += "\0".join(["", template.sha256, chat.loss_on, chat.overlong, str(data.seq_len + 1)])
         key += "" if chat.end_of_turn is None else f"\0{chat.end_of_turn}"  # unnamed: the keys stores had
+        key += "" if source.subset is None else f"\0subset={source.subset}"
     named = corpus if source.corpus == STDLIB_CHAT else source.corpus  # a Hub name, not its snapshot's hash
     stem = Path(named.rstrip("/")).stem or "corpus"
     text = {"text_field": data.text_field} if source.format == "text" else {}
-    store, report = _cached_build(config, corpus, corpus, stem, key, tokenizer, say, SOURCE_FLAGS, **text,
-                                  **options)  # fmt: skip
+    flags = SOURCE_FLAGS | {"subset": f"--data.sources.{name}.subset {{}}"}
+    store, report = _cached_build(config, corpus, corpus, stem, key, tokenizer, say, flags, **text, **options)
     built = {"store": store}
     if source.format == "chat" and chat.held_out == "split" and report.split is not None:
         from meltemi.datastore.dataset_files import held_out_split
@@ -195,7 +197,7 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
             shown = f"{corpus} (its {split} split, held out)"
             key += f"\0split={split}"
             built["eval_store"], _ = _cached_build(config, corpus, shown, f"{stem}-{split}", key, tokenizer,
-                                                   say, SOURCE_FLAGS, **options, split=split)  # fmt: skip
+                                                   say, flags, **options, split=split)  # fmt: skip
     return built
 
 

@@ -1,0 +1,184 @@
+"""A data set's subsets and their splits as its card names them: the `configs` of the YAML header of its
+`README.md`, which Hugging Face datasets reads before looking at file names (`load_dataset(repo, name)`).
+
+Each subset (a "config") has a `config_name` and `data_files`: a pattern (the train split), a list of them,
+or a list of `{split, path}` whose `path` is a pattern or a list; patterns are relative to the data set's
+directory, `*` within a directory, `**` across them. The subset read is the one asked for, else the one
+marked `default: true`, else the one named `default`, else the only one; a card naming several and no
+default needs a choice, as `load_dataset` does.
+
+>>> card = '''---
+... configs:
+... - config_name: all
+...   data_files:
+...   - split: train
+...     path: data/all/train-*
+...   - split: test
+...     path: data/all/test-*
+... - config_name: math
+...   data_files: data/math/*.parquet
+... ---
+... # The card's text'''
+>>> [s.name for s in card_subsets(card, "smoltalk")], card_subsets(card, "smoltalk")[1].splits
+(['all', 'math'], {'train': ('data/math/*.parquet',)})
+>>> chosen_subset(card_subsets(card, "smoltalk"), "math", "smoltalk").name
+'math'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from meltemi.datastore.errors import InputError
+
+CARD = "README.md"  # where a data set's card lives, at its directory's top
+_HEADER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(?P<yaml>.*?)^---[ \t]*$", re.DOTALL | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Subset:
+    """One subset of a data set: its name, each split's path patterns (none: found from file names), and
+    whether the card marks it the default."""
+
+    name: str
+    splits: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    default: bool = False
+
+    def split_of(self, relative: str) -> str | None:
+        """The split whose patterns match a file's path below the data set's directory; None if none does.
+
+        >>> subset = Subset("all", {"train": ("data/**/train-*",), "test": ("test.jsonl",)})
+        >>> subset.split_of("data/a/train-0.jsonl"), subset.split_of("data/a/test-0.jsonl")
+        ('train', None)
+        """
+        return next(
+            (s for s, patterns in self.splits.items() if any(_matches(p, relative) for p in patterns)), None
+        )
+
+
+def card_subsets(card: str, where: str) -> list[Subset]:
+    """The subsets the card text `card` names in its YAML header (none without a header or `configs`); an
+    `InputError` naming `where` (the data set) when the header is not YAML or `configs` is malformed."""
+    header = _HEADER.match(card)
+    if header is None:
+        return []
+    import yaml
+
+    try:
+        metadata = yaml.safe_load(header["yaml"])
+    except yaml.YAMLError as e:
+        raise InputError(f"{where}/{CARD}: its YAML header cannot be read ({_first_line(e)})") from None
+    configs = metadata.get("configs") if isinstance(metadata, dict) else None
+    if configs is None:
+        return []
+    if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+        raise InputError(f"{where}/{CARD}: its configs are not a list of subsets (config_name, data_files)")
+    subsets = [_subset(entry, f"{where}/{CARD}") for entry in configs]
+    names = [s.name for s in subsets]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise InputError(f"{where}/{CARD}: the subset {', '.join(twice)} is named twice in its configs")
+    return subsets
+
+
+def chosen_subset(
+    subsets: Sequence[Subset], name: str | None, where: str, choose: str = "subset"
+) -> Subset | None:
+    """The subset to read: `name`, else the card's default; None when the card names none (and no `name`).
+    An `InputError` naming `where` when `name` is not one of them, or when none is the default; `choose`
+    says how the user names one.
+
+    >>> subsets = [Subset("all"), Subset("math")]
+    >>> chosen_subset(subsets, None, "smoltalk", choose="--subset NAME")
+    Traceback (most recent call last):
+    ...
+    meltemi.datastore.errors.InputError: smoltalk: its README.md names the subsets all, math, and none is \
+its default: choose one (--subset NAME)
+    """
+    names = ", ".join(s.name for s in subsets)
+    if name is not None:
+        if not subsets:
+            raise InputError(f"{where}: its {CARD} names no subsets (configs), so none is called {name!r}")
+        found = next((s for s in subsets if s.name == name), None)
+        if found is None:
+            raise InputError(f"{where}: its {CARD} names the subsets {names}, not {name!r}")
+        return found
+    if not subsets:
+        return None
+    marked = [s for s in subsets if s.default] or [s for s in subsets if s.name == "default"]
+    if marked or len(subsets) == 1:
+        return (marked or list(subsets))[0]
+    raise InputError(
+        f"{where}: its {CARD} names the subsets {names}, and none is its default: choose one ({choose})"
+    )
+
+
+def _subset(entry: dict[str, Any], where: str) -> Subset:
+    name = entry.get("config_name")
+    if not isinstance(name, str) or not name:
+        raise InputError(f"{where}: a subset in its configs has no config_name")
+    files = entry.get("data_files")
+    wrong = InputError(
+        f"{where}: subset {name!r}: data_files is not a pattern, a list of them, or a list of {{split, path}}"
+    )
+    if files is None:
+        splits: dict[str, tuple[str, ...]] = {}
+    elif isinstance(files, str | list) and all(isinstance(f, str) for f in _listed(files)):
+        splits = {"train": tuple(_listed(files))}
+    elif isinstance(files, list) and all(
+        isinstance(f, dict) and {"split", "path"} <= f.keys() for f in files
+    ):
+        splits = {}
+        for item in files:
+            paths = _listed(item["path"])
+            if not isinstance(item["split"], str) or not all(isinstance(p, str) for p in paths):
+                raise wrong
+            splits[item["split"]] = splits.get(item["split"], ()) + tuple(paths)
+    elif isinstance(files, dict) and all(isinstance(k, str) for k in files):
+        splits = {split: tuple(_listed(paths)) for split, paths in files.items()}
+        if not all(isinstance(p, str) for paths in splits.values() for p in paths):
+            raise wrong
+    else:
+        raise wrong
+    return Subset(name, splits, entry.get("default") is True)
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _matches(pattern: str, relative: str) -> bool:
+    """Whether a path matches a data_files pattern: `*` and `?` within a directory, `**` across them."""
+    return _pattern(pattern.removeprefix("./")).fullmatch(relative) is not None
+
+
+def _pattern(pattern: str) -> re.Pattern[str]:
+    parts, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            parts.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            parts.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            parts.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            parts.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and (end := pattern.find("]", i + 1)) > i + 1:
+            inside = pattern[i + 1 : end]
+            parts.append("[" + ("^" + inside[1:] if inside.startswith("!") else inside) + "]")
+            i = end + 1
+        else:
+            parts.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(parts))
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0]
