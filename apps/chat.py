@@ -2,6 +2,7 @@
 
     uv run apps/chat.py --message "Describe json.dumps" [--temperature 0]     # runs/tiny_sft, apps/sft.py's
     uv run apps/chat.py --checkpoint RUN [--system TEXT]            # a prompt loop: one reply per message
+    uv run apps/chat.py --checkpoint Qwen/Qwen3-0.6B --tools tools.json --message "What is 2 + 3?"
 
 ``--checkpoint`` is a run directory (its latest good checkpoint), a ``step-N`` directory or a Hugging Face
 directory with a chat template (``apps/export_hf.py``'s, or one ``transformers`` saved), local or in a
@@ -13,7 +14,9 @@ stdin (at a terminal, after a ``>`` prompt, with line editing) is a user message
 conversation, until end of input; lines between ``\"\"\"`` and ``\"\"\"`` are one message (paste code so; the
 prompt is ``...`` meanwhile). When the conversation outgrows the model's positions its oldest exchanges
 are left out of the prompt (said on stderr), and a line too long even alone is refused on stderr while the
-conversation goes on.
+conversation goes on. ``--tools`` shows the model tool definitions (a JSON list, as transformers'
+``apply_chat_template(..., tools=...)`` takes them) at every turn; a reply that calls one is written as
+the model writes it (in its template's layout), and a template that never reads tools is refused.
 """
 
 from __future__ import annotations
@@ -44,18 +47,26 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--system", default=None, help="a system message opening the conversation (default: none)"
     )
+    parser.add_argument(
+        "--tools",
+        default=None,
+        metavar="FILE",
+        help="a JSON file of tool definitions the model is shown, as apply_chat_template's tools (local or "
+        "in a bucket); its calls are written as it writes them",
+    )
     add_sampling_flags(parser, max_new_tokens=256, temperature=0.0)
     args = parser.parse_args(argv)
     checkpoint = checkpoint_of(parser, args)
 
     from meltemi.datastore import DatastoreError
     from meltemi.trainer.errors import TrainerError
-    from meltemi.trainer.generate.chat import ChatSession
+    from meltemi.trainer.generate.chat import ChatSession, read_tools
     from meltemi.trainer.generate.sampling import SamplingConfig
     from meltemi.trainer.generate.streaming import to_stdout
 
     try:
         settings = SamplingConfig(*sampling_settings(args))
+        tools = None if args.tools is None else read_tools(args.tools)
         session = ChatSession.of_checkpoint(
             checkpoint,
             settings,
@@ -63,6 +74,7 @@ def main(argv: list[str]) -> int:
             forget_oldest=args.message is None,  # a conversation goes on when it outgrows the model
             warn=lambda m: print(m, file=sys.stderr),
             dtype=args.dtype,
+            tools=tools,
         )
         if args.message is not None:
             session.say(args.message, write=to_stdout)

@@ -3,6 +3,7 @@ where they should, nothing compiles per token, and bad requests are named errors
 
 import contextlib
 import dataclasses
+import json
 from collections import Counter
 from collections.abc import Iterator
 
@@ -335,3 +336,63 @@ def test_a_chat_compiles_once_per_doubling_of_its_length_and_padding_changes_no_
             assert session.last.tokens == alone.completions[0].tokens
     assert lengths[0] <= 64 < lengths[1] <= lengths[2] <= 128 < lengths[3] and lengths[-1] <= 251, lengths
     assert counted["decode_chunk"] - 7 == 3  # the unpadded calls compile one program a turn
+
+
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|start_header_id|>system<|end_header_id|>\n\nTools: {{ tools | tojson }}<|eot_id|>"
+    "{% endif %}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}"
+    "<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n"
+    "{% endif %}"
+)
+ADD = {"type": "function", "function": {"name": "add_numbers", "parameters": {"type": "object"}}}
+
+
+def test_a_chat_shows_the_model_its_tools_at_every_turn_and_a_template_without_them_is_refused(
+    make_config, tokenizer, tmp_path, s3
+):
+    from meltemi.datastore.chat_template import ChatTemplate
+    from meltemi.datastore.storage import Directory
+    from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids, read_tools
+
+    (tmp_path / "tools.json").write_text(json.dumps([ADD]))
+    bucket = s3.bucket_url()
+    Directory(bucket).write_text("tools.json", json.dumps([ADD]))
+    tools = read_tools(tmp_path / "tools.json")
+    assert tools == read_tools(f"{bucket}/tools.json") == (ADD,)
+    model = Llama.init(make_config("--model.max_seq_len", "512").model, key=jax.random.key(5))
+    template, settings = ChatTemplate(TOOLS_TEMPLATE, "tools.jinja"), SamplingConfig(max_new_tokens=3)
+    with_tools = ChatSession(model, tokenizer, template, [], settings, tools=tools)
+    without = ChatSession(model, tokenizer, template, [], settings)
+    said = [{"role": "user", "content": "Add 2 and 3."}]
+    shown = tokenizer.decode(chat_prompt_ids(template, tokenizer, said, tools))
+    assert "add_numbers" in shown and "add_numbers" not in tokenizer.decode(
+        chat_prompt_ids(template, tokenizer, said)
+    )
+    for session in (with_tools, without):
+        session.say("Add 2 and 3.")
+        session.say("And 4?")
+    prompt = chat_prompt_ids(template, tokenizer, [*with_tools.history[:-1]], tools)
+    assert with_tools.last.tokens == generate(model, [prompt], settings).completions[0].tokens
+    with pytest.raises(
+        GenerationError,
+        match=r"chat template the shipped llama3 template: it never reads tools, so the model would not",
+    ):
+        ChatSession(model, tokenizer, ChatTemplate.llama3(), [], settings, tools=tools)
+
+
+@pytest.mark.parametrize(
+    "written, error",
+    [
+        (None, r"tools\.json: no such file"),
+        ("[{", r"tools\.json: not JSON \(Expecting"),
+        ('{"name": "add"}', r"tools\.json: 'tools' is an object, not a list of tool definitions"),
+        ("[]", r"tools\.json: holds no tool definitions"),
+    ],
+)
+def test_a_tools_file_that_is_not_a_list_of_tool_definitions_is_one_line_naming_it(tmp_path, written, error):
+    from meltemi.trainer.generate.chat import read_tools
+
+    if written is not None:
+        (tmp_path / "tools.json").write_text(written)
+    with pytest.raises(GenerationError, match=rf"^--tools .*{error}"):
+        read_tools(tmp_path / "tools.json")

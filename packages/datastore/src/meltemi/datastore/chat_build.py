@@ -15,7 +15,6 @@ the first conversation it renders so. A conversation longer than `max_tokens` is
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -200,7 +199,7 @@ def _rendered(chat: ChatBuild, conversation: Conversation) -> RenderedChat:
     end is kept)."""
     template, messages = chat.template, conversation.messages
     tools = {} if conversation.tools is None else {"tools": list(conversation.tools)}
-    if tools and not _reads_tools(template):
+    if tools and not template.reads_tools:
         raise ChatTemplateError(
             f"chat template {template.source}: it never reads the conversation's tools, so a model would "
             "learn to call tools it was never shown; use a template that renders them, such as the model's "
@@ -222,11 +221,6 @@ def _rendered(chat: ChatBuild, conversation: Conversation) -> RenderedChat:
         )
     end = len(prompt.text)
     return RenderedChat(whole.text, tuple((max(a, end), b) for a, b in whole.generation_spans if b > end))
-
-
-def _reads_tools(template: ChatTemplate) -> bool:
-    """Whether the template's text reads the `tools` variable (as a name, not inside another word)."""
-    return re.search(r"\btools\b", template.text) is not None
 
 
 def _check_tool_calls(template: ChatTemplate, conversation: Conversation, rendered: RenderedChat) -> None:

@@ -158,6 +158,16 @@ class ChatTemplate:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
     @property
+    def reads_tools(self) -> bool:
+        """Whether the template reads the `tools` variable (as a name, not inside another word): whether tool
+        definitions given to `render` reach the text.
+
+        >>> ChatTemplate.llama3().reads_tools
+        False
+        """
+        return re.search(r"\btools\b", self.text) is not None
+
+    @property
     def has_generation_blocks(self) -> bool:
         """Whether the template has a `{% generation %}` tag (with whitespace control or not)."""
         return _GENERATION_TAG.search(self.text) is not None

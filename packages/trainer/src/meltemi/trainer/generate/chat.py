@@ -1,6 +1,8 @@
 """A chat model's reply: the conversation rendered by the run's chat template with the assistant's header
 appended (``add_generation_prompt``), tokenized once as the template wrote it (no token added), and
-continued until the end of the turn (or of the text) or ``max_new_tokens``.
+continued until the end of the turn (or of the text) or ``max_new_tokens``. Tool definitions given
+(``tools``, as ``apply_chat_template(..., tools=...)`` takes them) are rendered by the template for the
+model, which may answer with a call in its template's layout.
 
 The prompt's tokens are what ``transformers``' ``apply_chat_template(..., add_generation_prompt=True)``
 gives on the exported tokenizer, so a reply here and a reply of the export loaded in transformers begin
@@ -21,8 +23,10 @@ True
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -39,6 +43,7 @@ from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
 
 Message = dict[str, str]
+Tools = tuple[dict[str, Any], ...]  # tool definitions, such as {"type": "function", "function": {...}}
 
 
 def conversation(message: str, system: str | None = None, history: Sequence[Message] = ()) -> list[Message]:
@@ -51,10 +56,47 @@ def conversation(message: str, system: str | None = None, history: Sequence[Mess
     return [*opening, *history, {"role": "user", "content": message}]
 
 
-def chat_prompt_ids(template, tokenizer: Tokenizer, messages: Sequence[Message]) -> list[int]:
-    """The ids of ``messages`` rendered by ``template`` with the assistant's turn begun."""
-    rendered = template.render(list(messages), add_generation_prompt=True, **template.special_tokens)
+def chat_prompt_ids(
+    template, tokenizer: Tokenizer, messages: Sequence[Message], tools: Tools | None = None
+) -> list[int]:
+    """The ids of ``messages`` rendered by ``template`` (given ``tools`` when there are) with the assistant's
+    turn begun."""
+    given = {} if tools is None else {"tools": list(tools)}
+    rendered = template.render(list(messages), add_generation_prompt=True, **template.special_tokens, **given)
     return tokenizer.encode(rendered.text, add_special_tokens=False).ids
+
+
+def read_tools(location: str | os.PathLike) -> Tools:
+    """The tool definitions in the JSON file ``location`` (local or in a bucket): a list of them, as
+    ``apply_chat_template``'s ``tools`` takes them; a ``GenerationError`` naming the file otherwise.
+
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "tools.json"
+    >>> _ = path.write_text('[{"type": "function", "function": {"name": "add"}}]')
+    >>> read_tools(path)
+    ({'type': 'function', 'function': {'name': 'add'}},)
+    >>> _ = path.write_text('{"name": "add"}')
+    >>> read_tools(path)
+    Traceback (most recent call last):
+    ...
+    meltemi.trainer.generate.sampling.GenerationError: --tools ...tools.json: 'tools' is an object, not a...
+    """
+    from meltemi.datastore.conversations import checked_tools
+    from meltemi.datastore.errors import BadLineError
+    from meltemi.datastore.storage import read_object
+
+    data = read_object(location)
+    if data is None:
+        raise GenerationError(f"--tools {location}: no such file")
+    try:
+        tools = checked_tools(json.loads(data))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise GenerationError(f"--tools {location}: not JSON ({e})") from None
+    except BadLineError as e:
+        raise GenerationError(f"--tools {location}: {e}") from None
+    if tools is None:
+        raise GenerationError(f"--tools {location}: holds no tool definitions (an empty list)")
+    return tools
 
 
 def reply(
@@ -67,10 +109,12 @@ def reply(
     *,
     plan: MeshPlan | None = None,
     write: Callable[[str], object] | None = None,
+    tools: Tools | None = None,
 ) -> Completion:
-    """The assistant's reply to ``messages``: its tokens (the end-of-turn token last when it stopped there)
-    and its text without it; with ``write``, the text is written as it grows."""
-    ids = chat_prompt_ids(template, tokenizer, messages)
+    """The assistant's reply to ``messages`` (the model shown ``tools`` when given): its tokens (the
+    end-of-turn token last when it stopped there) and its text without it; with ``write``, the text is
+    written as it grows."""
+    ids = chat_prompt_ids(template, tokenizer, messages, tools)
     room = model.config.max_seq_len - settings.max_new_tokens
     if len(ids) > room:
         raise ConversationTooLongError(
@@ -99,7 +143,8 @@ class ChatSession:
     A conversation that outgrows the model's positions is a ``ConversationTooLongError`` that changes
     nothing; with ``forget_oldest``, as chat programs do, the oldest exchanges are left out of the prompt
     instead (the system message is kept) until it fits, and ``forgotten`` counts them. A message that does
-    not fit even alone is refused either way.
+    not fit even alone is refused either way. ``tools`` are shown to the model at every turn; a template
+    that never reads them is a ``GenerationError``.
     """
 
     def __init__(
@@ -113,8 +158,15 @@ class ChatSession:
         system: str | None = None,
         plan: MeshPlan | None = None,
         forget_oldest: bool = False,
+        tools: Tools | None = None,
     ):
+        if tools is not None and not template.reads_tools:
+            raise GenerationError(
+                f"chat template {template.source}: it never reads tools, so the model would not be shown "
+                "them; use a model whose template renders tools (a Hugging Face chat model's own)"
+            )
         self.model, self.tokenizer, self.template, self.plan = model, tokenizer, template, plan
+        self.tools = tools
         self.stop_ids, self.settings, self.system = tuple(stop_ids), settings, system
         self.forget_oldest = forget_oldest
         self.history: list[Message] = []
@@ -131,10 +183,11 @@ class ChatSession:
         forget_oldest: bool = False,
         warn=None,
         dtype: str | None = None,
+        tools: Tools | None = None,
     ) -> ChatSession:
         """A session with a run directory's latest good checkpoint (or a ``step-N`` directory), rendered
-        with the chat template the checkpoint records (the model in ``dtype`` when given); a
-        ``GenerationError`` when it records none."""
+        with the chat template the checkpoint records (the model in ``dtype`` when given, shown ``tools``);
+        a ``GenerationError`` when it records none."""
         from meltemi.trainer.checkpoint.trained_model import load_model
         from meltemi.trainer.step import compile_cache
 
@@ -164,6 +217,7 @@ class ChatSession:
             system=system,
             plan=trained.layout.plan,
             forget_oldest=forget_oldest,
+            tools=tools,
         )
 
     def say(self, message: str, write: Callable[[str], object] | None = None) -> str:
@@ -175,7 +229,7 @@ class ChatSession:
             try:
                 self.last = reply(
                     self.model, self.tokenizer, self.template, messages, self.settings, self.stop_ids,
-                    plan=self.plan, write=write,
+                    plan=self.plan, write=write, tools=self.tools,
                 )  # fmt: skip
                 break
             except ConversationTooLongError:
