@@ -9,7 +9,7 @@ import pytest
 from meltemi.datastore import InputError, TokenStore, build_store
 from meltemi.datastore.cli import main
 from meltemi.datastore.dataset_card import Subset, card_subsets, chosen_subset
-from meltemi.datastore.sources import resolve_chat_inputs
+from meltemi.datastore.sources import resolve_data_inputs
 
 OPTIONS = {"format": "chat", "progress": False}
 CARD = """---
@@ -55,7 +55,7 @@ def dataset(tmp_path):
 
 
 def test_the_subset_asked_for_is_read_and_its_other_splits_are_left_out(dataset, tmp_path, tokenizer_path):
-    chosen = resolve_chat_inputs([str(dataset)], subset="all")
+    chosen = resolve_data_inputs([str(dataset)], subset="all")
     assert [f.rpartition("/")[2] for f in chosen.files] == ["train-00000-of-00001.jsonl"]
     assert "/all/" in chosen.files[0] and chosen.other_splits == {"test": 1} and chosen.subset == "all"
     report = build_store(dataset, tokenizer_path, tmp_path / "all", subset="all", **OPTIONS)
@@ -89,7 +89,7 @@ def test_a_card_of_several_subsets_and_no_default_needs_a_choice_said_as_the_cal
     assert status == 1 and capsys.readouterr().err.rstrip().endswith("default: choose one (--subset NAME)")
     with pytest.raises(InputError, match=r"names the subsets all, math, not 'code'"):
         build_store(dataset, tokenizer_path, tmp_path / "none", subset="code", **OPTIONS)
-    with pytest.raises(InputError, match=r"files, not a data set's directory, so there is no subset 'all'"):
+    with pytest.raises(InputError, match=r"jsonl: not a data set's directory, so there is no subset 'all' to read"):
         one_file = dataset / "data/all/train-00000-of-00001.jsonl"
         build_store(one_file, tokenizer_path, tmp_path / "f", subset="all", **OPTIONS)
     status = main([*command, "--format", "chat", "--subset", "math"])
@@ -113,10 +113,10 @@ def test_the_default_subset_is_the_one_marked_else_the_one_named_default_else_th
 
 def test_a_subset_without_data_files_reads_the_splits_its_file_names_name(dataset):
     (dataset / "README.md").write_text("---\nconfigs:\n- config_name: default\n  sep: ','\n---\n")
-    chosen = resolve_chat_inputs([str(dataset)])
+    chosen = resolve_data_inputs([str(dataset)])
     assert len(chosen.files) == 2 and chosen.other_splits == {"test": 1} and chosen.subset == "default"
     (dataset / "README.md").write_text("---\nlicense: mit\n---\n# no configs\n")
-    assert resolve_chat_inputs([str(dataset)]).subset is None
+    assert resolve_data_inputs([str(dataset)]).subset is None
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_a_subset_without_data_files_reads_the_splits_its_file_names_name(datase
 def test_a_card_whose_configs_cannot_be_read_is_an_error_naming_it(dataset, header, error):
     (dataset / "README.md").write_text(f"---\n{header}---\n")
     with pytest.raises(InputError, match=error):
-        resolve_chat_inputs([str(dataset)])
+        resolve_data_inputs([str(dataset)])
 
 
 def test_patterns_match_as_the_hub_globs_them():
@@ -147,4 +147,53 @@ def test_patterns_match_as_the_hub_globs_them():
 def test_a_subsets_patterns_that_match_no_data_file_are_an_error_naming_them(dataset):
     (dataset / "README.md").write_text("---\nconfigs:\n- config_name: csv\n  data_files: data/*.csv\n---\n")
     with pytest.raises(InputError, match=r"the data_files of its subset 'csv' \(data/\*\.csv\) match none"):
-        resolve_chat_inputs([str(dataset)])
+        resolve_data_inputs([str(dataset)])
+
+
+def test_a_text_build_reads_a_data_sets_directory_as_load_dataset_does_and_any_other_directory_whole(
+    tmp_path, tokenizer_path
+):
+    """A pretraining corpus from the Hub (its card describes its data) gives its train split's rows, never
+    its card or its test split; a directory of text files, whose README is one of them, is read whole."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    corpus = tmp_path / "wikitext"
+    (corpus / "data").mkdir(parents=True)
+    (corpus / "README.md").write_text(
+        "---\ndataset_info:\n  features:\n  - name: text\n    dtype: string\n---\n# Wiki"
+    )
+    pq.write_table(
+        pa.table({"text": ["one", "two", "three"]}), corpus / "data" / "train-00000-of-00001.parquet"
+    )
+    pq.write_table(pa.table({"text": ["held out"]}), corpus / "data" / "test-00000-of-00001.parquet")
+    report = build_store(corpus, tokenizer_path, tmp_path / "wiki", progress=False)
+    assert report.documents == 3 and report.other_splits == {"test": 1}
+    assert "1 file of the data set's other splits left out (its train split read)" in report.summary()
+    held_out = build_store(corpus, tokenizer_path, tmp_path / "test", split="test", progress=False)
+    assert held_out.documents == 1
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "README.md").write_text("---\ntitle: A site's front matter\n---\n# Docs\n")
+    (docs / "guide.md").write_text("A guide.\n")
+    assert build_store(docs, tokenizer_path, tmp_path / "docs-store", progress=False).documents == 2
+    with pytest.raises(InputError, match=r"docs'?: not a data set's directory, so there is no subset 'all'"):
+        build_store(docs, tokenizer_path, tmp_path / "none", subset="all", progress=False)
+
+
+def test_a_text_build_of_what_save_to_disk_wrote_reads_its_rows_not_its_records(tmp_path, tokenizer_path):
+    import pyarrow as pa
+
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    table = pa.table({"text": ["one", "two"]})
+    with (
+        pa.OSFile(str(saved / "data-00000-of-00001.arrow"), "wb") as sink,
+        pa.ipc.new_stream(sink, table.schema) as writer,
+    ):
+        writer.write_table(table)
+    (saved / "dataset_info.json").write_text(json.dumps({"features": {"text": {"dtype": "string"}}}))
+    (saved / "state.json").write_text(
+        json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]})
+    )
+    assert build_store(saved, tokenizer_path, tmp_path / "store", progress=False).documents == 2

@@ -166,8 +166,10 @@ def test_a_subset_of_a_data_set_is_read_as_its_card_names_it_with_its_own_test_s
     trainer = Trainer(config, tmp_path / "sft", devices=jax.devices()[:1], progress=False)
     assert "100 conversations in" in trainer.data.packing["chat"]
     assert "; held out: 20 conversations in" in trainer.data.packing["chat"]
-    with pytest.raises(ConfigError, match=r"subset names the part of a chat corpus's data set"):
-        sft_config(*cache, "--data.sources.chat.format", "text", "--data.sources.chat.subset", "code")
+    with pytest.raises(
+        ConfigError, match=r"subset names the part of a corpus's data set to read: give it with"
+    ):
+        sft_config(*cache, "--data.sources", json.dumps({"chat": {"store": "/a/store", "subset": "code"}}))
 
 
 def named(tree) -> list:

@@ -61,8 +61,7 @@ from meltemi.datastore.sources import (
     Piece,
     Source,
     describe_source,
-    resolve_chat_inputs,
-    resolve_inputs,
+    resolve_data_inputs,
 )
 from meltemi.datastore.storage import Directory, Location
 from meltemi.datastore.tokenizing import (
@@ -195,13 +194,11 @@ def build_store(
     info = TokenizerInfo.load(tokenizer, eos=options.eos, eos_token=eos_token, hints=hints)
     if chat is not None:
         chat.check_tokenizer(tokenizer_of(info), info.name)
-    chosen = None  # a chat data set's README is not data, nor its test split
-    if chat is not None:
-        choose = hints.flag("subset", "NAME") or "subset"
-        chosen = resolve_chat_inputs(list(request.inputs), request.split, request.subset, choose)
-        files = chosen.files
-    else:
-        files = resolve_inputs(list(request.inputs))
+    choose = hints.flag("subset", "NAME") or "subset"  # a data set's README is not data, nor its test split
+    chosen = resolve_data_inputs(
+        list(request.inputs), request.split, request.subset, choose, chat=chat is not None
+    )
+    files = chosen.files
     sources = [describe_source(url, split_bytes=unit_bytes) for url in files]
     plan = _plan(info, sources, options, hints.command(request))
     with only_build(out):
@@ -215,7 +212,7 @@ def build_store(
         except (BadLineError, InvalidUtf8Error) as error:
             raise _stopped(out, error, request, hints) from None
         counts = sum((Counter(s.counts) for s in summaries), Counter())
-        other_splits = {} if chosen is None else chosen.other_splits
+        other_splits = chosen.other_splits
         if other_splits:
             counts[OTHER_SPLIT_FILES] = sum(other_splits.values())
         documents, tokens = sum(s.documents for s in summaries), sum(s.tokens for s in summaries)
@@ -230,7 +227,7 @@ def build_store(
             format=request.format,
             split=chosen.split if other_splits else None,
             other_splits=other_splits,
-            subset=None if chosen is None else chosen.subset,
+            subset=chosen.subset,
         )
         if documents == 0:
             out.delete_prefix(f"{BUILD_DIR}/")

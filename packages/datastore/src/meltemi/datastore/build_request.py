@@ -35,8 +35,6 @@ CHAT_OPTIONS = (
     "max_tokens",
     "overlong",
     "end_of_turn",
-    "split",
-    "subset",
 )  # what only a chat build reads
 
 
@@ -247,13 +245,13 @@ BUILD_FLAGS = (
     ),
     Flag(
         "split",
-        "chat: the split of a data set's directory to read, as its card or file names name it (default: its "
-        "train split)",
+        "the split of a data set's directory to read, as its card or file names name it (default: its train "
+        "split)",
         metavar="SPLIT",
     ),
     Flag(
         "subset",
-        "chat: the subset of a data set's directory to read, as the configs of its README.md name it "
+        "the subset of a data set's directory to read, as the configs of its README.md name it "
         "(load_dataset's name; default: the one its card marks default)",
         metavar="NAME",
     ),

@@ -59,19 +59,37 @@ class Subset:
         )
 
 
-def card_subsets(card: str, where: str) -> list[Subset]:
-    """The subsets the card text `card` names in its YAML header (none without a header or `configs`); an
-    `InputError` naming `where` (the data set) when the header is not YAML or `configs` is malformed."""
+def card_metadata(card: str, where: str) -> dict[str, Any] | None:
+    """The YAML header of the card text `card` (None without one); an `InputError` naming `where` (the data
+    set) when it is not YAML.
+
+    >>> card_metadata("---\\nlicense: mit\\n---\\n# Title", "d"), card_metadata("# Title", "d")
+    ({'license': 'mit'}, None)
+    """
     header = _HEADER.match(card)
     if header is None:
-        return []
+        return None
     import yaml
 
     try:
         metadata = yaml.safe_load(header["yaml"])
     except yaml.YAMLError as e:
         raise InputError(f"{where}/{CARD}: its YAML header cannot be read ({_first_line(e)})") from None
-    configs = metadata.get("configs") if isinstance(metadata, dict) else None
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def describes_data(metadata: dict[str, Any] | None) -> bool:
+    """Whether a card's header is a Hugging Face data set's: it names its subsets (`configs`) or its
+    features and splits (`dataset_info`), as the Hub writes them (a site's front matter does not)."""
+    return metadata is not None and bool({"configs", "dataset_info"} & metadata.keys())
+
+
+def card_subsets(card: str | dict[str, Any] | None, where: str) -> list[Subset]:
+    """The subsets the card names in its YAML header (`card`: its text, or the header `card_metadata`
+    read); none without a header or `configs`. An `InputError` naming `where` (the data set) when the header
+    is not YAML or `configs` is malformed."""
+    metadata = card_metadata(card, where) if isinstance(card, str) else card
+    configs = None if metadata is None else metadata.get("configs")
     if configs is None:
         return []
     if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):

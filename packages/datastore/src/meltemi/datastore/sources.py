@@ -22,8 +22,8 @@ from typing import Any, BinaryIO, Literal, TypeVar, get_args
 import fsspec
 
 from meltemi.datastore.compression import Codec, codec_of, decompressed, uncompressed_name
-from meltemi.datastore.dataset_card import CARD, Subset, card_subsets, chosen_subset
-from meltemi.datastore.dataset_files import TrainingFiles, training_files
+from meltemi.datastore.dataset_card import CARD, card_metadata, card_subsets, chosen_subset, describes_data
+from meltemi.datastore.dataset_files import NOT_DATA, TrainingFiles, training_files
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import Location, url_scheme
@@ -125,16 +125,23 @@ def resolve_inputs(inputs: Sequence[str]) -> list[str]:
     return sorted({f for _, files, _ in _resolved(inputs) for f in files})
 
 
-def resolve_chat_inputs(
-    inputs: Sequence[str], split: str | None = None, subset: str | None = None, choose: str = "subset"
+def resolve_data_inputs(
+    inputs: Sequence[str],
+    split: str | None = None,
+    subset: str | None = None,
+    choose: str = "subset",
+    *,
+    chat: bool = True,
 ) -> TrainingFiles:
-    """The files `inputs` name, as `resolve_inputs`, but a directory's (or bucket prefix's) files are only its
-    data files of the train split (or of `split`), found as Hugging Face datasets finds a data set's files:
-    by the `configs` of its card (`dataset_card`: `subset`, else its default) when they say, else by their
-    names (`dataset_files.training_files`); a file named itself is kept whatever its name. `choose` says how
-    the user names a subset, for the error when a card names several and no default.
+    """The files `inputs` name, as `resolve_inputs`, but a data set's directory (or bucket prefix) gives only
+    its data files of the train split (or of `split`), found as Hugging Face datasets finds a data set's
+    files: by the `configs` of its card (`dataset_card`: `subset`, else its default) when they say, else by
+    their names (`dataset_files.training_files`); a file named itself is kept whatever its name. For `chat`
+    every directory is a data set's; for text only one whose card describes data or that `save_to_disk`
+    wrote (any other is a corpus of files, read whole). `choose` says how the user names a subset, for the
+    error when a card names several and no default.
 
-    >>> resolve_chat_inputs([__file__]).files == [__file__]
+    >>> resolve_data_inputs([__file__]).files == [__file__]
     True
     """
     found: set[str] = set()
@@ -142,9 +149,9 @@ def resolve_chat_inputs(
     read: list[str] = []
     subsets: list[str] = []
     for item, files, listed in _resolved(inputs):
-        if listed:
-            root, subsets_named = _card_subsets(redact(item), files)
-            chosen_one = chosen_subset(subsets_named, subset, redact(item), choose)
+        root, metadata = _card(redact(item), files) if listed else ("", None)
+        if listed and (chat or describes_data(metadata) or _saved_to_disk(files)):
+            chosen_one = chosen_subset(card_subsets(metadata, redact(item)), subset, redact(item), choose)
             chosen = training_files(redact(item), files, split, chosen_one, root)
             files = chosen.files
             other_splits.update(chosen.other_splits)
@@ -153,23 +160,26 @@ def resolve_chat_inputs(
         found.update(files)
     if subset is not None and not subsets:
         given = ", ".join(redact(str(i)) for i in inputs)
-        raise InputError(
-            f"{given}: files, not a data set's directory, so there is no subset {subset!r} to read"
-        )
+        raise InputError(f"{given}: not a data set's directory, so there is no subset {subset!r} to read")
     return TrainingFiles(
         sorted(found), dict(sorted(other_splits.items())), ", ".join(read) or None, ", ".join(subsets) or None
     )
 
 
-def _card_subsets(item: str, files: Sequence[str]) -> tuple[str, list[Subset]]:
-    """The data set's directory (with its `/`) and the subsets its card names, when the listing `files` has
-    a card (`README.md`) at its top; else `("", [])`."""
+def _card(item: str, files: Sequence[str]) -> tuple[str, dict[str, Any] | None]:
+    """The data set's directory (with its `/`) and its card's YAML header, when the listing `files` has a
+    card (`README.md`) at its top; else `("", None)`."""
     cards = sorted((f for f in files if f.rpartition("/")[2] == CARD), key=len)
     if not cards or not all(f.startswith(root := cards[0][: -len(CARD)]) for f in files):
-        return "", []
+        return "", None
     with open_input(cards[0]) as f:
         text = f.read().decode("utf-8", errors="replace")
-    return root, card_subsets(text, item)
+    return root, card_metadata(text, item)
+
+
+def _saved_to_disk(files: Sequence[str]) -> bool:
+    """Whether a listing is what Hugging Face datasets' `save_to_disk` writes: its records beside the data."""
+    return any(f.rpartition("/")[2] in NOT_DATA for f in files)
 
 
 def _resolved(inputs: Sequence[str]) -> Iterator[tuple[str, list[str], bool]]:

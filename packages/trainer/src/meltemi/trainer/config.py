@@ -380,8 +380,8 @@ class SourceConfig(Section):
     )
     subset: str | None = Field(
         None,
-        description="chat: the subset of the corpus's data set to read, as the configs of its README.md "
-        "name it (load_dataset's name; default: the one its card marks default)",
+        description="the subset of the corpus's data set to read, as the configs of its README.md name it "
+        "(load_dataset's name; default: the one its card marks default)",
     )
     weight: float = Field(1.0, ge=0, description="mixture weight (normalised over the sources)")
     eval_store: str | None = Field(
@@ -394,10 +394,8 @@ class SourceConfig(Section):
     def _store_or_corpus(self) -> SourceConfig:
         if (self.store is None) == (self.corpus is None):
             raise ValueError("give a source either a store or a corpus (to build into one), not both")
-        if self.subset is not None and (self.corpus is None or self.format != "chat"):
-            raise ValueError(
-                "subset names the part of a chat corpus's data set to read: give it with a chat corpus"
-            )
+        if self.subset is not None and self.corpus is None:
+            raise ValueError("subset names the part of a corpus's data set to read: give it with a corpus")
         return self
 
 

@@ -168,21 +168,20 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
         missing = f"{corpus}: no such file or directory{not_cached(corpus, 'dataset')}"
         raise ConfigError(f"data.sources.{name}.corpus: {missing}")
     key = "\0".join([source.format, _resolved(corpus), file_sha256(tokenizer)])  # a copy finds the same store
-    options = {}
+    options: dict[str, object] = {"subset": source.subset}
     if source.format == "chat":
         template = load_chat_template(chat.template)
-        options = {
+        options |= {
             "format": "chat",
             "chat_template": concrete_template(chat.template),
             "loss_on": chat.loss_on,
             "max_tokens": data.seq_len + 1,
             "overlong": chat.overlong,
             "end_of_turn": chat.end_of_turn,
-            "subset": source.subset,
         }
         key += "\0".join(["", template.sha256, chat.loss_on, chat.overlong, str(data.seq_len + 1)])
         key += "" if chat.end_of_turn is None else f"\0{chat.end_of_turn}"  # unnamed: the keys stores had
-        key += "" if source.subset is None else f"\0subset={source.subset}"
+    key += "" if source.subset is None else f"\0subset={source.subset}"
     named = corpus if source.corpus == STDLIB_CHAT else source.corpus  # a Hub name, not its snapshot's hash
     stem = Path(named.rstrip("/")).stem or "corpus"
     text = {"text_field": data.text_field} if source.format == "text" else {}
