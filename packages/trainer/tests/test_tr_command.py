@@ -212,6 +212,42 @@ def test_a_corpus_is_built_once_under_the_cache_dir_and_named_by_its_file(tmp_pa
     assert not any("building" in line for line in said)
 
 
+def test_a_corpus_of_several_subsets_and_no_default_is_refused_with_the_source_that_reads_one(
+    tmp_path, corpus
+):
+    """``data.corpus`` has no subset of its own: the refusal names the ``data.sources`` override that reads
+    one, and that override, as given, builds the subset's train split only."""
+    import shlex
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from meltemi.datastore import DatastoreError
+
+    wiki = tmp_path / "wikitext"
+    card = "---\nconfigs:\n" + "".join(
+        f"- config_name: {name}\n  data_files:\n  - split: train\n    path: {name}/train-*\n"
+        f"  - split: test\n    path: {name}/test-*\n"
+        for name in ("raw", "tokenized")
+    )
+    for name, rows in (("raw", 3), ("tokenized", 5)):
+        (wiki / name).mkdir(parents=True)
+        pq.write_table(pa.table({"text": [f"def f{i}(): pass" for i in range(rows)]}),
+                       wiki / name / "train-00000-of-00001.parquet")  # fmt: skip
+        pq.write_table(pa.table({"text": ["held out"]}), wiki / name / "test-00000-of-00001.parquet")
+    (wiki / "README.md").write_text(card + "---\n")
+    common = ("--model.vocab_size", str(VOCAB), "--data.tokenizer", corpus["tokenizer"],
+              "--data.cache_dir", str(tmp_path / "cache"))  # fmt: skip
+    with pytest.raises(
+        DatastoreError, match=r"names the subsets raw, tokenized, and none is its default"
+    ) as e:
+        resolve_data(small(*common, "--data.corpus", str(wiki)), say=lambda line: None)
+    hint = str(e.value).rpartition("choose one (")[2].removesuffix(")")
+    said = []
+    resolved = resolve_data(small(*common, *shlex.split(hint.replace("NAME", "tokenized"))), say=said.append)
+    assert list(resolved.data.sources) == ["wikitext"] and "built 5 docs" in said[-1]
+
+
 def test_the_standard_librarys_cache_names_the_python_and_the_vocabulary():
     directory = stdlib_directory(small("--data.cache_dir", "c", "--model.vocab_size", "300"))
     assert directory == Path("c") / f"stdlib-py{sysconfig.get_python_version()}-v300-chat"

@@ -19,6 +19,8 @@ out names them by path in ``data.sources`` and ``data.tokenizer``, so it is what
 from __future__ import annotations
 
 import hashlib
+import json
+import shlex
 import sys
 import sysconfig
 from collections.abc import Callable
@@ -273,6 +275,19 @@ def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, str]:
         key = _resolved(inputs)
     key += "\0" + _resolved(tokenizer)
     text_field = {"text_field": data.text_field}
-    return name, _cached_build(
-        config, inputs, data.corpus, name, key, tokenizer, say, CORPUS_FLAGS, **text_field
-    )[0]
+    flags = CORPUS_FLAGS | {"subset": _as_source_with_subset(name, data.corpus)}
+    return name, _cached_build(config, inputs, data.corpus, name, key, tokenizer, say, flags, **text_field)[0]
+
+
+def _as_source_with_subset(name: str, corpus: str) -> str:
+    """How a user reads a subset of ``data.corpus``, which has no field for one: the same corpus as a source
+    of ``data.sources`` with its ``subset`` (a hint's format string, ``{}`` taking the subset).
+
+    >>> print(_as_source_with_subset("wikitext", "Salesforce/wikitext").format("wikitext-103-raw-v1"))
+    --data.sources '{"wikitext": {"corpus": "Salesforce/wikitext", "subset": "wikitext-103-raw-v1"}}'
+    """
+    spelled = shlex.quote(json.dumps({name: {"corpus": corpus, "subset": _SUBSET}}))
+    return "--data.sources " + spelled.replace("{", "{{").replace("}", "}}").replace(_SUBSET, "{}")
+
+
+_SUBSET = "<the subset>"  # where a hint's subset goes
