@@ -89,7 +89,9 @@ def test_a_card_of_several_subsets_and_no_default_needs_a_choice_said_as_the_cal
     assert status == 1 and capsys.readouterr().err.rstrip().endswith("default: choose one (--subset NAME)")
     with pytest.raises(InputError, match=r"names the subsets all, math, not 'code'"):
         build_store(dataset, tokenizer_path, tmp_path / "none", subset="code", **OPTIONS)
-    with pytest.raises(InputError, match=r"jsonl: not a data set's directory, so there is no subset 'all' to read"):
+    with pytest.raises(
+        InputError, match=r"jsonl: not a data set's directory, so there is no subset 'all' to read"
+    ):
         one_file = dataset / "data/all/train-00000-of-00001.jsonl"
         build_store(one_file, tokenizer_path, tmp_path / "f", subset="all", **OPTIONS)
     status = main([*command, "--format", "chat", "--subset", "math"])
@@ -177,6 +179,11 @@ def test_a_text_build_reads_a_data_sets_directory_as_load_dataset_does_and_any_o
     (docs / "README.md").write_text("---\ntitle: A site's front matter\n---\n# Docs\n")
     (docs / "guide.md").write_text("A guide.\n")
     assert build_store(docs, tokenizer_path, tmp_path / "docs-store", progress=False).documents == 2
+    (docs / "README.md").write_text("---\ntitle: [unclosed\n---\n# Docs\n")  # not YAML: a file like any other
+    (docs / "app").mkdir()
+    for name in ("state.json", "dataset_info.json"):  # save_to_disk's names, but not at the top: files too
+        (docs / "app" / name).write_text('{"text": "a record"}\n')
+    assert build_store(docs, tokenizer_path, tmp_path / "docs-2", progress=False).documents == 4
     with pytest.raises(InputError, match=r"docs'?: not a data set's directory, so there is no subset 'all'"):
         build_store(docs, tokenizer_path, tmp_path / "none", subset="all", progress=False)
 

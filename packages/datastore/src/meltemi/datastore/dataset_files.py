@@ -78,7 +78,7 @@ def training_files(
             )
         data = list(splits)
     else:
-        root = _common_directory(data)
+        root = common_directory(data)
         sharded = {f: m["split"] for f in data if (m := _SHARDED.search(f))}
         splits = sharded or {f: split_of(f[len(root) :]) for f in data}
     if not any(splits.values()):
@@ -152,8 +152,12 @@ def split_of(relative: str) -> str | None:
     return next((split for split, names in SPLIT_WORDS.items() if words.intersection(names)), None)
 
 
-def _common_directory(files: Sequence[str]) -> str:
-    """The longest directory (with its trailing `/`) that holds every file."""
+def common_directory(files: Sequence[str]) -> str:
+    """The longest directory (with its trailing `/`) that holds every file.
+
+    >>> common_directory(["/d/data/a.parquet", "/d/README.md"])
+    '/d/'
+    """
     parts = [f.split("/")[:-1] for f in files]
     common = []
     for names in zip(*parts, strict=False):

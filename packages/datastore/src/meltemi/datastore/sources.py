@@ -23,7 +23,7 @@ import fsspec
 
 from meltemi.datastore.compression import Codec, codec_of, decompressed, uncompressed_name
 from meltemi.datastore.dataset_card import CARD, card_metadata, card_subsets, chosen_subset, describes_data
-from meltemi.datastore.dataset_files import NOT_DATA, TrainingFiles, training_files
+from meltemi.datastore.dataset_files import TrainingFiles, common_directory, training_files
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import Location, url_scheme
@@ -149,7 +149,7 @@ def resolve_data_inputs(
     read: list[str] = []
     subsets: list[str] = []
     for item, files, listed in _resolved(inputs):
-        root, metadata = _card(redact(item), files) if listed else ("", None)
+        root, metadata = _card(redact(item), files, strict=chat) if listed else ("", None)
         if listed and (chat or describes_data(metadata) or _saved_to_disk(files)):
             chosen_one = chosen_subset(card_subsets(metadata, redact(item)), subset, redact(item), choose)
             chosen = training_files(redact(item), files, split, chosen_one, root)
@@ -166,20 +166,29 @@ def resolve_data_inputs(
     )
 
 
-def _card(item: str, files: Sequence[str]) -> tuple[str, dict[str, Any] | None]:
+def _card(item: str, files: Sequence[str], strict: bool) -> tuple[str, dict[str, Any] | None]:
     """The data set's directory (with its `/`) and its card's YAML header, when the listing `files` has a
-    card (`README.md`) at its top; else `("", None)`."""
-    cards = sorted((f for f in files if f.rpartition("/")[2] == CARD), key=len)
-    if not cards or not all(f.startswith(root := cards[0][: -len(CARD)]) for f in files):
+    card (`README.md`) at its top; else `("", None)`. A header that is not YAML is an `InputError` when
+    `strict`, else no header (a corpus of files may hold any README)."""
+    root = common_directory(files)
+    if root + CARD not in files:
         return "", None
-    with open_input(cards[0]) as f:
+    with open_input(root + CARD) as f:
         text = f.read().decode("utf-8", errors="replace")
-    return root, card_metadata(text, item)
+    try:
+        return root, card_metadata(text, item)
+    except InputError:
+        if strict:
+            raise
+        return root, None
 
 
 def _saved_to_disk(files: Sequence[str]) -> bool:
-    """Whether a listing is what Hugging Face datasets' `save_to_disk` writes: its records beside the data."""
-    return any(f.rpartition("/")[2] in NOT_DATA for f in files)
+    """Whether a listing is what Hugging Face datasets' `save_to_disk` writes: at its top, a data set's
+    `state.json` and `dataset_info.json`, or a dictionary of them's `dataset_dict.json`."""
+    root = common_directory(files)
+    top = {f[len(root) :] for f in files if "/" not in f[len(root) :]}
+    return "dataset_dict.json" in top or {"state.json", "dataset_info.json"} <= top
 
 
 def _resolved(inputs: Sequence[str]) -> Iterator[tuple[str, list[str], bool]]:
