@@ -204,3 +204,20 @@ def test_a_text_build_of_what_save_to_disk_wrote_reads_its_rows_not_its_records(
         json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]})
     )
     assert build_store(saved, tokenizer_path, tmp_path / "store", progress=False).documents == 2
+
+
+def test_a_subset_naming_a_data_dir_reads_the_splits_its_files_name_there(tmp_path):
+    root = tmp_path / "multilingual"
+    for name, count in (("en/train.jsonl", 3), ("en/test.jsonl", 1), ("fr/train.jsonl", 2)):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(_conversations(count, name))
+    card = "---\nconfigs:\n- config_name: en\n  data_dir: en\n  default: true\n"
+    card += "- config_name: fr\n  data_dir: fr/\n---\n"
+    (root / "README.md").write_text(card)
+    english, french = resolve_data_inputs([str(root)]), resolve_data_inputs([str(root)], subset="fr")
+    assert [f.rpartition("/multilingual/")[2] for f in english.files] == ["en/train.jsonl"]
+    assert english.other_splits == {"test": 1} and english.subset == "en"
+    assert [f.rpartition("/multilingual/")[2] for f in french.files] == ["fr/train.jsonl"]
+    (root / "README.md").write_text(card.replace("data_dir: fr/", "data_dir: de"))
+    with pytest.raises(InputError, match=r"the data_dir of its subset 'fr' holds no data file"):
+        resolve_data_inputs([str(root)], subset="fr")

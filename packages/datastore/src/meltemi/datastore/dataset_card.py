@@ -3,7 +3,8 @@
 
 Each subset (a "config") has a `config_name` and `data_files`: a pattern (the train split), a list of them,
 or a list of `{split, path}` whose `path` is a pattern or a list; patterns are relative to the data set's
-directory, `*` within a directory, `**` across them. The subset read is the one asked for, else the one
+directory, `*` within a directory, `**` across them. A subset without `data_files` may name a `data_dir`,
+whose files' names then say their splits. The subset read is the one asked for, else the one
 marked `default: true`, else the one named `default`, else the only one; a card naming several and no
 default needs a choice, as `load_dataset` does.
 
@@ -40,12 +41,13 @@ _HEADER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(?P<yaml>.*?)^---[ \t]*$", re.DOTA
 
 @dataclass(frozen=True)
 class Subset:
-    """One subset of a data set: its name, each split's path patterns (none: found from file names), and
-    whether the card marks it the default."""
+    """One subset of a data set: its name, each split's path patterns (none: found from file names, under
+    `data_dir` when it names one), and whether the card marks it the default."""
 
     name: str
     splits: dict[str, tuple[str, ...]] = field(default_factory=dict)
     default: bool = False
+    data_dir: str | None = None
 
     def split_of(self, relative: str) -> str | None:
         """The split whose patterns match a file's path below the data set's directory; None if none does.
@@ -161,7 +163,12 @@ def _subset(entry: dict[str, Any], where: str) -> Subset:
             raise wrong
     else:
         raise wrong
-    return Subset(name, splits, entry.get("default") is True)
+    data_dir = entry.get("data_dir")
+    if data_dir is not None and not isinstance(data_dir, str):
+        raise InputError(f"{where}: subset {name!r}: data_dir is not a directory's path")
+    return Subset(
+        name, splits, entry.get("default") is True, None if data_dir is None else data_dir.strip("/")
+    )
 
 
 def _listed(value: Any) -> list[Any]:

@@ -78,6 +78,12 @@ def training_files(
             )
         data = list(splits)
     else:
+        if subset is not None and subset.data_dir:
+            data = [f for f in data if f.startswith(f"{root}{subset.data_dir}/")]
+            if not data:
+                raise InputError(
+                    f"input {item!r}: the data_dir of its subset {subset.name!r} holds no data file"
+                )
         root = common_directory(data)
         sharded = {f: m["split"] for f in data if (m := _SHARDED.search(f))}
         splits = sharded or {f: split_of(f[len(root) :]) for f in data}
