@@ -510,14 +510,10 @@ def read_jsonl(
             if not line.strip():
                 continue
             decoded = decode_document(line, place, policy, notes)
-            if decoded is None:
-                continue
-            try:
-                item = parse(decoded, place)
-            except BadLineError as error:
-                refuse(f"{place}: {error}", policy, notes, refused)
-                continue
-            if item is not None:
+            if (
+                decoded is not None
+                and (item := _parsed(parse, decoded, place, policy, notes, refused)) is not None
+            ):
                 yield item
 
 
@@ -566,14 +562,25 @@ def read_json_array(
     if not isinstance(records, list):
         raise InputError(f"{source.name}: not a JSON array of records, nor JSON Lines")
     for number, record in enumerate(records, start=1):
-        place = Place(source, item=number)
-        try:
-            item = parse(record, place)
-        except BadLineError as error:
-            refuse(f"{place}: {error}", policy, notes, refused)
-            continue
+        item = _parsed(parse, record, Place(source, item=number), policy, notes, refused)
         if item is not None:
             yield item
+
+
+def _parsed(
+    parse: Callable[[Any, Place], _T | None],
+    value: Any,
+    place: Place,
+    policy: ReadPolicy,
+    notes: ReadNotes,
+    refused: str,
+) -> _T | None:
+    """What `parse(value, place)` makes of one record; None when it is nothing, or refused and skipped."""
+    try:
+        return parse(value, place)
+    except BadLineError as error:
+        refuse(f"{place}: {error}", policy, notes, refused)
+        return None
 
 
 def refuse(problem: str, policy: ReadPolicy, notes: ReadNotes, refused: str = "skipped_lines") -> None:
