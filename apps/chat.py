@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
         default=None,
         metavar="FILE",
         help="a JSON file of tool definitions the model is shown, as apply_chat_template's tools (local or "
-        "in a bucket); its calls are written as it writes them",
+        "in a bucket); its calls are written as it writes them (default: none)",
     )
     add_sampling_flags(parser, max_new_tokens=256, temperature=0.0)
     args = parser.parse_args(argv)
