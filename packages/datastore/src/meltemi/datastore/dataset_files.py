@@ -1,11 +1,12 @@
-"""Which files of a chat data set's directory (or bucket prefix) are its training data, found as Hugging Face
-datasets finds them: by their extensions (`CHAT_SUFFIXES`, compressed or not; its `README.md` and the records
+"""Which files of a data set's directory (or bucket prefix) are its training data, found as Hugging Face
+datasets finds them: by their extensions (`DATA_SUFFIXES`, compressed or not; its `README.md` and the records
 `save_to_disk` writes are not data), then, when their paths name splits, the train split only, so a data
-set's test conversations are not trained on. Splits are named as datasets names them: first by sharded files,
-`data/SPLIT-00000-of-00002.parquet`, whose SPLIT is the split's whole name (`train_sft`, `test_gen`), else
-by a split's word in the path (`test/part.jsonl`, `validation.json`). The train split is the one named
-`train`, else the only one whose name has a train word in it (UltraChat's `train_sft`, where `load_dataset`
-has no `train`); several such are refused, naming them.
+set's test conversations or documents are not trained on. Splits are named as datasets names them: first by
+sharded files, `data/SPLIT-00000-of-00002.parquet`, whose SPLIT is the split's whole name (`train_sft`,
+`test_gen`), else by a split's word in the path (`test/part.jsonl`, `validation.json`). The train split is
+the one named `train`, else the only one whose name has a train word in it (UltraChat's `train_sft`, where
+`load_dataset` has no `train`); several such are refused, naming them. A card's subsets, when it names them,
+choose the files first (`dataset_card`).
 
 >>> files = ["/d/README.md", "/d/data/train-0.parquet", "/d/data/train-1.parquet", "/d/data/test-0.parquet"]
 >>> chosen = training_files("/d", files)
@@ -24,12 +25,8 @@ from meltemi.datastore.compression import CODECS, uncompressed_name
 from meltemi.datastore.dataset_card import Subset
 from meltemi.datastore.errors import InputError
 
-CHAT_SUFFIXES = (
-    ".jsonl",
-    ".json",
-    ".parquet",
-    ".arrow",
-)  # the files a chat directory reads, maybe compressed
+# the files a data set's directory is read for, each maybe compressed (`compression.CODECS`)
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
 NOT_DATA = ("dataset_info.json", "dataset_dict.json", "state.json")  # Hugging Face datasets' own records
 SPLIT_WORDS = {  # the words that name a split in a file's path, as Hugging Face datasets reads them
     "train": ("train", "training"),
@@ -62,7 +59,7 @@ def training_files(
     naming `item` when none is data, or when the splits they name hold no train split (or no `split`)."""
     data = [f for f in files if _is_data(f)]
     if not data:
-        suffixes, codecs = ", ".join(CHAT_SUFFIXES), ", ".join(CODECS)
+        suffixes, codecs = ", ".join(DATA_SUFFIXES), ", ".join(CODECS)
         raise InputError(
             f"input {item!r}: holds no file ending {suffixes} (or those compressed: {codecs}) "
             f"({_some_names(files)})"
@@ -100,7 +97,7 @@ def training_files(
 
 
 def _is_data(name: str) -> bool:
-    return uncompressed_name(name).lower().endswith(CHAT_SUFFIXES) and _file_name(name) not in NOT_DATA
+    return uncompressed_name(name).lower().endswith(DATA_SUFFIXES) and _file_name(name) not in NOT_DATA
 
 
 def held_out_split(splits: Iterable[str], train: str) -> str | None:
