@@ -34,9 +34,9 @@ from meltemi.datastore.sources import (
     ReadPolicy,
     decode_document,
     holds_json_array,
+    parsed_or_refused,
     read_json_array,
     read_jsonl,
-    refuse,
     without_surrogates,
 )
 from meltemi.datastore.tables import open_table
@@ -393,6 +393,10 @@ def _table_conversations(
     with open_table(source) as table:
         columns = _conversation_columns(source, table.schema, field, policy)
         yielded, row = False, 0
+
+        def parse(record: Any, place: Place) -> Conversation | None:
+            return _record_conversation(record, place, policy, notes, field, escaped=False)
+
         for batch in table.batches(columns):
             values = [c.cast(_as_bytes(c.type)).to_pylist() for c in batch.columns]
             for cells in zip(*values, strict=True):
@@ -401,13 +405,10 @@ def _table_conversations(
                 record = _decoded(dict(zip(columns, cells, strict=True)), place, policy, notes)
                 if record is None:  # not UTF-8, and skipped
                     continue
-                try:
-                    conversation = _record_conversation(record, place, policy, notes, field, escaped=False)
-                except BadLineError as error:
-                    refuse(f"{place}: {error}", policy, notes, REFUSED)
-                    continue
-                yielded = True
-                yield conversation
+                conversation = parsed_or_refused(parse, record, place, policy, notes, REFUSED)
+                if conversation is not None:
+                    yielded = True
+                    yield conversation
         if not yielded:
             notes.counts["empty_files"] += 1
 

@@ -176,33 +176,11 @@ def _listed(value: Any) -> list[Any]:
 
 
 def _matches(pattern: str, relative: str) -> bool:
-    """Whether a path matches a data_files pattern: `*` and `?` within a directory, `**` across them."""
-    return _pattern(pattern.removeprefix("./")).fullmatch(relative) is not None
+    """Whether a path matches a data_files pattern as fsspec globs it: `*` and `?` within a directory, `**`
+    across them."""
+    from fsspec.utils import glob_translate
 
-
-def _pattern(pattern: str) -> re.Pattern[str]:
-    parts, i = [], 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            parts.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            parts.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            parts.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            parts.append("[^/]")
-            i += 1
-        elif pattern[i] == "[" and (end := pattern.find("]", i + 1)) > i + 1:
-            inside = pattern[i + 1 : end]
-            parts.append("[" + ("^" + inside[1:] if inside.startswith("!") else inside) + "]")
-            i = end + 1
-        else:
-            parts.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(parts))
+    return re.fullmatch(glob_translate(pattern.removeprefix("./")), relative) is not None
 
 
 def _first_line(error: Exception) -> str:

@@ -238,8 +238,12 @@ def open_source(source: Source, whole: bool = False) -> Iterator[BinaryIO]:
     ...     f.read()
     b'hello'
     """
-    with open_input(source.url, whole=whole) as raw, decompressed(raw, source.compression, source.name) as f:
-        yield io.BytesIO(f.read()) if whole and source.compression is not None else f
+    compressed = source.compression is not None  # streamed, then held whole once decompressed
+    with (
+        open_input(source.url, whole=whole and not compressed) as raw,
+        decompressed(raw, source.compression, source.name) as f,
+    ):
+        yield io.BytesIO(f.read()) if whole and compressed else f
 
 
 def _resolve(item: str) -> tuple[list[str], bool]:
@@ -512,7 +516,7 @@ def read_jsonl(
             decoded = decode_document(line, place, policy, notes)
             if (
                 decoded is not None
-                and (item := _parsed(parse, decoded, place, policy, notes, refused)) is not None
+                and (item := parsed_or_refused(parse, decoded, place, policy, notes, refused)) is not None
             ):
                 yield item
 
@@ -562,20 +566,21 @@ def read_json_array(
     if not isinstance(records, list):
         raise InputError(f"{source.name}: not a JSON array of records, nor JSON Lines")
     for number, record in enumerate(records, start=1):
-        item = _parsed(parse, record, Place(source, item=number), policy, notes, refused)
+        item = parsed_or_refused(parse, record, Place(source, item=number), policy, notes, refused)
         if item is not None:
             yield item
 
 
-def _parsed(
+def parsed_or_refused(
     parse: Callable[[Any, Place], _T | None],
     value: Any,
     place: Place,
     policy: ReadPolicy,
     notes: ReadNotes,
-    refused: str,
+    refused: str = "skipped_lines",
 ) -> _T | None:
-    """What `parse(value, place)` makes of one record; None when it is nothing, or refused and skipped."""
+    """What `parse(value, place)` makes of one record; None when it is nothing, or refused (`refuse`) and
+    skipped."""
     try:
         return parse(value, place)
     except BadLineError as error:
