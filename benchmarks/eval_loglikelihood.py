@@ -1,7 +1,7 @@
 """Requests per second of the harness's ``loglikelihood``: the ``meltemi`` model (JAX) against the harness's
 own ``hf`` model on the exported checkpoint in transformers (PyTorch), same CPU, same requests, same batch.
 
-The model is ``--config``'s (default ``configs/tiny.yaml``, about 11M parameters), initialised at random and
+The model is ``--config``'s (default ``configs/tiny.yaml``, about 2.9M parameters), initialised at random and
 exported with a BPE of its vocabulary size trained on a few standard-library files. The requests are
 multiple-choice-like token requests (a context of 32 to 200 tokens, a continuation of 1 to 8), handed to
 both models' ``_loglikelihood_tokens`` (tokenizing is the same code in both and left out). Each model scores

@@ -17,7 +17,7 @@ The functions are those defined at the top level of a module or of a public clas
 `__init__`, with or without parameters, if short: at most `MAX_LINES` lines and `MAX_CHARS` characters
 shown, so that a conversation is about 40 to 100 tokens with a code BPE and five or more pack into a
 512-token row: the shorter the question, the more answers (the tokens trained on) a step holds, which is
-what lets the default tiny model pick up the format within the 45 steps of `configs/tiny_sft.yaml`.
+what lets the default tiny model pick up the format within the 120 steps of `configs/tiny_sft.yaml`.
 
 The question is one of a few phrasings, and one conversation in three starts with one of a few system
 messages, both chosen by a SHA-256 of the module and the function's qualified name: the same Python
