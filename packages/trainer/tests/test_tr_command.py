@@ -245,7 +245,11 @@ def test_a_corpus_of_several_subsets_and_no_default_is_refused_with_the_source_t
     hint = str(e.value).rpartition("choose one (")[2].removesuffix(")")
     said = []
     resolved = resolve_data(small(*common, *shlex.split(hint.replace("NAME", "tokenized"))), say=said.append)
-    assert list(resolved.data.sources) == ["wikitext"] and "built 5 docs" in said[-1]
+    assert list(resolved.data.sources) == ["wikitext"] and "built 5 docs" in said[1]
+    assert (
+        "-test-" in resolved.data.sources["wikitext"].eval_store
+        and "(its test split of subset tokenized" in said[3]
+    )
 
 
 def test_the_standard_librarys_cache_names_the_python_and_the_vocabulary():

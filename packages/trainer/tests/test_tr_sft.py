@@ -120,7 +120,7 @@ def test_a_data_sets_test_split_is_held_out_whole_and_its_train_split_trained_wh
     assert source.eval_store is not None and "/chats-test-" in source.eval_store
     assert "200 conversations in" in trainer.data.packing["chat"]
     assert "; held out: 40 conversations in" in trainer.data.packing["chat"]
-    tail = Trainer(sft_config(*cache, "--data.chat.held_out", "tail", data=tmp_path / "chats"),
+    tail = Trainer(sft_config(*cache, "--data.held_out", "tail", data=tmp_path / "chats"),
                    tmp_path / "tail", devices=jax.devices()[:1], progress=False)  # fmt: skip
     assert tail.config.data.sources["chat"].eval_store is None
     assert "180 conversations in" in tail.data.packing["chat"]  # its last 10% held out

@@ -386,8 +386,8 @@ class SourceConfig(Section):
     weight: float = Field(1.0, ge=0, description="mixture weight (normalised over the sources)")
     eval_store: str | None = Field(
         None,
-        description="a chat store of held-out conversations evaluated whole, instead of the tail of the "
-        "store (data.eval_fraction); a chat corpus's test split is built into one (data.chat.held_out)",
+        description="a store of the source's format evaluated whole, instead of the tail of the store "
+        "(data.eval_fraction); a corpus's test split is built into one (data.held_out)",
     )
 
     @model_validator(mode="after")
@@ -413,12 +413,6 @@ class ChatConfig(Section):
     )
     overlong: Literal["truncate", "drop"] = Field(
         "truncate", description="a conversation longer than data.seq_len + 1 tokens: cut to fit, or left out"
-    )
-    held_out: Literal["split", "tail"] = Field(
-        "split",
-        description="the held-out conversations of a chat corpus: its data set's test split (else its "
-        "validation split) when its file names name one, else the tail of its store (data.eval_fraction); "
-        "or always the tail",
     )
     end_of_turn: str | None = Field(
         None,
@@ -466,6 +460,12 @@ class DataConfig(Section):
     stages: list[StageConfig] = Field(default_factory=list, description="mixture weights that change by step")
     seq_len: int = Field(2048, gt=0, description="tokens per training sequence")
     eval_fraction: float = Field(0.005, gt=0, lt=1, description="tail of each store held out for evaluation")
+    held_out: Literal["split", "tail"] = Field(
+        "split",
+        description="what a corpus's source is evaluated on: its data set's test split (else its "
+        "validation split) when it has one beside the split trained on, else the tail of its store "
+        "(data.eval_fraction); or always the tail",
+    )
     mixture_block_size: int = Field(1024, gt=0, description="sequences per block of fixed mixture counts")
     text_field: str = Field("text", description="data.corpus: the JSONL field or Parquet column of the text")
     skip_bad_lines: bool = Field(
@@ -481,6 +481,17 @@ class DataConfig(Section):
         False,
         description="text sources: restart positions at each document within a row (chat rows always do)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _held_out_of_chat(cls, raw):
+        """Runs recorded before 2026-11-28 say ``data.chat.held_out`` (it was a chat source's choice only):
+        read as ``data.held_out``, so their checkpoints still load."""
+        chat = raw.get("chat") if isinstance(raw, dict) else None
+        if isinstance(chat, dict) and "held_out" in chat:
+            chat = dict(chat)
+            raw = {"held_out": chat.pop("held_out")} | raw | {"chat": chat}
+        return raw
 
     @field_validator("stores", mode="before")
     @classmethod

@@ -162,6 +162,11 @@ def validate(raw: dict[str, Any], where: str = "the config", *, recorded: bool =
         raise ConfigError(f"{where}: {message}" if recorded else message) from None
 
 
+RENAMED = {"data.chat.held_out": ("data.held_out", "it chooses what text sources hold out too")}
+"""Fields a release moved, by their old dotted name: the new name and why (a run's records that say the old
+name still load; see ``DataConfig``)."""
+
+
 def check_field_name(dotted: str) -> None:
     """Refuse an override ``--dotted`` that names no config field, with the nearest names that do (a key of a
     mapping field, such as a source's name in ``data.sources.<name>.store``, is the user's to choose).
@@ -172,6 +177,9 @@ def check_field_name(dotted: str) -> None:
     meltemi.trainer.errors.ConfigError: --modle.hidden_dim: not a config field: there is no section modle \
 (did you mean --model.hidden_dim?)
     """
+    if dotted in RENAMED:
+        now, why = RENAMED[dotted]
+        raise ConfigError(f"--{dotted}: now --{now} ({why})")
     parts = dotted.split(".")
     unknown = _first_unknown(parts)
     if unknown is None:

@@ -2,10 +2,11 @@
 
 Each source's store is split into a training range and a held-out tail (``data.eval_fraction``): a text
 store's tail of tokens, read as rows of ``data.seq_len + 1`` tokens across documents; a chat store's last
-conversations, each part packed whole into rows (``meltemi.datastore.PackedDataset``). Training reads a
-block-deterministic mixture of the training ranges (``data.sources`` weights, or ``data.stages``);
-evaluation reads each source's held-out tail on its own, in order. Every batch is a pure function of the
-step, and each process reads only its rows.
+conversations, each part packed whole into rows (``meltemi.datastore.PackedDataset``). A source with an
+``eval_store`` (a data set's test split) trains its whole store and evaluates that one whole instead.
+Training reads a block-deterministic mixture of the training ranges (``data.sources`` weights, or
+``data.stages``); evaluation reads each source's held-out part on its own, in order. Every batch is a
+pure function of the step, and each process reads only its rows.
 """
 
 from __future__ import annotations
@@ -78,10 +79,9 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
                 packing[name] += f"; held out: {held[name].report()} ({source.eval_store})"
             continue
         if source.eval_store is not None:
-            raise DataError(
-                f"data.sources.{name}.eval_store: {source.store} is a text store, which holds out its tail "
-                "(data.eval_fraction); an eval_store is a chat source's"
-            )
+            trains[name], held[name] = _text_and_held_out(name, store, source.eval_store, config)
+            packing[name] = f"held out: {held[name].num_sequences:,} sequences ({source.eval_store})"
+            continue
         if store.num_tokens < 2 * (data.seq_len + 1):
             raise DataError(
                 f"data.seq_len {data.seq_len}: {source.store} holds {store.num_tokens} tokens, too few for "
@@ -105,10 +105,11 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
     if eval_steps < 1:
         smallest = min(held, key=lambda n: held[n].num_sequences)
         if (eval_store := data.sources[smallest].eval_store) is not None:
+            rows = "packs into" if smallest in chats else "holds"
             raise DataError(
-                f"data.sources.{smallest}.eval_store: {eval_store} packs into {held[smallest].num_sequences} "
+                f"data.sources.{smallest}.eval_store: {eval_store} {rows} {held[smallest].num_sequences} "
                 f"rows, fewer than one evaluation batch of {eval_batch}; hold out the store's tail instead "
-                "(--data.chat.held_out tail) or evaluate fewer rows at once (trainer.global_batch_size)"
+                "(--data.held_out tail) or evaluate fewer rows at once (trainer.global_batch_size)"
             )
         raise DataError(
             f"data.eval_fraction: the held-out split of source {smallest!r} has "
@@ -148,6 +149,31 @@ def _epochs(name: str, rows: int, config: RunConfig) -> str:
     return f"; {steps} read {about}{read:,.0f} of them: {read / rows:.2f} epochs"
 
 
+def _text_and_held_out(name: str, store: TokenStore, eval_store: str, config: RunConfig):
+    """A text store's sequences, every one trained, and every sequence of ``eval_store`` held out (rows of
+    ``data.seq_len + 1`` tokens read across documents, as the store's own are)."""
+    data = config.data
+    held = _open_store(name, eval_store, data.tokenizer or store.tokenizer_hash, "eval_store")
+    if held.is_chat:
+        raise DataError(
+            f"data.sources.{name}.eval_store: {eval_store} is a chat store, but {store.path} is a text one"
+        )
+    for field, opened in (("store", store), ("eval_store", held)):
+        if opened.num_tokens < data.seq_len + 1:
+            raise DataError(
+                f"data.sources.{name}.{field}: {opened.path} holds {opened.num_tokens} tokens, fewer than "
+                f"one sequence of data.seq_len + 1 = {data.seq_len + 1}; lower data.seq_len"
+                + (
+                    " or hold out the store's tail instead (--data.held_out tail)"
+                    if field == "eval_store"
+                    else ""
+                )
+            )
+    return tuple(
+        SequenceDataset(s, data.seq_len, reset_positions=data.reset_positions) for s in (store, held)
+    )
+
+
 def _packed(name: str, store: TokenStore, eval_store: str | None, config: RunConfig):
     """A chat store's training and held-out conversations, each packed whole into rows: the store's tail
     held out, or every conversation of the store trained and every one of ``eval_store`` held out."""
@@ -157,7 +183,7 @@ def _packed(name: str, store: TokenStore, eval_store: str | None, config: RunCon
             return hold_out_conversations(store, seq_len, config.data.eval_fraction)
         except ValueError as e:
             raise DataError(f"data.sources.{name}.store: {e}") from None
-    held = _open_store(name, eval_store, config.data.tokenizer, "eval_store")
+    held = _open_store(name, eval_store, config.data.tokenizer or store.tokenizer_hash, "eval_store")
     for field, opened in (("store", store), ("eval_store", held)):
         if not opened.is_chat:
             raise DataError(f"data.sources.{name}.{field}: {opened.path} is a text store, not a chat one")

@@ -159,9 +159,9 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
     """The stores of ``data.sources.NAME.corpus``, built on first use under ``data.cache_dir``: text
     documents, or chat conversations rendered by ``data.chat.template`` (conversations longer than
     ``data.seq_len`` + 1 tokens cut or left out as ``data.chat.overlong`` says); each build's summary line
-    is said. ``{"store": ...}``, and ``"eval_store"`` for a chat data set whose files name a test (else
-    validation) split beside the one trained on, as ``data.chat.held_out: split`` asks: its held-out
-    conversations, as TRL's ``eval_dataset`` would be."""
+    is said. ``{"store": ...}``, and ``"eval_store"`` for a data set whose files name a test (else
+    validation) split beside the one trained on, as ``data.held_out: split`` asks: its held-out documents
+    or conversations, as TRL's ``eval_dataset`` and Levanter's validation sets would be."""
     data, chat = config.data, config.data.chat
     corpus = source.corpus
     if corpus == STDLIB_CHAT:
@@ -190,7 +190,7 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
     flags = SOURCE_FLAGS | {"subset": f"--data.sources.{name}.subset {{}}"}
     store, report = _cached_build(config, corpus, corpus, stem, key, tokenizer, say, flags, **text, **options)
     built = {"store": store}
-    if source.format == "chat" and chat.held_out == "split" and report.split is not None:
+    if data.held_out == "split" and report.split is not None:
         from meltemi.datastore.dataset_files import held_out_split
 
         split = held_out_split(report.other_splits, report.split)  # the splits its build left out
@@ -198,7 +198,7 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
             shown = f"{corpus} (its {split} split, held out)"
             key += f"\0split={split}"
             built["eval_store"], _ = _cached_build(config, corpus, shown, f"{stem}-{split}", key, tokenizer,
-                                                   say, flags, **options, split=split)  # fmt: skip
+                                                   say, flags, **text, **options, split=split)  # fmt: skip
     return built
 
 
