@@ -9,6 +9,7 @@ import pytest
 
 from meltemi.datastore import SequenceDataset, TokenStore, build_store, corpora
 from meltemi.trainer.config_io import validate
+from meltemi.trainer.data.sources import resolve_data
 from meltemi.trainer.errors import ConfigError, DataError
 from meltemi.trainer.trainer import Trainer
 
@@ -60,6 +61,16 @@ def test_a_text_data_sets_test_split_is_evaluated_whole_and_its_train_split_trai
     assert tail.config.data.sources["wiki"].eval_store is None
     assert tail.data.held_out["wiki"].dataset.store.path == train.path  # the tail of the train split
     assert "wiki" not in tail.data.packing
+
+
+def test_a_data_corpus_that_is_a_data_set_is_evaluated_on_its_test_split_too(
+    make_config, text_data_set, tmp_path
+):
+    said = []
+    config = make_config("--data.corpus", str(text_data_set), "--data.cache_dir", str(tmp_path / "cache"))
+    (source,) = resolve_data(config, say=said.append).data.sources.values()
+    assert (TokenStore.open(source.store).num_docs, TokenStore.open(source.eval_store).num_docs) == (60, 8)
+    assert "(its test split, held out)" in said[2]
 
 
 def test_a_bad_text_eval_store_is_named_with_its_remedy(make_config, corpus, text_data_set, tmp_path):

@@ -104,8 +104,8 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
             raise ConfigError(
                 "--data.corpus needs a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)"
             )
-        name, store = build_corpus(config, tokenizer, say)
-        sources = {name: {"store": store}}
+        name, stores = build_corpus(config, tokenizer, say)
+        sources = {name: stores}
     else:
         sources = {
             name: build_source(config, name, source, tokenizer, say) | {"weight": source.weight}
@@ -189,17 +189,26 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
     text = {"text_field": data.text_field} if source.format == "text" else {}
     flags = SOURCE_FLAGS | {"subset": f"--data.sources.{name}.subset {{}}"}
     store, report = _cached_build(config, corpus, corpus, stem, key, tokenizer, say, flags, **text, **options)
-    built = {"store": store}
-    if data.held_out == "split" and report.split is not None:
-        from meltemi.datastore.dataset_files import held_out_split
+    held = _held_out_build(config, corpus, report, stem, key, tokenizer, say, flags, **text, **options)
+    return {"store": store} | held
 
-        split = held_out_split(report.other_splits, report.split)  # the splits its build left out
-        if split is not None:
-            shown = f"{corpus} (its {split} split, held out)"
-            key += f"\0split={split}"
-            built["eval_store"], _ = _cached_build(config, corpus, shown, f"{stem}-{split}", key, tokenizer,
-                                                   say, flags, **text, **options, split=split)  # fmt: skip
-    return built
+
+def _held_out_build(config: RunConfig, corpus: str, report: BuildReport, name: str, key: str, tokenizer: str,
+                    say, flags, **options) -> dict[str, str]:  # fmt: skip
+    """``{"eval_store": ...}``: the test (else validation) split of the data set whose train split
+    ``report`` says was built, as ``data.held_out: split`` asks, built on first use as that one was; empty
+    when the data set has no such split (or ``data.held_out`` is ``tail``)."""
+    from meltemi.datastore.dataset_files import held_out_split
+
+    if config.data.held_out != "split" or report.split is None:
+        return {}
+    split = held_out_split(report.other_splits, report.split)  # the splits its build left out
+    if split is None:
+        return {}
+    shown, key = f"{corpus} (its {split} split, held out)", f"{key}\0split={split}"
+    store, _ = _cached_build(config, corpus, shown, f"{name}-{split}", key, tokenizer, say, flags, **options,
+                             split=split)  # fmt: skip
+    return {"eval_store": store}
 
 
 def _cached_build(config: RunConfig, inputs, shown: str, name: str, key: str, tokenizer: str, say, flags,
@@ -255,10 +264,11 @@ def _missing(path: str, there: Callable[[Path], bool]) -> bool:
     return local is not None and not there(local)
 
 
-def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, str]:
-    """``(name, store)`` of ``data.corpus`` tokenized with ``tokenizer``, built on first use (the standard
-    library's tokenizer and store together when both are ``stdlib``), read as ``data.text_field``,
-    ``data.skip_bad_lines`` and ``data.invalid_utf8`` say; the build's summary line is said."""
+def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, dict[str, str]]:
+    """``(name, {"store": ...})`` of ``data.corpus`` tokenized with ``tokenizer``, built on first use (the
+    standard library's tokenizer and store together when both are ``stdlib``), read as ``data.text_field``,
+    ``data.skip_bad_lines`` and ``data.invalid_utf8`` say, with its data set's held-out split as
+    ``"eval_store"`` (``data.held_out``); each build's summary line is said."""
     from meltemi.datastore import corpora
 
     data = config.data
@@ -267,7 +277,9 @@ def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, str]:
         if data.tokenizer == STDLIB:
             if not (directory / "store" / "manifest.json").exists():
                 say(f"building the standard-library corpus in {directory} (first run only)")
-            return STDLIB, corpora.stdlib_corpus(directory, config.model.vocab_size, progress=True)[1]
+            return STDLIB, {
+                "store": corpora.stdlib_corpus(directory, config.model.vocab_size, progress=True)[1]
+            }
         inputs, name = corpora.python_stdlib(), STDLIB
         key = f"{STDLIB}-py{sysconfig.get_python_version()}"
     else:
@@ -276,7 +288,9 @@ def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, str]:
     key += "\0" + _resolved(tokenizer)
     text_field = {"text_field": data.text_field}
     flags = CORPUS_FLAGS | {"subset": _as_source_with_subset(name, data.corpus)}
-    return name, _cached_build(config, inputs, data.corpus, name, key, tokenizer, say, flags, **text_field)[0]
+    store, report = _cached_build(config, inputs, data.corpus, name, key, tokenizer, say, flags, **text_field)
+    return name, {"store": store} | _held_out_build(config, inputs, report, name, key, tokenizer, say, flags,
+                                                    **text_field)  # fmt: skip
 
 
 def _as_source_with_subset(name: str, corpus: str) -> str:
