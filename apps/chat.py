@@ -3,6 +3,7 @@
     uv run apps/chat.py --message "Describe json.dumps" [--temperature 0]     # runs/tiny_sft, apps/sft.py's
     uv run apps/chat.py --checkpoint RUN [--system TEXT]            # a prompt loop: one reply per message
     uv run apps/chat.py --checkpoint Qwen/Qwen3-0.6B --tools tools.json --message "What is 2 + 3?"
+    uv run apps/chat.py --checkpoint Qwen/Qwen3-0.6B --conversation chat.json   # goes on with a conversation
 
 ``--checkpoint`` is a run directory (its latest good checkpoint), a ``step-N`` directory or a Hugging Face
 directory with a chat template (``apps/export_hf.py``'s, or one ``transformers`` saved), local or in a
@@ -16,12 +17,19 @@ prompt is ``...`` meanwhile). When the conversation outgrows the model's positio
 are left out of the prompt (said on stderr), and a line too long even alone is refused on stderr while the
 conversation goes on. ``--tools`` shows the model tool definitions (a JSON list, as transformers'
 ``apply_chat_template(..., tools=...)`` takes them) at every turn; a reply that calls one is written as
-the model writes it (in its template's layout), and a template that never reads tools is refused.
+the model writes it (in its template's layout), and a template that never reads tools is refused. In the
+prompt loop a message whose first word is ``/tool`` is the called tool's result (what follows the word, as
+a ``tool`` message), which the model answers as it answers a user's. ``--conversation`` goes on with a
+conversation saved as JSON (a list of messages as ``apply_chat_template`` takes them, tool calls and
+results included, or a chat data set's record with its ``messages`` and ``tools``): ``--message`` or the
+prompt loop continues it, and when it ends with a user's or a tool's message the model first replies to
+that.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Iterable
 
@@ -54,19 +62,34 @@ def main(argv: list[str]) -> int:
         help="a JSON file of tool definitions the model is shown, as apply_chat_template's tools (local or "
         "in a bucket); its calls are written as it writes them (default: none)",
     )
+    parser.add_argument(
+        "--conversation",
+        default=None,
+        metavar="FILE",
+        help="a JSON file of the conversation so far (a list of messages, or a record with messages and "
+        "tools; local or in a bucket), which --message or the prompt loop continues (default: none)",
+    )
     add_sampling_flags(parser, max_new_tokens=256, temperature=0.0)
     args = parser.parse_args(argv)
     checkpoint = checkpoint_of(parser, args)
 
     from meltemi.datastore import DatastoreError
     from meltemi.trainer.errors import TrainerError
-    from meltemi.trainer.generate.chat import ChatSession, read_tools
-    from meltemi.trainer.generate.sampling import SamplingConfig
+    from meltemi.trainer.generate.chat import ChatSession, read_conversation, read_tools
+    from meltemi.trainer.generate.sampling import GenerationError, SamplingConfig
     from meltemi.trainer.generate.streaming import to_stdout
 
     try:
         settings = SamplingConfig(*sampling_settings(args))
         tools = None if args.tools is None else read_tools(args.tools)
+        earlier = None if args.conversation is None else read_conversation(args.conversation)
+        if earlier is not None and earlier.tools is not None:
+            if tools is not None:
+                raise GenerationError(
+                    f"--conversation {args.conversation} holds its own tools: give them there or with "
+                    "--tools, not both"
+                )
+            tools = earlier.tools
         session = ChatSession.of_checkpoint(
             checkpoint,
             settings,
@@ -76,10 +99,15 @@ def main(argv: list[str]) -> int:
             dtype=args.dtype,
             tools=tools,
         )
+        if earlier is not None:
+            session.go_on(earlier.messages)
         if args.message is not None:
             session.say(args.message, write=to_stdout)
             print()
             return 0
+        if earlier is not None and session.awaits_reply:
+            session.answer(write=to_stdout)
+            print(flush=True)
         messages = UserMessages(sys.stdin)
         if sys.stdin.isatty() and sys.stdout.isatty():
             messages.lines = _typed(lambda: messages.open)
@@ -91,16 +119,31 @@ def main(argv: list[str]) -> int:
         return 130
 
 
+def _tool_result(message: str) -> str | None:
+    """What follows the word ``/tool`` that begins ``message`` (a tool's result), else None.
+
+    >>> _tool_result("/tool 5"), _tool_result('/tool\\n{"sum": 5}'), _tool_result("/tools"), _tool_result("5")
+    ('5', '{"sum": 5}', None, None)
+    """
+    word = re.match(r"/tool(\s+|$)", message)
+    return None if word is None else message[word.end() :]
+
+
 def _converse(session, messages: Iterable[str], write) -> int:
-    """One reply per message, each written by ``write`` as it grows; a message the model cannot take is
-    said on stderr and the conversation goes on without it (exit status 1 at the end)."""
+    """One reply per message (a user's, or after the word ``/tool`` a tool's result), each written by
+    ``write`` as it grows; a message the model cannot take is said on stderr and the conversation goes on
+    without it (exit status 1 at the end)."""
     from meltemi.trainer.generate.sampling import ConversationTooLongError
 
     status = 0
     for message in messages:
         forgotten = session.forgotten
         try:
-            session.say(message, write=write)
+            result = _tool_result(message)
+            if result is not None:
+                session.say(result, write=write, role="tool")
+            else:
+                session.say(message, write=write)
         except ConversationTooLongError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             status = 1

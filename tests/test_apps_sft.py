@@ -96,6 +96,61 @@ def test_chat_sends_the_lines_between_triple_quotes_as_one_message(monkeypatch, 
     assert capsys.readouterr().out == "ok\nok\nok\n"
 
 
+def test_chat_goes_on_with_a_saved_conversation_and_sends_tool_results(monkeypatch, capsys, tmp_path):
+    """What apps/chat.py hands the session for ``--conversation`` (its messages, then a reply to its last
+    message, a tool's) and for a ``/tool`` line (a tool message); a second set of tools is refused."""
+    import io
+    import json
+    import runpy
+    from pathlib import Path
+
+    from meltemi.trainer.generate.chat import ChatSession
+
+    calls, opened = [], []
+
+    class Recording:
+        forgotten, history = 0, []
+
+        def go_on(self, messages):
+            calls.append(("go_on", [m["role"] for m in messages]))
+            self.history = list(messages)
+
+        @property
+        def awaits_reply(self):
+            return self.history[-1]["role"] in ("user", "tool")
+
+        def answer(self, write):
+            calls.append(("answer",))
+            write("ok")
+
+        def say(self, message, write, role="user"):
+            calls.append((role, message))
+            write("ok")
+
+    def of_checkpoint(cls, *args, tools=None, **kwargs):
+        opened.append(tools)
+        return Recording()
+
+    monkeypatch.setattr(ChatSession, "of_checkpoint", classmethod(of_checkpoint))
+    add = {"type": "function", "function": {"name": "add"}}
+    said = [{"role": "user", "content": "Add 2 and 3."}, {"role": "tool", "content": "5"}]
+    (tmp_path / "chat.json").write_text(json.dumps({"messages": said, "tools": [add]}))
+    (tmp_path / "tools.json").write_text(json.dumps([add]))
+    monkeypatch.setattr("sys.stdin", io.StringIO('/tool {"sum": 8}\n"""/tool\n[1,\n2]"""\n/tools?\n'))
+    main = runpy.run_path(str(Path(__file__).parents[1] / "apps" / "chat.py"))["main"]
+    assert main(["--checkpoint", str(tmp_path), "--conversation", str(tmp_path / "chat.json")]) == 0
+    assert opened == [(add,)]  # the conversation's own tools
+    assert calls == [("go_on", ["user", "tool"]), ("answer",), ("tool", '{"sum": 8}'), ("tool", "[1,\n2]"),
+                     ("user", "/tools?")]  # fmt: skip
+    assert capsys.readouterr().out == "ok\n" * 4
+    both = ["--checkpoint", str(tmp_path), "--conversation", str(tmp_path / "chat.json"), "--tools",
+            str(tmp_path / "tools.json")]  # fmt: skip
+    assert main(both) == 1
+    assert (
+        "chat.json holds its own tools: give them there or with --tools, not both" in capsys.readouterr().err
+    )
+
+
 def test_the_fine_tuning_command_lists_its_own_flags_and_the_others_refuse_them(fine_tuned):
     cwd, _ = fine_tuned
     shown = app("sft.py", "--help", cwd=cwd)

@@ -396,3 +396,73 @@ def test_a_tools_file_that_is_not_a_list_of_tool_definitions_is_one_line_naming_
         (tmp_path / "tools.json").write_text(written)
     with pytest.raises(GenerationError, match=rf"^--tools .*{error}"):
         read_tools(tmp_path / "tools.json")
+
+
+def test_a_chat_goes_on_with_a_saved_conversation_and_answers_a_tools_result(
+    make_config, tokenizer, tmp_path
+):
+    from meltemi.datastore.chat_template import ChatTemplate
+    from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids, read_conversation
+
+    call = {"type": "function", "function": {"name": "add_numbers", "arguments": {"a": 2, "b": 3}}}
+    said = [
+        {"role": "system", "content": "Use the tools."},
+        {"role": "user", "content": "Add 2 and 3."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "5"},
+    ]
+    (tmp_path / "chat.json").write_text(json.dumps({"messages": said, "tools": [ADD]}))
+    saved = read_conversation(tmp_path / "chat.json")
+    assert saved.messages == tuple(said) and saved.tools == (ADD,)
+    model = Llama.init(make_config("--model.max_seq_len", "512").model, key=jax.random.key(5))
+    template, settings = ChatTemplate(TOOLS_TEMPLATE, "tools.jinja"), SamplingConfig(max_new_tokens=3)
+    session = ChatSession(model, tokenizer, template, [], settings, tools=saved.tools)
+    session.go_on(saved.messages)
+    assert session.system == "Use the tools." and session.awaits_reply
+    session.answer()  # to the tool's result: the conversation as the file holds it, tools shown
+    prompt = chat_prompt_ids(template, tokenizer, said, saved.tools)
+    assert session.last.tokens == generate(model, [prompt], settings).completions[0].tokens
+    assert session.history[-1]["role"] == "assistant" and not session.awaits_reply
+    with pytest.raises(
+        GenerationError, match=r"^nothing to reply to: the conversation ends with the assistant's"
+    ):
+        session.answer()
+    session.say("8", role="tool")
+    ids = chat_prompt_ids(template, tokenizer, [said[0], *session.history[:-1]], saved.tools)
+    shown = tokenizer.decode(ids, skip_special_tokens=False)
+    assert (
+        shown.count("<|start_header_id|>tool<|end_header_id|>") == 2
+        and "tool<|end_header_id|>\n\n8<|" in shown
+    )
+    with pytest.raises(GenerationError, match=r"a user's or a tool's, not 'assistant'"):
+        session.say("x", role="assistant")
+    briefed = ChatSession(model, tokenizer, template, [], settings, system="Be brief.")
+    with pytest.raises(
+        GenerationError, match=r"opens with its own system message: give it there or with --system"
+    ):
+        briefed.go_on(said)
+
+
+@pytest.mark.parametrize(
+    "written, error",
+    [
+        (None, r"chat\.json: no such file"),
+        ("[{", r"chat\.json: not JSON \(Expecting"),
+        ('{"conversation": []}', r"chat\.json: field 'messages' is null, not a non-empty list of messages"),
+        (
+            '[{"role": "user", "content": 1}]',
+            r"chat\.json: message 1 has no string 'content' \(it is a number\)",
+        ),
+        (
+            '{"messages": [{"role": "user", "content": "x"}], "tools": {}}',
+            r"chat\.json: 'tools' is an object",
+        ),
+    ],
+)
+def test_a_conversation_file_that_is_not_one_is_one_line_naming_it(tmp_path, written, error):
+    from meltemi.trainer.generate.chat import read_conversation
+
+    if written is not None:
+        (tmp_path / "chat.json").write_text(written)
+    with pytest.raises(GenerationError, match=rf"^--conversation .*{error}"):
+        read_conversation(tmp_path / "chat.json")

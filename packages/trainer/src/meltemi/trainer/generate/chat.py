@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenizers import Tokenizer
 
@@ -42,8 +42,12 @@ from meltemi.trainer.generate.sampling import ConversationTooLongError, Sampling
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
 
-Message = dict[str, str]
+if TYPE_CHECKING:
+    from meltemi.datastore.conversations import Conversation
+
+Message = dict[str, Any]  # {"role": ..., "content": ...}, and an assistant's "tool_calls" when it calls tools
 Tools = tuple[dict[str, Any], ...]  # tool definitions, such as {"type": "function", "function": {...}}
+REPLIED_TO = ("user", "tool")  # the roles whose message the assistant answers
 
 
 def conversation(message: str, system: str | None = None, history: Sequence[Message] = ()) -> list[Message]:
@@ -99,6 +103,41 @@ def read_tools(location: str | os.PathLike) -> Tools:
     return tools
 
 
+def read_conversation(location: str | os.PathLike) -> Conversation:
+    """The conversation in the JSON file ``location`` (local or in a bucket), to go on with: a list of
+    messages as ``apply_chat_template`` takes them (tool calls and tool results included), or one record of
+    a chat data set (``{"messages": [...], "tools": [...]}``); a ``GenerationError`` naming the file
+    otherwise.
+
+    >>> import json, pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "chat.json"
+    >>> _ = path.write_text(json.dumps([{"role": "user", "content": "Add 2 and 3."}]))
+    >>> read_conversation(path).messages
+    ({'role': 'user', 'content': 'Add 2 and 3.'},)
+    >>> _ = path.write_text(json.dumps([{"role": "bot", "content": "?"}]))
+    >>> read_conversation(path)
+    Traceback (most recent call last):
+    ...
+    meltemi.trainer.generate.sampling.GenerationError: --conversation ...chat.json: message 1 has role...
+    """
+    from meltemi.datastore.conversations import Conversation, checked_messages, checked_tools
+    from meltemi.datastore.errors import BadLineError
+    from meltemi.datastore.storage import read_object
+
+    data = read_object(location)
+    if data is None:
+        raise GenerationError(f"--conversation {location}: no such file")
+    try:
+        value = json.loads(data)
+        record = value if isinstance(value, dict) else {"messages": value}
+        messages, tools = checked_messages(record.get("messages")), checked_tools(record.get("tools"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise GenerationError(f"--conversation {location}: not JSON ({e})") from None
+    except BadLineError as e:
+        raise GenerationError(f"--conversation {location}: {e}") from None
+    return Conversation(messages, str(location), tools=tools)
+
+
 def reply(
     model: Llama,
     tokenizer: Tokenizer,
@@ -137,14 +176,16 @@ def reply(
 
 class ChatSession:
     """A conversation with a trained chat model (laid out by ``plan`` when given): each ``say`` adds the
-    user's message, renders the whole conversation, and adds and returns the assistant's reply (``last``
-    keeps its tokens and why it stopped).
+    user's message (or a tool's result, ``role="tool"``), renders the whole conversation, and adds and
+    returns the assistant's reply (``last`` keeps its tokens and why it stopped). ``go_on`` takes up a
+    conversation held elsewhere (``read_conversation``'s), and ``answer`` replies to it as it stands.
 
     A conversation that outgrows the model's positions is a ``ConversationTooLongError`` that changes
-    nothing; with ``forget_oldest``, as chat programs do, the oldest exchanges are left out of the prompt
-    instead (the system message is kept) until it fits, and ``forgotten`` counts them. A message that does
-    not fit even alone is refused either way. ``tools`` are shown to the model at every turn; a template
-    that never reads them is a ``GenerationError``.
+    nothing; with ``forget_oldest``, as chat programs do, the oldest exchanges (a user's message and all that
+    follows it up to the next) are left out of the prompt instead (the system message is kept) until it
+    fits, and ``forgotten`` counts them. A message that does not fit even alone is refused either way.
+    ``tools`` are shown to the model at every turn; a template that never reads them is a
+    ``GenerationError``.
     """
 
     def __init__(
@@ -220,12 +261,42 @@ class ChatSession:
             tools=tools,
         )
 
-    def say(self, message: str, write: Callable[[str], object] | None = None) -> str:
-        """The assistant's reply to ``message``, after everything said so far (or its latest exchanges);
-        with ``write``, its text is written as it grows."""
-        history = self.history
+    def go_on(self, messages: Sequence[Message]) -> None:
+        """Take up the conversation ``messages`` (a system message first becomes the session's), replacing
+        what was said so far; a ``GenerationError`` when the session already has another system message."""
+        messages = list(messages)
+        if messages and messages[0]["role"] == "system":
+            if self.system is not None and self.system != messages[0]["content"]:
+                raise GenerationError(
+                    "the conversation opens with its own system message: give it there or with --system, "
+                    "not both"
+                )
+            self.system, messages = messages[0]["content"], messages[1:]
+        self.history = messages
+
+    @property
+    def awaits_reply(self) -> bool:
+        """Whether the conversation ends with a message the assistant has not answered yet."""
+        return bool(self.history) and self.history[-1]["role"] in REPLIED_TO
+
+    def say(self, message: str, write: Callable[[str], object] | None = None, role: str = "user") -> str:
+        """The assistant's reply to ``message`` (the user's, or a tool's result), after everything said so
+        far (or its latest exchanges); with ``write``, its text is written as it grows."""
+        if role not in REPLIED_TO:
+            raise GenerationError(f"a message the assistant replies to is a user's or a tool's, not {role!r}")
+        return self._reply_to([*self.history, {"role": role, "content": message}], write)
+
+    def answer(self, write: Callable[[str], object] | None = None) -> str:
+        """The assistant's reply to the conversation as it stands (``awaits_reply``)."""
+        if not self.awaits_reply:
+            last = f"the {self.history[-1]['role']}'s message" if self.history else "nothing"
+            raise GenerationError(f"nothing to reply to: the conversation ends with {last}")
+        return self._reply_to(self.history, write)
+
+    def _reply_to(self, history: list[Message], write: Callable[[str], object] | None) -> str:
+        kept, forgotten = history, 0
         while True:
-            messages = conversation(message, self.system, history)
+            messages = ([] if self.system is None else [{"role": "system", "content": self.system}]) + kept
             try:
                 self.last = reply(
                     self.model, self.tokenizer, self.template, messages, self.settings, self.stop_ids,
@@ -233,11 +304,22 @@ class ChatSession:
                 )  # fmt: skip
                 break
             except ConversationTooLongError:
-                if not (self.forget_oldest and history):
+                shorter = _without_oldest_exchange(kept)
+                if not (self.forget_oldest and shorter):
                     raise  # the conversation as it was: a message too long alone forgets nothing
-                history = history[2:]  # the oldest user-assistant pair
-        self.forgotten += (len(self.history) - len(history)) // 2
-        self.history = history
+                kept, forgotten = shorter, forgotten + 1
+        self.forgotten += forgotten
         text = self.last.text or ""
-        self.history += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
+        self.history = [*kept, {"role": "assistant", "content": text}]
         return text
+
+
+def _without_oldest_exchange(history: list[Message]) -> list[Message]:
+    """``history`` from its second user's message on (empty when it holds one user's message or none).
+
+    >>> said = [{"role": r, "content": ""} for r in ("user", "assistant", "tool", "assistant", "user")]
+    >>> [m["role"] for m in _without_oldest_exchange(said)]
+    ['user']
+    """
+    users = [i for i, message in enumerate(history) if message["role"] == "user" and i > 0]
+    return history[users[0] :] if users else []
