@@ -296,3 +296,21 @@ def test_rerunning_a_finished_run_reports_it_without_compiling_or_training(make_
     assert summary.first_eval["eval/loss"] == evals[0]["eval/loss"]
     assert summary.last_eval["eval/loss"] == evals[-1]["eval/loss"] < evals[0]["eval/loss"]
     assert files(tmp_path / "run" / "checkpoints" / "step-4") == before
+
+
+def test_a_run_resumed_on_other_data_says_so_and_on_the_same_data_does_not(
+    make_config, good_run, tmp_path, capsys
+):
+    """The checkpoint records the hash of the batch of its step; a resumption reading another batch there
+    (its data changed since: another held-out fraction moves every training row) warns, once."""
+    for name, extra, warned in (("same", (), False), ("other", ("--data.eval_fraction", "0.2"), True)):
+        shutil.copytree(good_run, tmp_path / name)
+        shutil.rmtree(tmp_path / name / "checkpoints" / "step-4")
+        capsys.readouterr()
+        summary = train(checkpointed(make_config, *extra), tmp_path / name, progress=True)
+        err = capsys.readouterr().err
+        assert "resuming from" in err and summary.steps == 4
+        warnings = [line for line in err.splitlines() if line.startswith("warning: the batch of step 2")]
+        assert len(warnings) == int(warned), err
+        if warned:
+            assert f"is not the one {tmp_path / name / 'checkpoints' / 'step-2'} recorded" in warnings[0]

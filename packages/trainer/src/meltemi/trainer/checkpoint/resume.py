@@ -42,6 +42,26 @@ class Start:
     initialized_from: str | None
     added_tokens: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()  # newer checkpoints passed over because they do not read back whole
+    next_batch: str | None = None  # the hash of the batch the resumed checkpoint recorded for its step
+
+    def data_note(self, batch_hash: str | None) -> str | None:
+        """A warning when ``batch_hash``, the hash of the batch the resumed run reads at its first step
+        (None when its data ends there), is not the one its checkpoint recorded: the data changed since.
+
+        >>> start = Start(None, Location.parse("r/step-4"), None, next_batch="9f2c")
+        >>> start.data_note("9f2c") is None, print(start.data_note("0b11"))
+        warning: the batch of step 4 is not the one r/step-4 recorded: the run's data changed since ...
+        (True, None)
+        """
+        if self.resumed_from is None or self.next_batch is None or batch_hash == self.next_batch:
+            return None
+        step = self.resumed_from.name.removeprefix("step-")
+        return (
+            f"warning: the batch of step {step} is not the one {self.resumed_from} recorded: the run's data "
+            "changed since (its data.* settings, or a store rebuilt), so the run goes on with the data as it "
+            "is now, no longer as a run never stopped would (--verify RUN checks each checkpoint's data "
+            "position)"
+        )
 
     def resume_line(self) -> str:
         """``resuming from runs/tiny/checkpoints/step-4``, saying which newer ones it skipped and why.
@@ -126,7 +146,9 @@ def starting_state(
     if found is not None:
         state, path, manifest = found
         added = () if manifest.chat is None else manifest.chat.added_tokens
-        return Start(state, path, manifest.initialized_from, added, tuple(skipped))
+        position = manifest.data_position
+        recorded = None if position is None else position.next_batch
+        return Start(state, path, manifest.initialized_from, added, tuple(skipped), recorded)
     if initialize is not None:
         return initialize(run, warn)
     return Start(program.initial_state(), None, None)
