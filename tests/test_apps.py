@@ -359,9 +359,11 @@ def test_help_shows_the_presets_values_not_the_class_defaults(tmp_path):
     values = {
         line.split()[0]: line.split()[1] for line in shown.splitlines() if line.startswith("  --model.")
     }
-    assert (values["--model.vocab_size"], values["--model.num_layers"], values["--model.max_seq_len"]) == (
-        "8192", "6", "512"
-    )  # fmt: skip
+    assert (values["--model.vocab_size"], values["--model.hidden_dim"], values["--model.max_seq_len"]) == (
+        "8192",
+        "128",
+        "512",
+    )  # fmt: skip  (each unlike the class's default: 32000, 256, 4096)
 
 
 @pytest.mark.parametrize("name", ["sample.py", "evaluate.py", "export_hf.py", "chat.py"])

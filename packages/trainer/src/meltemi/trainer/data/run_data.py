@@ -158,16 +158,12 @@ def _text_and_held_out(name: str, store: TokenStore, eval_store: str, config: Ru
         raise DataError(
             f"data.sources.{name}.eval_store: {eval_store} is a chat store, but {store.path} is a text one"
         )
-    for field, opened in (("store", store), ("eval_store", held)):
+    tail = " or hold out the store's tail instead (--data.held_out tail)"
+    for field, opened, remedy in (("store", store, ""), ("eval_store", held, tail)):
         if opened.num_tokens < data.seq_len + 1:
             raise DataError(
                 f"data.sources.{name}.{field}: {opened.path} holds {opened.num_tokens} tokens, fewer than "
-                f"one sequence of data.seq_len + 1 = {data.seq_len + 1}; lower data.seq_len"
-                + (
-                    " or hold out the store's tail instead (--data.held_out tail)"
-                    if field == "eval_store"
-                    else ""
-                )
+                f"one sequence of data.seq_len + 1 = {data.seq_len + 1}; lower data.seq_len{remedy}"
             )
     return tuple(
         SequenceDataset(s, data.seq_len, reset_positions=data.reset_positions) for s in (store, held)
