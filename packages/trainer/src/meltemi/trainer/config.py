@@ -10,6 +10,7 @@ Every field has a default and a description; unknown keys and wrong types are er
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from typing import Literal
 
@@ -482,17 +483,6 @@ class DataConfig(Section):
         description="text sources: restart positions at each document within a row (chat rows always do)",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _held_out_of_chat(cls, raw):
-        """Runs recorded before 2026-11-28 say ``data.chat.held_out`` (it was a chat source's choice only):
-        read as ``data.held_out``, so their checkpoints still load."""
-        chat = raw.get("chat") if isinstance(raw, dict) else None
-        if isinstance(chat, dict) and "held_out" in chat:
-            chat = dict(chat)
-            raw = {"held_out": chat.pop("held_out")} | raw | {"chat": chat}
-        return raw
-
     @field_validator("stores", mode="before")
     @classmethod
     def _one_store(cls, stores):
@@ -555,6 +545,42 @@ class EvalConfig(Section):
     batch_size: int = Field(8, gt=0, description="rows the model scores per compiled call")
 
 
+RENAMED: dict[str, tuple[str, str]] = {
+    "data.chat.held_out": ("data.held_out", "it chooses what text sources hold out too"),
+}
+"""Fields a release moved, by their old dotted name: the new name and why. A run's records that say the
+old name load (``moved_fields``); the old flag is refused naming the new (``config_io.check_field_name``)."""
+
+
+def moved_fields(raw: dict) -> dict:
+    """``raw`` (a config as a mapping) with each old name of ``RENAMED`` moved to its new place (a value
+    already at the new place wins); the mapping given is not changed.
+
+    >>> moved_fields({"data": {"chat": {"held_out": "tail", "loss_on": "all"}}})
+    {'data': {'chat': {'loss_on': 'all'}, 'held_out': 'tail'}}
+    """
+    for old, (new, _) in RENAMED.items():
+        *path, name = old.split(".")
+        holder = _section(raw, path)
+        if holder is None or name not in holder:
+            continue
+        raw = copy.deepcopy(raw)
+        value = _section(raw, path).pop(name)
+        *path, name = new.split(".")
+        target = raw
+        for key in path:
+            target = target.setdefault(key, {})
+        target.setdefault(name, value)
+    return raw
+
+
+def _section(raw: dict, path: list[str]) -> dict | None:
+    """The mapping at ``path`` in ``raw``, or None when there is none."""
+    for key in path:
+        raw = raw.get(key) if isinstance(raw, dict) else None
+    return raw if isinstance(raw, dict) else None
+
+
 class RunConfig(Section):
     """Everything a run needs; its YAML form is saved in the run directory as ``config.yaml``."""
 
@@ -564,6 +590,12 @@ class RunConfig(Section):
     data: DataConfig = Field(default_factory=DataConfig, description="token stores and sequences")
     hardware: HardwareConfig = Field(default_factory=HardwareConfig, description="the target accelerators")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="downstream tasks (lm-eval-harness)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_fields(cls, raw):
+        """A run recorded before a field moved (``RENAMED``) loads with the value at its new place."""
+        return moved_fields(raw) if isinstance(raw, dict) else raw
 
     @model_validator(mode="after")
     def _sequences_fit_the_model(self) -> RunConfig:

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from meltemi.datastore.errors import StorageError
 from meltemi.datastore.storage import Location, read_object
-from meltemi.trainer.config import RunConfig
+from meltemi.trainer.config import RENAMED, RunConfig
 from meltemi.trainer.errors import ConfigError
 
 
@@ -160,11 +160,6 @@ def validate(raw: dict[str, Any], where: str = "the config", *, recorded: bool =
     except pydantic.ValidationError as e:
         message = _describe(e.errors()[0], where)
         raise ConfigError(f"{where}: {message}" if recorded else message) from None
-
-
-RENAMED = {"data.chat.held_out": ("data.held_out", "it chooses what text sources hold out too")}
-"""Fields a release moved, by their old dotted name: the new name and why (a run's records that say the old
-name still load; see ``DataConfig``)."""
 
 
 def check_field_name(dotted: str) -> None:

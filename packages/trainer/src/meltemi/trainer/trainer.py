@@ -41,7 +41,7 @@ from meltemi.trainer.run.trackers import Trackers, read_metrics, rewind_record
 from meltemi.trainer.run_directory import RunDirectory
 from meltemi.trainer.step import compile_cache
 from meltemi.trainer.step.cache_mirror import open_mirror
-from meltemi.trainer.step.distributed import batch_hash, wait_for_every_process
+from meltemi.trainer.step.distributed import wait_for_every_process
 from meltemi.trainer.step.eval_step import BatchSums, make_eval_step, summarize
 from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.step.program import CompileReport, TrainProgram
@@ -341,8 +341,6 @@ class Trainer:
                 )
                 if start.resumed_from is not None:
                     progress.note(start.resume_line())
-                    if (changed := start.data_note(self._batch_hash(start_step))) is not None:
-                        progress.note(changed)
                 elif start.initialized_from is not None:
                     progress.note(f"initialized from {start.initialized_from}")
                     if start.added_tokens:
@@ -355,7 +353,8 @@ class Trainer:
                 replies = []
                 if start_step == 0 and start.initialized_from is not None:
                     replies += self._chat_reply("before", start.state.model)  # before its buffers are donated
-                loop = StepLoop(self, start.state, trackers, progress, checkpointer, stop, start.resumed_from)
+                loop = StepLoop(self, start.state, trackers, progress, checkpointer, stop, start.resumed_from,
+                                start.data_note)  # fmt: skip
                 stop.abandoned = loop.abandoned
                 loop.run(on_ready=lambda: progress.note(self.clock.line(self._cache_note(cached))))
                 if loop.stopped_by is None:
@@ -406,15 +405,6 @@ class Trainer:
             last_eval_step=evals[-1][0] if evals else None,
             **session,
         )
-
-    def _batch_hash(self, step: int) -> str | None:
-        """The hash of the global batch of ``step`` (every process reads its rows), None past the data's end:
-        what a checkpoint of that step records as its data position."""
-        try:
-            local = self.data.train.batch(step)
-        except IndexError:
-            return None
-        return batch_hash(local)
 
     def _tokens_before(self, step: int) -> int:
         """The tokens of the batches of steps ``0 .. step - 1``, by this config's batch schedule."""

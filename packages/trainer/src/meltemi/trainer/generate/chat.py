@@ -56,8 +56,16 @@ def conversation(message: str, system: str | None = None, history: Sequence[Mess
     >>> conversation("hi", system="be brief")
     [{'role': 'system', 'content': 'be brief'}, {'role': 'user', 'content': 'hi'}]
     """
-    opening = [] if system is None else [{"role": "system", "content": system}]
-    return [*opening, *history, {"role": "user", "content": message}]
+    return with_system(system, [*history, {"role": "user", "content": message}])
+
+
+def with_system(system: str | None, messages: Sequence[Message]) -> list[Message]:
+    """``messages`` after a ``system`` message, when there is one.
+
+    >>> with_system(None, [{"role": "user", "content": "hi"}])
+    [{'role': 'user', 'content': 'hi'}]
+    """
+    return [*([] if system is None else [{"role": "system", "content": system}]), *messages]
 
 
 def chat_prompt_ids(
@@ -296,7 +304,7 @@ class ChatSession:
     def _reply_to(self, history: list[Message], write: Callable[[str], object] | None) -> str:
         kept, forgotten = history, 0
         while True:
-            messages = ([] if self.system is None else [{"role": "system", "content": self.system}]) + kept
+            messages = with_system(self.system, kept)
             try:
                 self.last = reply(
                     self.model, self.tokenizer, self.template, messages, self.settings, self.stop_ids,

@@ -57,12 +57,22 @@ class StepLoop:
     """Train ``job``'s state to the last step; ``stopped_by`` names the signal when it stopped early.
 
     ``saved`` is the checkpoint the state was restored from (a stop before the first step saves nothing
-    new)."""
+    new); ``data_note`` says what to warn of, given the hash of a resumed run's first batch (the start's
+    ``checkpoint.resume.Start.data_note``: that batch against the one the checkpoint recorded)."""
 
     def __init__(
-        self, job: LoopRun, state: TrainState, trackers, progress, checkpointer, stop, saved: Location | None
+        self,
+        job: LoopRun,
+        state: TrainState,
+        trackers,
+        progress,
+        checkpointer,
+        stop,
+        saved: Location | None,
+        data_note: Callable[[str], str | None] = lambda _: None,
     ):
         self.job, self.state, self.trackers, self.progress = job, state, trackers, progress
+        self.data_note = data_note
         self.checkpointer, self.stop = checkpointer, stop
         self.rate = Throughput(job.config, job.mesh.devices.size)
         self.first_eval: dict[str, float] = {}
@@ -202,6 +212,8 @@ class StepLoop:
         self.rate.resume()
         with jax.set_mesh(self.job.mesh):
             for step, local in self.job.train_batches.iterate(start, trainer.num_train_steps):
+                if step == start and start > 0 and (changed := self.data_note(batch_hash(local))):
+                    self.progress.note(changed)  # the first batch is not the one the checkpoint recorded
                 stop, due = self._decide(step, start)
                 if stop is not None:
                     self._stop_at(step, start, stop, local)
