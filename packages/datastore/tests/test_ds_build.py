@@ -257,7 +257,9 @@ def test_a_shard_that_is_not_a_multiple_of_the_chunk_is_an_error(tmp_path, stdli
     assert not (tmp_path / "s").exists()
 
 
-def test_a_second_build_of_the_same_store_while_one_runs_is_an_error(tmp_path, stdlib_files, tokenizer_path):
+def test_a_second_build_of_the_same_store_while_one_runs_is_an_error_when_told_not_to_wait(
+    tmp_path, stdlib_files, tokenizer_path
+):
     import fcntl
     import os
 
@@ -269,9 +271,37 @@ def test_a_second_build_of_the_same_store_while_one_runs_is_an_error(tmp_path, s
     held = os.open(out, os.O_RDONLY)
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(DatastoreError, match="another build of .* is running"):
-            build_store(stdlib_files[:4], tokenizer_path, out, overwrite=True, progress=False)
+        with pytest.raises(DatastoreError, match="another build of .* is running; wait for it"):
+            build_store(stdlib_files[:4], tokenizer_path, out, overwrite=True, progress=False, wait=False)
     finally:
         os.close(held)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert build_store(stdlib_files[:4], tokenizer_path, out, overwrite=True, progress=False).documents == 4
+
+
+def test_a_second_build_waits_for_the_one_running_then_uses_its_store(
+    tmp_path, stdlib_files, tokenizer_path, capsys
+):
+    import fcntl
+    import os
+    import threading
+
+    out = tmp_path / "store"
+    first = build_store(stdlib_files[:3], tokenizer_path, out, progress=False)
+    held = os.open(out, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the first build, still running
+    reports = []
+    second = threading.Thread(
+        target=lambda: reports.append(build_store(stdlib_files[:3], tokenizer_path, out, progress=True))
+    )
+    try:
+        second.start()
+        second.join(timeout=1.0)
+        assert second.is_alive() and not reports  # it waits while the lock is held
+    finally:
+        os.close(held)  # the first build ends
+    second.join(timeout=60)
+    assert not second.is_alive()
+    assert reports[0].already_built and reports[0].tokens == first.tokens
+    waited = capsys.readouterr().err
+    assert f"another build of {str(out)!r} is running: waiting for it to finish" in waited

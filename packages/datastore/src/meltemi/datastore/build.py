@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -107,6 +108,7 @@ def build_store(
     split: str | None = None,
     subset: str | None = None,
     progress: bool = True,
+    wait: bool = True,
     hints: Hints | None = None,
 ) -> BuildReport:
     """Tokenize `inputs` with `tokenizer` into a token store at `out` (or finish a build that stopped).
@@ -117,7 +119,9 @@ def build_store(
     Tokens are stored in shard files of `shard_tokens` (by default the multiple of `chunk_tokens` nearest
     below 1M), each a run of `chunk_tokens`-long chunks with a checksum each: a reader reads and checks
     whole chunks, so small chunks waste little on short random reads. The build holds a lock on `out`: a
-    second build of the same store while one runs is an error, and changes nothing.
+    second build of the same local store while one runs waits for it (saying so on stderr when `progress`
+    is set), then finds the store built and returns it (or resumes what the other left, or stops as it
+    would have); with `wait=False` it is an error instead, and changes nothing.
 
     `out` may be a local directory or a URL of the storage seam (`gs://`, `s3://`, `file://`,
     `memory://`; see `meltemi.datastore.storage`): a build into a bucket writes its parts and arrays
@@ -201,7 +205,7 @@ def build_store(
     files = chosen.files
     sources = [describe_source(url, split_bytes=unit_bytes) for url in files]
     plan = _plan(info, sources, options, hints.command(request))
-    with only_build(out):
+    with only_build(out, wait=wait, say=_on_stderr if progress else _nowhere):
         prepare_directory(out, plan, request, hints)
         if out.exists(MANIFEST):
             return _already_built(out)
@@ -241,6 +245,14 @@ def build_store(
         _assemble(out, plan, info, summaries, report, hints, progress, chat)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _on_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _nowhere(line: str) -> None:
+    pass
 
 
 def _already_built(out: Directory) -> BuildReport:

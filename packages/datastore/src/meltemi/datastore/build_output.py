@@ -9,7 +9,7 @@ because the inputs changed.
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from meltemi.datastore.build_records import EARLIER_INVALID_UTF8, Plan, count_phrase
@@ -23,12 +23,14 @@ PLAN_KEY = f"{BUILD_DIR}/{PLAN}"
 
 
 @contextlib.contextmanager
-def only_build(out: Directory) -> Iterator[None]:
+def only_build(out: Directory, *, wait: bool, say: Callable[[str], None]) -> Iterator[None]:
     """Probe the output, and on a local disk hold an exclusive lock on it, so two builds never write one
-    store. An object store has no locks: two builds of one bucket store at once are not detected (both
-    write the same bytes, since a build is deterministic, but one may delete the other's parts). A local
-    directory the build made and leaves empty (it failed before keeping anything) is removed, with the
-    parents it made."""
+    store: while another build holds it, wait for that one to end (saying so once through ``say``), as
+    pip's and cargo's caches do, or with ``wait=False`` stop with an error. The lock is the kernel's, so a
+    build that dies (even killed) lets it go. An object store has no locks: two builds of one bucket store
+    at once are not detected (both write the same bytes, since a build is deterministic, but one may delete
+    the other's parts). A local directory the build made and leaves empty (it failed before keeping
+    anything) is removed, with the parents it made."""
     local = out.location.local_path
     made = None if local is None else _first_missing(Path(local).absolute())
     check_writable(out.location)
@@ -40,10 +42,11 @@ def only_build(out: Directory) -> Iterator[None]:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise DatastoreError(
-                f"another build of {str(out.location)!r} is running; wait for it to finish (or stop it) and "
-                "run again"
-            ) from None
+            running = f"another build of {str(out.location)!r} is running"
+            if not wait:
+                raise DatastoreError(f"{running}; wait for it to finish (or stop it) and run again") from None
+            say(f"{running}: waiting for it to finish, then using what it built (Ctrl-C stops waiting)")
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
     finally:
         os.close(descriptor)
