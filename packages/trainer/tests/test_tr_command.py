@@ -302,6 +302,51 @@ def test_a_mistyped_flag_is_named_with_the_nearest_flag_or_field_not_blamed_on_t
     assert str(caught.value) == message
 
 
+TRAINING_ARGUMENTS = "(transformers' TrainingArguments)"
+RUN_CLM = "(transformers' run_clm.py)"
+
+
+@pytest.mark.parametrize(
+    ("argv", "fine_tuning", "answer"),
+    [
+        (["--max_steps", "5"], False, f"max_steps {TRAINING_ARGUMENTS} is --trainer.num_train_steps here"),
+        (["--output_dir", "x"], False, f"output_dir {TRAINING_ARGUMENTS} is --run-dir here"),
+        (["--model_name_or_path", "x"], False, f"model_name_or_path {RUN_CLM} is "
+                                               "--trainer.initialize_from.path here"),
+        (["--model_name_or_path", "x"], True, f"model_name_or_path {RUN_CLM} is --base here"),
+    ],
+)  # fmt: skip
+def test_another_tools_name_for_a_setting_is_answered_with_ours(argv, fine_tuning, answer):
+    """`--steps` used to be asked "did you mean --slices?": a near spelling of something else."""
+    with pytest.raises(ConfigError) as caught:
+        parse_command(argv, fine_tuning=fine_tuning)
+    assert str(caught.value) == f"{argv[0]}: {NEITHER}; {answer}"
+
+
+def test_another_tools_field_name_in_a_section_or_a_yaml_file_is_answered_with_ours(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, ["--model.hidden_size", "64"])
+    answer = "hidden_size (transformers' LlamaConfig) is --model.hidden_dim here"
+    assert str(caught.value) == f"--model.hidden_size: not a config field; {answer}"
+    preset = tmp_path / "mine.yaml"
+    preset.write_text("trainer:\n  max_steps: 10\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(preset), [])
+    answer = f"max_steps {TRAINING_ARGUMENTS} is trainer.num_train_steps here"
+    assert str(caught.value).endswith(f"trainer.max_steps: unknown key in {preset}; {answer}")
+
+
+def test_every_other_tools_name_names_a_setting_we_have():
+    from meltemi.trainer.config_io import describe_fields
+    from meltemi.trainer.other_names import OTHER_NAMES
+
+    fields = {row[0].replace("<name>", "NAME") for row in describe_fields()}
+    flags = {flag.name for flag in FLAGS}
+    for name, other in OTHER_NAMES.items():
+        assert other.ours in fields or other.ours in flags, (name, other.ours)
+        assert other.fine_tuning is None or other.fine_tuning in flags, name
+
+
 def test_data_named_on_the_command_line_replaces_the_way_the_preset_names_its_own(tmp_path):
     """tiny.yaml trains on `corpus: stdlib`; `--data.sources` (or `--data.stores`) must not lose to it."""
     preset = tmp_path / "preset.yaml"

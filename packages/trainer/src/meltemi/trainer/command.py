@@ -127,7 +127,7 @@ def parse_command(argv: Sequence[str], *, fine_tuning: bool = False) -> Command:
         flag = _BY_NAME.get(_ALIASES.get(name, name))
         if flag is None:
             if name.startswith("--") and _not_a_field(name):
-                raise _unknown_flag(name)
+                raise _unknown_flag(name, fine_tuning)
             overrides.append(words[i])
             i += 1
             continue
@@ -164,23 +164,31 @@ def _not_a_field(name: str) -> bool:
     return "." not in bare and bare.replace("-", "_") not in SECTIONS
 
 
-def _unknown_flag(name: str) -> ConfigError:
-    """A word that is neither a flag of the command nor a config field, with the nearest of either.
+def _unknown_flag(name: str, fine_tuning: bool = False) -> ConfigError:
+    """A word that is neither a flag of the command nor a config field, with the nearest of either, or what
+    it is here when another tool names a setting so (``other_names``).
 
     >>> str(_unknown_flag("--dryrun"))
     '--dryrun: neither a flag of this command nor a config field (did you mean --dry-run?)'
     >>> str(_unknown_flag("--seed"))
     '--seed: neither a flag of this command nor a config field (did you mean --trainer.seed?)'
+    >>> str(_unknown_flag("--max_steps"))
+    "--max_steps: neither a flag of this command nor a config field; max_steps (transformers' \
+TrainingArguments) is --trainer.num_train_steps here"
     """
     import difflib
 
     from meltemi.trainer.config_io import describe_fields
+    from meltemi.trainer.other_names import elsewhere
 
     leaf = name[2:].replace("-", "_")
+    known = elsewhere(name[2:], fine_tuning=fine_tuning)
     fields = [f"--{row[0]}" for row in describe_fields() if row[0].rsplit(".", 1)[-1] == leaf]
     near = fields[:2] or difflib.get_close_matches(name, [flag.name for flag in FLAGS], n=1, cutoff=0.6)
-    hint = f" (did you mean {' or '.join(near)}?)" if near else "; --help lists both"
-    return ConfigError(f"{name}: neither a flag of this command nor a config field{hint}")
+    hint = f" (did you mean {' or '.join(near)}?)" if near else "" if known else "; --help lists both"
+    return ConfigError(
+        f"{name}: neither a flag of this command nor a config field{hint}{f'; {known}' * bool(known)}"
+    )
 
 
 def _fine_tuning_overrides(values: dict[str, object]) -> list[str]:

@@ -3,10 +3,10 @@
 >>> config = load_config(None, ["--trainer.num_train_steps", "7", "--model.remat=none"])
 >>> config.trainer.num_train_steps, config.model.remat
 (7, 'none')
->>> load_config(None, ["--trainer.steps", "7"])
+>>> load_config(None, ["--trainer.num_step", "7"])
 Traceback (most recent call last):
 ...
-meltemi.trainer.errors.ConfigError: --trainer.steps: not a config field (did you mean ...num_train_steps?)
+meltemi.trainer.errors.ConfigError: --trainer.num_step: not a config field (did you mean ...num_train_steps?)
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from meltemi.datastore.errors import StorageError
 from meltemi.datastore.storage import Location, read_object
 from meltemi.trainer.config import RENAMED, RunConfig
 from meltemi.trainer.errors import ConfigError
+from meltemi.trainer.other_names import elsewhere
 
 
 def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = ()) -> RunConfig:
@@ -182,7 +183,8 @@ def check_field_name(dotted: str) -> None:
     near = _suggestions(parts, *unknown)
     what = f": there is no section {'.'.join(parts[: unknown[0] + 1])}" if unknown[0] < len(parts) - 1 else ""
     hint = f" (did you mean {' or '.join(f'--{name}' for name in near)}?)" if near else "; --help lists them"
-    raise ConfigError(f"--{dotted}: not a config field{what}{hint}")
+    known = elsewhere(parts[-1]) if not what else None
+    raise ConfigError(f"--{dotted}: not a config field{what}{f'; {known}' if known else hint}")
 
 
 def _first_unknown(parts: Sequence[str]) -> tuple[int, list[str]] | None:
@@ -234,7 +236,9 @@ def _describe(error: dict, where: str) -> str:
     if error["type"] == "extra_forbidden":
         unknown = _first_unknown(loc)
         near = _suggestions(loc, *unknown) if unknown is not None else []
-        return f"{field}: unknown key in {where}" + (f" (did you mean {' or '.join(near)}?)" if near else "")
+        known = elsewhere(loc[-1], flags=False)
+        hint = f"; {known}" if known else f" (did you mean {' or '.join(near)}?)" if near else ""
+        return f"{field}: unknown key in {where}{hint}"
     message = error["msg"].removeprefix("Value error, ")
     if not field:
         return message
