@@ -40,7 +40,7 @@ def main(
     try:
         command = parse_command(sys.argv[1:] if argv is None else argv, fine_tuning=fine_tuning)
         if command.help:
-            shown = None if default_config is None else os.path.relpath(default_config)
+            shown = None if default_config is None else _as_typed(default_config)
             try:
                 print(help_text(prog, shown, fine_tuning=fine_tuning, config=command.config))
             except BrokenPipeError:  # `--help | head`: the reader has what it wanted
@@ -220,3 +220,16 @@ def verify(location: str) -> int:
     report = verify_run(location)
     print(report.describe())
     return 0 if report.ok else 1
+
+
+def _as_typed(path: str | os.PathLike) -> str:
+    """``path`` as a user would type it here: relative under the working directory, else absolute.
+
+    >>> _as_typed(os.path.join(os.getcwd(), "configs", "tiny.yaml")) == os.path.join("configs", "tiny.yaml")
+    True
+    >>> _as_typed("/") == "/"  # not ../../.. from a directory two levels down
+    True
+    """
+    absolute = os.path.abspath(path)
+    inside = os.path.commonpath([absolute, os.getcwd()]) == os.getcwd()
+    return os.path.relpath(absolute) if inside else absolute
