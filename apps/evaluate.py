@@ -1,6 +1,6 @@
 """Evaluate a checkpoint on lm-evaluation-harness tasks with the JAX model; print the table, write the JSON.
 
-    uv run apps/evaluate.py --tasks stdlib_next_line,stdlib_return [--limit 100]
+    uv run apps/evaluate.py [--tasks stdlib_next_line,stdlib_return] [--limit 100]
                             [--out results.json] [--batch-size 16]
     uv run apps/evaluate.py --checkpoint runs/tiny_sft --tasks TASKS --apply-chat-template
                             [--system-instruction TEXT] [--fewshot-as-multiturn]
@@ -13,10 +13,10 @@ directory (by default
 copy on one). ``--dry-run`` plans without a checkpoint: the scoring program compiled from shapes on the
 target's devices (faked on this CPU), its memory per device against the chip's; exit status 2 when it does not
 fit. ``--tasks`` takes the harness's task, group or tag names and paths of task YAML files, comma-separated;
-``meltemi_stdlib`` is every task that ships with the trainer (offline). Needs lm-eval: ``uv pip install
-'meltemi-trainer[eval]'`` (in this repository: see the README's "Evaluating"). When the Hugging Face Hub
-cannot be reached (or ``HF_HUB_OFFLINE`` is set), only data sets already cached are read, and a task whose
-data is not there fails at once, saying so.
+by default ``meltemi_stdlib``, every task that ships with the trainer (offline). Needs lm-eval: ``uv pip
+install 'meltemi-trainer[eval]'`` (in this repository: see the README's "Evaluating"). When the Hugging Face
+Hub cannot be reached (or ``HF_HUB_OFFLINE`` is set), only data sets already cached are read, and a task
+whose data is not there fails at once, saying so.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from meltemi.trainer.generate.flags import (
     parse_app_args,
     positive,
 )
+from meltemi.trainer.harness import SHIPPED_TAG
 
 
 def _limit(text: str) -> int | float:
@@ -50,7 +51,9 @@ def main(argv: list[str]) -> int:
     add_dtype_flag(parser)
     parser.add_argument(
         "--tasks",
-        help="comma-separated task, group or tag names or task YAML paths (required unless --dry-run)",
+        default=SHIPPED_TAG,
+        help="comma-separated task, group or tag names or task YAML paths (default: "
+        f"{SHIPPED_TAG}, the tasks that ship with the trainer, which need no download)",
     )
     parser.add_argument(
         "--limit", type=_limit, default=None, help="documents per task, below 1 a fraction (default: all)"
@@ -87,7 +90,7 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="few-shot examples as turns of the conversation (default: off)",
     )
-    args, overrides = parse_app_args(parser, argv, required=("tasks",))
+    args, overrides = parse_app_args(parser, argv)
     if args.dry_run:
         from meltemi.trainer.cli import plan_inference
         from meltemi.trainer.harness.dry_run import plan_scoring

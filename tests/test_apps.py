@@ -264,7 +264,6 @@ def test_an_evaluation_that_does_not_fit_says_by_how_much(tmp_path):
         (["--checkpoint", "runs/x", "--tasks", "x", "--devices", "16"], 2, "--devices: only with --dry-run"),
         (["--dry-run", "--config", "c.yaml", "--devices", "0"], 2, "argument --devices: must be positive, got 0"),  # noqa: E501
         (["--tasks", "x"], 2, "--checkpoint not given, and its default runs/tiny does not exist: train it with uv run apps/pretrain.py, or name a run or step-N directory with --checkpoint"),  # noqa: E501
-        (["--checkpoint", "runs/x"], 2, "the following arguments are required: --tasks"),
         (["--dry-run", "--config", "missing.yaml"], 1, "error: config file 'missing.yaml' does not exist"),
         (["--dry-run", "--config", "c.yaml", "--seed", "3"], 2, "--seed: neither a flag of this command nor a config field (did you mean --trainer.seed?)"),  # noqa: E501
         (["--dry-run", "--config", "c.yaml", "--run-dir", "runs/x"], 2, "--run-dir: not a flag of this command"),  # noqa: E501

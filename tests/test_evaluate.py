@@ -289,6 +289,16 @@ def test_results_go_to_a_bucket_and_a_missing_one_is_named_before_any_work(run, 
     )
 
 
+def test_without_tasks_the_shipped_ones_run(run, tmp_path):
+    """The no-flag path: `uv run apps/evaluate.py` after `uv run apps/pretrain.py` (before, --tasks was
+    required, and argparse's usage was all a newcomer saw)."""
+    result = evaluate_app("--checkpoint", str(run["trained"]), "--limit", "2", "--bootstrap-iters", "0",
+                          cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    ran = set(re.findall(r"^\|(\w+) *\|", result.stdout, flags=re.MULTILINE)) - {"Tasks"}
+    assert ran == {"stdlib_files", "stdlib_next_line", "stdlib_return", "stdlib_return_gen"}, result.stdout
+
+
 def test_an_existing_results_file_is_kept_and_bad_counts_are_refused_before_any_work(run, tmp_path):
     args = ("--checkpoint", str(run["trained"]), "--tasks", "stdlib_return", "--limit", "4")
     (tmp_path / "earlier.json").write_text('{"mine": 1}')

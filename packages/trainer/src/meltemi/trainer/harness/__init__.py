@@ -14,3 +14,5 @@
   saying what needed it and how to install it).
 - ``tasks/``: small offline tasks over held-out standard-library files, rebuilt by ``build_tasks``.
 """
+
+SHIPPED_TAG = "meltemi_stdlib"  # the tag of every task in tasks/: apps/evaluate.py's default

@@ -34,6 +34,7 @@ from lm_eval.evaluator import evaluate
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable, make_table
 
+from meltemi.trainer.harness import SHIPPED_TAG
 from meltemi.trainer.harness.errors import MissingTaskDataError, UnknownTaskError
 from meltemi.trainer.harness.hub import decided_hub_access
 
@@ -49,7 +50,6 @@ class _WithoutMetadataAdvice(logging.Filter):
 
 
 logging.getLogger("lm_eval.api.task").addFilter(_WithoutMetadataAdvice())
-SHIPPED_TAG = "meltemi_stdlib"
 
 
 @dataclasses.dataclass(frozen=True)
