@@ -1,13 +1,14 @@
 """Export a checkpoint to a Hugging Face Llama directory (transformers and lm-eval's hf model read it).
 
-    uv run apps/export_hf.py --out exported/tiny [--checkpoint RUN] [--dtype bfloat16]
+    uv run apps/export_hf.py [--checkpoint RUN] [--out exported/tiny] [--dtype bfloat16]
 
 ``--checkpoint`` is a run directory (its latest good checkpoint), a ``step-N`` directory or a Hugging Face
 directory (to convert it: ``--dtype bfloat16``, or into a bucket), local or in a bucket (``s3://``,
 ``gs://``), by default ``runs/tiny`` (``uv run apps/pretrain.py``'s); the tokenizer files come from the run's
-own copy, and generation stops at the end-of-text token the checkpoint records. ``--out`` may be a bucket URL
-too: the export goes straight there, shard by shard (one atomic PUT each, ``config.json`` last), with no local
-copy.
+own copy, and generation stops at the end-of-text token the checkpoint records. ``--out`` is by default
+``exported/`` and the checkpoint's name (``exported/tiny``; ``exported/tiny-step-200`` for a run's step); it
+may be a bucket URL too: the export goes straight there, shard by shard (one atomic PUT each, ``config.json``
+last), with no local copy.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_checkpoint_flag(parser, PRETRAINED)
     parser.add_argument(
-        "--out", required=True, help="the Hugging Face directory or URL to write, new or empty (required)"
+        "--out",
+        help="the Hugging Face directory or URL to write, new or empty (default: exported/ and the "
+        "checkpoint's name, e.g. exported/tiny)",
     )
     parser.add_argument(
         "--dtype",
@@ -36,14 +39,20 @@ def main(argv: list[str]) -> int:
     from meltemi.datastore import DatastoreError
     from meltemi.trainer.checkpoint.trained_model import load_model
     from meltemi.trainer.errors import TrainerError
-    from meltemi.trainer.hf import HfFormatError, export_hf, export_target
+    from meltemi.trainer.hf import HfFormatError, default_export_dir, export_hf, export_target
 
+    out = args.out or default_export_dir(checkpoint)
     try:
-        export_target(args.out)  # a bad, missing or non-empty target: one line, before the checkpoint is read
+        try:
+            export_target(out)  # a bad, missing or non-empty target: one line, before the checkpoint is read
+        except HfFormatError as e:
+            if args.out is not None:
+                raise
+            raise HfFormatError(f"{e} with --out") from None  # the user named no target: say how to
         trained = load_model(checkpoint, warn=lambda m: print(m, file=sys.stderr))
         export_hf(
             trained.model,
-            args.out,
+            out,
             tokenizer=trained.tokenizer,
             dtype=args.dtype,
             eos_token=trained.end_of_text.token,
@@ -53,7 +62,7 @@ def main(argv: list[str]) -> int:
     except (TrainerError, HfFormatError, DatastoreError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"exported {trained.checkpoint} to {args.out}")
+    print(f"exported {trained.checkpoint} to {out}")
     return 0
 
 

@@ -150,11 +150,15 @@ def test_the_summary_ends_with_a_sample_of_generated_text(trained):
 @NEWCOMER
 def test_export_and_sample_read_the_run_directory(trained):
     cwd, _, _ = trained
-    exported = app("export_hf.py", "--out", "hf", cwd=cwd)  # the default --checkpoint: runs/tiny
+    exported = app("export_hf.py", cwd=cwd)  # the default --checkpoint, runs/tiny, and --out, exported/tiny
     assert exported.returncode == 0, exported.stderr
-    assert "exported runs/tiny/checkpoints/step-6 to hf" in exported.stdout
+    assert "exported runs/tiny/checkpoints/step-6 to exported/tiny" in exported.stdout
     for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
-        assert (cwd / "hf" / name).exists(), name
+        assert (cwd / "exported" / "tiny" / name).exists(), name
+    again = app("export_hf.py", cwd=cwd)
+    assert again.returncode == 1 and again.stderr == (
+        "error: exported/tiny: already exists and is not an empty directory; choose another with --out\n"
+    )
     first = app("sample.py", "--checkpoint", "runs/tiny/checkpoints/step-6", "--prompt", "import ",
                 "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)  # fmt: skip
     again = app("sample.py", "--prompt", "import ", "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)
@@ -167,7 +171,7 @@ def test_export_and_sample_read_the_run_directory(trained):
     assert "continuing the run's trainer.sample_prompt: 'def '" in recorded.stderr
     given = app("sample.py", "--prompt", "def ", "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)
     assert recorded.stdout == given.stdout
-    export = app("sample.py", "--checkpoint", "hf", "--dtype", "float32", "--prompt", "import ",
+    export = app("sample.py", "--checkpoint", "exported/tiny", "--dtype", "float32", "--prompt", "import ",
                  "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)  # fmt: skip
     assert export.returncode == 0 and export.stdout == first.stdout, export.stderr
 
