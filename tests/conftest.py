@@ -41,8 +41,8 @@ class FirstRun:
 
     @property
     def corpus(self) -> Path:
-        """The default corpus it built, where the app finds it (``.cache/meltemi/stdlib-py<v>-v512-chat``)."""
-        return self.cwd / ".cache" / "meltemi" / f"stdlib-py{sysconfig.get_python_version()}-v512-chat"
+        """The default corpus it built, where the app finds it (``.cache/meltemi/stdlib-py<v>-v512-r2``)."""
+        return self.cwd / ".cache" / "meltemi" / f"stdlib-py{sysconfig.get_python_version()}-v512-r2"
 
     def link_corpus(self, directory: Path) -> None:
         """Make ``directory`` hold that corpus where the app looks for it (a link: it is only read)."""

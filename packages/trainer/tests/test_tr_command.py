@@ -252,9 +252,9 @@ def test_a_corpus_of_several_subsets_and_no_default_is_refused_with_the_source_t
     )
 
 
-def test_the_standard_librarys_cache_names_the_python_and_the_vocabulary():
+def test_the_standard_librarys_cache_names_the_python_the_vocabulary_and_the_files_revision():
     directory = stdlib_directory(small("--data.cache_dir", "c", "--model.vocab_size", "300"))
-    assert directory == Path("c") / f"stdlib-py{sysconfig.get_python_version()}-v300-chat"
+    assert directory == Path("c") / f"stdlib-py{sysconfig.get_python_version()}-v300-r2"  # r1: named -chat
 
 
 EXITING = """

@@ -139,10 +139,12 @@ def _store_names(stores: list[str]) -> dict[str, str]:
 
 
 def stdlib_directory(config: RunConfig) -> Path:
-    """The cache of the standard library's tokenizer and store, for this Python and vocabulary (``-chat``:
-    the tokenizer reserves the chat template's tokens, which earlier ones lacked)."""
-    version = sysconfig.get_python_version()
-    return Path(config.data.cache_dir) / f"stdlib-py{version}-v{config.model.vocab_size}-chat"
+    """The cache of the standard library's tokenizer and store, for this Python, vocabulary and revision of
+    the file selection (``-r2``: generated files left out; earlier caches, named ``-chat``, kept them)."""
+    from meltemi.datastore.corpora import STDLIB_REVISION
+
+    version, vocab = sysconfig.get_python_version(), config.model.vocab_size
+    return Path(config.data.cache_dir) / f"stdlib-py{version}-v{vocab}-r{STDLIB_REVISION}"
 
 
 def stdlib_tokenizer(config: RunConfig, say) -> str:
@@ -281,7 +283,7 @@ def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, dict[str,
                 "store": corpora.stdlib_corpus(directory, config.model.vocab_size, progress=True)[1]
             }
         inputs, name = corpora.python_stdlib(), STDLIB
-        key = f"{STDLIB}-py{sysconfig.get_python_version()}"
+        key = f"{STDLIB}-py{sysconfig.get_python_version()}-r{corpora.STDLIB_REVISION}"
     else:
         inputs, name = local_or_cached(data.corpus, "dataset"), Path(data.corpus).stem or "corpus"
         key = _resolved(inputs)

@@ -46,7 +46,8 @@ Source = tuple[str, list[str]]  # (path relative to the standard library, its li
 def held_out_sources() -> list[Source]:
     """The standard library's test-suite files that are UTF-8 (some are broken on purpose), sorted."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    tests = sorted(set(corpora.python_stdlib(include_tests=True)) - set(corpora.python_stdlib()))
+    everything = corpora.python_stdlib(include_tests=True, include_generated=True)
+    tests = sorted(set(everything) - set(corpora.python_stdlib(include_generated=True)))
     sources = []
     for path in tests:
         try:
