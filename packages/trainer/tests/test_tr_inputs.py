@@ -1,6 +1,8 @@
 """Bad inputs a user can give: each a one-line error naming the field, raised before any compile, and
 nothing already written is lost."""
 
+import re
+
 import jax
 import pytest
 
@@ -71,3 +73,30 @@ def test_an_unwritable_run_directory_is_named_and_nothing_is_lost(make_config, t
     with pytest.raises(TrainerError, match=r"run directory .*file/run: cannot write there"):
         make_trainer(make_config(), blocker / "run").run()
     assert blocker.read_text() == "keep me"
+
+
+def test_a_step_larger_than_the_machines_memory_is_refused_before_its_state_and_nothing_is_lost(
+    make_config, run_dir, monkeypatch
+):
+    """On a CPU such a run was made (its state allocated, its directory written) and then killed by the
+    system at its first step, with no word of why."""
+    from meltemi.trainer.plan.budget import HostMemory
+
+    make_trainer(make_config(), run_dir).run()
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    monkeypatch.setattr(HostMemory, "now", staticmethod(lambda: HostMemory(1 << 20, "available")))
+    made = []
+    monkeypatch.setattr("meltemi.trainer.trainer.starting_state", lambda *a, **k: made.append(1))
+    with pytest.raises(ConfigError) as caught:
+        make_trainer(
+            make_config("--trainer.num_train_steps", "12", "--optimizer.extension", "tail"), run_dir
+        ).run()
+    assert re.fullmatch(
+        r"the train step needs [\d.]+ GiB of memory and this machine has 0\.0 GiB available: it would be "
+        r"killed at its first step\. To fit, lower trainer\.global_batch_size or data\.seq_len, set "
+        r"trainer\.microbatch_size \(each step in several passes\), set model\.remat full, or train a "
+        r"smaller model \(--config configs/tiny\.yaml\); --dry-run plans a config without training it",
+        str(caught.value),
+    ), caught.value
+    assert not made  # no state was made
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before

@@ -29,9 +29,10 @@ from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data.run_data import RunData, open_data
 from meltemi.trainer.data.run_tokenizer import TokenizerRecord, copy_into_run, file_sha256, tokenizer_at
-from meltemi.trainer.errors import TrainerError
+from meltemi.trainer.errors import ConfigError, TrainerError
 from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
 from meltemi.trainer.phase.initialize import initialize_from_base, resolve_run
+from meltemi.trainer.plan.budget import HostMemory
 from meltemi.trainer.run.loop import StepLoop
 from meltemi.trainer.run.plots import plot_loss
 from meltemi.trainer.run.progress import TrainingProgress
@@ -307,6 +308,12 @@ class Trainer:
             signals = StopSignals(say=progress.note, grace_s=ABANDON_GRACE_S)
             with progress, signals as stop, compile_cache.CacheCounter() as cached:
                 self._sync_cache_mirror("pull", progress.note)  # before anything compiles, on every host
+                self.compile()  # from shapes: before the state is made, so that one too big is never made
+                wait_for_every_process("train step compiled")
+                self._sync_cache_mirror("push", progress.note)
+                progress.note(self._compile_note())
+                self._check_host_memory()
+                self.clock.lap("train step compiled")
                 initialize = initialize_from_base if config.trainer.initialize_from is not None else None
                 start = (
                     Start(state, None, None)
@@ -321,11 +328,6 @@ class Trainer:
                     start_step, start.resumed_from is not None, progress.note
                 )
                 self.clock.lap("run directory")
-                self.compile()
-                wait_for_every_process("train step compiled")
-                self._sync_cache_mirror("push", progress.note)
-                progress.note(self._compile_note())
-                self.clock.lap("train step compiled")
                 checkpointer = Checkpointer(
                     self.run_dir,
                     trainer,
@@ -471,6 +473,26 @@ class Trainer:
         except DatastoreError as e:
             note(f"compilation cache mirror off: {e}")
             self.cache_mirror = None
+
+    def _check_host_memory(self) -> None:
+        """On a CPU, refuse a train step larger than the memory this machine has (its devices share it): such
+        a run would be killed by the system at its first step, or swap for hours, after making its state."""
+        devices = [d for d in self.plan.mesh.devices.flat if d.process_index == jax.process_index()]
+        memory = HostMemory.now() if devices[0].platform == "cpu" else None
+        report = self.compile_report
+        shortfall = (
+            None if memory is None else memory.shortfall(report.peak_bytes, len(devices), "the train step")
+        )
+        if shortfall is None:
+            return
+        ways = ["lower trainer.global_batch_size or data.seq_len",
+                "set trainer.microbatch_size (each step in several passes)"]  # fmt: skip
+        if self.config.model.remat != "full":
+            ways.append("set model.remat full")
+        raise ConfigError(
+            f"{shortfall}: it would be killed at its first step. To fit, {', '.join(ways)}, or train a "
+            "smaller model (--config configs/tiny.yaml); --dry-run plans a config without training it"
+        )
 
     def _compile_note(self) -> str:
         r = self.compile_report
