@@ -295,6 +295,30 @@ def test_written_text_is_the_completions_text_and_grows_chunk_by_chunk(model, to
         generate(model, [[1]], SamplingConfig(max_new_tokens=4), write=print)
 
 
+def test_a_prompt_ending_in_a_lone_space_is_healed_and_its_text_follows_the_prompt_as_given(model, tokenizer):
+    """'def ' is `def` and a lone space, which in training precedes alignment runs rather than names: healed,
+    the space is taken back and the first new token must begin with it."""
+    from meltemi.trainer.generate.healing import TokenTexts, heal_prompt
+
+    ids = tokenizer.encode("def ").ids
+    healed = heal_prompt(ids, TokenTexts(tokenizer, model.config.vocab_size))
+    assert tokenizer.decode(ids[-1:]) == " " and healed == type(healed)(ids[:-1], " ")
+    for seed in range(4):
+        settings = SamplingConfig(max_new_tokens=6, temperature=2.0, seed=seed, stop_strings=(")",))
+        pieces: list[str] = []
+        out = generate(model, ["def "], settings, tokenizer=tokenizer, heal=True, write=pieces.append)
+        first, completion = out.completions[0].tokens[0], out.completions[0]
+        assert tokenizer.decode([first]).startswith(" ")  # the space taken back comes first
+        assert tokenizer.decode(list(completion.tokens)).startswith(" ")
+        whole = tokenizer.decode(list(completion.tokens))[1:]
+        assert completion.text == (whole[: whole.index(")")] if ")" in whole else whole)
+        assert "".join(pieces) == completion.text
+    texts = TokenTexts(tokenizer, model.config.vocab_size)
+    assert heal_prompt(ids[:1], texts) == type(healed)(ids[:1])  # one token: nothing would be left to run
+    end = tokenizer.token_to_id("<|endoftext|>")
+    assert heal_prompt([*ids, end], texts).prefix == ""  # a special token is never taken back
+
+
 def test_a_stream_holds_back_what_may_begin_a_stop_string_and_a_character_still_being_spelled():
     from tokenizers import decoders, models
 

@@ -23,7 +23,7 @@ from meltemi.datastore import BatchLoader
 from meltemi.datastore.errors import DatastoreError, StorageError
 from meltemi.datastore.storage import Location, retried_requests
 from meltemi.trainer import adapters
-from meltemi.trainer.checkpoint.checkpointer import Checkpointer
+from meltemi.trainer.checkpoint.checkpointer import STEP_PREFIX, Checkpointer, find_checkpoints
 from meltemi.trainer.checkpoint.resume import Start, starting_state
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
@@ -308,12 +308,8 @@ class Trainer:
             signals = StopSignals(say=progress.note, grace_s=ABANDON_GRACE_S)
             with progress, signals as stop, compile_cache.CacheCounter() as cached:
                 self._sync_cache_mirror("pull", progress.note)  # before anything compiles, on every host
-                self.compile()  # from shapes: before the state is made, so that one too big is never made
-                wait_for_every_process("train step compiled")
-                self._sync_cache_mirror("push", progress.note)
-                progress.note(self._compile_note())
-                self._check_host_memory()
-                self.clock.lap("train step compiled")
+                if state is not None or not self._finished_before():
+                    self._compile_step(progress)  # from shapes, before the state: one too big is never made
                 initialize = initialize_from_base if config.trainer.initialize_from is not None else None
                 start = (
                     Start(state, None, None)
@@ -324,6 +320,8 @@ class Trainer:
                 start_step = int(jax.device_get(start.state.step))
                 if start_step >= trainer.num_train_steps:
                     return self._already_trained(start, progress)
+                if self.compile_report is None:  # the finished checkpoint was damaged: the run goes on
+                    self._compile_step(progress)
                 trackers, tokenizer = self._prepare_run_dir(
                     start_step, start.resumed_from is not None, progress.note
                 )
@@ -473,6 +471,23 @@ class Trainer:
         except DatastoreError as e:
             note(f"compilation cache mirror off: {e}")
             self.cache_mirror = None
+
+    def _finished_before(self) -> bool:
+        """Whether the run's newest checkpoint, by its name alone, is at its last step: a rerun of a finished
+        run, which reports it without compiling."""
+        newest = find_checkpoints(self.run_dir)[:1]
+        return bool(newest) and int(newest[0].location.name.removeprefix(STEP_PREFIX)) >= (
+            self.config.trainer.num_train_steps
+        )
+
+    def _compile_step(self, progress: TrainingProgress) -> None:
+        """Compile the train step from shapes (every process), say what it costs, and check it fits."""
+        self.compile()
+        wait_for_every_process("train step compiled")
+        self._sync_cache_mirror("push", progress.note)
+        progress.note(self._compile_note())
+        self._check_host_memory()
+        self.clock.lap("train step compiled")
 
     def _check_host_memory(self) -> None:
         """On a CPU, refuse a train step larger than the memory this machine has (its devices share it): such

@@ -35,6 +35,7 @@ from tokenizers import Tokenizer
 
 import haliax_lite as hax
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
+from meltemi.trainer.generate.healing import TokenTexts, after_prefix, heal_prompt
 from meltemi.trainer.generate.sampling import Drawing, GenerationError, SamplingConfig, next_tokens
 from meltemi.trainer.generate.streaming import TextStream
 from meltemi.trainer.model.kv_cache import KVCache, forward_cached
@@ -175,18 +176,19 @@ def _prompt_ids(prompts, tokenizer: Tokenizer | None, vocab: int) -> list[list[i
     return ids
 
 
-def _stop_index(tokens: list[int], tokenizer: Tokenizer, stops: Sequence[str]) -> int | None:
-    """The length of the shortest prefix of ``tokens`` whose text holds a stop string, or None."""
-    if not any(s in tokenizer.decode(tokens) for s in stops):
+def _stop_index(tokens: list[int], tokenizer: Tokenizer, stops: Sequence[str], prefix: str) -> int | None:
+    """The length of the shortest prefix of ``tokens`` whose text (after a healed row's ``prefix``) holds a
+    stop string, or None."""
+    if not any(s in after_prefix(tokenizer.decode(tokens), prefix) for s in stops):
         return None
     for n in range(1, len(tokens) + 1):
-        if any(s in tokenizer.decode(tokens[:n]) for s in stops):
+        if any(s in after_prefix(tokenizer.decode(tokens[:n]), prefix) for s in stops):
             return n
     return len(tokens)
 
 
 def _completion(
-    row: list[int], eos: tuple[int, ...], tokenizer: Tokenizer | None, stops: Sequence[str]
+    row: list[int], eos: tuple[int, ...], tokenizer: Tokenizer | None, stops: Sequence[str], prefix: str = ""
 ) -> Completion:
     reason = "length"
     ended = next((i for i, token in enumerate(row) if token in eos), None)
@@ -195,10 +197,10 @@ def _completion(
     if tokenizer is None:
         return Completion(tuple(row), None, reason)
     body = row[:-1] if reason == "eos" else row
-    cut = _stop_index(body, tokenizer, stops) if stops else None
+    cut = _stop_index(body, tokenizer, stops, prefix) if stops else None
     if cut is not None:
         row, body, reason = row[:cut], body[:cut], "stop_string"
-    text = tokenizer.decode(body)
+    text = after_prefix(tokenizer.decode(body), prefix)
     if reason == "stop_string":
         text = text[: min(text.index(s) for s in stops if s in text)]
     return Completion(tuple(row), text, reason)
@@ -217,6 +219,7 @@ def generate(
     prompt_multiple: int = 1,
     min_rows: int = 1,
     write: Callable[[str], object] | None = None,
+    heal: bool = False,
 ) -> Generation:
     """Continue each prompt (text, with ``tokenizer``; or token ids) by up to ``settings.max_new_tokens``.
 
@@ -228,7 +231,10 @@ def generate(
     context allows) and the batch to at least ``min_rows`` rows, so that calls with other prompts reuse the
     same compiled programs; padding changes no token a row draws. With ``write`` (and a tokenizer), the first
     prompt's text is written as it grows, after each chunk (``streaming.TextStream``): what was written is its
-    completion's text.
+    completion's text. With ``heal`` (and a tokenizer), a prompt whose last token's text begins longer tokens
+    has it taken back and its first new token made to begin with that text (``healing``: ``"def "`` ends in a
+    lone space, which in training precedes table alignment rather than names); its completion's text and
+    stop strings are what follows the prompt as given.
     """
     settings = settings or SamplingConfig()
     tokenizer = _tokenizer(tokenizer)
@@ -243,6 +249,10 @@ def generate(
         if value < 1:
             raise GenerationError(f"{name} must be a positive number, got {value}")
     ids = _prompt_ids(prompts, tokenizer, config.vocab_size)
+    texts = TokenTexts(tokenizer, config.vocab_size) if heal and tokenizer is not None else None
+    healed = [heal_prompt(p, texts) for p in ids] if texts is not None else []
+    ids = [h.ids for h in healed] or ids
+    prefixes = [h.prefix for h in healed] or [""] * len(ids)
     longest = max(len(p) for p in ids)
     room = config.max_seq_len - settings.max_new_tokens
     prompt_len = max(longest, min(-(-longest // prompt_multiple) * prompt_multiple, room))
@@ -264,11 +274,19 @@ def generate(
     eos = _stop_ids(eos_token_id)
     stream = None
     if write is not None:
-        stream = TextStream(tokenizer, stop_ids=eos, stop_strings=settings.stop_strings, write=write)
+        stream = TextStream(
+            tokenizer, stop_ids=eos, stop_strings=settings.stop_strings, write=write, after=prefixes[0]
+        )
     start = time.perf_counter()
     with placed(plan):
         arrays = (jnp.asarray(tokens), jnp.asarray(pad), jnp.asarray(done))
         loop = _prefill(model, *arrays, prompt_len, use_cache)
+        if any(prefixes):  # a healed row's first token begins with the text taken back
+            allowed = np.ones((rows, config.vocab_size), bool)
+            for i, prefix in enumerate(prefixes):
+                if prefix:
+                    allowed[i] = texts.starting_with(prefix)
+            loop = eqx.tree_at(lambda s: s.logits, loop, jnp.where(allowed, loop.logits, -jnp.inf))
         while True:
             seed = jnp.asarray(settings.seed, jnp.int32)  # new arrays each call: the call donates them
             loop = _decode_chunk(model, loop, seed, Drawing.of(settings), eos, jnp.int32(chunk))
@@ -276,7 +294,7 @@ def generate(
             if settings.stop_strings or stream is not None:
                 new = np.asarray(loop.tokens)[:, prompt_len:t]
             if settings.stop_strings:
-                done = _mark_stops(new, done, tokenizer, settings.stop_strings)
+                done = _mark_stops(new, done, tokenizer, settings.stop_strings, prefixes)
                 loop = eqx.tree_at(lambda s: s.done, loop, jnp.asarray(done))
             if stream is not None:
                 stream(new[: len(ids)].tolist())
@@ -285,7 +303,10 @@ def generate(
         new = np.asarray(loop.tokens)[: len(ids), prompt_len:t]
     seconds = time.perf_counter() - start
     stops = settings.stop_strings
-    completions = tuple(_completion(row.tolist(), eos, tokenizer, stops) for row in new)
+    completions = tuple(
+        _completion(row.tolist(), eos, tokenizer, stops, prefix)
+        for row, prefix in zip(new, prefixes, strict=True)
+    )
     if stream is not None:
         stream.finish(completions[0].text)
     return Generation(completions, seconds)
@@ -316,10 +337,13 @@ def _stop_ids(eos_token_id: int | Sequence[int] | None) -> tuple[int, ...]:
     return tuple(dict.fromkeys(int(i) for i in eos_token_id))
 
 
-def _mark_stops(new: np.ndarray, done: np.ndarray, tokenizer: Tokenizer, stops: Sequence[str]) -> np.ndarray:
+def _mark_stops(
+    new: np.ndarray, done: np.ndarray, tokenizer: Tokenizer, stops: Sequence[str], prefixes: Sequence[str]
+) -> np.ndarray:
     done = done.copy()
     for i in np.flatnonzero(~done):
-        text = tokenizer.decode(new[i].tolist())
+        prefix = prefixes[i] if i < len(prefixes) else ""
+        text = after_prefix(tokenizer.decode(new[i].tolist()), prefix)
         done[i] = any(s in text for s in stops)
     return done
 
@@ -373,7 +397,8 @@ def sample_checkpoint(
 ) -> tuple[Generation, Path]:
     """Continue text prompts with a run directory's latest good checkpoint (or a ``step-N`` directory),
     sharded over every device, tokenized with the run's own tokenizer, stopping at the end-of-text token
-    its checkpoint records; with ``write``, the first prompt's continuation is written as it grows. Prompts
+    its checkpoint records; with ``write``, the first prompt's continuation is written as it grows. Text
+    prompts' last tokens are healed (``generate``'s ``heal``: ``"def "`` continues as a name). Prompts
     are padded to ``padded_length``, so another prompt of about the same length reuses the compiled programs
     (from the compilation cache, in another process); ``dtype`` holds and computes the model in another
     dtype than its run's."""
@@ -385,6 +410,7 @@ def sample_checkpoint(
     if trained.tokenizer is None:
         raise no_tokenizer(trained.checkpoint)
     tokenizer = _tokenizer(trained.tokenizer)
+    text = not isinstance(prompts, str) and all(isinstance(p, str) for p in prompts)
     if not isinstance(prompts, str):  # encoded once: the lengths pick the padding, generate takes the ids
         prompts = [tokenizer.encode(p).ids if isinstance(p, str) else p for p in prompts]
     result = generate(
@@ -396,5 +422,6 @@ def sample_checkpoint(
         plan=trained.layout.plan,
         write=write,
         prompt_multiple=padded_length(max(map(len, prompts), default=1)),
+        heal=text,
     )
     return result, trained.checkpoint

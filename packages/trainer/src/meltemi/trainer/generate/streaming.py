@@ -23,13 +23,13 @@ from collections.abc import Callable, Sequence
 
 from tokenizers import Tokenizer
 
-UNFINISHED = "\ufffd"  # what a byte-level decoder gives for a character whose bytes are not all there yet
+from meltemi.trainer.generate.healing import UNFINISHED, after_prefix
 
 
 class TextStream:
     """Writes the first row's new text through ``write`` as ``generate`` reports its tokens; ``written``
     is everything written so far. The stream stops at any of ``stop_ids`` and before any of
-    ``stop_strings``."""
+    ``stop_strings``; a healed row's text starts ``after`` the prefix its first token restores."""
 
     def __init__(
         self,
@@ -38,16 +38,17 @@ class TextStream:
         stop_ids: Sequence[int] = (),
         stop_strings: Sequence[str] = (),
         write: Callable[[str], object],
+        after: str = "",
     ):
         self.tokenizer, self.stop_ids, self.stop_strings = tokenizer, frozenset(stop_ids), tuple(stop_strings)
-        self.write = write
+        self.write, self.after = write, after
         self.written = ""
 
     def __call__(self, rows: Sequence[Sequence[int]]) -> None:
         """Write what the first row's new tokens, so far, add to the text for sure."""
         tokens = list(rows[0])
         ended = next((i for i, token in enumerate(tokens) if token in self.stop_ids), len(tokens))
-        self._advance(self._settled(self.tokenizer.decode(tokens[:ended])))
+        self._advance(self._settled(after_prefix(self.tokenizer.decode(tokens[:ended]), self.after)))
 
     def finish(self, text: str | None) -> None:
         """Write the rest of the completion's ``text`` (what the last chunk settled)."""
