@@ -56,7 +56,8 @@ def test_overrides_apply_on_top_of_a_yaml_file(tmp_path):
     ("overrides", "message"),
     [
         (["--trainer.num_train_step", "3"], r"^--trainer.num_train_step: not a config field \(did you mean --trainer.num_train_steps\?\)$"),  # noqa: E501
-        (["--trainer.steps", "3"], r"^--trainer.steps: not a config field \(did you mean --trainer.num_train_steps\?\)$"),  # noqa: E501
+        (["--trainer.steps", "3"], r"^--trainer.steps: not a config field; steps \(torchtitan\) is --trainer.num_train_steps here$"),  # noqa: E501
+        (["--trainer.num_step", "3"], r"^--trainer.num_step: not a config field \(did you mean --trainer.num_train_steps\?\)$"),  # noqa: E501
         (["--modle.hidden_dim", "3"], r"^--modle.hidden_dim: not a config field: there is no section modle \(did you mean --model.hidden_dim\?\)$"),  # noqa: E501
         (["--data.sources.web.storee", "s"], r"^--data.sources.web.storee: not a config field \(did you mean --data.sources.web.store\?\)$"),  # noqa: E501
         (["--trainer.zzzz", "3"], r"^--trainer.zzzz: not a config field; --help lists them$"),
@@ -120,7 +121,8 @@ def test_an_unknown_key_in_a_file_names_the_file_and_a_flag_names_itself(tmp_pat
     path.write_text("trainer:\n  steps: 3\ndata:\n  sources:\n    web: {storee: s}\n")
     with pytest.raises(
         ConfigError,
-        match=rf"^trainer.steps: unknown key in {path} \(did you mean trainer.num_train_steps\?\)$",
+        match=rf"^trainer.steps: unknown key in {path}; steps \(torchtitan\) is trainer.num_train_steps "
+        "here$",
     ):
         load_config(path)
     path.write_text("data:\n  sources:\n    web: {storee: s}\n")
