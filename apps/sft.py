@@ -11,7 +11,8 @@ from its parameters with a fresh optimizer at step 0.
 ``--data`` is chat data: JSON Lines (one ``{"messages": [{"role": ..., "content": ...}, ...]}`` per line), a
 ``.json`` file of such lines or of one array of them, or Parquet or Arrow (``save_to_disk``'s) with a
 ``messages`` column (or TRL's ``prompt`` and ``completion``, of which only the completion is trained, or
-ShareGPT's ``conversations`` of ``from``/``value`` turns), files, directories, URLs or a data set's Hub name
+ShareGPT's ``conversations`` of ``from``/``value`` turns, or Alpaca's ``instruction``, ``input`` and
+``output``), files, directories, URLs or a data set's Hub name
 in the cache, comma-separated; a data set's test split is held out. Conversations are rendered by
 ``data.chat.template`` (``auto``: the base's own template, else Llama 3's layout), packed whole into rows
 (each with its own positions, never attending to another), and the loss is the assistant's tokens only.

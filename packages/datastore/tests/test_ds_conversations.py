@@ -65,10 +65,16 @@ BAD = [
     ("[1, 2]", "not a JSON object with a 'messages' field (it is a list)"),
     (
         {"text": "hello"},
-        "no 'messages' field, nor a 'prompt' and a 'completion', nor ShareGPT's 'conversations' (pass "
-        "--text-field FIELD to name another)",
+        "no 'messages' field, nor a 'prompt' and a 'completion', nor ShareGPT's 'conversations', nor "
+        "Alpaca's 'instruction' and 'output' (pass --text-field FIELD to name another)",
     ),
     ({"prompt": "2 + 2?"}, "no 'messages' field, nor a 'prompt' and a 'completion'"),
+    ({"instruction": "Add.", "output": 4}, "field 'output' is a number, not a string"),
+    ({"instruction": "Add.", "input": ["2"], "output": "4"}, "field 'input' is a list, not a string"),
+    (
+        {"instruction": "Add.", "output": "4", "history": [["Hi"]]},
+        "field 'history' is not a list of [query, ",
+    ),
     (
         {"prompt": "2 + 2?", "completion": 4},
         "field 'completion' is a number, not a string or a list of messages",
@@ -129,10 +135,10 @@ def test_the_remedy_for_another_field_is_said_only_when_the_caller_offers_one(tm
     with pytest.raises(
         BadLineError,
         match=r"line 1: no 'messages' field, nor a 'prompt' and a 'completion', nor ShareGPT's "
-        r"'conversations'$",
+        r"'conversations', nor Alpaca's 'instruction' and 'output'$",
     ):
         _read(path, ReadPolicy(text_field_flag=None))
-    with pytest.raises(BadLineError, match=r"'conversations' \(pass --data\.field X to name another\)$"):
+    with pytest.raises(BadLineError, match=r"'output' \(pass --data\.field X to name another\)$"):
         _read(path, ReadPolicy(text_field_flag="--data.field X"), field="chat")
 
 
@@ -329,6 +335,39 @@ def test_sharegpt_turns_are_messages_with_the_records_system_prompt_first(tmp_pa
         _read(tmp_path / "b.parquet")
 
 
+def test_alpaca_records_are_a_users_instruction_and_the_assistants_output(tmp_path):
+    """Stanford Alpaca's `instruction`, `input`, `output` (and LLaMA-Factory's `system`, `history`), in JSON
+    Lines and in Parquet, as LLaMA-Factory reads them: the instruction and a non-empty input joined by a
+    newline."""
+    asked = {"role": "user", "content": "Add the numbers.\n2 + 2"}
+    path = _jsonl(
+        tmp_path / "a.jsonl",
+        {"instruction": "Add the numbers.", "input": "2 + 2", "output": "4"},
+        {"instruction": "Hi", "input": "", "output": "Hello"},
+        {"instruction": "Hi", "output": "Hello", "system": "Be brief.", "history": [["Q", "A"]]},
+    )
+    assert [c.messages for c in _read(path)] == [
+        (asked, {"role": "assistant", "content": "4"}),
+        tuple(HELLO),
+        (
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Q"},
+            {"role": "assistant", "content": "A"},
+            *HELLO,
+        ),
+    ]
+    table = pa.table({"instruction": ["Add the numbers.", "Hi"], "input": ["2 + 2", None],
+                      "output": ["4", "Hello"]})  # fmt: skip
+    pq.write_table(table, tmp_path / "a.parquet")
+    assert [c.messages for c in _read(tmp_path / "a.parquet")] == [
+        (asked, {"role": "assistant", "content": "4"}),
+        tuple(HELLO),
+    ]
+    pq.write_table(table.set_column(2, "output", pa.array([4, 5])), tmp_path / "b.parquet")
+    with pytest.raises(InputError, match=r"b\.parquet: column 'output' holds int64, not text"):
+        _read(tmp_path / "b.parquet")
+
+
 def test_a_message_that_calls_tools_needs_no_content(tmp_path):
     call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 2}}}
     calling = [
@@ -386,7 +425,7 @@ def test_a_parquet_file_without_a_column_of_conversations_is_an_error_naming_it(
     with pytest.raises(
         InputError,
         match=r"a\.parquet: no column 'messages', nor a 'prompt' and a 'completion', nor ShareGPT's "
-        r"'conversations' \(columns: text\); pass",
+        r"'conversations', nor Alpaca's 'instruction' and 'output' \(columns: text\); pass",
     ):
         _read(tmp_path / "a.parquet")
     pq.write_table(pa.table({"messages": ["hello"]}), tmp_path / "b.parquet")

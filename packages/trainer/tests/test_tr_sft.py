@@ -128,7 +128,7 @@ def test_a_data_sets_test_split_is_held_out_whole_and_its_train_split_trained_wh
     (tmp_path / "small" / "data" / "test-00000-of-00001.jsonl").write_text("".join(lines[200:201]))
     with pytest.raises(
         TrainerError,
-        match=r"eval_store: .*-test-.* packs into 1 rows, fewer than one evaluation batch of 4; hold out the "
+        match=r"eval_store: .*-test-.* packs into 1 row, fewer than one evaluation batch of 4; hold out the "
         r"store's tail instead",
     ):
         small = sft_config(*cache, data=tmp_path / "small")

@@ -12,9 +12,11 @@ or a string (one user message, one assistant message); the conversation is the t
 completion is trained (`Conversation.prompt_messages`). Or it may hold ShareGPT's `conversations`, turns of
 `from` (`human`, `gpt`, `system`, `tool`; LLaMA-Factory's `function_call`, a call as JSON text, and
 `observation`, its result) and `value`, read as messages after its `system` text (`sharegpt_messages`), as
-Axolotl and LLaMA-Factory read them. A conversation that is not such a list stops the read naming its file and
-line (or row), or is skipped and noted when the policy skips bad lines; one that is not UTF-8 text is handled
-as a document is (`ReadPolicy.invalid_utf8`).
+Axolotl and LLaMA-Factory read them. Or Alpaca's `instruction`, optional `input`, and `output` (Stanford
+Alpaca's and its derivatives' form, with LLaMA-Factory's optional `system` and `history`), read as a user's
+message and the assistant's reply (`alpaca_messages`). A conversation that is not such a list stops the read
+naming its file and line (or row), or is skipped and noted when the policy skips bad lines; one that is not
+UTF-8 text is handled as a document is (`ReadPolicy.invalid_utf8`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ REFUSED = "refused_conversations"  # the count of bad conversations skipped, in 
 PROMPT, COMPLETION = "prompt", "completion"  # TRL's prompt-completion fields
 TOOLS = "tools"  # the definitions of the tools a conversation may call, beside its messages
 SHAREGPT, SYSTEM = "conversations", "system"  # ShareGPT's turns, and the system prompt beside them
+INSTRUCTION, INPUT, OUTPUT, HISTORY = "instruction", "input", "output", "history"  # Alpaca's fields
 SHAREGPT_ROLES = {  # who speaks a ShareGPT turn (its `from`) -> the role of its message
     "human": "user",
     "user": "user",
@@ -228,6 +231,37 @@ def sharegpt_messages(value: Any, system: Any = None, field: str = SHAREGPT) -> 
     return messages
 
 
+def alpaca_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Alpaca's `instruction`, optional `input` and `output` as messages, as LLaMA-Factory reads them: the
+    record's `system` text first, then each earlier exchange of its `history` (`[query, response]` pairs),
+    then the user's instruction and input joined by a newline, and the assistant's output; a `BadLineError`
+    naming a field that is not what it should be.
+
+    >>> alpaca_messages({"instruction": "Add the numbers.", "input": "2 + 2", "output": "4"})
+    [{'role': 'user', 'content': 'Add the numbers.\\n2 + 2'}, {'role': 'assistant', 'content': '4'}]
+    >>> alpaca_messages({"instruction": "Add.", "output": 4})
+    Traceback (most recent call last):
+    ...
+    meltemi.datastore.errors.BadLineError: field 'output' is a number, not a string
+    """
+    for name in (INSTRUCTION, OUTPUT, INPUT, SYSTEM):
+        value = record.get(name)
+        if not isinstance(value, str) and (name in (INSTRUCTION, OUTPUT) or value is not None):
+            raise BadLineError(f"field {name!r} is {_kind(value)}, not a string")
+    history = record.get(HISTORY) or []
+    pairs = isinstance(history, list) and all(
+        isinstance(pair, list) and len(pair) == 2 and all(isinstance(text, str) for text in pair)
+        for pair in history
+    )
+    if not pairs:
+        raise BadLineError(f"field {HISTORY!r} is not a list of [query, response] pairs of strings")
+    messages = [{"role": "system", "content": record[SYSTEM]}] if record.get(SYSTEM) else []
+    for query, response in history:
+        messages += [{"role": "user", "content": query}, {"role": "assistant", "content": response}]
+    query = "\n".join(text for text in (record[INSTRUCTION], record.get(INPUT)) if text)
+    return [*messages, {"role": "user", "content": query}, {"role": "assistant", "content": record[OUTPUT]}]
+
+
 def _calls(value: Any, field: str, number: int) -> list[dict[str, Any]]:
     """A `function_call` turn's value (JSON text of one call `{"name", "arguments"}`, or a list of them) as
     the `tool_calls` of a message, as transformers' templates read them.
@@ -246,6 +280,12 @@ def _calls(value: Any, field: str, number: int) -> list[dict[str, Any]]:
             '({"name": ..., "arguments": ...}) or of a list of them'
         )
     return [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]
+
+
+_NOR_OTHER_FORMS = (
+    f"nor a {PROMPT!r} and a {COMPLETION!r}, nor ShareGPT's {SHAREGPT!r}, nor Alpaca's {INSTRUCTION!r} and "
+    f"{OUTPUT!r}"
+)
 
 
 def _is_call(call: Any) -> bool:
@@ -298,11 +338,11 @@ def _record_conversation(
         messages = checked_messages(
             sharegpt_messages(record[SHAREGPT], record.get(SYSTEM), SHAREGPT), SHAREGPT
         )
+    elif INSTRUCTION in record and OUTPUT in record:
+        messages = checked_messages(alpaca_messages(record), INSTRUCTION)
     else:
         another = policy.another_field(" (pass {} to name another)")
-        raise BadLineError(
-            f"no {field!r} field, nor a {PROMPT!r} and a {COMPLETION!r}, nor ShareGPT's {SHAREGPT!r}{another}"
-        )
+        raise BadLineError(f"no {field!r} field, {_NOR_OTHER_FORMS}{another}")
     if escaped:
         messages = _without_lone_surrogates(messages, place, policy, notes)
     tools = checked_tools(record.get(TOOLS))
@@ -427,10 +467,13 @@ def _conversation_columns(source, schema, field: str, policy: ReadPolicy) -> lis
         columns, texts = [turns, *([SYSTEM] if SYSTEM in names and SYSTEM != turns else []), *tools], [SYSTEM]
     elif PROMPT in names and COMPLETION in names:
         columns, texts = [PROMPT, COMPLETION, *tools], [PROMPT, COMPLETION]
+    elif INSTRUCTION in names and OUTPUT in names:
+        texts = [INSTRUCTION, *(name for name in (INPUT, SYSTEM) if name in names), OUTPUT]
+        columns = [*texts, *([HISTORY] if HISTORY in names else []), *tools]
     else:
         raise InputError(
-            f"{source.name}: no column {field!r}, nor a {PROMPT!r} and a {COMPLETION!r}, nor ShareGPT's "
-            f"{SHAREGPT!r} (columns: {', '.join(names)}){policy.another_field('; pass {}')}"
+            f"{source.name}: no column {field!r}, {_NOR_OTHER_FORMS} (columns: {', '.join(names)})"
+            f"{policy.another_field('; pass {}')}"
         )
     for name in columns:
         kind = schema.field(name).type
@@ -445,6 +488,12 @@ def _conversation_columns(source, schema, field: str, policy: ReadPolicy) -> lis
             )
         if name == SYSTEM and name != columns[0] and not strings:
             raise InputError(f"{source.name}: column {name!r} holds {kind}, not text (a system prompt)")
+        if columns[0] == INSTRUCTION and name in texts and not strings:  # Alpaca's columns are text
+            raise InputError(f"{source.name}: column {name!r} holds {kind}, not text")
+        if name == HISTORY:
+            if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+                raise InputError(f"{source.name}: column {name!r} holds {kind}, not [query, response] pairs")
+            continue
         if not (lists or strings):
             held = "text or a list of messages" if name in (PROMPT, COMPLETION) else "conversations"
             raise InputError(

@@ -374,7 +374,7 @@ class SourceConfig(Section):
         None,
         description="a file, directory or URL built into a store on first use: text, JSONL, Parquet or "
         "Arrow; for chat, JSON, JSONL, Parquet or Arrow whose messages field holds the conversation (or a "
-        "prompt and a completion, or ShareGPT's conversations)",
+        "prompt and a completion, ShareGPT's conversations, or Alpaca's instruction, input and output)",
     )
     format: DataFormat = Field(
         "text", description="what the corpus holds: text documents or chat conversations"

@@ -105,16 +105,18 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
     if eval_steps < 1:
         smallest = min(held, key=lambda n: held[n].num_sequences)
         if (eval_store := data.sources[smallest].eval_store) is not None:
-            rows = "packs into" if smallest in chats else "holds"
+            rows, count = "packs into" if smallest in chats else "holds", held[smallest].num_sequences
             raise DataError(
-                f"data.sources.{smallest}.eval_store: {eval_store} {rows} {held[smallest].num_sequences} "
-                f"rows, fewer than one evaluation batch of {eval_batch}; hold out the store's tail instead "
+                f"data.sources.{smallest}.eval_store: {eval_store} {rows} {count} row{'s' * (count != 1)}, "
+                f"fewer than one evaluation batch of {eval_batch}; hold out the store's tail instead "
                 "(--data.held_out tail) or evaluate fewer rows at once (trainer.global_batch_size)"
             )
+        count = held[smallest].num_sequences
         raise DataError(
-            f"data.eval_fraction: the held-out split of source {smallest!r} has "
-            f"{held[smallest].num_sequences} sequences, fewer than one evaluation batch of {eval_batch}; "
-            "raise data.eval_fraction"
+            f"data.eval_fraction: the held-out split of source {smallest!r} has {count} "
+            f"sequence{'s' * (count != 1)}, fewer than one evaluation batch of {eval_batch}; raise "
+            f"data.eval_fraction (now {data.eval_fraction}) or evaluate fewer rows at once "
+            "(trainer.global_batch_size)"
         )
     return RunData(
         train=BatchLoader(mixture, trainer.global_batch_size, process_index, process_count),
