@@ -72,7 +72,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--scale-up-every", "S", "with fewer than --slices, look for more every S seconds (default 300)", float, "launch"),  # noqa: E501
     Flag("--max-failures", "N", "restart the job after an exception in the training up to N times (default 0)", int, "launch"),  # noqa: E501
     Flag("--base", "RUN_OR_HF_DIR", "the model to fine-tune: a run, a step-N checkpoint or a Hugging Face directory, local or in a bucket (trainer.initialize_from)", group="fine-tuning"),  # noqa: E501
-    Flag("--data", "PATHS", "chat data, comma-separated JSON, JSONL, Parquet or Arrow files, directories or URLs with a messages field (or a prompt and a completion); each one a source of equal weight (data.sources)", group="fine-tuning"),  # noqa: E501
+    Flag("--data", "PATHS", "chat data, comma-separated JSON, JSONL, Parquet or Arrow files, directories or URLs with a messages field (or a prompt and a completion, ShareGPT's conversations, Alpaca's instruction and output); each one a source of equal weight (data.sources)", group="fine-tuning"),  # noqa: E501
     Flag("--subset", "NAME", "the subset of --data's data sets to read, as the configs of their README.md name it (load_dataset's name; data.sources.NAME.subset)", group="fine-tuning"),  # noqa: E501
 )  # fmt: skip
 _BY_NAME = {flag.name: flag for flag in FLAGS}
