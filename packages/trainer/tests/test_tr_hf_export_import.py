@@ -509,3 +509,26 @@ def test_a_directory_s_model_files_are_read_as_transformers_writes_them_and_bad_
         match=r"empty holds no checkpoint .* and is no Hugging Face model \(no config.json\)$",
     ):
         locate_model(tmp_path / "empty")
+
+
+def test_a_model_larger_than_the_machines_memory_is_refused_before_it_is_read(exported, base, monkeypatch):
+    """On a CPU, a model too large to hold is refused naming it and its size, instead of a process the system
+    kills while it reads the weights; a half-size copy that fits loads."""
+    from meltemi.trainer.checkpoint.trained_model import load_model
+    from meltemi.trainer.errors import HostMemoryError
+    from meltemi.trainer.step.host_memory import HostMemory
+
+    count = sum(leaf.size for leaf in jax.tree.leaves(Llama.init(SMALL, key=jax.random.key(0))))
+    monkeypatch.setattr(HostMemory, "now", staticmethod(lambda: HostMemory(3 * count, "available")))
+    with pytest.raises(HostMemoryError) as caught:
+        load_model(str(exported), dtype="float32")
+    gib = {name: f"{n * count / 2**30:.1f} GiB" for name, n in (("needed", 4), ("there", 3))}
+    assert str(caught.value) == (
+        f"{exported}: the model ({count:,} parameters in float32) needs {gib['needed']} of memory and this "
+        f"machine has {gib['there']} available: loading it would be killed (--dtype bfloat16 holds it in "
+        "half)"
+    )
+    assert load_model(str(exported), dtype="bfloat16").model.embed_tokens.weight.dtype == jnp.bfloat16
+    monkeypatch.setattr(HostMemory, "now", staticmethod(lambda: HostMemory(1, "available")))
+    with pytest.raises(HostMemoryError, match=r"step-\d+: the model \([\d,]+ parameters in float32\) needs "):
+        load_model(base)  # a run's checkpoint, read in its own dtype

@@ -83,14 +83,15 @@ def test_a_step_larger_than_the_machines_memory_is_refused_before_its_state_and_
 ):
     """On a CPU such a run was made (its state allocated, its directory written) and then killed by the
     system at its first step, with no word of why."""
-    from meltemi.trainer.plan.budget import HostMemory
+    from meltemi.trainer.errors import HostMemoryError
+    from meltemi.trainer.step.host_memory import HostMemory
 
     make_trainer(make_config(), run_dir).run()
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     monkeypatch.setattr(HostMemory, "now", staticmethod(lambda: HostMemory(1 << 20, "available")))
     made = []
     monkeypatch.setattr("meltemi.trainer.trainer.starting_state", lambda *a, **k: made.append(1))
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(HostMemoryError) as caught:
         make_trainer(
             make_config("--trainer.num_train_steps", "12", "--optimizer.extension", "tail"), run_dir
         ).run()

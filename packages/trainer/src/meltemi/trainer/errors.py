@@ -23,3 +23,8 @@ class NonFiniteError(TrainerError):
 
 class CheckpointError(TrainerError):
     """A checkpoint is incomplete, damaged, or does not fit the config (the message names it)."""
+
+
+class HostMemoryError(TrainerError):
+    """On a CPU, a train step or a model larger than the memory the machine has (the message says by how
+    much, and how to fit)."""

@@ -29,10 +29,9 @@ from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data.run_data import RunData, open_data
 from meltemi.trainer.data.run_tokenizer import TokenizerRecord, copy_into_run, file_sha256, tokenizer_at
-from meltemi.trainer.errors import ConfigError, TrainerError
+from meltemi.trainer.errors import HostMemoryError, TrainerError
 from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
 from meltemi.trainer.phase.initialize import initialize_from_base, resolve_run
-from meltemi.trainer.plan.budget import HostMemory
 from meltemi.trainer.run.loop import StepLoop
 from meltemi.trainer.run.plots import plot_loss
 from meltemi.trainer.run.progress import TrainingProgress
@@ -44,6 +43,7 @@ from meltemi.trainer.step import compile_cache
 from meltemi.trainer.step.cache_mirror import open_mirror
 from meltemi.trainer.step.distributed import wait_for_every_process
 from meltemi.trainer.step.eval_step import BatchSums, make_eval_step, summarize
+from meltemi.trainer.step.host_memory import HostMemory
 from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.step.program import CompileReport, TrainProgram
 from meltemi.trainer.step.train_step import TrainState
@@ -504,7 +504,7 @@ class Trainer:
                 "set trainer.microbatch_size (each step in several passes)"]  # fmt: skip
         if self.config.model.remat != "full":
             ways.append("set model.remat full")
-        raise ConfigError(
+        raise HostMemoryError(
             f"{shortfall}: it would be killed at its first step. To fit, {', '.join(ways)}, or train a "
             "smaller model (--config configs/tiny.yaml); --dry-run plans a config without training it"
         )

@@ -27,11 +27,12 @@ from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text, run_tokenizer
-from meltemi.trainer.errors import CheckpointError
+from meltemi.trainer.errors import CheckpointError, HostMemoryError
 from meltemi.trainer.hf.load import import_hf
 from meltemi.trainer.hf.model_files import CONFIG as HF_CONFIG
 from meltemi.trainer.hf.model_files import read_model_files
 from meltemi.trainer.model.llama import Llama, cast_floating
+from meltemi.trainer.step.host_memory import HostMemory
 from meltemi.trainer.step.mesh import InferenceLayout, inference_layout
 
 logger = logging.getLogger("meltemi.trainer")
@@ -167,6 +168,7 @@ def load_model(
             config = validate(manifest.config, where=path.where(MANIFEST), recorded=True)
             layout = inference_layout(config, devices)
             abstract = abstract_model(config)
+            check_host_memory(abstract, config.trainer.param_dtype, layout, path.where())
             model = restore(
                 path, manifest, abstract, layout.plan.parameter_shardings(abstract), prefix="model."
             )
@@ -177,6 +179,21 @@ def load_model(
         trained = TrainedModel(config, model, layout, path.location, tokenizer, end, manifest.chat)
         return trained if dtype is None else trained.in_dtype(dtype)
     raise CheckpointError(f"{location}: no checkpoint there reads back whole")
+
+
+def check_host_memory(
+    abstract: Llama, dtype: str, layout: InferenceLayout, where: str, remedy: str = ""
+) -> None:
+    """On a CPU, refuse to load a model whose parameters (``abstract``'s shapes, held in ``dtype``) are larger
+    than the memory this machine has: a ``HostMemoryError`` naming ``where``, instead of a process the system
+    kills while it reads them."""
+    if layout.plan.mesh.devices.flat[0].platform != "cpu" or (memory := HostMemory.now()) is None:
+        return
+    count = sum(leaf.size for leaf in jax.tree.leaves(abstract) if hasattr(leaf, "dtype"))
+    size = count * jnp.dtype(dtype).itemsize
+    shortfall = memory.shortfall(size, 1, f"the model ({count:,} parameters in {dtype})")
+    if shortfall is not None:
+        raise HostMemoryError(f"{where}: {shortfall}: loading it would be killed{remedy}")
 
 
 def _hf_model(directory: Directory, devices: Sequence[jax.Device] | None, dtype: str | None) -> TrainedModel:
@@ -190,6 +207,8 @@ def _hf_model(directory: Directory, devices: Sequence[jax.Device] | None, dtype:
     data = {"seq_len": min(RunConfig().data.seq_len, files.model.max_seq_len)}
     config = RunConfig.model_validate({"model": files.model.model_dump(), "trainer": trainer, "data": data})
     layout = inference_layout(config, devices)
+    smaller = " (--dtype bfloat16 holds it in half)" if dtype == "float32" else ""
+    check_host_memory(abstract_model(config), dtype, layout, str(directory.location), smaller)
     _, model = import_hf(directory, config.model, dtype=dtype, plan=layout.plan)
     where, chat = directory.location, files.chat
     return TrainedModel(
