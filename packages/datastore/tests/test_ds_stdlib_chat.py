@@ -101,9 +101,9 @@ def sample(tmp_path) -> Path:
 
 @pytest.fixture(scope="module")
 def library_files() -> list[str]:
-    """A spread of the standard library: every 25th module, plus json and heapq."""
+    """A spread of the standard library: every 20th module, plus json and heapq."""
     files = corpora.python_stdlib()
-    chosen = set(files[::25]) | {f for f in files if "/json/" in f or f.endswith("/heapq.py")}
+    chosen = set(files[::20]) | {f for f in files if "/json/" in f or f.endswith("/heapq.py")}
     return sorted(chosen)
 
 
