@@ -293,7 +293,7 @@ def test_bad_evaluation_flags_are_one_line(tmp_path, args, status, message):
         (["--config", "missing.yaml"], r"^error: config file 'missing.yaml' does not exist$"),
         (["--data.corpus", "nothere.txt"], r"^error: data.corpus: nothere.txt: no such file or directory$"),
         (["--run-dir", "blocker/run"], r"^error: run directory blocker/run: cannot write there"),
-        (["--data.stores", "no/such/store"], r"^error: data.stores: no/such/store: no such token store \(the directory does not exist\)$"),  # noqa: E501
+        (["--data.stores", "no/such/store"], r"^error: data.stores: no/such/store: no such token store \(the directory does not exist\): build one from your files \(uv run python -m meltemi.datastore build --input FILES --tokenizer TOKENIZER_JSON --out no/such/store\), or name files or a data set to build one from on first use \(--data.corpus PATH\)$"),  # noqa: E501
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_loses_nothing(with_default_corpus, tmp_path, args, message):

@@ -51,8 +51,15 @@ def test_a_held_out_split_smaller_than_a_batch_is_named(make_config, run_dir):
 
 
 def test_a_missing_store_and_no_store_at_all_are_named(make_config, run_dir, tmp_path):
-    with pytest.raises(DataError, match=r"^data.sources.py.store: "):
-        make_trainer(make_config("--data.sources", "{py: {store: %s}}" % (tmp_path / "nope")), run_dir)
+    nope = tmp_path / "nope"
+    with pytest.raises(DataError) as caught:
+        make_trainer(make_config("--data.sources", f"{{py: {{store: {nope}}}}}"), run_dir)
+    build = f"uv run python -m meltemi.datastore build --input FILES --tokenizer TOKENIZER_JSON --out {nope}"
+    assert str(caught.value) == (
+        f"data.sources.py.store: {nope}: no such token store (the directory does not exist): build one from "
+        f"your files ({build}), or name files or a data set to build one from on first use (--data.corpus "
+        "PATH)"
+    )
     with pytest.raises(DataError, match=r"^data.sources is empty"):
         make_trainer(make_config("--data.sources", "{}"), run_dir)
 

@@ -69,6 +69,10 @@ class SourceChangedError(DatastoreError):
     """A source file differs from the one an existing (or half-built) store was made from."""
 
 
+class NoSuchStoreError(DatastoreError):
+    """A local store's directory does not exist (nothing was built there)."""
+
+
 class IncompleteStoreError(DatastoreError):
     """The store's build has not finished; the message says how far it got and how to finish it."""
 

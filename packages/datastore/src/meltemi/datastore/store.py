@@ -17,6 +17,7 @@ from meltemi.datastore.errors import (
     DatastoreError,
     IncompleteStoreError,
     IntegrityError,
+    NoSuchStoreError,
     TokenizerMismatchError,
 )
 from meltemi.datastore.files import StoreFiles, open_files
@@ -408,5 +409,5 @@ def _why_not_a_store(location: str, directory: Directory) -> DatastoreError:
             f"{location} is an incomplete token store: its build stopped before planning; run the build again"
         )
     if local is not None and not local.exists():
-        return DatastoreError(f"{location}: no such token store (the directory does not exist)")
+        return NoSuchStoreError(f"{location}: no such token store (the directory does not exist)")
     return DatastoreError(f"{location} is not a token store (it has no {MANIFEST})")

@@ -20,6 +20,7 @@ from meltemi.datastore import (
     BatchSchedule,
     DatastoreError,
     MixtureDataset,
+    NoSuchStoreError,
     PackedDataset,
     SequenceDataset,
     TokenStore,
@@ -31,6 +32,7 @@ from meltemi.trainer.adapters import data_key
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text
+from meltemi.trainer.data.sources import BUILD_A_STORE
 from meltemi.trainer.errors import DataError
 
 
@@ -53,6 +55,8 @@ class RunData:
 def _open_store(name: str, path: str, tokenizer: str | None, field: str = "store") -> TokenStore:
     try:
         return TokenStore.open(path, tokenizer=tokenizer)
+    except NoSuchStoreError as e:
+        raise DataError(f"data.sources.{name}.{field}: {e}: {BUILD_A_STORE.format(path=path)}") from None
     except DatastoreError as e:
         raise DataError(f"data.sources.{name}.{field}: {e}") from None
 

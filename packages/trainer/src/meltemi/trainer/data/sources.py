@@ -50,6 +50,11 @@ CORPUS_FLAGS = {
     "invalid_utf8": "--data.invalid_utf8 {}",
     "overwrite": "--data.rebuild_corpus true",
 }
+BUILD_A_STORE = (  # what to do about a store that is not there: {path} is where it was looked for
+    "build one from your files (uv run python -m meltemi.datastore build --input FILES --tokenizer "
+    "TOKENIZER_JSON --out {path}), or name files or a data set to build one from on first use "
+    "(--data.corpus PATH)"
+)
 SOURCE_FLAGS = CORPUS_FLAGS | {  # and a chat corpus's options
     "loss_on": "--data.chat.loss_on {}",
     "overlong": "--data.chat.overlong {}",
@@ -94,7 +99,10 @@ def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.std
     if data.stores:
         for store in data.stores:
             if _missing(store, Path.is_dir):
-                raise ConfigError(f"data.stores: {store}: no such token store (the directory does not exist)")
+                raise ConfigError(
+                    f"data.stores: {store}: no such token store (the directory does not exist): "
+                    f"{BUILD_A_STORE.format(path=store)}"
+                )
         sources = {name: {"store": store} for name, store in _store_names(data.stores).items()}
     elif data.corpus is not None:
         if data.corpus != STDLIB and _missing(local_or_cached(data.corpus, "dataset"), Path.exists):
