@@ -111,3 +111,28 @@ def test_a_step_larger_than_the_machines_memory_is_refused_before_its_state_and_
     ), caught.value
     assert not made  # no state was made
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_second_run_in_a_directory_a_run_is_training_in_is_refused_naming_it(make_config, run_dir):
+    """Two runs writing one directory at once would interleave their records and checkpoints."""
+    import os
+
+    from meltemi.trainer.run_directory import RunDirectory
+
+    make_trainer(make_config(), run_dir).run()  # a run, done: its lock is let go
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != ".lock"}
+    held = RunDirectory.of(run_dir).hold()  # another run, training there now
+    try:
+        more = make_config("--trainer.num_train_steps", "8", "--optimizer.extension", "tail")
+        with pytest.raises(TrainerError) as caught:
+            make_trainer(more, run_dir).run()
+        assert re.fullmatch(
+            rf"run directory {run_dir}: another run is training in it \(process {os.getpid()} on \S+, since "
+            r"[\d-]+ [\d:]+\); wait for it to end, stop it \(Ctrl-C saves a checkpoint\), or train in "
+            r"another directory \(--run-dir DIR\)",
+            str(caught.value),
+        ), caught.value
+        assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != ".lock"} == before
+    finally:
+        held.release()
+    assert make_trainer(more, run_dir).run().steps == 8  # the directory is free again

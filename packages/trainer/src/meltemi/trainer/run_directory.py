@@ -10,6 +10,7 @@ and under which names (its layout, the one place those names are written), and w
           events.jsonl          a slice job's events (--launch ray)   EVENTS
           checkpoints/step-N/   the checkpoints                       CHECKPOINTS
           profile/              a profiler trace (trainer.profiler)   PROFILE
+          .lock                 held by the run training in it        LOCK
 
 The compilation cache is not in it: it is the host's (``step.compile_cache``), mirrored in the run's bucket
 (``step.cache_mirror``).
@@ -25,7 +26,10 @@ True
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
+import socket
+import time
 from typing import ClassVar
 
 from meltemi.datastore.errors import StorageError
@@ -47,6 +51,7 @@ class RunDirectory:
     EVENTS: ClassVar[str] = "events.jsonl"
     CHECKPOINTS: ClassVar[str] = "checkpoints"
     PROFILE: ClassVar[str] = "profile"
+    LOCK: ClassVar[str] = ".lock"
 
     @staticmethod
     def of(where: str | os.PathLike | Location | RunDirectory) -> RunDirectory:
@@ -87,5 +92,41 @@ class RunDirectory:
         else:
             check_writable(self.location, once=True)
 
+    def hold(self) -> RunLock | None:
+        """Take a local run directory for this process's run (made if need be), until ``RunLock.release``
+        or the process ends, even killed: a second run training in it at once would interleave its records
+        and checkpoints with the first's, so it is a ``TrainerError`` naming the holder (its process, host
+        and start) and changing nothing. A bucket has no locks: None."""
+        if not self.is_local:
+            return None
+        path = self.location.local_path
+        path.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(descriptor, 512, 0).decode("utf-8", "replace").strip() or "another process"
+            os.close(descriptor)
+            raise TrainerError(
+                f"run directory {self.location}: another run is training in it ({holder}); wait for it to "
+                "end, stop it (Ctrl-C saves a checkpoint), or train in another directory (--run-dir DIR)"
+            ) from None
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"process {os.getpid()} on {socket.gethostname()}, since {started}".encode(), 0)
+        return RunLock(descriptor)
+
     def __str__(self) -> str:
         return str(self.location)
+
+
+@dataclasses.dataclass
+class RunLock:
+    """A run directory held by this process (``RunDirectory.hold``)."""
+
+    descriptor: int | None
+
+    def release(self) -> None:
+        if self.descriptor is not None:
+            os.close(self.descriptor)  # the lock goes with it
+            self.descriptor = None

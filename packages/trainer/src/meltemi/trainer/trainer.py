@@ -38,7 +38,7 @@ from meltemi.trainer.run.progress import TrainingProgress
 from meltemi.trainer.run.signals import StopSignals, exit_status
 from meltemi.trainer.run.startup import StartupClock
 from meltemi.trainer.run.trackers import Trackers, read_metrics, rewind_record
-from meltemi.trainer.run_directory import RunDirectory
+from meltemi.trainer.run_directory import RunDirectory, RunLock
 from meltemi.trainer.step import compile_cache
 from meltemi.trainer.step.cache_mirror import open_mirror
 from meltemi.trainer.step.distributed import wait_for_every_process
@@ -174,6 +174,7 @@ class Trainer:
         self._eval_compiled: set[int] = set()  # batch sizes
         self._batch_layouts: dict[int, dict[str, tuple]] = {}
         self.compile_report: CompileReport | None = None
+        self.run_lock: RunLock | None = None  # the run directory, held while this run writes it
 
     def initial_state(self) -> TrainState:
         """The step-0 state, created directly in its sharded layout."""
@@ -272,6 +273,7 @@ class Trainer:
             return Trackers([]), record
         first_logged = start_step + 1 if start_step else 0
         try:
+            self.run_lock = self.directory.hold()  # another run training here: refused, nothing written
             record = None if tokenizer is None else copy_into_run(tokenizer, self.run_files, resumed=resumed)
             self.run_files.write_text(RunDirectory.CONFIG, dump_config(self.config))
             for name, first in ((RunDirectory.METRICS, first_logged), (RunDirectory.BATCHES, start_step)):
@@ -362,6 +364,9 @@ class Trainer:
                 self._sync_cache_mirror("push", progress.note)  # the eval and sampling programs too
         finally:
             trackers.close()
+            if self.run_lock is not None:
+                self.run_lock.release()
+                self.run_lock = None
         records = read_metrics(self.run_dir / RunDirectory.METRICS)
         plot = (
             plot_loss(records, self.run_files, RunDirectory.LOSS_PLOT)
