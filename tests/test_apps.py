@@ -220,6 +220,22 @@ def test_the_8b_dry_run_plans_a_reduced_mesh_and_reports_consistent_memory(tmp_p
     assert re.search(r"against 32 GiB per TPU v4: (fits|does NOT fit)", out)
 
 
+def test_a_dry_run_with_no_device_count_plans_one_device_and_says_so(tmp_path):
+    """`--dry-run` of the default preset (its mesh's data axis -1, no hardware.devices) was an error asking
+    for a count; so was configs/llama_1b.yaml's own `--dry-run --hardware.chip H100`."""
+    result = app("pretrain.py", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "planning for one device: no --devices, hardware.devices or mesh without -1 says more (--devices N "
+        "plans for N)"
+    )
+    assert (
+        "devices: 1 (chip not set: hardware.chip), mesh {'replica': 1, 'data': 1, 'model': 1}"
+        in result.stdout
+    )
+    assert not list(tmp_path.iterdir())  # a plan writes nothing
+
+
 def test_a_dry_run_that_does_not_fit_says_by_how_much(tmp_path):
     result = app("pretrain.py", "--config", str(ROOT / "configs" / "marin_8b.yaml"), "--dry-run", "--devices", "8",  # noqa: E501
                  "--trainer.global_batch_size", "64", cwd=tmp_path, devices=8)  # fmt: skip

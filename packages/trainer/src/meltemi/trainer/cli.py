@@ -177,9 +177,12 @@ def print_sharding(config) -> int:
 
 def plan(config, command: Command) -> int:
     """The dry run: fake the target's devices on this CPU, compile the step from shapes, print the plan."""
-    from meltemi.trainer.plan.target import planning_devices, target_device_count
+    from meltemi.trainer.plan.target import planning_devices, target_devices
 
-    devices = planning_devices(target_device_count(config, command.devices))
+    target = target_devices(config, command.devices)
+    if target.assumed:
+        print(f"planning for {target.reason} (--devices N plans for N)", file=sys.stderr)
+    devices = planning_devices(target.count)
     from meltemi.trainer.plan.dry_run import format_plan, plan_run
 
     run = plan_run(config, devices, mfu=0.5 if command.mfu is None else command.mfu)
@@ -196,11 +199,14 @@ def plan_inference(config_path: str, overrides: Sequence[str], devices: int | No
     status 2 when the largest does not fit the chip, 1 (one line) on a bad input."""
     from meltemi.datastore import DatastoreError
     from meltemi.trainer.config_io import load_config
-    from meltemi.trainer.plan.target import planning_devices, target_device_count
+    from meltemi.trainer.plan.target import planning_devices, target_devices
 
     try:
         config = load_config(config_path, overrides)
-        planned = planner(config, planning_devices(target_device_count(config, devices)))
+        target = target_devices(config, devices)
+        if target.assumed:
+            print(f"planning for {target.reason} (--devices N plans for N)", file=sys.stderr)
+        planned = planner(config, planning_devices(target.count))
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -60,7 +60,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--verify", "RUN", "recompute the digests every checkpoint of RUN (a run or step-N directory) records"),  # noqa: E501
     Flag("--help", None, "this text"),
     Flag("--dry-run", None, "compile the train step ahead of time on fake CPU devices and print the plan", group="dry run"),  # noqa: E501
-    Flag("--devices", "N", "devices to plan for (default: hardware.devices, or the mesh's size)", _positive(int), "dry run"),  # noqa: E501
+    Flag("--devices", "N", "devices to plan for (default: hardware.devices, or the mesh's size, else 1)", _positive(int), "dry run"),  # noqa: E501
     Flag("--mfu", "X", "the model FLOPs utilisation the step time assumes, in (0, 1] (default 0.5)", _fraction, "dry run"),  # noqa: E501
     Flag("--launch", "ray", "train on slices through Ray, one process per host (see the README)", group="launch"),  # noqa: E501
     Flag("--slices", "N", "how many slices (default 1)", int, "launch"),

@@ -62,7 +62,11 @@ def add_checkpoint_flag(
         help="compile from shapes on fake CPU devices, print the memory (default: off)",
     )
     group.add_argument("--config", help="the run's YAML config (required with --dry-run)")
-    group.add_argument("--devices", type=positive, help="devices to plan for (default: hardware.devices)")
+    group.add_argument(
+        "--devices",
+        type=positive,
+        help="devices to plan for (default: hardware.devices, or the mesh's size, else 1)",
+    )
 
 
 def checkpoint_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:

@@ -1,33 +1,46 @@
 """The devices a dry run plans on: as many fake CPU devices as the target has, made before JAX starts.
 
-The count is ``--devices``, else ``hardware.devices``, else the mesh's size when no axis is -1. This module
-imports JAX only inside :func:`planning_devices`, after it has set the fake device count.
+The count is ``--devices``, else ``hardware.devices``, else the mesh's size when no axis is -1, else one
+device (the mesh's -1 axis takes it: a run on one GPU, or on this CPU). This module imports JAX only inside
+:func:`planning_devices`, after it has set the fake device count.
 
 >>> from meltemi.trainer.config import RunConfig
->>> target_device_count(RunConfig(hardware={"devices": 16}), None), target_device_count(RunConfig(), 4)
+>>> target_devices(RunConfig(hardware={"devices": 16}), None).count, target_devices(RunConfig(), 4).count
 (16, 4)
+>>> print(target_devices(RunConfig(), None).reason)
+one device: no --devices, hardware.devices or mesh without -1 says more
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import TrainerError
 
 
-def target_device_count(config: RunConfig, devices: int | None) -> int:
-    """How many devices to plan for: ``devices`` (a flag), ``hardware.devices``, or a fixed mesh's size;
-    a ``TrainerError`` saying how to give one when none is known."""
+@dataclasses.dataclass(frozen=True)
+class TargetDevices:
+    """How many devices a dry run plans for, why that many, and whether nothing named one (``assumed``)."""
+
+    count: int
+    reason: str
+    assumed: bool = False
+
+
+def target_devices(config: RunConfig, devices: int | None) -> TargetDevices:
+    """How many devices to plan for: ``devices`` (a flag), ``hardware.devices``, a fixed mesh's size, else
+    one."""
     mesh = config.trainer.mesh
     sizes = (mesh.replica, mesh.data, mesh.model)
-    fixed = sizes[0] * sizes[1] * sizes[2] if min(sizes) > 0 else None
-    count = devices or config.hardware.devices or fixed
-    if not count:
-        raise TrainerError(
-            "--dry-run needs a device count: --devices N, hardware.devices, or a mesh without -1"
-        )
-    return count
+    if devices:
+        return TargetDevices(devices, "--devices")
+    if config.hardware.devices:
+        return TargetDevices(config.hardware.devices, "hardware.devices")
+    if min(sizes) > 0:
+        return TargetDevices(sizes[0] * sizes[1] * sizes[2], "the mesh's size")
+    return TargetDevices(1, "one device: no --devices, hardware.devices or mesh without -1 says more", True)
 
 
 def planning_devices(count: int) -> list:
