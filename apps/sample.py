@@ -7,7 +7,9 @@
 ``--checkpoint`` is a run directory (its latest good checkpoint), a ``step-N`` directory or a Hugging Face
 directory, local or in a bucket (``s3://``, ``gs://``; by default ``runs/tiny``, where ``uv run
 apps/pretrain.py`` writes), its parameters sharded over every device; ``--prompt`` is by default the run's
-``trainer.sample_prompt`` (what its summary's sample continued); ``--temperature 0`` is greedy. The
+``trainer.sample_prompt`` (what its summary's sample continued), its last token healed (taken back when
+longer tokens begin with its text, the first new token one of those: ``--no-token-healing`` runs it as
+encoded); ``--temperature 0`` is greedy. The
 continuation is written as it is generated; progress and the speed go to stderr. ``--dry-run`` plans without a
 checkpoint: the prefill of the longest prompt the context allows and the decode loop, compiled from shapes on
 the target's devices (faked on this CPU), their memory per device against the chip's; exit status 2 when they
@@ -36,6 +38,12 @@ def main(argv: list[str]) -> int:
     add_dtype_flag(parser)
     parser.add_argument(
         "--prompt", type=non_empty, help="the text to continue (default: the run's trainer.sample_prompt)"
+    )
+    parser.add_argument(
+        "--no-token-healing",
+        action="store_true",
+        help="run the prompt's tokens as encoded (default: its last token healed, so that a prompt ending in "
+        "a space goes on with a word)",
     )
     add_sampling_flags(parser, max_new_tokens=64, temperature=0.8)
     args, overrides = parse_app_args(parser, argv)
@@ -67,6 +75,7 @@ def main(argv: list[str]) -> int:
             warn=lambda m: print(m, file=sys.stderr),
             write=to_stdout,
             dtype=args.dtype,
+            heal=not args.no_token_healing,
         )
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -171,6 +171,9 @@ def test_export_and_sample_read_the_run_directory(trained):
     assert "continuing the run's trainer.sample_prompt: 'def '" in recorded.stderr
     given = app("sample.py", "--prompt", "def ", "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)
     assert recorded.stdout == given.stdout
+    exact = app("sample.py", "--prompt", "def ", "--no-token-healing", "--max-new-tokens", "12",
+                "--temperature", "0", cwd=cwd)  # fmt: skip
+    assert exact.returncode == 0 and len(exact.stdout) > len("\n"), exact.stderr
     export = app("sample.py", "--checkpoint", "exported/tiny", "--dtype", "float32", "--prompt", "import ",
                  "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)  # fmt: skip
     assert export.returncode == 0 and export.stdout == first.stdout, export.stderr

@@ -319,6 +319,22 @@ def test_a_prompt_ending_in_a_lone_space_is_healed_and_its_text_follows_the_prom
     assert heal_prompt([*ids, end], texts).prefix == ""  # a special token is never taken back
 
 
+def test_a_checkpoints_text_prompts_are_healed_unless_told_not_to(base):
+    """`apps/sample.py` and the summary heal; `--no-token-healing` (heal=False) runs the prompt as encoded."""
+    from meltemi.trainer.checkpoint.trained_model import load_model
+    from meltemi.trainer.generate.generation import sample_checkpoint
+
+    trained = load_model(base)
+    tokenizer = Tokenizer.from_file(trained.tokenizer)
+    settings = SamplingConfig(max_new_tokens=8)
+    healed = sample_checkpoint(base, ["def "], settings)[0].completions[0]
+    exact = sample_checkpoint(base, ["def "], settings, heal=False)[0].completions[0]
+    plain = generate(trained.model, [tokenizer.encode("def ").ids], settings, tokenizer=tokenizer,
+                     eos_token_id=trained.end_of_text.stop_ids).completions[0]  # fmt: skip
+    assert exact.tokens == plain.tokens
+    assert tokenizer.decode([healed.tokens[0]]).startswith(" ")  # the space, taken back, comes first
+
+
 def test_a_stream_holds_back_what_may_begin_a_stop_string_and_a_character_still_being_spelled():
     from tokenizers import decoders, models
 

@@ -394,14 +394,15 @@ def sample_checkpoint(
     warn=None,
     write: Callable[[str], object] | None = None,
     dtype: str | None = None,
+    heal: bool = True,
 ) -> tuple[Generation, Path]:
     """Continue text prompts with a run directory's latest good checkpoint (or a ``step-N`` directory),
     sharded over every device, tokenized with the run's own tokenizer, stopping at the end-of-text token
     its checkpoint records; with ``write``, the first prompt's continuation is written as it grows. Text
-    prompts' last tokens are healed (``generate``'s ``heal``: ``"def "`` continues as a name). Prompts
-    are padded to ``padded_length``, so another prompt of about the same length reuses the compiled programs
-    (from the compilation cache, in another process); ``dtype`` holds and computes the model in another
-    dtype than its run's."""
+    prompts' last tokens are healed unless ``heal`` is False (``generate``'s ``heal``: ``"def "`` continues
+    as a name). Prompts are padded to ``padded_length``, so another prompt of about the same length reuses
+    the compiled programs (from the compilation cache, in another process); ``dtype`` holds and computes the
+    model in another dtype than its run's."""
     from meltemi.trainer.checkpoint.trained_model import load_model
     from meltemi.trainer.step import compile_cache
 
@@ -410,7 +411,7 @@ def sample_checkpoint(
     if trained.tokenizer is None:
         raise no_tokenizer(trained.checkpoint)
     tokenizer = _tokenizer(trained.tokenizer)
-    text = not isinstance(prompts, str) and all(isinstance(p, str) for p in prompts)
+    text = heal and not isinstance(prompts, str) and all(isinstance(p, str) for p in prompts)
     if not isinstance(prompts, str):  # encoded once: the lengths pick the padding, generate takes the ids
         prompts = [tokenizer.encode(p).ids if isinstance(p, str) else p for p in prompts]
     result = generate(
