@@ -67,9 +67,7 @@ from meltemi.datastore.corpora import python_stdlib
 
 MAX_LINES = 4
 MAX_CHARS = 150
-VERSION = (
-    3  # of the conversations made from the same library (3: its generated files left out); a cache names it
-)
+VERSION = 3  # of the conversations a library gives (3: its generated files left out); a cache names it
 
 Conversation = dict[str, list[dict[str, str]]]
 

@@ -180,8 +180,8 @@ def plan(config, command: Command) -> int:
     from meltemi.trainer.plan.target import planning_devices, target_devices
 
     target = target_devices(config, command.devices)
-    if target.assumed:
-        print(f"planning for {target.reason} (--devices N plans for N)", file=sys.stderr)
+    if target.note:
+        print(target.note, file=sys.stderr)
     devices = planning_devices(target.count)
     from meltemi.trainer.plan.dry_run import format_plan, plan_run
 
@@ -204,8 +204,8 @@ def plan_inference(config_path: str, overrides: Sequence[str], devices: int | No
     try:
         config = load_config(config_path, overrides)
         target = target_devices(config, devices)
-        if target.assumed:
-            print(f"planning for {target.reason} (--devices N plans for N)", file=sys.stderr)
+        if target.note:
+            print(target.note, file=sys.stderr)
         planned = planner(config, planning_devices(target.count))
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -185,10 +185,9 @@ TrainingArguments) is --trainer.num_train_steps here"
     known = elsewhere(name[2:], fine_tuning=fine_tuning)
     fields = [f"--{row[0]}" for row in describe_fields() if row[0].rsplit(".", 1)[-1] == leaf]
     near = fields[:2] or difflib.get_close_matches(name, [flag.name for flag in FLAGS], n=1, cutoff=0.6)
-    hint = f" (did you mean {' or '.join(near)}?)" if near else "" if known else "; --help lists both"
-    return ConfigError(
-        f"{name}: neither a flag of this command nor a config field{hint}{f'; {known}' * bool(known)}"
-    )
+    nearest = f" (did you mean {' or '.join(near)}?)" if near else ""
+    hint = f"{nearest}; {known}" if known else nearest or "; --help lists both"
+    return ConfigError(f"{name}: neither a flag of this command nor a config field{hint}")
 
 
 def _fine_tuning_overrides(values: dict[str, object]) -> list[str]:

@@ -28,6 +28,11 @@ class TargetDevices:
     reason: str
     assumed: bool = False
 
+    @property
+    def note(self) -> str | None:
+        """The line a dry run says when nothing named the count (None otherwise)."""
+        return f"planning for {self.reason} (--devices N plans for N)" if self.assumed else None
+
 
 def target_devices(config: RunConfig, devices: int | None) -> TargetDevices:
     """How many devices to plan for: ``devices`` (a flag), ``hardware.devices``, a fixed mesh's size, else
