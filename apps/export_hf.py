@@ -37,9 +37,9 @@ def main(argv: list[str]) -> int:
     checkpoint = checkpoint_of(parser, args)
 
     from meltemi.datastore import DatastoreError
-    from meltemi.trainer.checkpoint.trained_model import load_model
+    from meltemi.trainer.checkpoint.trained_model import default_export_dir, load_model
     from meltemi.trainer.errors import TrainerError
-    from meltemi.trainer.hf import HfFormatError, default_export_dir, export_hf, export_target
+    from meltemi.trainer.hf import HfFormatError, export_hf, export_target
 
     out = args.out or default_export_dir(checkpoint)
     try:

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from meltemi.datastore.errors import StorageError
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import Directory, Location, check_readable, read_object
-from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
+from meltemi.trainer.checkpoint.checkpointer import STEP_PREFIX, find_checkpoints, inspect_checkpoint
 from meltemi.trainer.checkpoint.format import MANIFEST, Manifest
 from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.config import RunConfig
@@ -32,6 +32,7 @@ from meltemi.trainer.hf.load import import_hf
 from meltemi.trainer.hf.model_files import CONFIG as HF_CONFIG
 from meltemi.trainer.hf.model_files import read_model_files
 from meltemi.trainer.model.llama import Llama, cast_floating
+from meltemi.trainer.run_directory import RunDirectory
 from meltemi.trainer.step.host_memory import HostMemory
 from meltemi.trainer.step.mesh import InferenceLayout, inference_layout
 
@@ -90,6 +91,24 @@ def checkpoint_tokenizer(step: Directory, manifest: Manifest) -> tuple[str | Non
     if manifest.end_of_text is not None:
         return tokenizer, manifest.end_of_text
     return tokenizer, end_of_text(tokenizer if tokenizer is not None and _readable(tokenizer) else None)
+
+
+EXPORTED = "exported"
+
+
+def default_export_dir(checkpoint: str) -> str:
+    """Where an export goes when none is named: ``exported/`` and the checkpoint's name (its run's directory
+    name, with ``-step-N`` for one of the run's checkpoints; a Hub name's last part).
+
+    >>> default_export_dir("runs/tiny"), default_export_dir("s3://b/runs/1b/checkpoints/step-200/")
+    ('exported/tiny', 'exported/1b-step-200')
+    """
+    parts = [part for part in checkpoint.split("/") if part and part != "."]
+    name = parts[-1] if parts else "model"
+    step = name.removeprefix(STEP_PREFIX)
+    if step != name and step.isdigit() and len(parts) >= 3 and parts[-2] == RunDirectory.CHECKPOINTS:
+        name = f"{parts[-3]}-{name}"
+    return f"{EXPORTED}/{name}"
 
 
 def _readable(location: str) -> bool:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,21 +42,6 @@ from meltemi.trainer.hf.tokenizer_files import SpecialTokens, write_tokenizer_fi
 from meltemi.trainer.model.llama import Llama
 
 DTYPES = ("float32", "bfloat16")
-EXPORTED = "exported"
-
-
-def default_export_dir(checkpoint: str) -> str:
-    """Where an export goes when none is named: ``exported/`` and the checkpoint's name (its run's directory
-    name, with ``-step-N`` for one of the run's checkpoints; a Hub name's last part).
-
-    >>> default_export_dir("runs/tiny"), default_export_dir("s3://b/runs/1b/checkpoints/step-200/")
-    ('exported/tiny', 'exported/1b-step-200')
-    """
-    parts = [part for part in checkpoint.split("/") if part and part != "."]
-    name = parts[-1] if parts else "model"
-    if re.fullmatch(r"step-\d+", name) and len(parts) >= 3 and parts[-2] == "checkpoints":
-        name = f"{parts[-3]}-{name}"
-    return f"{EXPORTED}/{name}"
 
 
 def export_target(out_dir: str | os.PathLike | Location) -> Location:
