@@ -81,7 +81,8 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print()
-    print(f"{path}: {result.tokens_per_second:.1f} tokens/s", file=sys.stderr)
+    took = f"{result.new_tokens} tokens in {result.seconds:.1f} s"
+    print(f"{path}: {took} ({result.tokens_per_second:.1f} tokens/s, compiling included)", file=sys.stderr)
     return 0
 
 
