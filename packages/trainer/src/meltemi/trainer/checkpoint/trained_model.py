@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Sequence
 
@@ -28,6 +29,7 @@ from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text, run_tokenizer
 from meltemi.trainer.errors import CheckpointError, HostMemoryError
+from meltemi.trainer.hf.layout import hf_tensors
 from meltemi.trainer.hf.load import import_hf
 from meltemi.trainer.hf.model_files import CONFIG as HF_CONFIG
 from meltemi.trainer.hf.model_files import read_model_files
@@ -187,7 +189,8 @@ def load_model(
             config = validate(manifest.config, where=path.where(MANIFEST), recorded=True)
             layout = inference_layout(config, devices)
             abstract = abstract_model(config)
-            check_host_memory(abstract, config.trainer.param_dtype, layout, path.where())
+            count = sum(leaf.size for leaf in jax.tree.leaves(abstract) if hasattr(leaf, "dtype"))
+            check_host_memory(count, config.trainer.param_dtype, layout, path.where())
             model = restore(
                 path, manifest, abstract, layout.plan.parameter_shardings(abstract), prefix="model."
             )
@@ -201,16 +204,15 @@ def load_model(
 
 
 def check_host_memory(
-    abstract: Llama, dtype: str, layout: InferenceLayout, where: str, remedy: str = ""
+    parameters: int, dtype: str, layout: InferenceLayout, where: str, remedy: str = ""
 ) -> None:
-    """On a CPU, refuse to load a model whose parameters (``abstract``'s shapes, held in ``dtype``) are larger
-    than the memory this machine has: a ``HostMemoryError`` naming ``where``, instead of a process the system
-    kills while it reads them."""
+    """On a CPU, refuse to load a model of ``parameters`` held in ``dtype`` when they are larger than the
+    memory this machine has: a ``HostMemoryError`` naming ``where``, instead of a process the system kills
+    while it reads them."""
     if layout.plan.mesh.devices.flat[0].platform != "cpu" or (memory := HostMemory.now()) is None:
         return
-    count = sum(leaf.size for leaf in jax.tree.leaves(abstract) if hasattr(leaf, "dtype"))
-    size = count * jnp.dtype(dtype).itemsize
-    shortfall = memory.shortfall(size, 1, f"the model ({count:,} parameters in {dtype})")
+    size = parameters * jnp.dtype(dtype).itemsize
+    shortfall = memory.shortfall(size, 1, f"the model ({parameters:,} parameters in {dtype})")
     if shortfall is not None:
         raise HostMemoryError(f"{where}: {shortfall}: loading it would be killed{remedy}")
 
@@ -227,7 +229,8 @@ def _hf_model(directory: Directory, devices: Sequence[jax.Device] | None, dtype:
     config = RunConfig.model_validate({"model": files.model.model_dump(), "trainer": trainer, "data": data})
     layout = inference_layout(config, devices)
     smaller = " (--dtype bfloat16 holds it in half)" if dtype == "float32" else ""
-    check_host_memory(abstract_model(config), dtype, layout, str(directory.location), smaller)
+    count = sum(math.prod(tensor.shape) for tensor in hf_tensors(config.model).values())  # no tracing
+    check_host_memory(count, dtype, layout, str(directory.location), smaller)
     _, model = import_hf(directory, config.model, dtype=dtype, plan=layout.plan)
     where, chat = directory.location, files.chat
     return TrainedModel(
