@@ -15,11 +15,14 @@ stdin (at a terminal, after a ``>`` prompt, with line editing) is a user message
 conversation, until end of input; lines between ``\"\"\"`` and ``\"\"\"`` are one message (paste code so; the
 prompt is ``...`` meanwhile). When the conversation outgrows the model's positions its oldest exchanges
 are left out of the prompt (said on stderr), and a line too long even alone is refused on stderr while the
-conversation goes on. ``--tools`` shows the model tool definitions (a JSON list, as transformers'
+conversation goes on. A line whose first word is ``/`` and a command's name is a command (``/help`` lists
+them): ``/save FILE`` writes the conversation so far as JSON, which ``--conversation FILE`` goes on with,
+``/clear`` starts a new one, ``/bye`` ends the chat; ``//`` begins a message that begins with ``/``.
+``--tools`` shows the model tool definitions (a JSON list, as transformers'
 ``apply_chat_template(..., tools=...)`` takes them) at every turn; a reply that calls one is written as
-the model writes it (in its template's layout), and a template that never reads tools is refused. In the
-prompt loop a message whose first word is ``/tool`` is the called tool's result (what follows the word, as
-a ``tool`` message), which the model answers as it answers a user's. ``--conversation`` goes on with a
+the model writes it (in its template's layout), and a template that never reads tools is refused;
+``/tool RESULT`` is the called tool's result (a ``tool`` message), which the model answers as it answers a
+user's. ``--conversation`` goes on with a
 conversation saved as JSON (a list of messages as ``apply_chat_template`` takes them, tool calls and
 results included, or a chat data set's record with its ``messages`` and ``tools``): ``--message`` or the
 prompt loop continues it, and when it ends with a user's or a tool's message the model first replies to
@@ -29,7 +32,7 @@ that.
 from __future__ import annotations
 
 import argparse
-import re
+import shlex
 import sys
 from collections.abc import Callable, Iterable
 
@@ -75,7 +78,8 @@ def main(argv: list[str]) -> int:
 
     from meltemi.datastore import DatastoreError
     from meltemi.trainer.errors import TrainerError
-    from meltemi.trainer.generate.chat import ChatSession, read_conversation, read_tools
+    from meltemi.trainer.generate.chat import ChatSession
+    from meltemi.trainer.generate.chat_files import read_conversation, read_tools
     from meltemi.trainer.generate.sampling import GenerationError, SamplingConfig
     from meltemi.trainer.generate.streaming import to_stdout
 
@@ -111,7 +115,11 @@ def main(argv: list[str]) -> int:
         messages = UserMessages(sys.stdin)
         if sys.stdin.isatty() and sys.stdout.isatty():
             messages.lines = _typed(lambda: messages.open)
-        return _converse(session, messages, write=to_stdout)
+            print(
+                f"chatting with {checkpoint}: /help lists the commands; Ctrl-D or /bye ends", file=sys.stderr
+            )
+        chat = _Chat(session, str(checkpoint), args.conversation)
+        return chat.converse(messages, write=to_stdout)
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -119,42 +127,74 @@ def main(argv: list[str]) -> int:
         return 130
 
 
-def _tool_result(message: str) -> str | None:
-    """What follows the word ``/tool`` that begins ``message`` (a tool's result), else None.
+class _Chat:
+    """The prompt loop: one reply per message (a user's, or after ``/tool`` a tool's result), each written
+    by ``write`` as it grows, and the commands (``generate.chat_commands``). A message the model cannot take
+    or a command that fails is said on stderr and the conversation goes on without it (exit status 1 at
+    the end). ``/save`` replaces only the file the conversation came from or one it saved before."""
 
-    >>> _tool_result("/tool 5"), _tool_result('/tool\\n{"sum": 5}'), _tool_result("/tools"), _tool_result("5")
-    ('5', '{"sum": 5}', None, None)
-    """
-    word = re.match(r"/tool(\s+|$)", message)
-    return None if word is None else message[word.end() :]
+    def __init__(self, session, checkpoint: str, conversation_file: str | None):
+        self.session, self.checkpoint = session, checkpoint
+        self.ours = set() if conversation_file is None else {_url(conversation_file)}
 
+    def converse(self, messages: Iterable[str], write) -> int:
+        from meltemi.datastore import DatastoreError
+        from meltemi.trainer.generate.chat_commands import Command, read_command
+        from meltemi.trainer.generate.sampling import GenerationError
 
-def _converse(session, messages: Iterable[str], write) -> int:
-    """One reply per message (a user's, or after the word ``/tool`` a tool's result), each written by
-    ``write`` as it grows; a message the model cannot take is said on stderr and the conversation goes on
-    without it (exit status 1 at the end)."""
-    from meltemi.trainer.generate.sampling import ConversationTooLongError
+        status = 0
+        for message in messages:
+            try:
+                said = read_command(message)
+                if not isinstance(said, Command):
+                    self._reply(said, "user", write)
+                elif said.name == "tool":
+                    self._reply(said.argument, "tool", write)
+                elif said.name == "bye":
+                    break
+                else:
+                    self._obey(said)
+            except (GenerationError, DatastoreError) as e:
+                print(f"error: {e}", file=sys.stderr, flush=True)
+                status = 1
+        return status
 
-    status = 0
-    for message in messages:
-        forgotten = session.forgotten
-        try:
-            result = _tool_result(message)
-            if result is not None:
-                session.say(result, write=write, role="tool")
-            else:
-                session.say(message, write=write)
-        except ConversationTooLongError as e:
-            print(f"error: {e}", file=sys.stderr, flush=True)
-            status = 1
-            continue
-        left_out = session.forgotten - forgotten
+    def _reply(self, message: str, role: str, write) -> None:
+        forgotten = self.session.forgotten
+        self.session.say(message, write=write, role=role)
+        left_out = self.session.forgotten - forgotten
         if left_out:
             pairs = "exchange" if left_out == 1 else f"{left_out} exchanges"
             note = f"note: the conversation outgrew model.max_seq_len: its oldest {pairs} left out"
             print(note, file=sys.stderr)
         print(flush=True)
-    return status
+
+    def _obey(self, command) -> None:
+        from meltemi.trainer.generate.chat_commands import command_help
+        from meltemi.trainer.generate.chat_files import write_conversation
+
+        if command.name == "help":
+            print(command_help(), file=sys.stderr, flush=True)
+        elif command.name == "clear":
+            self.session.clear()
+            print("a new conversation (the system message and tools kept)", file=sys.stderr, flush=True)
+        elif command.name == "save":
+            url = _url(command.argument)
+            said = self.session.transcript
+            write_conversation(command.argument, said, self.session.tools, replace=url in self.ours)
+            self.ours.add(url)
+            count = "1 message" if len(said) == 1 else f"{len(said)} messages"
+            quoted = shlex.quote(self.checkpoint), shlex.quote(command.argument)
+            again = "uv run apps/chat.py --checkpoint {} --conversation {}".format(*quoted)
+            note = f"saved {count} to {command.argument}; go on with it: {again}"
+            print(note, file=sys.stderr, flush=True)
+
+
+def _url(location: str) -> str:
+    """The URL a file's name stands for (``chat.json`` and ``./chat.json`` are one file)."""
+    from meltemi.datastore.storage import Location
+
+    return Location.parse(location).url
 
 
 def _typed(continuing: Callable[[], bool]):

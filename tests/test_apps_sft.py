@@ -5,6 +5,7 @@ replies before and after, then apps/chat.py talking with the result and printing
 The small model stands in for the default one (tests/app_runs.py's ``SMALL``), as in tests/test_apps.py.
 """
 
+import json
 import re
 import shutil
 
@@ -58,10 +59,18 @@ def test_chat_prints_only_the_assistants_reply_and_reads_lines_without_a_message
     once = app("chat.py", "--message", first, *one_line, cwd=cwd)  # runs/tiny_sft by default
     assert once.returncode == 0, once.stderr
     assert once.stdout.count("\n") == 1 and "<|" not in once.stdout  # the reply, no special token
-    looped = app("chat.py", "--checkpoint", "runs/tiny_sft", *one_line, cwd=cwd, stdin=f"{pasted}{second}\n")
+    saving = f"{pasted}{second}\n/save chat.json\n"
+    looped = app("chat.py", "--checkpoint", "runs/tiny_sft", *one_line, cwd=cwd, stdin=saving)
     assert looped.returncode == 0, looped.stderr
     assert looped.stdout.startswith(once.stdout)  # the pasted function's reply, greedy, then the second's
     assert looped.stdout.count("\n") == 2  # two messages: the function's lines are one
+    replies = looped.stdout.splitlines()
+    assert json.loads((cwd / "chat.json").read_text()) == [
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": replies[0]},
+        {"role": "user", "content": second},
+        {"role": "assistant", "content": replies[1]},
+    ]  # what /save wrote: the conversation as the model saw it and answered
     too_long = "word " * 1000
     noisy = app("chat.py", "--checkpoint", "runs/tiny_sft", *one_line, cwd=cwd,
                 stdin=f"{pasted}\n{too_long}\n{second}\n")  # fmt: skip
@@ -84,7 +93,7 @@ def test_chat_sends_the_lines_between_triple_quotes_as_one_message(monkeypatch, 
     class Recording:
         forgotten = 0
 
-        def say(self, message, write):
+        def say(self, message, write, role="user"):
             said.append(message)
             write("ok")
 
@@ -149,6 +158,63 @@ def test_chat_goes_on_with_a_saved_conversation_and_sends_tool_results(monkeypat
     assert (
         "chat.json holds its own tools: give them there or with --tools, not both" in capsys.readouterr().err
     )
+
+
+def test_chat_commands_save_clear_and_end_the_conversation_and_a_mistyped_one_reaches_no_model(
+    monkeypatch, capsys, tmp_path
+):
+    """What apps/chat.py does with the prompt loop's commands (the model stands aside: a session that
+    records each message and answers ``ok``): ``/save`` writes the whole conversation, replacing only its
+    own file; ``/clear`` forgets it; ``/bye`` ends the loop; ``//`` sends a message beginning with ``/``."""
+    import io
+    import json
+    import runpy
+    from pathlib import Path
+
+    from meltemi.trainer.generate.chat import ChatSession
+
+    class Recording:
+        forgotten, tools = 0, None
+
+        def __init__(self):
+            self.said = []
+
+        def say(self, message, write, role="user"):
+            self.said += [{"role": role, "content": message}, {"role": "assistant", "content": "ok"}]
+            write("ok")
+
+        @property
+        def transcript(self):
+            return list(self.said)
+
+        def clear(self):
+            self.said = []
+
+    monkeypatch.setattr(ChatSession, "of_checkpoint", classmethod(lambda cls, *args, **kwargs: Recording()))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "other.json").write_text("[]")
+    typed = ["Hi", "/help", "/save chat.json", "/sav x", "/clear", "//bye is a word", "/save ./chat.json",
+             "/save other.json", "/bye", "never sent"]  # fmt: skip
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(typed) + "\n"))
+    main = runpy.run_path(str(Path(__file__).parents[1] / "apps" / "chat.py"))["main"]
+    assert main(["--checkpoint", "runs/x"]) == 1  # two commands failed; the chat went on
+    shown = capsys.readouterr()
+    assert shown.out == "ok\nok\n"
+    assert json.loads((tmp_path / "chat.json").read_text()) == [
+        {"role": "user", "content": "/bye is a word"},
+        {"role": "assistant", "content": "ok"},
+    ]  # saved twice: the second time after /clear, over its own file
+    assert (tmp_path / "other.json").read_text() == "[]"
+    errors = [line for line in shown.err.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        "error: /sav: no such command; /help lists them (a message that begins with / is written //)",
+        "error: /save other.json: already exists, and this chat neither read nor saved it (what it holds is "
+        "kept); /save another name",
+    ]
+    assert "  /save FILE  " in shown.err and "(also /exit, /quit)" in shown.err  # the help
+    assert shown.err.count("saved 2 messages to ") == 2
+    assert "go on with it: uv run apps/chat.py --checkpoint runs/x --conversation chat.json" in shown.err
+    assert "a new conversation (the system message and tools kept)" in shown.err
 
 
 def test_the_fine_tuning_command_lists_its_own_flags_and_the_others_refuse_them(fine_tuned):

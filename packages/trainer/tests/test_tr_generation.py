@@ -392,7 +392,8 @@ def test_a_chat_shows_the_model_its_tools_at_every_turn_and_a_template_without_t
 ):
     from meltemi.datastore.chat_template import ChatTemplate
     from meltemi.datastore.storage import Directory
-    from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids, read_tools
+    from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids
+    from meltemi.trainer.generate.chat_files import read_tools
 
     (tmp_path / "tools.json").write_text(json.dumps([ADD]))
     bucket = s3.bucket_url()
@@ -430,7 +431,7 @@ def test_a_chat_shows_the_model_its_tools_at_every_turn_and_a_template_without_t
     ],
 )
 def test_a_tools_file_that_is_not_a_list_of_tool_definitions_is_one_line_naming_it(tmp_path, written, error):
-    from meltemi.trainer.generate.chat import read_tools
+    from meltemi.trainer.generate.chat_files import read_tools
 
     if written is not None:
         (tmp_path / "tools.json").write_text(written)
@@ -442,7 +443,8 @@ def test_a_chat_goes_on_with_a_saved_conversation_and_answers_a_tools_result(
     make_config, tokenizer, tmp_path
 ):
     from meltemi.datastore.chat_template import ChatTemplate
-    from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids, read_conversation
+    from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids
+    from meltemi.trainer.generate.chat_files import read_conversation
 
     call = {"type": "function", "function": {"name": "add_numbers", "arguments": {"a": 2, "b": 3}}}
     said = [
@@ -500,9 +502,95 @@ def test_a_chat_goes_on_with_a_saved_conversation_and_answers_a_tools_result(
     ],
 )
 def test_a_conversation_file_that_is_not_one_is_one_line_naming_it(tmp_path, written, error):
-    from meltemi.trainer.generate.chat import read_conversation
+    from meltemi.trainer.generate.chat_files import read_conversation
 
     if written is not None:
         (tmp_path / "chat.json").write_text(written)
     with pytest.raises(GenerationError, match=rf"^--conversation .*{error}"):
         read_conversation(tmp_path / "chat.json")
+
+
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_a_saved_conversation_reads_back_as_it_was_written_and_another_file_is_never_replaced(
+    tmp_path, s3, where
+):
+    from meltemi.datastore.storage import read_object
+    from meltemi.trainer.generate.chat_files import read_conversation, write_conversation
+
+    folder = str(tmp_path) if where == "local" else s3.bucket_url()
+    call = {"type": "function", "function": {"name": "add_numbers", "arguments": {"a": 2, "b": 3}}}
+    said = [
+        {"role": "system", "content": "Use the tools."},
+        {"role": "user", "content": "Add 2 and 3, «vite»."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "5"},
+        {"role": "assistant", "content": "5."},
+    ]
+    target = f"{folder}/chats/chat.json"
+    write_conversation(target, said, (ADD,))
+    back = read_conversation(target)
+    assert back.messages == tuple(said) and back.tools == (ADD,)
+    assert "«vite»" in read_object(target).decode()  # written as text, not escaped
+    with pytest.raises(GenerationError, match=r"^/save .*chat\.json: already exists, and this chat neither"):
+        write_conversation(target, said[:2])
+    assert read_conversation(target).messages == tuple(said)  # kept
+    write_conversation(target, said[:2], replace=True)  # the chat's own file
+    assert read_conversation(target).messages == tuple(said[:2]) and read_conversation(target).tools is None
+    assert json.loads(read_object(target)) == said[:2]  # without tools: the plain list of messages
+    for folder_named in (f"{folder}/chats/", str(tmp_path)):
+        with pytest.raises(GenerationError, match=r"names a folder; name a file, e\.g\. .*/chat\.json$"):
+            write_conversation(folder_named, said)
+    with pytest.raises(GenerationError, match=r"^/save .*empty\.json: nothing has been said yet"):
+        write_conversation(f"{folder}/empty.json", [])
+    assert read_object(f"{folder}/empty.json") is None
+
+
+@pytest.mark.parametrize(
+    "message, read",
+    [
+        ("/save chat.json", ("save", "chat.json")),
+        ("/SAVE   s3://b/c.json  ", ("save", "s3://b/c.json")),
+        ("/tool", ("tool", "")),
+        ('/tool {"sum": 5} ', ("tool", '{"sum": 5} ')),
+        ("/tool\n[1,\n2]", ("tool", "[1,\n2]")),
+        ("/?", ("help", "")),
+        ("/exit", ("bye", "")),
+        ("/clear", ("clear", "")),
+        ("//clear the cache", "/clear the cache"),
+        ("/usr/lib holds what?", "/usr/lib holds what?"),
+        ("/tools?", "/tools?"),
+        ("a /save in the middle", "a /save in the middle"),
+        ("/", "/"),
+    ],
+)
+def test_a_message_is_a_command_only_when_its_first_word_names_one(message, read):
+    from meltemi.trainer.generate.chat_commands import Command, read_command
+
+    expected = Command(*read) if isinstance(read, tuple) else read
+    assert read_command(message) == expected
+
+
+@pytest.mark.parametrize(
+    "message, error",
+    [
+        ("/sav chat.json", r"^/sav: no such command; /help lists them \(a message that begins with / is"),
+        ("/save", r"^/save needs its FILE: /save FILE$"),
+        ("/save   ", r"^/save needs its FILE"),
+        ("/clear all", r"^/clear takes nothing after it \(given 'all'\)$"),
+    ],
+)
+def test_a_mistyped_command_is_refused_naming_it(message, error):
+    from meltemi.trainer.generate.chat_commands import ChatCommandError, read_command
+
+    with pytest.raises(ChatCommandError, match=error):
+        read_command(message)
+
+
+def test_the_help_lists_every_command_and_its_other_names():
+    from meltemi.trainer.generate.chat_commands import COMMANDS, command_help
+
+    shown = command_help()
+    assert len(shown.splitlines()) == len(COMMANDS) + 1
+    for spec in COMMANDS:
+        assert f"/{spec.name}" in shown and all(f"/{alias}" in shown for alias in spec.aliases)
+    assert "/save FILE " in shown and "/tool [RESULT] " in shown and "(also /exit, /quit)" in shown

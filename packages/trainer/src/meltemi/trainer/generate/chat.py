@@ -23,14 +23,13 @@ True
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
 
 from tokenizers import Tokenizer
 
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
+from meltemi.trainer.generate.chat_files import Message, Tools
 from meltemi.trainer.generate.generation import (
     Completion,
     GenerationError,
@@ -42,11 +41,6 @@ from meltemi.trainer.generate.sampling import ConversationTooLongError, Sampling
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
 
-if TYPE_CHECKING:
-    from meltemi.datastore.conversations import Conversation
-
-Message = dict[str, Any]  # {"role": ..., "content": ...}, and an assistant's "tool_calls" when it calls tools
-Tools = tuple[dict[str, Any], ...]  # tool definitions, such as {"type": "function", "function": {...}}
 REPLIED_TO = ("user", "tool")  # the roles whose message the assistant answers
 
 
@@ -76,74 +70,6 @@ def chat_prompt_ids(
     given = {} if tools is None else {"tools": list(tools)}
     rendered = template.render(list(messages), add_generation_prompt=True, **template.special_tokens, **given)
     return tokenizer.encode(rendered.text, add_special_tokens=False).ids
-
-
-def read_tools(location: str | os.PathLike) -> Tools:
-    """The tool definitions in the JSON file ``location`` (local or in a bucket): a list of them, as
-    ``apply_chat_template``'s ``tools`` takes them; a ``GenerationError`` naming the file otherwise.
-
-    >>> import pathlib, tempfile
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "tools.json"
-    >>> _ = path.write_text('[{"type": "function", "function": {"name": "add"}}]')
-    >>> read_tools(path)
-    ({'type': 'function', 'function': {'name': 'add'}},)
-    >>> _ = path.write_text('{"name": "add"}')
-    >>> read_tools(path)
-    Traceback (most recent call last):
-    ...
-    meltemi.trainer.generate.sampling.GenerationError: --tools ...tools.json: 'tools' is an object, not a...
-    """
-    from meltemi.datastore.conversations import checked_tools
-    from meltemi.datastore.errors import BadLineError
-    from meltemi.datastore.storage import read_object
-
-    data = read_object(location)
-    if data is None:
-        raise GenerationError(f"--tools {location}: no such file")
-    try:
-        tools = checked_tools(json.loads(data))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise GenerationError(f"--tools {location}: not JSON ({e})") from None
-    except BadLineError as e:
-        raise GenerationError(f"--tools {location}: {e}") from None
-    if tools is None:
-        raise GenerationError(f"--tools {location}: holds no tool definitions (an empty list)")
-    return tools
-
-
-def read_conversation(location: str | os.PathLike) -> Conversation:
-    """The conversation in the JSON file ``location`` (local or in a bucket), to go on with: a list of
-    messages as ``apply_chat_template`` takes them (tool calls and tool results included), or one record of
-    a chat data set (``{"messages": [...], "tools": [...]}``); a ``GenerationError`` naming the file
-    otherwise.
-
-    >>> import json, pathlib, tempfile
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "chat.json"
-    >>> _ = path.write_text(json.dumps([{"role": "user", "content": "Add 2 and 3."}]))
-    >>> read_conversation(path).messages
-    ({'role': 'user', 'content': 'Add 2 and 3.'},)
-    >>> _ = path.write_text(json.dumps([{"role": "bot", "content": "?"}]))
-    >>> read_conversation(path)
-    Traceback (most recent call last):
-    ...
-    meltemi.trainer.generate.sampling.GenerationError: --conversation ...chat.json: message 1 has role...
-    """
-    from meltemi.datastore.conversations import Conversation, checked_messages, checked_tools
-    from meltemi.datastore.errors import BadLineError
-    from meltemi.datastore.storage import read_object
-
-    data = read_object(location)
-    if data is None:
-        raise GenerationError(f"--conversation {location}: no such file")
-    try:
-        value = json.loads(data)
-        record = value if isinstance(value, dict) else {"messages": value}
-        messages, tools = checked_messages(record.get("messages")), checked_tools(record.get("tools"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise GenerationError(f"--conversation {location}: not JSON ({e})") from None
-    except BadLineError as e:
-        raise GenerationError(f"--conversation {location}: {e}") from None
-    return Conversation(messages, str(location), tools=tools)
 
 
 def reply(
@@ -186,12 +112,14 @@ class ChatSession:
     """A conversation with a trained chat model (laid out by ``plan`` when given): each ``say`` adds the
     user's message (or a tool's result, ``role="tool"``), renders the whole conversation, and adds and
     returns the assistant's reply (``last`` keeps its tokens and why it stopped). ``go_on`` takes up a
-    conversation held elsewhere (``read_conversation``'s), and ``answer`` replies to it as it stands.
+    conversation held elsewhere (``chat_files.read_conversation``'s), and ``answer`` replies to it as it
+    stands.
 
     A conversation that outgrows the model's positions is a ``ConversationTooLongError`` that changes
     nothing; with ``forget_oldest``, as chat programs do, the oldest exchanges (a user's message and all that
     follows it up to the next) are left out of the prompt instead (the system message is kept) until it
-    fits, and ``forgotten`` counts them. A message that does not fit even alone is refused either way.
+    fits, and ``forgotten`` counts them (``transcript`` still holds them). A message that does not fit even
+    alone is refused either way. ``clear`` starts a new conversation.
     ``tools`` are shown to the model at every turn; a template that never reads them is a
     ``GenerationError``.
     """
@@ -218,7 +146,8 @@ class ChatSession:
         self.tools = tools
         self.stop_ids, self.settings, self.system = tuple(stop_ids), settings, system
         self.forget_oldest = forget_oldest
-        self.history: list[Message] = []
+        self.history: list[Message] = []  # what the next prompt shows, after the system message
+        self.left_out: list[Message] = []  # the oldest exchanges, no longer shown
         self.forgotten = 0
         self.last: Completion | None = None
 
@@ -280,7 +209,17 @@ class ChatSession:
                     "not both"
                 )
             self.system, messages = messages[0]["content"], messages[1:]
-        self.history = messages
+        self.history, self.left_out = messages, []
+
+    def clear(self) -> None:
+        """Start a new conversation: what was said is forgotten; the system message and tools stay."""
+        self.history, self.left_out, self.last = [], [], None
+
+    @property
+    def transcript(self) -> list[Message]:
+        """The whole conversation so far, the system message first and the exchanges left out of the
+        prompt included: what ``chat_files.write_conversation`` saves."""
+        return with_system(self.system, [*self.left_out, *self.history])
 
     @property
     def awaits_reply(self) -> bool:
@@ -317,6 +256,7 @@ class ChatSession:
                     raise  # the conversation as it was: a message too long alone forgets nothing
                 kept, forgotten = shorter, forgotten + 1
         self.forgotten += forgotten
+        self.left_out += history[: len(history) - len(kept)]
         text = self.last.text or ""
         self.history = [*kept, {"role": "assistant", "content": text}]
         return text
