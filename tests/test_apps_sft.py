@@ -8,6 +8,7 @@ The small model stands in for the default one (tests/app_runs.py's ``SMALL``), a
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -237,4 +238,12 @@ def test_a_base_that_is_not_a_model_is_one_line_and_writes_nothing(fine_tuned):
     assert refused.returncode == 1
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith("error: trainer.initialize_from: notes is neither a run")
+    assert not (cwd / "runs" / "none").exists()
+    pretraining = Path(__file__).parents[1] / "configs" / "tiny.yaml"  # no base: it would start from noise
+    refused = app("sft.py", "--config", str(pretraining), "--run-dir", "runs/none", cwd=cwd)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f"error: --config {pretraining} names no base model to fine-tune (trainer.initialize_from): give one "
+        "with --base RUN_OR_HF_DIR, or train a model from scratch with apps/pretrain.py"
+    )
     assert not (cwd / "runs" / "none").exists()

@@ -17,11 +17,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from meltemi.trainer.command import Command, help_text, parse_command
-from meltemi.trainer.errors import TrainerError
+from meltemi.trainer.errors import ConfigError, TrainerError
 from meltemi.trainer.run.startup import StartupClock
+
+if TYPE_CHECKING:
+    from meltemi.trainer.config import Config
 
 
 def main(
@@ -58,6 +61,8 @@ def main(
         from meltemi.trainer.config_io import load_config
 
         config = load_config(config_path, command.overrides)
+        if fine_tuning:
+            _check_base_named(config, command.config)
         if command.dry_run:
             return plan(config, command)
         if command.print_sharding:
@@ -84,6 +89,17 @@ def main(
     except KeyboardInterrupt:  # a second Ctrl-C, over 2 s after the first: stop now, without a checkpoint
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _check_base_named(config: Config, given: str | None) -> None:
+    """The fine-tuning command starts from a base: a ``ConfigError`` when ``config`` (from ``--config
+    given``) names none, since it would train a model from random parameters under a fine-tuning's name."""
+    if config.trainer.initialize_from is None:
+        source = f"--config {given}" if given is not None else "the config"
+        raise ConfigError(
+            f"{source} names no base model to fine-tune (trainer.initialize_from): give one with --base "
+            "RUN_OR_HF_DIR, or train a model from scratch with apps/pretrain.py"
+        )
 
 
 def exit_process(status: int) -> NoReturn:
