@@ -43,6 +43,7 @@ from meltemi.trainer.generate.flags import (
     add_sampling_flags,
     checkpoint_of,
     non_empty,
+    refuse_unknown,
     sampling_settings,
 )
 from meltemi.trainer.generate.user_input import UserMessages
@@ -73,7 +74,8 @@ def main(argv: list[str]) -> int:
         "tools; local or in a bucket), which --message or the prompt loop continues (default: none)",
     )
     add_sampling_flags(parser, max_new_tokens=256, temperature=0.0)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    refuse_unknown(parser, unknown)
     checkpoint = checkpoint_of(parser, args)
 
     from meltemi.datastore import DatastoreError

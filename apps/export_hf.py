@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from meltemi.trainer.generate.flags import PRETRAINED, add_checkpoint_flag, checkpoint_of
+from meltemi.trainer.generate.flags import PRETRAINED, add_checkpoint_flag, checkpoint_of, refuse_unknown
 
 
 def main(argv: list[str]) -> int:
@@ -33,7 +33,8 @@ def main(argv: list[str]) -> int:
         choices=["float32", "bfloat16"],
         help="the weights' dtype (default float32)",
     )
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    refuse_unknown(parser, unknown)
     checkpoint = checkpoint_of(parser, args)
 
     from meltemi.datastore import DatastoreError

@@ -283,7 +283,7 @@ def test_an_evaluation_that_does_not_fit_says_by_how_much(tmp_path):
     [
         (["--dry-run", "--tasks", "x"], 2, "--dry-run needs --config: the run's YAML config to plan for"),
         (["--dry-run", "--config", "c.yaml", "--checkpoint", "runs/x"], 2, "--checkpoint: not with --dry-run, which plans from --config alone"),  # noqa: E501
-        (["--checkpoint", "runs/x", "--tasks", "x", "--hardware.devices", "16"], 2, "unrecognized arguments: --hardware.devices 16 (config fields are set only with --dry-run)"),  # noqa: E501
+        (["--checkpoint", "runs/x", "--tasks", "x", "--hardware.devices", "16"], 2, "--hardware.devices: not a flag of this command (config fields are set only with --dry-run; --help lists its flags)"),  # noqa: E501
         (["--checkpoint", "runs/x", "--tasks", "x", "--devices", "16"], 2, "--devices: only with --dry-run"),
         (["--dry-run", "--config", "c.yaml", "--devices", "0"], 2, "argument --devices: must be positive, got 0"),  # noqa: E501
         (["--tasks", "x"], 2, "--checkpoint not given, and its default runs/tiny does not exist: train it with uv run apps/pretrain.py, or name a run or step-N directory with --checkpoint"),  # noqa: E501
@@ -397,6 +397,28 @@ def test_every_flag_of_the_other_apps_says_what_it_does_and_its_default(name, tm
     for entry in entries:
         text = " ".join(entry.split())
         assert "(required" in text or "default" in text, f"{name}: {text}"
+
+
+def test_every_other_tools_name_for_an_apps_flag_names_one_of_ours(tmp_path):
+    """Each entry of ``other_names.APP_FLAGS`` names a flag one of the apps that read a model has."""
+    from meltemi.trainer.other_names import APP_FLAGS
+
+    names = ("sample.py", "chat.py", "evaluate.py", "export_hf.py")
+    shown = "".join(app(name, "--help", cwd=tmp_path).stdout for name in names)
+    ours = set(re.findall(r"--[\w-]+", shown))
+    assert len(ours) > 20
+    for name, others in APP_FLAGS.items():
+        for other in others:
+            assert other.ours in ours, (name, other)
+
+
+def test_another_tools_flag_is_answered_with_ours_before_anything_loads(tmp_path):
+    result = app("sample.py", "--max_new_tokens", "20", "--model", "runs/x", cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "sample.py: error: --max_new_tokens: not a flag of this command; did you mean --max-new-tokens?; "
+        "--model: not a flag of this command; --model (llama.cpp, vLLM and lm-eval) is --checkpoint here"
+    )
 
 
 @pytest.mark.parametrize("name", ["evaluate.py", "sample.py", "export_hf.py", "chat.py"])

@@ -110,3 +110,39 @@ def test_a_bad_sampling_flag_is_a_usage_error_naming_the_flag(capsys, flag, valu
     assert capsys.readouterr().err.splitlines()[-1] == f"chat.py: error: argument {flag}: {message}"
     edges = {"--temperature": "0", "--top-p": "1", "--top-k": "1", "--max-new-tokens": "1"}
     parser.parse_args([flag, edges[flag]])  # the edge of the range is taken
+
+
+@pytest.mark.parametrize(
+    ("argv", "dry_run", "message"),
+    [
+        (["--max_new_tokens", "20"], False, "--max_new_tokens: not a flag of this command; did you mean --max-new-tokens?"),  # noqa: E501
+        (["--Max-New-Tokens=20"], False, "--Max-New-Tokens: not a flag of this command; did you mean --max-new-tokens?"),  # noqa: E501
+        (["--n-predict", "20"], False, "--n-predict: not a flag of this command; --n-predict (llama.cpp) is --max-new-tokens here"),  # noqa: E501
+        (["--model", "runs/x"], False, "--model: not a flag of this command; --model (llama.cpp, vLLM and lm-eval) is --checkpoint here"),  # noqa: E501
+        (["--system-prompt", "x"], False, "--system-prompt: not a flag of this command; --help lists them"),  # no --system here  # noqa: E501
+        (["--top-kk", "4"], False, "--top-kk: not a flag of this command; did you mean --top-k?"),
+        (["--trainer.seed", "3"], True, "--trainer.seed: not a flag of this command (config fields are set only with --dry-run; --help lists its flags)"),  # noqa: E501
+        (["--trainer.seed", "3"], False, "--trainer.seed: not a flag of this command (config fields are set only by the commands that train; --help lists its flags)"),  # noqa: E501
+        (["--seed", "1", "--bogus", "-2"], False, "--bogus: not a flag of this command; --help lists them"),  # -2 a value  # noqa: E501
+        (["--steps", "1", "--n-predict"], False, "--steps: not a flag of this command; --help lists them; --n-predict: not a flag of this command; --n-predict (llama.cpp) is --max-new-tokens here"),  # noqa: E501
+        (["def "], False, "unrecognized arguments: def  (the text to continue is --prompt TEXT; --help lists the flags)"),  # noqa: E501
+        (["."], False, "unrecognized arguments: . (a model to read is --checkpoint .; --help lists the flags)"),  # noqa: E501
+    ],
+)  # fmt: skip
+def test_a_word_the_app_does_not_take_is_answered_with_what_it_likely_meant(capsys, argv, dry_run, message):
+    import argparse
+
+    from meltemi.trainer.generate.flags import add_sampling_flags, refuse_unknown
+
+    parser = argparse.ArgumentParser(prog="sample.py")
+    parser.add_argument("--checkpoint")
+    parser.add_argument("--prompt")
+    if dry_run:
+        parser.add_argument("--dry-run", action="store_true")
+    add_sampling_flags(parser, max_new_tokens=8, temperature=0.0)
+    _, unknown = parser.parse_known_args(argv)
+    with pytest.raises(SystemExit) as exit:
+        refuse_unknown(parser, unknown)
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"sample.py: error: {message}"
+    refuse_unknown(parser, [])  # nothing left over: nothing said

@@ -13,6 +13,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 
 TRAINING_ARGUMENTS = "transformers' TrainingArguments"
 LLAMA_CONFIG = "transformers' LlamaConfig"
@@ -20,6 +21,11 @@ SFT_CONFIG = "TRL's SFTConfig"
 RUN_CLM = "transformers' run_clm.py"
 LEVANTER = "Levanter"
 TORCHTITAN = "torchtitan"
+GENERATE = "transformers' generate"
+LLAMA_CPP = "llama.cpp"
+VLLM = "vLLM"
+LM_EVAL = "lm-eval"
+SAVE_PRETRAINED = "transformers' save_pretrained"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +87,28 @@ OTHER_NAMES: dict[str, OtherName] = {
 }  # fmt: skip
 
 
+ONE_PER_RUN = "one continuation per run: another --seed draws another"
+APP_FLAGS: dict[str, tuple[OtherName, ...]] = {
+    "n_predict": (OtherName("--max-new-tokens", LLAMA_CPP),),
+    "max_tokens": (OtherName("--max-new-tokens", VLLM),),
+    "do_sample": (OtherName("--temperature", GENERATE, differs="above 0 samples; 0 is greedy"),),
+    "num_return_sequences": (OtherName("--seed", GENERATE, differs=ONE_PER_RUN),),
+    "num_samples": (OtherName("--seed", VLLM, differs=ONE_PER_RUN),),
+    "model": (OtherName("--checkpoint", f"{LLAMA_CPP}, {VLLM} and {LM_EVAL}"),),
+    "model_args": (OtherName("--checkpoint", LM_EVAL, differs="pretrained=PATH is --checkpoint PATH, dtype=D is --dtype D"),),  # noqa: E501
+    "pretrained": (OtherName("--checkpoint", LM_EVAL),),
+    "output_path": (OtherName("--out", LM_EVAL),),
+    "save_directory": (OtherName("--out", SAVE_PRETRAINED),),
+    "torch_dtype": (OtherName("--dtype", GENERATE),),
+    "file": (OtherName("--prompt", LLAMA_CPP, differs='the text itself: --prompt "$(cat FILE)"'),),
+    "system_prompt": (OtherName("--system", LLAMA_CPP), OtherName("--system-instruction", LLAMA_CPP)),
+    "system_instruction": (OtherName("--system", LM_EVAL),),
+}  # fmt: skip
+"""Other tools' names for the flags of the apps that read a trained model (``apps/sample.py``, ``chat.py``,
+``evaluate.py``, ``export_hf.py``): for each, its flags here, of which an app has at most one; an entry
+counts only for an app that has its flag."""
+
+
 def elsewhere(name: str, *, fine_tuning: bool = False, flags: bool = True) -> str | None:
     """What another tool's setting ``name`` (a flag's or a field's last word, ``-`` or ``_``) is here, in
     words; None when no tool we know names a setting so. ``flags``: name a field as its flag
@@ -93,3 +121,22 @@ def elsewhere(name: str, *, fine_tuning: bool = False, flags: bool = True) -> st
         ours = f"--{ours}"
     differs = f" ({other.differs})" if other.differs else ""
     return f"{name} ({other.whose}) is {ours} here{differs}"
+
+
+def elsewhere_in_app(name: str, app_flags: Collection[str]) -> str | None:
+    """What another tool's flag ``name`` (``-`` or ``_``, dashes before it or not) is among ``app_flags``, an
+    app's own flags, in words; None when no tool we know names one of them so.
+
+    >>> print(elsewhere_in_app("--n-predict", ["--max-new-tokens", "--prompt"]))
+    --n-predict (llama.cpp) is --max-new-tokens here
+    >>> elsewhere_in_app("--system-prompt", ["--prompt"]) is None  # the app has no --system
+    True
+    """
+    here = [
+        other for other in APP_FLAGS.get(name.lstrip("-").replace("-", "_"), ()) if other.ours in app_flags
+    ]
+    if not here:
+        return None
+    other = here[0]
+    differs = f" ({other.differs})" if other.differs else ""
+    return f"{name} ({other.whose}) is {other.ours} here{differs}"

@@ -116,13 +116,9 @@ def parse_app_args(
         except ConfigError as e:
             parser.error(str(e))
         flags = [word for word in overrides if word.startswith("--") and word not in command.overrides]
-        if flags:
-            parser.error(f"{', '.join(flags)}: not a flag of this command")
+        refuse_unknown(parser, flags)
         return args, list(command.overrides)
-    if overrides:
-        parser.error(
-            f"unrecognized arguments: {' '.join(overrides)} (config fields are set only with --dry-run)"
-        )
+    refuse_unknown(parser, overrides)
     planning = [f"--{flag}" for flag in ("config", "devices") if getattr(args, flag) is not None]
     if planning:
         parser.error(f"{', '.join(planning)}: only with --dry-run")
@@ -131,6 +127,73 @@ def parse_app_args(
         parser.error(f"the following arguments are required: {', '.join(missing)}")
     args.checkpoint = checkpoint_of(parser, args)
     return args, overrides
+
+
+def refuse_unknown(parser: argparse.ArgumentParser, words: list[str]) -> None:
+    """A usage error (exit 2) for ``words`` that ``parser`` did not take (``parse_known_args``' rest), each
+    flag answered with what the user likely meant: our spelling of it (``--max_new_tokens``), our name
+    for another tool's flag (llama.cpp's ``--n-predict``), a near flag, or that config fields are set only
+    in a dry run; nothing when ``words`` is empty.
+
+    >>> parser = argparse.ArgumentParser(prog="sample.py")
+    >>> _ = parser.add_argument("--max-new-tokens")
+    >>> print(_unknown_word_hint(parser, "--max_new_tokens=20"))
+    --max_new_tokens: not a flag of this command; did you mean --max-new-tokens?
+    """
+    if not words:
+        return
+    flags = [word for word in words if word.startswith("-") and not _is_number(word)]
+    if not flags:
+        parser.error(f"unrecognized arguments: {' '.join(words)} ({_unflagged_hint(parser, words[0])})")
+    parser.error("; ".join(_unknown_word_hint(parser, word) for word in flags))
+
+
+def _unknown_word_hint(parser: argparse.ArgumentParser, word: str) -> str:
+    """What ``word``, a flag ``parser`` does not have, likely meant."""
+    import difflib
+
+    from meltemi.trainer.other_names import elsewhere_in_app
+
+    name = word.partition("=")[0]
+    ours = sorted(set(re.findall(r"--[\w-]+", parser.format_usage())))  # every flag the usage shows
+    spelled = "--" + name.lstrip("-").replace("_", "-").lower()
+    if spelled in ours and spelled != name:
+        return f"{name}: not a flag of this command; did you mean {spelled}?"
+    other = elsewhere_in_app(name, ours)
+    if other is not None:
+        return f"{name}: not a flag of this command; {other}"
+    if "." in name:
+        where = "with --dry-run" if "--dry-run" in ours else "by the commands that train"
+        return (
+            f"{name}: not a flag of this command (config fields are set only {where}; --help lists its flags)"
+        )
+    near = difflib.get_close_matches(spelled, ours, n=1, cutoff=0.8)
+    hint = f"did you mean {near[0]}?" if near else "--help lists them"
+    return f"{name}: not a flag of this command; {hint}"
+
+
+def _unflagged_hint(parser: argparse.ArgumentParser, word: str) -> str:
+    """What a value given without a flag likely is: a path that exists here, the checkpoint; other text,
+    an app's prompt or message."""
+    ours = parser.format_usage()
+    if Path(word).exists() and "--checkpoint" in ours:
+        meant = f"a model to read is --checkpoint {word}"
+    elif "--prompt" in ours:
+        meant = "the text to continue is --prompt TEXT"
+    elif "--message" in ours:
+        meant = "a message is --message TEXT"
+    else:
+        meant = "each value follows its flag"
+    return f"{meant}; --help lists the flags"
+
+
+def _is_number(word: str) -> bool:
+    """Whether ``word`` is a number (``-1`` is a value, not a flag)."""
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
 
 
 def positive(text: str) -> int:
