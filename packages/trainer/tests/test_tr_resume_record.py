@@ -290,3 +290,34 @@ def test_no_module_of_the_trainer_imports_itself_back():
         return seen
 
     assert [name for name in names if name in reached(name)] == []
+
+
+@pytest.mark.parametrize(
+    ("sources", "chat_sources", "line"),
+    [
+        (("text",), (), "held-out loss: 4.600 at step 0 -> 3.000 at step 60"),
+        (("chat",), ("chat",), "held-out assistant loss: 4.600 at step 0 -> 3.000 at step 60"),
+        (("chat", "text"), ("chat",), "held-out loss: 4.600 at step 0 -> 3.000 at step 60 (chat, assistant "
+                                      "tokens: 7.200 -> 2.000; text: 4.200 -> 4.000)"),
+        (("chat", "more"), ("chat", "more"), "held-out assistant loss: 4.600 at step 0 -> 3.000 at step 60 "
+                                             "(chat: 7.200 -> 2.000; more: 1.000 -> 0.500)"),
+        (("text", "gone"), (), "held-out loss: 4.600 at step 0 -> 3.000 at step 60 (text: 4.200 -> 4.000)"),
+    ],
+)  # fmt: skip
+def test_the_held_out_line_says_each_sources_loss_and_calls_it_the_assistants_only_when_it_is(
+    sources, chat_sources, line
+):
+    """A run mixing pretraining text into fine-tuning (as Marin's retrospective proposes) evaluates both:
+    its overall loss is not an assistant's, and each source's is shown (a source without figures, left)."""
+    from meltemi.trainer.trainer import RunSummary
+
+    first = {"eval/loss": 4.6, "eval/chat/loss": 7.2, "eval/text/loss": 4.2, "eval/more/loss": 1.0}
+    last = {"eval/loss": 3.0, "eval/chat/loss": 2.0, "eval/text/loss": 4.0, "eval/more/loss": 0.5}
+    unused = dict.fromkeys(
+        ["run_dir", "steps", "tokens", "skipped_steps", "tokens_per_second", "metrics_path", "plot_path",
+         "last_checkpoint", "stopped_by", "checkpoint_seconds_blocked", "start_step", "resumed_from",
+         "session_steps", "session_tokens"]
+    )  # fmt: skip
+    summary = RunSummary(**unused, first_eval=first, last_eval=last, first_eval_step=0, last_eval_step=60,
+                         sources=sources, chat_sources=chat_sources)  # fmt: skip
+    assert summary.held_out_line() == line

@@ -474,7 +474,51 @@ def test_pretraining_data_mixed_into_fine_tuning_keeps_its_positions_and_trains_
     assert text.any() and (~text).any()
     assert (batch["positions"][text] == np.arange(255)).all()  # text rows count on across documents
     assert batch["loss_mask"][text].mean() > 0.95 and batch["loss_mask"][~text].mean() < 0.5
-    assert trainer.run().steps == 2
+    summary = trainer.run()
+    assert summary.steps == 2
+    held_out = summary.held_out_line()  # the mixture's loss is not an assistant's; each source's is shown
+    assert (
+        held_out.startswith("held-out loss: ")
+        and "(chat, assistant tokens: " in held_out
+        and "; py: " in held_out
+    )
+
+
+def test_the_standard_librarys_text_is_a_source_built_with_the_runs_tokenizer(
+    sft_config, monkeypatch, tmp_path
+):
+    """``corpus: stdlib`` in ``data.sources`` (pretraining text mixed into fine-tuning), as ``data.corpus``
+    takes it: the library's files tokenized with the run's tokenizer, built once; as chat it is refused."""
+    from meltemi.trainer.data.sources import resolve_data
+
+    files = corpora.python_stdlib()[:3]  # the library stands for itself in three files
+    monkeypatch.setattr(corpora, "python_stdlib", lambda *args, **kwargs: files)
+    sources = {
+        "chat": json.loads(sft_config().data.sources["chat"].model_dump_json()),
+        "py": {"corpus": "stdlib"},
+    }
+    cache = ("--data.cache_dir", str(tmp_path / "cache"))
+    config = sft_config("--data.sources", json.dumps(sources), *cache)
+    said = []
+    resolved = resolve_data(config, say=said.append)
+    store = Path(resolved.data.sources["py"].store)
+    manifest = json.loads((store / "manifest.json").read_text())
+    assert [source["url"] for source in manifest["sources"]] == files
+    assert (
+        manifest["tokenizer"]["sha256"]
+        == json.loads((Path(resolved.data.sources["chat"].store) / "manifest.json").read_text())["tokenizer"][
+            "sha256"
+        ]
+    )  # the run's own, as the chat store's
+    assert any(line.startswith("building a token store of stdlib in ") for line in said)
+    again = []
+    assert resolve_data(config, say=again.append).data.sources["py"].store == str(store)
+    assert not any(line.startswith("building") for line in again)
+    sources["py"]["format"] = "chat"
+    with pytest.raises(
+        ConfigError, match=r"^data.sources.py.corpus: stdlib is text .*; its chat corpus is stdlib-chat$"
+    ):
+        resolve_data(sft_config("--data.sources", json.dumps(sources), *cache))
 
 
 def test_pretraining_can_restart_positions_at_each_document(make_config, tmp_path):

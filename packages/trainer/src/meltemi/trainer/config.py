@@ -374,7 +374,8 @@ class SourceConfig(Section):
         None,
         description="a file, directory or URL built into a store on first use: text, JSONL, Parquet or "
         "Arrow; for chat, JSON, JSONL, Parquet or Arrow whose messages field holds the conversation (or a "
-        "prompt and a completion, ShareGPT's conversations, or Alpaca's instruction, input and output)",
+        "prompt and a completion, ShareGPT's conversations, or Alpaca's instruction, input and output); "
+        "stdlib: the standard library's source files (text), stdlib-chat: conversations about its functions",
     )
     format: DataFormat = Field(
         "text", description="what the corpus holds: text documents or chat conversations"

@@ -87,7 +87,8 @@ class RunSummary:
     last_eval_step: int | None
     already_trained: bool = False
     replies: tuple[tuple[str, str], ...] = ()
-    chat: bool = False
+    sources: tuple[str, ...] = ()
+    chat_sources: tuple[str, ...] = ()
     storage_retries: int = 0
 
     def reply_lines(self, prompt: str) -> list[str]:
@@ -126,14 +127,24 @@ class RunSummary:
 
     def held_out_line(self) -> str:
         """``held-out loss: 9.081 at step 0 -> 5.949 at step 60`` (the run's first and latest evaluation; a
-        chat run's is the loss of the assistant's tokens), or an empty string when the run has none."""
+        chat run's is the loss of the assistant's tokens), then each source's when there are several (a chat
+        source's being its assistant tokens': ``(chat, assistant tokens: 7.186 -> 4.791; text: 4.167 ->
+        4.102)``), or an empty string when the run has none."""
         first, last = self.first_eval.get("eval/loss"), self.last_eval.get("eval/loss")
         if first is None or last is None:
             return ""
-        what = "held-out assistant loss" if self.chat else "held-out loss"
-        return (
+        every_chat = bool(self.chat_sources) and set(self.sources) <= set(self.chat_sources)
+        what = "held-out assistant loss" if every_chat else "held-out loss"
+        line = (
             f"{what}: {first:.3f} at step {self.first_eval_step} -> {last:.3f} at step {self.last_eval_step}"
         )
+        each = []
+        for name in self.sources if len(self.sources) > 1 else ():
+            began, now = self.first_eval.get(f"eval/{name}/loss"), self.last_eval.get(f"eval/{name}/loss")
+            if began is not None and now is not None:
+                label = f"{name}, assistant tokens" if name in self.chat_sources and not every_chat else name
+                each.append(f"{label}: {began:.3f} -> {now:.3f}")
+        return f"{line} ({'; '.join(each)})" if each else line
 
 
 class Trainer:
@@ -399,7 +410,8 @@ class Trainer:
         steps = int(jax.device_get(state.step))
         return RunSummary(
             run_dir=self.run_dir,
-            chat=self.data.chat is not None,
+            sources=tuple(self.data.source_names),
+            chat_sources=self.data.chat_sources,
             steps=steps,
             tokens=self._tokens_before(steps),
             skipped_steps=int(jax.device_get(state.skipped_steps)),

@@ -40,7 +40,8 @@ from meltemi.trainer.errors import DataError
 class RunData:
     """The loaders of one process: training batches by step, each source's held-out batches, the token
     that ends a text (the one the stores end their documents with, or a chat run's end of turn), a chat
-    run's template (None for text only) and, per chat source, how its conversations packed."""
+    run's template (None for text only), the chat sources' names and, per chat source, how its
+    conversations packed."""
 
     train: BatchLoader
     held_out: dict[str, BatchLoader]
@@ -49,6 +50,7 @@ class RunData:
     token_bytes: np.ndarray | None
     end_of_text: EndOfText
     chat: ChatRecord | None = None
+    chat_sources: tuple[str, ...] = ()
     packing: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -130,6 +132,7 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
         token_bytes=token_byte_lengths(data.tokenizer) if data.tokenizer else None,
         end_of_text=end_of_text(data.tokenizer, eos_ids, _end_of_turn(chats)),
         chat=chat,
+        chat_sources=tuple(chats),
         packing=packing,
     )
 

@@ -174,12 +174,22 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
     or conversations, as TRL's ``eval_dataset`` and Levanter's validation sets would be."""
     data, chat = config.data, config.data.chat
     corpus = source.corpus
-    if corpus == STDLIB_CHAT:
+    if corpus == STDLIB and source.format == "chat":
+        raise ConfigError(
+            f"data.sources.{name}.corpus: {STDLIB} is text (the standard library's source files); its chat "
+            f"corpus is {STDLIB_CHAT}"
+        )
+    if corpus == STDLIB:  # its files, tokenized with this run's tokenizer (a base's, say)
+        inputs, identity = _stdlib_inputs()
+    elif corpus == STDLIB_CHAT:
         corpus = stdlib_chat_corpus(config, say)
+        inputs, identity = corpus, _resolved(corpus)
     elif _missing(corpus := local_or_cached(corpus, "dataset"), Path.exists):
         missing = f"{corpus}: no such file or directory{not_cached(corpus, 'dataset')}"
         raise ConfigError(f"data.sources.{name}.corpus: {missing}")
-    key = "\0".join([source.format, _resolved(corpus), file_sha256(tokenizer)])  # a copy finds the same store
+    else:
+        inputs, identity = corpus, _resolved(corpus)
+    key = "\0".join([source.format, identity, file_sha256(tokenizer)])  # a copy finds the same store
     options: dict[str, object] = {"subset": source.subset}
     if source.format == "chat":
         template = load_chat_template(chat.template)
@@ -198,9 +208,18 @@ def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: 
     stem = Path(named.rstrip("/")).stem or "corpus"
     text = {"text_field": data.text_field} if source.format == "text" else {}
     flags = SOURCE_FLAGS | {"subset": f"--data.sources.{name}.subset {{}}"}
-    store, report = _cached_build(config, corpus, corpus, stem, key, tokenizer, say, flags, **text, **options)
-    held = _held_out_build(config, corpus, report, stem, key, tokenizer, say, flags, **text, **options)
+    store, report = _cached_build(config, inputs, corpus, stem, key, tokenizer, say, flags, **text, **options)
+    held = _held_out_build(config, inputs, report, stem, key, tokenizer, say, flags, **text, **options)
     return {"store": store} | held
+
+
+def _stdlib_inputs() -> tuple[list[str], str]:
+    """The standard library's source files (``corpus: stdlib`` with a tokenizer other than its own), and
+    what names them in a cached store's key: this Python's version and the corpus's revision."""
+    from meltemi.datastore import corpora
+
+    identity = f"{STDLIB}-py{sysconfig.get_python_version()}-r{corpora.STDLIB_REVISION}"
+    return corpora.python_stdlib(), identity
 
 
 def _held_out_build(config: RunConfig, corpus: str, report: BuildReport, name: str, key: str, tokenizer: str,
@@ -290,8 +309,7 @@ def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, dict[str,
             return STDLIB, {
                 "store": corpora.stdlib_corpus(directory, config.model.vocab_size, progress=True)[1]
             }
-        inputs, name = corpora.python_stdlib(), STDLIB
-        key = f"{STDLIB}-py{sysconfig.get_python_version()}-r{corpora.STDLIB_REVISION}"
+        (inputs, key), name = _stdlib_inputs(), STDLIB
     else:
         inputs, name = local_or_cached(data.corpus, "dataset"), Path(data.corpus).stem or "corpus"
         key = _resolved(inputs)
