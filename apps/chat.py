@@ -115,12 +115,15 @@ def main(argv: list[str]) -> int:
             session.answer(write=to_stdout)
             print(flush=True)
         messages = UserMessages(sys.stdin)
-        if sys.stdin.isatty() and sys.stdout.isatty():
+        typed = sys.stdin.isatty() and sys.stdout.isatty()
+        if typed:
             messages.lines = _typed(lambda: messages.open)
             print(
-                f"chatting with {checkpoint}: /help lists the commands; Ctrl-D or /bye ends", file=sys.stderr
+                f"chatting with {checkpoint}: /help lists the commands; Ctrl-C stops a reply; Ctrl-D or /bye "
+                "ends",
+                file=sys.stderr,
             )
-        chat = _Chat(session, str(checkpoint), args.conversation)
+        chat = _Chat(session, str(checkpoint), args.conversation, typed=typed)
         return chat.converse(messages, write=to_stdout)
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -133,10 +136,12 @@ class _Chat:
     """The prompt loop: one reply per message (a user's, or after ``/tool`` a tool's result), each written
     by ``write`` as it grows, and the commands (``generate.chat_commands``). A message the model cannot take
     or a command that fails is said on stderr and the conversation goes on without it (exit status 1 at
-    the end). ``/save`` replaces only the file the conversation came from or one it saved before."""
+    the end). ``/save`` replaces only the file the conversation came from or one it saved before. When
+    ``typed`` (at a terminal), Ctrl-C during a reply stops it, and the conversation goes on without that
+    exchange; otherwise it ends the chat."""
 
-    def __init__(self, session, checkpoint: str, conversation_file: str | None):
-        self.session, self.checkpoint = session, checkpoint
+    def __init__(self, session, checkpoint: str, conversation_file: str | None, *, typed: bool = False):
+        self.session, self.checkpoint, self.typed = session, checkpoint, typed
         self.ours = set() if conversation_file is None else {_url(conversation_file)}
 
     def converse(self, messages: Iterable[str], write) -> int:
@@ -163,7 +168,14 @@ class _Chat:
 
     def _reply(self, message: str, role: str, write) -> None:
         forgotten = self.session.forgotten
-        self.session.say(message, write=write, role=role)
+        try:
+            self.session.say(message, write=write, role=role)
+        except KeyboardInterrupt:
+            if not self.typed:
+                raise
+            print(flush=True)
+            print("stopped: this exchange is left out of the conversation", file=sys.stderr, flush=True)
+            return
         left_out = self.session.forgotten - forgotten
         if left_out:
             pairs = "exchange" if left_out == 1 else f"{left_out} exchanges"
@@ -201,7 +213,8 @@ def _url(location: str) -> str:
 
 def _typed(continuing: Callable[[], bool]):
     """Lines typed at a terminal, each after a prompt (``...`` while ``continuing`` a message of several
-    lines), with line editing; until end of input (Ctrl-D)."""
+    lines), with line editing; until end of input (Ctrl-D). Ctrl-C at the prompt drops the line typed and
+    says how to end, as a shell does."""
     import readline  # noqa: F401  (input() then edits the line and keeps the history)
 
     while True:
@@ -210,6 +223,9 @@ def _typed(continuing: Callable[[], bool]):
         except EOFError:
             print()
             return
+        except KeyboardInterrupt:
+            print()
+            print("(Ctrl-D or /bye ends the chat)", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -218,6 +218,49 @@ def test_chat_commands_save_clear_and_end_the_conversation_and_a_mistyped_one_re
     assert "a new conversation (the system message and tools kept)" in shown.err
 
 
+def test_at_a_terminal_ctrl_c_stops_a_reply_and_the_chat_goes_on_and_piped_it_ends_the_chat(
+    capsys, monkeypatch
+):
+    """Ctrl-C while the model writes (a KeyboardInterrupt from the session) stops that reply only when the
+    chat is typed; at the prompt it drops the line and says how to end."""
+    import runpy
+    from pathlib import Path
+
+    app_module = runpy.run_path(str(Path(__file__).parents[1] / "apps" / "chat.py"))
+    said = []
+
+    class Interrupted:
+        forgotten = 0
+
+        def say(self, message, write, role="user"):
+            if message == "ramble":
+                write("and so on")
+                raise KeyboardInterrupt
+            said.append(message)
+            write("ok")
+
+    typed = app_module["_Chat"](Interrupted(), "runs/x", None, typed=True)
+    assert typed.converse(["Hi", "ramble", "Bye"], write=lambda text: print(text, end="")) == 0
+    assert said == ["Hi", "Bye"]
+    shown = capsys.readouterr()
+    assert shown.out == "ok\nand so on\nok\n"
+    assert "stopped: this exchange is left out of the conversation" in shown.err
+    piped = app_module["_Chat"](Interrupted(), "runs/x", None)
+    with pytest.raises(KeyboardInterrupt):
+        piped.converse(["ramble", "never"], write=lambda text: None)
+    answers = iter([KeyboardInterrupt, "Hi", EOFError])
+
+    def typed_line(prompt):
+        answer = next(answers)
+        if isinstance(answer, type):
+            raise answer
+        return answer
+
+    monkeypatch.setattr("builtins.input", typed_line)
+    assert list(app_module["_typed"](lambda: False)) == ["Hi"]
+    assert "(Ctrl-D or /bye ends the chat)" in capsys.readouterr().err
+
+
 def test_the_fine_tuning_command_lists_its_own_flags_and_the_others_refuse_them(fine_tuned):
     cwd, _ = fine_tuned
     shown = app("sft.py", "--help", cwd=cwd)
