@@ -23,6 +23,10 @@ import functools
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import jinja2
 
 TEMPLATE_FILE = "<template>"  # the file name Jinja gives a template's frames in a traceback
 
@@ -44,7 +48,7 @@ RECORDER: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("chat
 
 
 @functools.lru_cache(maxsize=64)
-def compile_template(text: str):
+def compile_template(text: str) -> jinja2.Template:
     """The template `text` compiled in the sandbox (cached by text)."""
     return _environment().from_string(text)
 

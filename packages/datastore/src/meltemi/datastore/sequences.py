@@ -115,7 +115,9 @@ def positions_within_segments(segment_ids: np.ndarray) -> np.ndarray:
     return (index - first).astype(np.int32)
 
 
-def segment_ids_from_boundaries(rows: int, width: int, boundary_rows, boundary_positions) -> np.ndarray:
+def segment_ids_from_boundaries(
+    rows: int, width: int, boundary_rows: np.ndarray, boundary_positions: np.ndarray
+) -> np.ndarray:
     """Document index within each row: 0 from the row's first token, +1 at each boundary (in order).
 
     >>> segment_ids_from_boundaries(2, 4, np.array([0, 1, 1]), np.array([2, 1, 3])).tolist()

@@ -210,7 +210,7 @@ def _in_bucket(url: str) -> bool:
     return url_scheme(url) in _BUCKETS
 
 
-def open_input(url: str, whole: bool = False):
+def open_input(url: str, whole: bool = False) -> fsspec.core.OpenFile | io.BufferedReader | io.BytesIO:
     """A binary file of the input `url`: an object in a bucket through the storage seam (read in ranged
     requests, or `whole` into memory, for a reader that seeks from the end), anything else through fsspec."""
     if not _in_bucket(url):

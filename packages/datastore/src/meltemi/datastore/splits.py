@@ -5,9 +5,16 @@ except the one document that straddles the cut (and, since consecutive sequences
 that cut's single token). It never depends on how many processes read it.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from meltemi.datastore.sequences import Rows
+
+if TYPE_CHECKING:
+    from meltemi.datastore.loader import Dataset
 
 
 class SequenceRange:
@@ -45,7 +52,7 @@ class SequenceRange:
         return self.dataset.read(indices + self.start)
 
 
-def hold_out(dataset, fraction: float) -> tuple[SequenceRange, SequenceRange]:
+def hold_out(dataset: Dataset, fraction: float) -> tuple[SequenceRange, SequenceRange]:
     """`(train, held_out)`: the last `fraction` of `dataset`'s sequences (at least one) held out.
 
     >>> class Toy:

@@ -95,7 +95,9 @@ def tokenizer_of(info: TokenizerInfo) -> Tokenizer:
     return parse_tokenizer(info.json, info.name, info.sha256)
 
 
-def encode_documents(tokenizer: Tokenizer, texts: list[str], eos_id: int | None, dtype: np.dtype):
+def encode_documents(
+    tokenizer: Tokenizer, texts: list[str], eos_id: int | None, dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray]:
     """Token ids of `texts`, concatenated (an EOS after each when `eos_id` is set), and each one's length.
 
     A long document is tokenized in pieces that give the same ids (`long_documents.pieces_of`), and pieces

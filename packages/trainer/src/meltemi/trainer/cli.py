@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -24,7 +24,12 @@ from meltemi.trainer.errors import ConfigError, TrainerError
 from meltemi.trainer.run.startup import StartupClock
 
 if TYPE_CHECKING:
-    from meltemi.trainer.config import Config
+    import jax
+
+    from meltemi.trainer.config import Config, RunConfig
+    from meltemi.trainer.plan.inference import InferencePlan
+    from meltemi.trainer.run_directory import RunDirectory
+    from meltemi.trainer.trainer import RunSummary
 
 
 def main(
@@ -115,7 +120,7 @@ def exit_process(status: int) -> NoReturn:
     sys.exit(status)
 
 
-def train(config, run, clock: StartupClock) -> int:
+def train(config: RunConfig, run: RunDirectory, clock: StartupClock) -> int:
     """Train (or resume, or report the finished run) in ``run_dir`` and print the summary."""
     from meltemi.trainer.step.distributed import initialize_from_environment
 
@@ -126,7 +131,7 @@ def train(config, run, clock: StartupClock) -> int:
     return report(Trainer(config, run, clock=clock).run(), config, str(run))
 
 
-def report(summary, config, run_dir: str) -> int:
+def report(summary: RunSummary, config: RunConfig, run_dir: str) -> int:
     """Print how the run went (the same whether it ran here or on slices); the command's exit status."""
     if summary.already_trained:
         print(
@@ -178,7 +183,7 @@ def sample(checkpoint: Path, prompt: str, tokens: int = 48) -> str:
     return prompt + (result.completions[0].text or "")
 
 
-def print_sharding(config) -> int:
+def print_sharding(config: RunConfig) -> int:
     """Each parameter's logical axes, sharding and bytes per device on this machine's devices."""
     from meltemi.trainer.step.distributed import initialize_from_environment
 
@@ -191,7 +196,7 @@ def print_sharding(config) -> int:
     return 0
 
 
-def plan(config, command: Command) -> int:
+def plan(config: RunConfig, command: Command) -> int:
     """The dry run: fake the target's devices on this CPU, compile the step from shapes, print the plan."""
     from meltemi.trainer.plan.target import planning_devices, target_devices
 
@@ -209,7 +214,12 @@ def plan(config, command: Command) -> int:
     return 0
 
 
-def plan_inference(config_path: str, overrides: Sequence[str], devices: int | None, planner) -> int:
+def plan_inference(
+    config_path: str,
+    overrides: Sequence[str],
+    devices: int | None,
+    planner: Callable[[RunConfig, Sequence[jax.Device]], InferencePlan],
+) -> int:
     """An app's dry run (``evaluate.py``, ``sample.py``): the config loaded with its overrides, the target's
     devices faked, ``planner(config, devices)``'s programs compiled from shapes and its plan printed; exit
     status 2 when the largest does not fit the chip, 1 (one line) on a bad input."""

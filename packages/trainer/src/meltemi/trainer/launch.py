@@ -151,7 +151,7 @@ def train_on_slices(
     run_dir: str | Path,
     launch: SliceLaunch,
     event_log: str | Callable[[str], None] | None = None,
-):
+) -> list[HostResult]:
     """Run the training on slices through raytpu (connected to Ray already); each host's ``HostResult``.
     raytpu's events go to ``event_log``: a local file, or a callable given each line (``run_events``)."""
     from meltemi.datastore.storage import local_path_of

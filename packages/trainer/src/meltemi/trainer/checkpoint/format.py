@@ -202,7 +202,7 @@ def _created_metadata(spec_json: str) -> bytes:
 
 def write_shards(
     step: Directory, record: ArrayRecord, shards: Iterable[tuple[tuple[slice, ...], np.ndarray]]
-):
+) -> list[ts.WriteFutures]:
     """Create the array and write each ``(index, host data)`` shard; returns TensorStore write futures.
     The shards must not change afterwards: TensorStore may read them until the futures are done.
 

@@ -3,12 +3,21 @@ every shard requested before any is awaited, so a bucket's objects are fetched c
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeVar
+
 import jax
 import numpy as np
 
 import haliax_lite as hax
 from meltemi.trainer.checkpoint.format import Manifest, as_directory, checked_store, leaf_name, open_array
 from meltemi.trainer.errors import CheckpointError, ConfigError
+
+if TYPE_CHECKING:
+    import os
+
+    from meltemi.datastore.storage import Directory, Location
+
+_Tree = TypeVar("_Tree")
 
 
 def _raw(leaf):
@@ -19,7 +28,14 @@ def _key(index: tuple[slice, ...]) -> tuple:
     return tuple((s.start, s.stop, s.step) for s in index)
 
 
-def restore(step, manifest: Manifest, abstract_state, shardings, *, prefix: str = ""):
+def restore(
+    step: str | os.PathLike | Location | Directory,
+    manifest: Manifest,
+    abstract_state: _Tree,
+    shardings: _Tree,
+    *,
+    prefix: str = "",
+) -> _Tree:
     """Read a checkpoint onto ``shardings`` (any mesh): each device's shard read from its chunks, CRC-checked.
 
     Every array is opened, and every shard this process needs requested, before any is awaited, so a

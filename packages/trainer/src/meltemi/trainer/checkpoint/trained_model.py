@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -166,7 +166,7 @@ def abstract_model(config: RunConfig) -> Llama:
 
 def load_model(
     location: str | os.PathLike | Location,
-    warn=logger.warning,
+    warn: Callable[[str], object] = logger.warning,
     devices: Sequence[jax.Device] | None = None,
     dtype: str | None = None,
 ) -> TrainedModel:

@@ -63,7 +63,9 @@ SOURCE_FLAGS = CORPUS_FLAGS | {  # and a chat corpus's options
 }
 
 
-def resolve_data(config: RunConfig, *, say=lambda line: print(line, file=sys.stderr)) -> RunConfig:
+def resolve_data(
+    config: RunConfig, *, say: Callable[[str], object] = lambda line: print(line, file=sys.stderr)
+) -> RunConfig:
     """``config`` with its data named by concrete paths: ``data.stores`` or ``data.corpus`` (built on first
     use) in ``data.sources``, the standard library's tokenizer (trained on first use) in ``data.tokenizer``.
     ``data.stores`` wins over ``data.corpus``, which wins over ``data.sources``; ``say`` tells the user what
@@ -155,7 +157,7 @@ def stdlib_directory(config: RunConfig) -> Path:
     return Path(config.data.cache_dir) / f"stdlib-py{version}-v{vocab}-r{STDLIB_REVISION}"
 
 
-def stdlib_tokenizer(config: RunConfig, say) -> str:
+def stdlib_tokenizer(config: RunConfig, say: Callable[[str], object]) -> str:
     """The standard library's tokenizer of ``model.vocab_size`` tokens, trained on first use."""
     from meltemi.datastore import corpora
 
@@ -165,7 +167,9 @@ def stdlib_tokenizer(config: RunConfig, say) -> str:
     return corpora.stdlib_tokenizer(directory, config.model.vocab_size)
 
 
-def build_source(config: RunConfig, name: str, source: SourceConfig, tokenizer: str, say) -> dict[str, str]:
+def build_source(
+    config: RunConfig, name: str, source: SourceConfig, tokenizer: str, say: Callable[[str], object]
+) -> dict[str, str]:
     """The stores of ``data.sources.NAME.corpus``, built on first use under ``data.cache_dir``: text
     documents, or chat conversations rendered by ``data.chat.template`` (conversations longer than
     ``data.seq_len`` + 1 tokens cut or left out as ``data.chat.overlong`` says); each build's summary line
@@ -267,7 +271,7 @@ def _cached_build(config: RunConfig, inputs, shown: str, name: str, key: str, to
     return str(out), report
 
 
-def stdlib_chat_corpus(config: RunConfig, say) -> str:
+def stdlib_chat_corpus(config: RunConfig, say: Callable[[str], object]) -> str:
     """The standard library's chat corpus (``stdlib-chat``): a JSONL of conversations about its functions,
     written on first use under ``data.cache_dir`` for this Python."""
     from meltemi.datastore.stdlib_chat import VERSION, stdlib_chat
@@ -293,7 +297,9 @@ def _missing(path: str, there: Callable[[Path], bool]) -> bool:
     return local is not None and not there(local)
 
 
-def build_corpus(config: RunConfig, tokenizer: str, say) -> tuple[str, dict[str, str]]:
+def build_corpus(
+    config: RunConfig, tokenizer: str, say: Callable[[str], object]
+) -> tuple[str, dict[str, str]]:
     """``(name, {"store": ...})`` of ``data.corpus`` tokenized with ``tokenizer``, built on first use (the
     standard library's tokenizer and store together when both are ``stdlib``), read as ``data.text_field``,
     ``data.skip_bad_lines`` and ``data.invalid_utf8`` say, with its data set's held-out split as

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 
@@ -40,6 +41,9 @@ from meltemi.trainer.generate.generation import (
 from meltemi.trainer.generate.sampling import ConversationTooLongError, SamplingConfig
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
+
+if TYPE_CHECKING:
+    from meltemi.datastore.chat_template import ChatTemplate
 
 REPLIED_TO = ("user", "tool")  # the roles whose message the assistant answers
 
@@ -63,7 +67,7 @@ def with_system(system: str | None, messages: Sequence[Message]) -> list[Message
 
 
 def chat_prompt_ids(
-    template, tokenizer: Tokenizer, messages: Sequence[Message], tools: Tools | None = None
+    template: ChatTemplate, tokenizer: Tokenizer, messages: Sequence[Message], tools: Tools | None = None
 ) -> list[int]:
     """The ids of ``messages`` rendered by ``template`` (given ``tools`` when there are) with the assistant's
     turn begun."""
@@ -75,7 +79,7 @@ def chat_prompt_ids(
 def reply(
     model: Llama,
     tokenizer: Tokenizer,
-    template,
+    template: ChatTemplate,
     messages: Sequence[Message],
     settings: SamplingConfig,
     stop_ids: Sequence[int],

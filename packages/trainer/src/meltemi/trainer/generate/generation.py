@@ -97,7 +97,9 @@ def _full_logits(model: Llama, tokens: jax.Array, pad: jax.Array, index) -> jax.
     return jax.lax.dynamic_index_in_dim(logits.array, index, axis=1, keepdims=False)
 
 
-def prefill(model: Llama, tokens, pad, done, prompt_len: int, use_cache: bool) -> _Loop:
+def prefill(
+    model: Llama, tokens: jax.Array, pad: jax.Array, done: jax.Array, prompt_len: int, use_cache: bool
+) -> _Loop:
     """The prompts (``tokens[:, :prompt_len]``, left-padded from ``pad``) through the model: the loop's
     first state, its cache filled (``use_cache``) and the next logits."""
     pad_named = hax.named(pad, ("batch",))
@@ -391,7 +393,7 @@ def sample_checkpoint(
     prompts: Sequence[str],
     settings: SamplingConfig | None = None,
     *,
-    warn=None,
+    warn: Callable[[str], object] | None = None,
     write: Callable[[str], object] | None = None,
     dtype: str | None = None,
     heal: bool = True,

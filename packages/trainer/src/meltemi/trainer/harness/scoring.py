@@ -57,7 +57,14 @@ class Score:
     greedy: bool
 
 
-def token_scores(model: Llama, ids, segments, positions, targets, compute_dtype: str):
+def token_scores(
+    model: Llama,
+    ids: jax.Array,
+    segments: jax.Array,
+    positions: jax.Array,
+    targets: jax.Array,
+    compute_dtype: str,
+) -> tuple[jax.Array, jax.Array]:
     """At each row's ``positions``: its target's log-probability and whether it is the argmax (float32).
     The scoring program (``ids`` and ``segments``: rows x positions; ``positions`` and ``targets``: rows x
     scored positions), jitted here and compiled from shapes alone by the evaluation's dry run."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TypeVar
 
 import equinox as eqx
 import jax
@@ -31,6 +32,8 @@ from haliax_lite import quantization
 from meltemi.trainer import adapters
 from meltemi.trainer.config import ModelConfig
 from meltemi.trainer.model.rotary import apply_rotary, rotary_at, rotary_tables
+
+_Tree = TypeVar("_Tree")
 
 # Values each block may keep for its backward pass under remat "save_dots" (every matmul's output).
 DOT_NAMES = ("q", "k", "v", "attention", "attention_out", "gate", "up", "mlp_out")
@@ -265,7 +268,7 @@ def with_matmul_dtype(model: Llama, matmul_dtype: str) -> Llama:
     return quantization.quantize_linear_layers(model, scaling)
 
 
-def cast_floating(tree, dtype):
+def cast_floating(tree: _Tree, dtype: jax.typing.DTypeLike) -> _Tree:
     """``tree`` with every floating-point array cast to ``dtype`` (integer arrays untouched).
 
     >>> cast_floating({"w": jnp.ones(2), "i": jnp.arange(2)}, jnp.bfloat16)["w"].dtype

@@ -11,6 +11,7 @@ the same with tokens appended, as a chat template's are).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Literal
 
 from meltemi.datastore.errors import StorageError
@@ -51,7 +52,7 @@ class Base:
     hf_dir: Directory | None = None
 
 
-def locate_base(path: str, warn=lambda _: None) -> Base:
+def locate_base(path: str, warn: Callable[[str], object] = lambda _: None) -> Base:
     """The base ``path`` names: a Hugging Face directory when it holds ``config.json`` and no checkpoint, else
     a run directory's latest readable checkpoint or a ``step-N`` directory; a ``CheckpointError`` naming
     ``path`` when it is neither."""

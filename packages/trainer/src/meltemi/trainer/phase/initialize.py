@@ -13,6 +13,7 @@ the optimizer afresh at step 0, as ``trainer.initialize_from`` asks by default.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -44,7 +45,9 @@ from meltemi.trainer.phase.base import (
 from meltemi.trainer.phase.vocabulary import grow_vocabulary
 
 
-def resolve_base(config: RunConfig, say=None, run_dir: str | Location | None = None) -> RunConfig:
+def resolve_base(
+    config: RunConfig, say: Callable[[str], object] | None = None, run_dir: str | Location | None = None
+) -> RunConfig:
     """``config`` checked against its base (``trainer.initialize_from``), with the base's tokenizer as
     ``data.tokenizer`` when it names none and the base's own chat template as ``data.chat.template`` when it
     is ``auto`` and the base has one; unchanged when the run has no base. A run that has checkpoints of its
@@ -88,7 +91,9 @@ def _with_data(config: RunConfig, *, tokenizer: str, template: str) -> RunConfig
     )
 
 
-def resolve_run(config: RunConfig, run_dir: str | Location | None = None, say=None) -> RunConfig:
+def resolve_run(
+    config: RunConfig, run_dir: str | Location | None = None, say: Callable[[str], object] | None = None
+) -> RunConfig:
     """A run's config made concrete: checked against its base (its tokenizer the base's when it names
     none; a run resuming in ``run_dir`` needs only its own checkpoints) and against its own latest
     checkpoint (its schedule carried on, or extended as ``optimizer.extension`` says), then its data
@@ -116,7 +121,7 @@ def own_checkpoint(run_dir: str | Location) -> tuple[str, Manifest] | None:
     return None
 
 
-def initialize_from_base(run: RunToStart, warn) -> Start:
+def initialize_from_base(run: RunToStart, warn: Callable[[str], object]) -> Start:
     """The step-0 state of a run that starts from its base: the base's parameters (its optimizer state too
     when ``parameters_only`` is off), the vocabulary grown to the config's, the step reset as asked."""
     config, program = run.config, run.program

@@ -74,7 +74,7 @@ def compile_program(
     shape: str,
     function: Callable,
     layout: InferenceLayout,
-    *args,
+    *args: object,
     donate_argnums: tuple[int, ...] = (),
 ) -> tuple[ProgramPlan, jax.stages.Compiled]:
     """``function`` jitted (its ``donate_argnums`` donated, as it runs), lowered from the abstract ``args``

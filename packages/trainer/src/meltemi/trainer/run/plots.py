@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meltemi.datastore.storage import Directory
 from meltemi.trainer.run_directory import RunDirectory
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def plot_loss(records: list[dict[str, Any]], run: Directory, name: str = RunDirectory.LOSS_PLOT) -> str:
@@ -55,7 +58,7 @@ def held_out_series(records: list[dict[str, Any]]) -> list[str]:
     return per_source if len(per_source) == 1 else names
 
 
-def save_figure(figure, run: Directory, name: str) -> str:
+def save_figure(figure: Figure, run: Directory, name: str) -> str:
     """Write a matplotlib ``figure`` as the PNG ``name`` in ``run`` (through the storage seam, so a bucket
     too), close it, and return where it went."""
     from matplotlib import pyplot as plt

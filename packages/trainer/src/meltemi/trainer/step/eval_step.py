@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +29,7 @@ class BatchSums:
     bytes: jax.Array
 
 
-def make_eval_step(config: RunConfig):
+def make_eval_step(config: RunConfig) -> Callable[[Llama, NamedBatch, jax.Array], BatchSums]:
     """``eval_step(model, batch, byte_lengths) -> BatchSums``, to be jitted under the compute mapping."""
     m = config.model
 

@@ -33,7 +33,7 @@ import haliax_lite as hax
 from meltemi.trainer.config import OptimizerConfig
 
 
-def weight_decay_mask(model: eqx.Module, config: OptimizerConfig):
+def weight_decay_mask(model: eqx.Module, config: OptimizerConfig) -> eqx.Module:
     """A tree like ``model`` with a bool for each parameter (named array): whether it is decayed."""
 
     def decayed(path, leaf):

@@ -8,6 +8,8 @@ the optax update, and keeps the old state instead when the loss or the gradient 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -90,7 +92,9 @@ def _microbatches(batch: NamedBatch, count: int) -> NamedBatch:
     return jax.tree_util.tree_map(split, batch, is_leaf=hax.is_named_array)
 
 
-def make_gradients(config: RunConfig):
+def make_gradients(
+    config: RunConfig,
+) -> Callable[[Llama, NamedBatch], tuple[jax.Array, jax.Array, Llama]]:
     """``gradients(model, batch) -> (loss, z_loss, grads)``: the batch's mean loss over its trained targets
     (their summed loss over their count in the whole global batch) and its gradient, accumulated over
     ``trainer.microbatch_size`` rows at a time when set; the same whatever the microbatching or packing."""
@@ -119,7 +123,9 @@ def make_gradients(config: RunConfig):
     return gradients
 
 
-def make_train_step(config: RunConfig, structure: Llama | None = None):
+def make_train_step(
+    config: RunConfig, structure: Llama | None = None
+) -> Callable[[TrainState, NamedBatch], tuple[TrainState, StepMetrics]]:
     """``train_step(state, batch) -> (state, StepMetrics)``, to be jitted under the compute axis mapping;
     ``structure`` (the model's abstract arrays, traced when not given) is what weight decay is masked by."""
     structure = _structure_model(config) if structure is None else structure
