@@ -42,9 +42,9 @@ from meltemi.trainer.generate.flags import (
     add_dtype_flag,
     add_sampling_flags,
     checkpoint_of,
-    non_empty,
     refuse_unknown,
     sampling_settings,
+    text_or_stdin,
 )
 from meltemi.trainer.generate.user_input import UserMessages
 
@@ -54,7 +54,11 @@ def main(argv: list[str]) -> int:
     add_checkpoint_flag(parser, FINE_TUNED)
     add_dtype_flag(parser)
     parser.add_argument(
-        "--message", type=non_empty, default=None, help="the user's message (default: one per line of stdin)"
+        "--message",
+        type=text_or_stdin,
+        default=None,
+        help="the user's message, or - to read it all from stdin (default: a prompt loop, a message per "
+        "line of stdin)",
     )
     parser.add_argument(
         "--system", default=None, help="a system message opening the conversation (default: none)"

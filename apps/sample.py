@@ -26,9 +26,9 @@ from meltemi.trainer.generate.flags import (
     add_checkpoint_flag,
     add_dtype_flag,
     add_sampling_flags,
-    non_empty,
     parse_app_args,
     sampling_settings,
+    text_or_stdin,
 )
 
 
@@ -37,7 +37,9 @@ def main(argv: list[str]) -> int:
     add_checkpoint_flag(parser, PRETRAINED, dry_run=True)
     add_dtype_flag(parser)
     parser.add_argument(
-        "--prompt", type=non_empty, help="the text to continue (default: the run's trainer.sample_prompt)"
+        "--prompt",
+        type=text_or_stdin,
+        help="the text to continue, or - to read it from stdin (default: the run's trainer.sample_prompt)",
     )
     parser.add_argument(
         "--no-token-healing",

@@ -161,7 +161,17 @@ def test_export_and_sample_read_the_run_directory(trained):
     )
     first = app("sample.py", "--checkpoint", "runs/tiny/checkpoints/step-6", "--prompt", "import ",
                 "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)  # fmt: skip
-    again = app("sample.py", "--prompt", "import ", "--max-new-tokens", "12", "--temperature", "0", cwd=cwd)
+    again = app(
+        "sample.py",
+        "--prompt",
+        "-",
+        "--max-new-tokens",
+        "12",
+        "--temperature",
+        "0",
+        cwd=cwd,
+        stdin="import \n",
+    )  # fmt: skip  (echo's newline dropped: the same prompt)
     assert first.returncode == 0, first.stderr
     # only the continuation (a 6-step model's may be all whitespace), the same both times
     assert first.stdout == again.stdout and len(first.stdout) > len("\n")
@@ -472,3 +482,8 @@ def test_an_empty_prompt_or_message_is_refused_before_anything_loads(tmp_path, n
     result = app(name, "--checkpoint", "runs/x", flag, "", cwd=tmp_path, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == f"{name}: error: argument {flag}: must not be empty"
+    piped = app(name, "--checkpoint", "runs/x", flag, "-", cwd=tmp_path, timeout=120, stdin="\n\n")
+    assert piped.returncode == 2
+    assert piped.stderr.strip().splitlines()[-1] == (
+        f"{name}: error: argument {flag}: - reads the text from stdin, which held none"
+    )

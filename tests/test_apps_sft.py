@@ -57,7 +57,9 @@ def test_chat_prints_only_the_assistants_reply_and_reads_lines_without_a_message
     first, second = "Describe this function:\n\ndef f():\n    pass", "And this one: def g(x): return x"
     pasted = f'"""{first}\n"""\n'  # as typed or piped: the code's lines are one message
     one_line = ("--max-new-tokens", "8", "--stop", "\\n")
-    once = app("chat.py", "--message", first, *one_line, cwd=cwd)  # runs/tiny_sft by default
+    once = app(
+        "chat.py", "--message", "-", *one_line, cwd=cwd, stdin=f"{first}\n"
+    )  # runs/tiny_sft by default
     assert once.returncode == 0, once.stderr
     assert once.stdout.count("\n") == 1 and "<|" not in once.stdout  # the reply, no special token
     saving = f"{pasted}{second}\n/save chat.json\n"

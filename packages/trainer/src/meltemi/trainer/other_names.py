@@ -100,7 +100,7 @@ APP_FLAGS: dict[str, tuple[OtherName, ...]] = {
     "output_path": (OtherName("--out", LM_EVAL),),
     "save_directory": (OtherName("--out", SAVE_PRETRAINED),),
     "torch_dtype": (OtherName("--dtype", GENERATE),),
-    "file": (OtherName("--prompt", LLAMA_CPP, differs='the text itself: --prompt "$(cat FILE)"'),),
+    "file": (OtherName("--prompt", LLAMA_CPP, differs="a file's text: --prompt - < FILE"),),
     "system_prompt": (OtherName("--system", LLAMA_CPP), OtherName("--system-instruction", LLAMA_CPP)),
     "system_instruction": (OtherName("--system", LM_EVAL),),
 }  # fmt: skip

@@ -221,6 +221,31 @@ def non_empty(value: str) -> str:
     return value
 
 
+STDIN = "-"  # a prompt or message given as this is read from stdin
+
+
+def text_or_stdin(value: str) -> str:
+    """An argparse type for a prompt or message: the text given, or for ``-`` all of stdin with its trailing
+    newlines dropped (as ``"$(cat FILE)"`` drops them: ``echo`` adds one), never empty.
+
+    >>> text_or_stdin("def ")
+    'def '
+    >>> import io, sys
+    >>> given, sys.stdin = sys.stdin, io.StringIO("def f():\\n    pass\\n\\n")
+    >>> text_or_stdin("-")
+    'def f():\\n    pass'
+    >>> sys.stdin = given
+    """
+    if value != STDIN:
+        return non_empty(value)
+    import sys
+
+    text = sys.stdin.read().rstrip("\n")
+    if not text:
+        raise argparse.ArgumentTypeError("- reads the text from stdin, which held none")
+    return text
+
+
 def _at_least(minimum: int, text: str) -> int:
     try:
         value = int(text)
