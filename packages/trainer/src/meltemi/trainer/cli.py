@@ -26,7 +26,7 @@ from meltemi.trainer.run.startup import StartupClock
 if TYPE_CHECKING:
     import jax
 
-    from meltemi.trainer.config import Config, RunConfig
+    from meltemi.trainer.config import RunConfig
     from meltemi.trainer.plan.inference import InferencePlan
     from meltemi.trainer.run_directory import RunDirectory
     from meltemi.trainer.trainer import RunSummary
@@ -96,7 +96,7 @@ def main(
         return 130
 
 
-def _check_base_named(config: Config, given: str | None) -> None:
+def _check_base_named(config: RunConfig, given: str | None) -> None:
     """The fine-tuning command starts from a base: a ``ConfigError`` when ``config`` (from ``--config
     given``) names none, since it would train a model from random parameters under a fine-tuning's name."""
     if config.trainer.initialize_from is None:

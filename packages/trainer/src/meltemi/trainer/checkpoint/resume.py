@@ -102,7 +102,7 @@ def _latest_good(
 
 
 def continued_config(
-    config: RunConfig, run_dir: str | Location, say: Callable[[str], None] = lambda _: None
+    config: RunConfig, run_dir: str | Location, say: Callable[[str], object] = lambda _: None
 ) -> RunConfig:
     """``config`` as the latest readable checkpoint in ``run_dir`` continues it, reading manifests only:
     refused with the ``ConfigError`` ``starting_state`` would raise when the checkpoint cannot continue it,
@@ -128,8 +128,8 @@ def continued_config(
 
 def starting_state(
     run: RunToStart,
-    warn: Callable[[str], None],
-    initialize: Callable[[RunToStart, Callable[[str], None]], Start] | None = None,
+    warn: Callable[[str], object],
+    initialize: Callable[[RunToStart, Callable[[str], object]], Start] | None = None,
 ) -> Start:
     """Resume, start from the base (``initialize``, given when the config names one), or start fresh, in
     that order of preference. Only reads: a refusal (a ``ConfigError``, a ``CheckpointError``) leaves every
