@@ -222,7 +222,7 @@ def test_a_json_file_is_read_as_json_lines_or_as_one_array_of_records(tmp_path):
     notes = ReadNotes()
     assert len(_read(tmp_path / "bad.json", ReadPolicy(skip_bad_lines=True), notes)) == 1
     assert notes.counts["refused_conversations"] == 1 and "item 2" in notes.skipped_lines[0]
-    (tmp_path / "cut.json").write_text('[{"messages": []}, {"mess')
+    (tmp_path / "cut.json").write_text(json.dumps([records[0]])[:-1] + ', {"mess')
     with pytest.raises(InputError, match=r"cut\.json: not valid JSON \(.* at line 1, column \d+\)$"):
         _read(tmp_path / "cut.json")
     (tmp_path / "escaped.json").write_text('[{"messages": [{"role": "user", "content": "a\\ud800"}]}]')

@@ -26,6 +26,7 @@ from meltemi.datastore.dataset_card import CARD, card_metadata, card_subsets, ch
 from meltemi.datastore.dataset_files import TrainingFiles, common_directory, training_files
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
+from meltemi.datastore.json_array import array_items, text_chunks
 from meltemi.datastore.storage import Location, url_scheme
 
 InvalidUtf8 = Literal["error", "skip", "replace"]
@@ -538,10 +539,12 @@ def read_json_array(
     parse: Callable[[Any, Place], _T | None],
     refused: str = "skipped_lines",
 ) -> Iterator[_T]:
-    """What `parse(record, place)` makes of each record of a `.json` file holding one array (read whole),
-    in order; None is nothing. A bad record (a `BadLineError` from `parse`) stops the read naming its item
-    (its place in the array, from 1), or is skipped as a bad JSONL line is (`read_jsonl`); a file that is
-    not UTF-8 is handled as a document is.
+    """What `parse(record, place)` makes of each record of a `.json` file holding one array, in order; None
+    is nothing. The array is read as a stream (`json_array`: one record in memory at a time, not the whole
+    file). A bad record (a `BadLineError` from `parse`) stops the read naming its item (its place in the
+    array, from 1), or is skipped as a bad JSONL line is (`read_jsonl`); a file that is not UTF-8 is handled
+    as a document is (skipped or repaired whole, so it is checked before its first record when the policy
+    is not `error`).
 
     >>> import pathlib, tempfile
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.json"
@@ -552,23 +555,44 @@ def read_json_array(
     [('...a.json, item 1', 'one'), ('...a.json, item 2', 'two')]
     """
     source = piece.source
-    with open_source(source, whole=True) as f:
-        data = f.read()
-    text = decode_document(data, Place(source), policy, notes)
-    if text is None:
-        return
-    try:
-        records = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(
-            f"{source.name}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})"
-        ) from None
-    if not isinstance(records, list):
-        raise InputError(f"{source.name}: not a JSON array of records, nor JSON Lines")
+    if policy.invalid_utf8 == "error" or _is_utf8(source):
+        try:
+            with open_source(source) as f:
+                records = array_items(text_chunks(f), source.name)
+                yield from _parsed_items(records, piece, policy, notes, parse, refused)
+            return
+        except UnicodeDecodeError:
+            pass  # said below, with the byte, as a document's is
+    with open_source(source) as f:
+        text = decode_document(f.read(), Place(source), policy, notes)  # an error, or skipped or repaired
+    if text is not None:
+        yield from _parsed_items(array_items([text], source.name), piece, policy, notes, parse, refused)
+
+
+def _parsed_items(
+    records: Iterator[Any],
+    piece: Piece,
+    policy: ReadPolicy,
+    notes: ReadNotes,
+    parse: Callable[[Any, Place], _T | None],
+    refused: str,
+) -> Iterator[_T]:
+    """What `parse` makes of each of a JSON array's `records`, each placed by its item number."""
     for number, record in enumerate(records, start=1):
-        item = parsed_or_refused(parse, record, Place(source, item=number), policy, notes, refused)
+        item = parsed_or_refused(parse, record, Place(piece.source, item=number), policy, notes, refused)
         if item is not None:
             yield item
+
+
+def _is_utf8(source: Source) -> bool:
+    """Whether all of `source` is UTF-8 text, read as a stream."""
+    try:
+        with open_source(source) as f:
+            for _ in text_chunks(f):
+                pass
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def parsed_or_refused(
