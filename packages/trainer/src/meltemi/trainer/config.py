@@ -87,7 +87,9 @@ class ModelConfig(Section):
     tie_embeddings: bool = Field(False, description="unembed with the input embedding's table")
     init_std: float = Field(0.02, gt=0, description="standard deviation of the initial weights")
     remat: Remat = Field(
-        "full", description="gradient checkpointing of each block: none|full|save_dots|offload"
+        "full",
+        description="gradient checkpointing of each block: none (keep every activation), full (keep its "
+        "input, recompute the rest), save_dots (keep the matmuls' outputs), offload (its input on the host)",
     )
     attention: AttentionKernel = Field("auto", description="meltemi.kernels attention implementation")
     cross_entropy: LossKernel = Field(
