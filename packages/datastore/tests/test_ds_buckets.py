@@ -15,7 +15,7 @@ import tensorstore as ts
 import zarr
 
 from meltemi.datastore import IncompleteStoreError, TokenizerMismatchError, TokenStore, build_store
-from meltemi.datastore.errors import AccessDeniedError, InputError, NoSuchBucketError
+from meltemi.datastore.errors import AccessDeniedError, DatastoreError, InputError, NoSuchBucketError
 from meltemi.datastore.storage import Directory, storage_context
 from meltemi.datastore.testing import environ_with
 
@@ -244,3 +244,22 @@ def test_slices_of_one_chunk_read_at_once_each_get_their_values(request, server)
     reads = [array[:, i * 4 : (i + 1) * 4].read() for i in range(8)]
     for i, read in enumerate(reads):
         np.testing.assert_array_equal(read.result(), values[:, i * 4 : (i + 1) * 4])
+
+
+def test_on_gcs_a_missing_bucket_reads_as_empty_and_what_finds_nothing_there_says_so(
+    gcs, tokenizer_path, tmp_path
+):
+    """TensorStore's GCS driver lists nothing and reads missing keys in a bucket that does not exist, so a
+    store or input found empty there names the bucket as the other likely mistake (S3 says so itself)."""
+    missing = "meltemi-no-such-bucket"
+    note = f"(or the bucket '{missing}' does not exist: on GCS, a missing bucket reads as empty)"
+    with pytest.raises(DatastoreError) as opened:
+        TokenStore.open(f"gs://{missing}/stores/web")
+    assert str(opened.value).endswith(f"is not a token store (it has no manifest.json) {note}")
+    with pytest.raises(InputError) as built:
+        build_store(f"gs://{missing}/corpus", tokenizer_path, tmp_path / "none", progress=False)
+    assert str(built.value).endswith(f"no such object, and no object under it {note}")
+    bucket = gcs.bucket_url()
+    with pytest.raises(DatastoreError) as empty:  # a bucket that exists: the same words, the same note
+        TokenStore.open(f"{bucket}/stores/web")
+    assert note.replace(missing, bucket.removeprefix("gs://")) in str(empty.value)

@@ -199,15 +199,16 @@ def test_without_credentials_a_bucket_error_is_one_line_for_s3_and_gcs(s3_server
     # application-default credentials, logs that it found none, asks the metadata server (a closed port
     # on loopback here) and goes on anonymously; the emulator answers.
     bucket = gcs_server.make_bucket()
+    missing = f" (or the bucket '{bucket}' does not exist: on GCS, a missing bucket reads as empty)"
     google = bare | {"TENSORSTORE_GCS_HTTP_URL": gcs_server.endpoint, "GCE_METADATA_ROOT": "127.0.0.1:9"}
     assert (
         stderr_of(google, "info", f"gs://{bucket}/x")
-        == f"error: gs://{bucket}/x is not a token store (it has no manifest.json)\n"
+        == f"error: gs://{bucket}/x is not a token store (it has no manifest.json){missing}\n"
     )
     emulator = bare | {"STORAGE_EMULATOR_HOST": gcs_server.endpoint}  # a user's whole setup for an emulator
     assert (
         stderr_of(emulator, "info", f"gs://{bucket}/x")
-        == f"error: gs://{bucket}/x is not a token store (it has no manifest.json)\n"
+        == f"error: gs://{bucket}/x is not a token store (it has no manifest.json){missing}\n"
     )
 
 

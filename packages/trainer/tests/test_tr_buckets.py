@@ -271,3 +271,20 @@ def test_a_run_directory_in_a_bucket_is_probed_once_per_process(request, server,
     assert len(probes) == 1
     RunDirectory.of(f"{url}-other").check()
     assert len(probes) == 2
+
+
+def test_a_model_or_run_in_a_gcs_bucket_that_does_not_exist_is_named_as_the_likely_mistake(gcs):
+    """A GCS bucket that is not there reads as empty (its listing finds nothing), so reading a model or
+    auditing a run there says the bucket may be missing, not only that nothing was found."""
+    from meltemi.trainer.checkpoint.trained_model import locate_model
+
+    note = "(or the bucket 'meltemi-no-such-bucket' does not exist: on GCS, a missing bucket reads as empty)"
+    with pytest.raises(CheckpointError) as located:
+        locate_model("gs://meltemi-no-such-bucket/runs/tiny")
+    assert str(located.value) == (
+        "gs://meltemi-no-such-bucket/runs/tiny holds no checkpoint (looked for step-N directories) and is no "
+        f"Hugging Face model (no config.json) {note}"
+    )
+    with pytest.raises(CheckpointError) as verified:
+        verify_run("gs://meltemi-no-such-bucket/runs/tiny")
+    assert str(verified.value).endswith(f"holds no checkpoint (looked for step-N directories) {note}")

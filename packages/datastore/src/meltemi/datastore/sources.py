@@ -280,7 +280,8 @@ def _resolve_in_bucket(item: str) -> tuple[list[str], bool]:
         )
     matches = list_objects(item)
     if not matches:
-        raise InputError(f"input {redact(item)!r}: no such object, and no object under it")
+        note = Location.parse(item).found_empty_note
+        raise InputError(f"input {redact(item)!r}: no such object, and no object under it{note}")
     return matches, matches != [str(Location.parse(item))]
 
 

@@ -410,4 +410,6 @@ def _why_not_a_store(location: str, directory: Directory) -> DatastoreError:
         )
     if local is not None and not local.exists():
         return NoSuchStoreError(f"{location}: no such token store (the directory does not exist)")
-    return DatastoreError(f"{location} is not a token store (it has no {MANIFEST})")
+    return DatastoreError(
+        f"{location} is not a token store (it has no {MANIFEST}){Location.parse(location).found_empty_note}"
+    )

@@ -177,6 +177,21 @@ class Location:
         """The last component of the path (the store's or run's name)."""
         return self.path.rsplit("/", 1)[-1]
 
+    @property
+    def found_empty_note(self) -> str:
+        """What a message that found nothing here adds: on GCS a bucket that does not exist lists nothing
+        and reads as missing keys (TensorStore cannot tell them apart without writing), so its name is worth
+        a look.
+
+        >>> Location.parse("gs://my-buket/run").found_empty_note
+        " (or the bucket 'my-buket' does not exist: on GCS, a missing bucket reads as empty)"
+        >>> Location.parse("s3://my-bucket/run").found_empty_note  # S3 says so itself
+        ''
+        """
+        if self.scheme != "gs":
+            return ""
+        return f" (or the bucket {self.bucket!r} does not exist: on GCS, a missing bucket reads as empty)"
+
     def kvstore_spec(self, retries: Retries = DEFAULT_RETRIES) -> dict[str, Any]:
         """The TensorStore kvstore spec of this location (a directory: its keys are relative to it).
 

@@ -153,7 +153,7 @@ def locate_model(location: str | os.PathLike | Location) -> list[Directory] | Di
         raise CheckpointError(f"{location} does not exist{not_cached(str(given), 'model')}")
     raise CheckpointError(
         f"{location} holds no checkpoint (looked for step-N directories) and is no Hugging Face model "
-        f"(no {HF_CONFIG})"
+        f"(no {HF_CONFIG}){Location.parse(location).found_empty_note}"
     )
 
 

@@ -164,5 +164,6 @@ def verify_run(location: str | os.PathLike | Location) -> RunVerification:
     check_readable(place.location)  # a missing bucket or refused credentials: one line first
     found = find_checkpoints(place)
     if not found:
-        raise CheckpointError(f"{place.where()} holds no checkpoint (looked for step-N directories)")
+        note = place.location.found_empty_note
+        raise CheckpointError(f"{place.where()} holds no checkpoint (looked for step-N directories){note}")
     return RunVerification(place.location, tuple(verify_checkpoint(path) for path in found))
