@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import sys
 from pathlib import Path
 
 
@@ -238,8 +239,6 @@ def text_or_stdin(value: str) -> str:
     """
     if value != STDIN:
         return non_empty(value)
-    import sys
-
     text = sys.stdin.read().rstrip("\n")
     if not text:
         raise argparse.ArgumentTypeError("- reads the text from stdin, which held none")
