@@ -102,9 +102,9 @@ def write_conversation(
 ) -> None:
     """Write ``messages`` (and the ``tools`` shown with them) to the JSON file ``location``, local or in a
     bucket, as ``read_conversation`` reads it: a list of messages, or a record with ``messages`` and
-    ``tools``. A file already there is kept, a ``GenerationError``, unless
-    ``replace`` (the file this chat read or saved before); so are a folder or directory named as the file
-    and an empty conversation (``read_conversation`` would refuse it).
+    ``tools``. A file already there is kept and this is a ``GenerationError``, unless ``replace`` (the file
+    this chat read or saved before); so is a folder or directory named as the file, and an empty
+    conversation (``read_conversation`` would refuse it).
 
     >>> import pathlib, tempfile
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "chat.json"
