@@ -16,7 +16,8 @@ conversation, until end of input; lines between ``\"\"\"`` and ``\"\"\"`` are on
 prompt is ``...`` meanwhile). When the conversation outgrows the model's positions its oldest exchanges
 are left out of the prompt (said on stderr), and a line too long even alone is refused on stderr while the
 conversation goes on. A line whose first word is ``/`` and a command's name is a command (``/help`` lists
-them): ``/save FILE`` writes the conversation so far as JSON, which ``--conversation FILE`` goes on with,
+them): ``/save FILE`` writes the conversation so far as JSON, which ``--conversation FILE`` goes on with
+(``/save`` alone: to the file read or saved last),
 ``/clear`` starts a new one, ``/bye`` ends the chat; ``//`` begins a message that begins with ``/``.
 ``--tools`` shows the model tool definitions (a JSON list, as transformers'
 ``apply_chat_template(..., tools=...)`` takes them) at every turn; a reply that calls one is written as
@@ -147,6 +148,7 @@ class _Chat:
     def __init__(self, session, checkpoint: str, conversation_file: str | None, *, typed: bool = False):
         self.session, self.checkpoint, self.typed = session, checkpoint, typed
         self.ours = set() if conversation_file is None else {_url(conversation_file)}
+        self.last_file = conversation_file  # where /save alone writes
 
     def converse(self, messages: Iterable[str], write) -> int:
         from meltemi.datastore import DatastoreError
@@ -188,7 +190,7 @@ class _Chat:
         print(flush=True)
 
     def _obey(self, command) -> None:
-        from meltemi.trainer.generate.chat_commands import command_help
+        from meltemi.trainer.generate.chat_commands import ChatCommandError, command_help
         from meltemi.trainer.generate.chat_files import write_conversation
 
         if command.name == "help":
@@ -197,14 +199,18 @@ class _Chat:
             self.session.clear()
             print("a new conversation (the system message and tools kept)", file=sys.stderr, flush=True)
         elif command.name == "save":
-            url = _url(command.argument)
+            target = command.argument or self.last_file
+            if target is None:
+                raise ChatCommandError("/save needs its FILE: no conversation file was read or saved yet")
+            url = _url(target)
             said = self.session.transcript
-            write_conversation(command.argument, said, self.session.tools, replace=url in self.ours)
+            write_conversation(target, said, self.session.tools, replace=url in self.ours)
             self.ours.add(url)
+            self.last_file = target
             count = "1 message" if len(said) == 1 else f"{len(said)} messages"
-            quoted = shlex.quote(self.checkpoint), shlex.quote(command.argument)
+            quoted = shlex.quote(self.checkpoint), shlex.quote(target)
             again = "uv run apps/chat.py --checkpoint {} --conversation {}".format(*quoted)
-            note = f"saved {count} to {command.argument}; go on with it: {again}"
+            note = f"saved {count} to {target}; go on with it: {again}"
             print(note, file=sys.stderr, flush=True)
 
 

@@ -196,26 +196,30 @@ def test_chat_commands_save_clear_and_end_the_conversation_and_a_mistyped_one_re
     monkeypatch.setattr(ChatSession, "of_checkpoint", classmethod(lambda cls, *args, **kwargs: Recording()))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "other.json").write_text("[]")
-    typed = ["Hi", "/help", "/save chat.json", "/sav x", "/clear", "//bye is a word", "/save ./chat.json",
-             "/save other.json", "/bye", "never sent"]  # fmt: skip
+    typed = ["/save", "Hi", "/help", "/save chat.json", "/sav x", "/clear", "//bye is a word", "/save",
+             "/save ./chat.json", "/save other.json", "/bye", "never sent"]  # fmt: skip
     monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(typed) + "\n"))
     main = runpy.run_path(str(Path(__file__).parents[1] / "apps" / "chat.py"))["main"]
-    assert main(["--checkpoint", "runs/x"]) == 1  # two commands failed; the chat went on
+    assert main(["--checkpoint", "runs/x"]) == 1  # three commands failed; the chat went on
     shown = capsys.readouterr()
     assert shown.out == "ok\nok\n"
     assert json.loads((tmp_path / "chat.json").read_text()) == [
         {"role": "user", "content": "/bye is a word"},
         {"role": "assistant", "content": "ok"},
-    ]  # saved twice: the second time after /clear, over its own file
+    ]  # saved three times: after /clear, over its own file (/save alone: the file saved last)
     assert (tmp_path / "other.json").read_text() == "[]"
     errors = [line for line in shown.err.splitlines() if line.startswith("error: ")]
     assert errors == [
+        "error: /save needs its FILE: no conversation file was read or saved yet",
         "error: /sav: no such command; /help lists them (a message that begins with / is written //)",
         "error: /save other.json: already exists, and this chat neither read nor saved it (what it holds is "
         "kept); /save another name",
     ]
-    assert "  /save FILE  " in shown.err and "(also /exit, /quit)" in shown.err  # the help
-    assert shown.err.count("saved 2 messages to ") == 2
+    assert "  /save [FILE]  " in shown.err and "(also /exit, /quit)" in shown.err  # the help
+    assert (
+        shown.err.count("saved 2 messages to chat.json") == 2
+        and "saved 2 messages to ./chat.json" in shown.err
+    )
     assert "go on with it: uv run apps/chat.py --checkpoint runs/x --conversation chat.json" in shown.err
     assert "a new conversation (the system message and tools kept)" in shown.err
 

@@ -27,32 +27,29 @@ class ChatCommandError(GenerationError):
 
 @dataclasses.dataclass(frozen=True)
 class CommandSpec:
-    """A command: its name, what it does, its argument's name (``""``: it takes none) and whether the
-    argument may be left out, and the other names it answers to."""
+    """A command: its name, what it does, the name of the argument it may be given (``""``: it takes
+    none; what it does without one, its summary says) and the other names it answers to."""
 
     name: str
     summary: str
     argument: str = ""
-    argument_optional: bool = False
     aliases: tuple[str, ...] = ()
 
     @property
     def usage(self) -> str:
-        """How it is typed, e.g. ``/save FILE``."""
-        shown = f"[{self.argument}]" if self.argument_optional else self.argument
-        return f"/{self.name} {shown}".rstrip()
+        """How it is typed, e.g. ``/save [FILE]``."""
+        return f"/{self.name} [{self.argument}]" if self.argument else f"/{self.name}"
 
 
 COMMANDS = (
     CommandSpec(
         "tool",
-        "the called tool's result, which the model answers (a tool message)",
+        "a called tool's result (a tool message), which the model answers",
         argument="RESULT",
-        argument_optional=True,  # a tool may return nothing
     ),
     CommandSpec(
         "save",
-        "save the conversation as JSON (--conversation FILE goes on with it)",
+        "save the conversation as JSON for --conversation (alone: to the file read or saved last)",
         argument="FILE",
     ),
     CommandSpec("clear", "start a new conversation (the system message and tools stay)"),
@@ -74,8 +71,8 @@ class Command:
 
 def read_command(message: str) -> Command | str:
     """``message`` as a ``Command`` when its first word is one, else the message to send (``//`` at its
-    start sent as ``/``); a ``ChatCommandError`` for a word after ``/`` that names no command, a missing
-    argument or one given to a command that takes none.
+    start sent as ``/``); a ``ChatCommandError`` for a word after ``/`` that names no command, or an argument
+    given to a command that takes none.
 
     >>> read_command("/tool 5"), read_command("/?"), read_command("/tools?")
     (Command(name='tool', argument='5'), Command(name='help', argument=''), '/tools?')
@@ -94,8 +91,6 @@ def read_command(message: str) -> Command | str:
     argument = message[word.end() :].lstrip()
     if spec.name != "tool":  # a tool's result is sent as written; a file name has no spaces around it
         argument = argument.strip()
-    if spec.argument and not spec.argument_optional and not argument:
-        raise ChatCommandError(f"/{spec.name} needs its {spec.argument}: {spec.usage}")
     if not spec.argument and argument:
         raise ChatCommandError(f"/{spec.name} takes nothing after it (given {argument!r})")
     return Command(spec.name, argument)
@@ -104,8 +99,8 @@ def read_command(message: str) -> Command | str:
 def command_help() -> str:
     """What ``/help`` shows: each command with what it does, then how to send a message beginning with ``/``.
 
-    >>> print(command_help().splitlines()[0])
-      /tool [RESULT]  the called tool's result, which the model answers (a tool message)
+    >>> print(command_help().splitlines()[2])
+      /clear          start a new conversation (the system message and tools stay)
     """
     width = max(len(spec.usage) for spec in COMMANDS)
     lines = []
