@@ -285,7 +285,7 @@ def test_results_go_to_a_bucket_and_a_missing_one_is_named_before_any_work(run, 
     no_name = evaluate_app(*args, "--out", str(tmp_path) + "/", cwd=tmp_path)
     assert (
         no_name.stderr.strip().splitlines()[-1]
-        == f"error: --out {tmp_path}/: name a file, e.g. {tmp_path}/results.json"
+        == f"error: --out {tmp_path}/: names a folder; name a file, e.g. {tmp_path}/results.json"
     )
 
 
@@ -304,7 +304,7 @@ def test_an_existing_results_file_is_kept_and_bad_counts_are_refused_before_any_
     (tmp_path / "earlier.json").write_text('{"mine": 1}')
     (tmp_path / "evals").mkdir()
     for out, says in [("earlier.json", "already exists; name a new file (the results there are kept)"),
-                      ("evals", "is a directory; name a file, e.g. evals/results.json")]:  # fmt: skip
+                      ("evals", "names a folder; name a file, e.g. evals/results.json")]:  # fmt: skip
         result = evaluate_app(*args, "--out", out, cwd=tmp_path)
         assert result.returncode == 1 and "|" not in result.stdout  # no task ran
         assert result.stderr.strip().splitlines()[-1] == f"error: --out {out}: {says}", result.stderr

@@ -324,3 +324,20 @@ def test_a_404_from_a_listing_or_a_write_is_a_missing_bucket_and_from_a_read_is_
         "(NOT_FOUND: The specified bucket does not exist.)"
     )
     assert not isinstance(storage_error("gs://meltemi-gone/run", "reading", gone), NoSuchBucketError)
+
+
+def test_a_file_to_write_is_named_by_its_probed_folder_and_key_and_a_folder_is_refused(tmp_path):
+    """One seam for a command's single output file (evaluation results, a saved conversation)."""
+    from meltemi.datastore.errors import NotAFileError
+    from meltemi.datastore.storage import file_to_write
+
+    folder, key = file_to_write(str(tmp_path / "new" / "chat.json"), "chat.json")
+    assert (folder.location, key) == (Location.parse(tmp_path / "new"), "chat.json")
+    folder.write_text(key, "[]")
+    assert (tmp_path / "new" / "chat.json").read_text() == "[]"
+    for named in (f"{tmp_path}/", str(tmp_path), "memory://doc/files/", "memory://"):
+        with pytest.raises(NotAFileError, match=r"names a folder; name a file, e\.g\. .*/chat\.json$"):
+            file_to_write(named, "chat.json")
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(PathIsAFileError):  # the folder is probed: a file where it should be
+        file_to_write(str(tmp_path / "taken" / "chat.json"), "chat.json")

@@ -123,6 +123,10 @@ class PathIsAFileError(StorageError):
     """A local path that should be a directory is a file."""
 
 
+class NotAFileError(StorageError):
+    """A location named where a file is to be written names a folder (`evals/`, a local directory)."""
+
+
 class OutOfRangeError(StorageError):
     """A byte range was asked of an object that does not hold it (the object is shorter): a file cut
     short, or a header that promises more bytes than follow it."""

@@ -138,8 +138,10 @@ class RunSummary:
         line = (
             f"{what}: {first:.3f} at step {self.first_eval_step} -> {last:.3f} at step {self.last_eval_step}"
         )
+        if len(self.sources) < 2:
+            return line
         each = []
-        for name in self.sources if len(self.sources) > 1 else ():
+        for name in self.sources:
             began, now = self.first_eval.get(f"eval/{name}/loss"), self.last_eval.get(f"eval/{name}/loss")
             if began is not None and now is not None:
                 label = f"{name}, assistant tokens" if name in self.chat_sources and not every_chat else name

@@ -7,7 +7,8 @@
 - `Appender`, `read_appended`: a log such as `metrics.jsonl` on stores that cannot append.
 - `check_writable`, `check_readable`: probe a location before any work, failing in one line that names
   the URL and the mistake (a `StorageError` subclass from `meltemi.datastore.errors`); `first_contact`
-  makes a first request as fast-failing as a probe, and `read_object` reads one object that way.
+  makes a first request as fast-failing as a probe, and `read_object` reads one object that way;
+  `file_to_write` is where a command's one output file goes (its folder probed, a folder refused).
 
 >>> from meltemi.datastore.storage import Directory, check_writable
 >>> run = Directory(check_writable("memory://example/run"))
@@ -20,6 +21,7 @@ from meltemi.datastore.storage.directory import (
     Directory,
     check_readable,
     check_writable,
+    file_to_write,
     first_contact,
     read_object,
     storage_context,
@@ -45,6 +47,7 @@ __all__ = [
     "Retries",
     "check_readable",
     "check_writable",
+    "file_to_write",
     "first_contact",
     "local_path_of",
     "read_appended",

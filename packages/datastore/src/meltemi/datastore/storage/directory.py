@@ -29,6 +29,7 @@ import tensorstore as ts
 from meltemi.datastore.errors import (
     AccessDeniedError,
     NoSuchBucketError,
+    NotAFileError,
     OutOfRangeError,
     StorageError,
     UnreachableError,
@@ -250,6 +251,28 @@ def parent_and_key(location: str | os.PathLike | Location) -> tuple[Directory, s
     parent, _, key = named.path.rpartition("/")
     shown = str(named).rstrip("/").rpartition("/")[0]
     return Directory(Location(named.scheme, named.bucket, parent, shown)), key
+
+
+def file_to_write(location: str | os.PathLike, example: str) -> tuple[Directory, str]:
+    """The folder (probed writable, once per process) that holds the file `location` names, and the file's
+    key there, for a command that writes one file (results, a conversation), local or in a bucket; a
+    `NotAFileError` when `location` names a folder (`evals/`, a bucket, a local directory), suggesting
+    `example` in it. Whether a file is there already is the caller's to decide.
+
+    >>> folder, key = file_to_write("memory://doc/evals/results.json", "results.json")
+    >>> folder, key
+    (Directory('memory://doc/evals'), 'results.json')
+    >>> file_to_write("memory://doc/evals/", "results.json")
+    Traceback (most recent call last):
+    ...
+    meltemi.datastore.errors.NotAFileError: memory://doc/evals/: names a folder; name a file, e.g. memory://...
+    """
+    target, shown = Location.parse(location), os.fspath(location)
+    local = target.local_path
+    if shown.endswith("/") or not target.path or (local is not None and local.is_dir()):
+        raise NotAFileError(f"{shown}: names a folder; name a file, e.g. {shown.rstrip('/')}/{example}")
+    folder, key = parent_and_key(target)
+    return Directory(check_writable(folder.location, once=True)), key
 
 
 def first_contact(location: str | os.PathLike | Location, request: Callable[[Directory], _Result]) -> _Result:

@@ -115,23 +115,16 @@ def write_conversation(
     ...
     meltemi.trainer.generate.sampling.GenerationError: /save ...chat.json: already exists, and this chat...
     """
-    from meltemi.datastore.storage import Directory, Location, check_writable
-    from meltemi.datastore.storage.directory import parent_and_key
+    from meltemi.datastore.errors import NotAFileError
+    from meltemi.datastore.storage import file_to_write
 
-    target = Location.parse(location)  # an unknown scheme or a malformed URL: the seam's own error
-    shown = str(location)
-    if (
-        shown.endswith("/")
-        or not target.path
-        or (target.local_path is not None and target.local_path.is_dir())
-    ):
-        raise GenerationError(
-            f"/save {shown}: names a folder; name a file, e.g. {shown.rstrip('/')}/chat.json"
-        )
+    shown = os.fspath(location)
     if not messages:
         raise GenerationError(f"/save {shown}: nothing has been said yet, so there is nothing to save")
-    folder, name = parent_and_key(target)
-    folder = Directory(check_writable(folder.location, once=True))
+    try:
+        folder, name = file_to_write(location, "chat.json")  # the seam's error for a bad URL or bucket
+    except NotAFileError as e:
+        raise GenerationError(f"/save {e}") from None
     if not replace and folder.exists(name):
         raise GenerationError(
             f"/save {shown}: already exists, and this chat neither read nor saved it (what it holds is "

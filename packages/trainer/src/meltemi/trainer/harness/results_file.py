@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from meltemi.datastore.storage import Directory, Location, check_writable
+from meltemi.datastore.errors import NotAFileError
+from meltemi.datastore.storage import Directory, file_to_write
 from meltemi.trainer.harness.errors import ResultsFileError
 
 
@@ -40,14 +41,11 @@ class ResultsFile:
 
 def results_file(out: str) -> ResultsFile:
     """``out`` as a new results file: its folder probed (a ``StorageError`` naming the mistake), and a
-    ``ResultsFileError`` for a target that names a folder (``evals/``), a directory or an existing file."""
-    target = Location.parse(out)  # an unknown scheme or a malformed URL: the seam's own error
-    name, example = out.rpartition("/")[2], f"{out.rstrip('/')}/results.json"
-    if not name or not target.path:
-        raise ResultsFileError(f"--out {out}: name a file, e.g. {example}")
-    folder = Directory(check_writable(out[: -len(name)] or "."))
-    if target.local_path is not None and target.local_path.is_dir():
-        raise ResultsFileError(f"--out {out}: is a directory; name a file, e.g. {example}")
+    ``ResultsFileError`` for a target that names a folder (``evals/``, a directory) or an existing file."""
+    try:
+        folder, name = file_to_write(out, "results.json")  # the seam's error for a bad URL or bucket
+    except NotAFileError as e:
+        raise ResultsFileError(f"--out {e}") from None
     if folder.exists(name):
         raise ResultsFileError(f"--out {out}: already exists; name a new file (the results there are kept)")
     return ResultsFile(folder, name)
