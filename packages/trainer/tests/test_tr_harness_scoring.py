@@ -162,10 +162,11 @@ def test_a_results_file_is_new_and_one_that_appears_meanwhile_is_kept(tmp_path):
     with pytest.raises(ResultsFileError, match="appeared while evaluating; the results there are kept"):
         target.write("{}")
     assert (tmp_path / "evals" / "results.json").read_text() == "another evaluation's"
-    for out, says in [(str(tmp_path), "is a directory"), ("memory://", "name a file"),
-                      ("memory://doc-results/", "name a file")]:  # fmt: skip
-        with pytest.raises(ResultsFileError, match=says):
+    for out in (str(tmp_path), "memory://", "memory://doc-results/"):
+        with pytest.raises(ResultsFileError) as refused:
             results_file(out)
+        suggested = f"{out.rstrip('/')}/results.json"
+        assert str(refused.value) == f"--out {out}: names a folder; name a file, e.g. {suggested}"
     fresh = results_file("memory://doc-results/a.json")
     fresh.write('{"ok": 1}')
     assert str(fresh) == "memory://doc-results/a.json"
