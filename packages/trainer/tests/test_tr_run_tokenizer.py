@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from meltemi.trainer.checkpoint.format import Manifest
 from meltemi.trainer.checkpoint.trained_model import load_model
-from meltemi.trainer.data.run_tokenizer import copy_into_run, end_of_text, file_sha256
+from meltemi.trainer.data.run_tokenizer import copy_into_run, end_of_text, file_sha256, tokenizer_at
 from meltemi.trainer.errors import ConfigError
 from meltemi.trainer.hf.tokenizer_files import special_tokens
 from meltemi.trainer.trainer import Trainer
@@ -112,7 +112,6 @@ def test_a_tokenizer_in_a_bucket_serves_every_stage_as_the_local_file_does(
     from meltemi.datastore.storage import Directory
     from meltemi.trainer.generate.generation import generate
     from meltemi.trainer.generate.sampling import SamplingConfig
-    from meltemi.trainer.harness.model import read_tokenizer
     from meltemi.trainer.hf import export_hf
 
     local = corpus["tokenizer"]
@@ -127,8 +126,22 @@ def test_a_tokenizer_in_a_bucket_serves_every_stage_as_the_local_file_does(
     settings = SamplingConfig(6, 0.0, None, None, 0)
     texts = [generate(model, ["def "], settings, tokenizer=t).completions[0].text for t in (url, local)]
     assert texts[0] == texts[1]
-    assert read_tokenizer(url, "here").get_vocab() == Tokenizer.from_file(local).get_vocab()
+    assert tokenizer_at(url).get_vocab() == Tokenizer.from_file(local).get_vocab()
     assert end_of_text(url) == end_of_text(local) and special_tokens(url) == special_tokens(local)
     out = export_hf(model, f"{there.where()}/hf", tokenizer=url)
     assert Directory(out).read_bytes("tokenizer.json") == Path(local).read_bytes()
     assert sorted(p.name for p in tmp_path.rglob("*.json") if "run" not in p.parts) == []
+
+
+def test_the_evaluation_harness_reads_a_tokenizer_in_a_bucket_as_the_local_file(bucket, corpus):
+    """The harness's model (the `eval` group's lm-eval) takes a tokenizer named by a bucket URL as it takes
+    the same file on disk."""
+    pytest.importorskip("lm_eval", reason="lm-eval is not installed: see the `eval` group in pyproject.toml")
+    from meltemi.datastore.storage import Directory
+    from meltemi.trainer.harness.model import read_tokenizer
+
+    local = corpus["tokenizer"]
+    there = Directory(f"{bucket}/tokenizers")
+    there.write_bytes("tokenizer.json", Path(local).read_bytes())
+    read = read_tokenizer(there.where("tokenizer.json"), "here")
+    assert read.get_vocab() == Tokenizer.from_file(local).get_vocab()

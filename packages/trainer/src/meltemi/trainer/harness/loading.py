@@ -2,7 +2,13 @@
 first (``hub``), then lm-eval imported with the modules that use it; on a machine without lm-eval, one error
 saying what needed it and how to install it.
 
->>> require_harness("apps/evaluate.py")  # lm-eval is installed here (the eval group)
+>>> import importlib.util
+>>> try:
+...     require_harness("apps/evaluate.py")
+... except HarnessMissingError as error:  # without the eval group
+...     assert importlib.util.find_spec("lm_eval") is None and INSTALL in str(error)
+... else:
+...     assert importlib.util.find_spec("lm_eval") is not None
 """
 
 from __future__ import annotations
