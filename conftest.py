@@ -391,11 +391,11 @@ def pytest_configure(config: pytest.Config) -> None:
     subprocess.Popen.__init__ = launched
 
 
-# ---- the tests an optional group would run (opt-in: MELTEMI_OPTIONAL_SKIPS=<file>) --------------------------
+# ---- the tests an optional group would run (opt-in: MELTEMI_OPTIONAL_SKIPS=<file>) -------------------------
 
 # The README's `uv run pytest` runs with the default groups; a test needing another (eval's lm-eval, torch's
-# PyTorch) skips, saying which. CI runs that command first, exactly as a newcomer would, with this set; it then
-# installs the optional groups and runs only the tests listed here (.ci/run), so nothing is run twice.
+# PyTorch) skips, saying which. CI runs that command first, exactly as a newcomer would, with this set; it
+# then installs the optional groups and runs only the tests listed here (.ci/run), so none runs twice.
 _OPTIONAL_SKIP_WORDS = ("not installed", "could not import")
 
 
