@@ -329,7 +329,7 @@ _COUNTED = {  # what is counted: (module, attribute) -> the kind of work
     ("meltemi.trainer.trainer", "Trainer.run"): "training run (in process)",
     ("meltemi.trainer.step.program", "TrainProgram.compile"): "train step compiled (in process)",
     ("meltemi.raytpu.local_cluster", "LocalSliceCluster.__init__"): "Ray cluster started",
-    ("meltemi.datastore.build", "build_store"): "token store built (in process)",
+    ("meltemi.datastore.build.builder", "build_store"): "token store built (in process)",
     ("meltemi.datastore.corpora", "train_tokenizer"): "tokenizer trained (in process)",
 }
 

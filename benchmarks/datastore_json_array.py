@@ -27,8 +27,8 @@ def peak_mb() -> float:
 
 
 def streamed(path: str) -> None:
+    from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, describe_source
     from meltemi.datastore.conversations import read_conversations
-    from meltemi.datastore.sources import ReadNotes, ReadPolicy, describe_source
 
     start = time.perf_counter()
     piece = describe_source(path).pieces()[0]
@@ -38,7 +38,7 @@ def streamed(path: str) -> None:
 
 
 def parsed(path: str) -> None:
-    from meltemi.datastore.json_array import array_items, text_chunks
+    from meltemi.datastore.build.inputs.json_array import array_items, text_chunks
 
     start = time.perf_counter()
     with open(path, "rb") as f:

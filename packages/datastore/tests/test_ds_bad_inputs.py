@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from meltemi.datastore import BadLineError, IncompleteStoreError, SourceChangedError, TokenStore, build_store
-from meltemi.datastore.build_request import BUILD_FLAGS, BuildRequest
+from meltemi.datastore.build.request import BUILD_FLAGS, BuildRequest
 from meltemi.datastore.cli import main
 
 

@@ -128,7 +128,7 @@ def test_a_build_into_a_bucket_killed_midway_resumes_to_the_same_bytes(
 def test_a_missing_bucket_or_refused_keys_fail_before_any_tokenizing(
     request, server, stdlib_files, tokenizer_path, monkeypatch
 ):
-    import meltemi.datastore.build as build
+    import meltemi.datastore.build.builder as build
 
     fake = request.getfixturevalue(server)
     scheme = fake.scheme

@@ -20,8 +20,8 @@ from meltemi.datastore import (
     TokenStore,
     build_store,
 )
-from meltemi.datastore.tokenizing import TokenizerInfo
-from meltemi.datastore.writing import content_hash
+from meltemi.datastore.build.assembly import content_hash
+from meltemi.datastore.build.units import TokenizerInfo
 
 
 @pytest.mark.filterwarnings("ignore:Object at manifest.json is not recognized")

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meltemi.datastore import InputError, InvalidUtf8Error, TokenStore, build_store
-from meltemi.datastore.compression import CODECS
+from meltemi.datastore.build.inputs.compression import CODECS
+from meltemi.datastore.build.inputs.dataset_files import training_files
+from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, describe_source, read_documents
 from meltemi.datastore.conversations import read_conversations
-from meltemi.datastore.dataset_files import training_files
-from meltemi.datastore.sources import ReadNotes, ReadPolicy, describe_source, read_documents
 
 
 def _zstd(data: bytes) -> bytes:

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, describe_source
 from meltemi.datastore.conversations import ROLES, Conversation, checked_messages, read_conversations
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
-from meltemi.datastore.sources import ReadNotes, ReadPolicy, describe_source
 
 HELLO = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
 

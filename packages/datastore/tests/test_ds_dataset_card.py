@@ -7,9 +7,9 @@ import json
 import pytest
 
 from meltemi.datastore import InputError, TokenStore, build_store
+from meltemi.datastore.build.inputs.dataset_card import Subset, card_subsets, chosen_subset
+from meltemi.datastore.build.inputs.sources import resolve_data_inputs
 from meltemi.datastore.cli import main
-from meltemi.datastore.dataset_card import Subset, card_subsets, chosen_subset
-from meltemi.datastore.sources import resolve_data_inputs
 
 OPTIONS = {"format": "chat", "progress": False}
 CARD = """---

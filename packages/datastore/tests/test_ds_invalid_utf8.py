@@ -28,7 +28,7 @@ from meltemi.datastore import (
     TokenStore,
     build_store,
 )
-from meltemi.datastore.build_request import BUILD_FLAGS, Hints
+from meltemi.datastore.build.request import BUILD_FLAGS, Hints
 from meltemi.datastore.cli import main
 from meltemi.datastore.progress import ProgressBar
 
@@ -188,7 +188,7 @@ def test_when_every_document_is_skipped_the_error_says_so(write_files, tmp_path,
 def test_a_stopped_build_keeps_its_work_and_resumes_with_another_policy(
     write_files, tmp_path, tokenizer_path, monkeypatch
 ):
-    import meltemi.datastore.build as build
+    import meltemi.datastore.build.builder as build
 
     files = write_files({"a.txt": "first " * 50, "b.txt": "second " * 50, "c.png": _png(), "d.txt": "last"})
     out = tmp_path / "s"

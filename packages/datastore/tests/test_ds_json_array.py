@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from meltemi.datastore.build.inputs.json_array import array_items, text_chunks
+from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, describe_source, read_documents
 from meltemi.datastore.errors import InputError, InvalidUtf8Error
-from meltemi.datastore.json_array import array_items, text_chunks
-from meltemi.datastore.sources import ReadNotes, ReadPolicy, describe_source, read_documents
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text())
 values = st.recursive(

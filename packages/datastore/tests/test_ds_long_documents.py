@@ -9,8 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-from meltemi.datastore import TokenStore, build_store, long_documents, tokenizing
-from meltemi.datastore.long_documents import pieces_of
+from meltemi.datastore import TokenStore, build_store
+from meltemi.datastore.build import long_documents
+from meltemi.datastore.build import units as tokenizing
+from meltemi.datastore.build.long_documents import pieces_of
 
 FRAGMENTS = [
     "def f(x):\n", "    return x + 1\n", "  ", "\t", "\n\n\n", " " * 40, "x" * 300, "12345678",

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meltemi.datastore import InputError, TokenStore, build_store
-from meltemi.datastore.sources import ReadNotes, ReadPolicy, describe_source, read_documents
+from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, describe_source, read_documents
 
 
 @settings(max_examples=40)
@@ -70,9 +70,9 @@ def test_a_piece_reads_only_its_own_lines(write_files):
 
 
 def test_a_small_corpus_is_still_cut_into_units_that_workers_can_share(stdlib_files, tokenizer_path):
-    from meltemi.datastore.build import MIN_UNIT_BYTES, UNITS_PER_CORPUS, _groups, _plan
-    from meltemi.datastore.build_request import UNIT_BYTES, BuildRequest
-    from meltemi.datastore.tokenizing import TokenizerInfo
+    from meltemi.datastore.build.builder import MIN_UNIT_BYTES, UNITS_PER_CORPUS, _groups, _plan
+    from meltemi.datastore.build.request import UNIT_BYTES, BuildRequest
+    from meltemi.datastore.build.units import TokenizerInfo
 
     sources = [describe_source(f, split_bytes=UNIT_BYTES) for f in stdlib_files]
     total = sum(s.size for s in sources)

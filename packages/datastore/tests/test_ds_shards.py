@@ -10,11 +10,11 @@ import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from meltemi.datastore.build.assembly import ArrayWriter, check_shards
 from meltemi.datastore.errors import DatastoreError
 from meltemi.datastore.files import LocalFiles, TensorStoreFiles
 from meltemi.datastore.layout import ShardLayout
 from meltemi.datastore.shards import ShardedArray
-from meltemi.datastore.writing import ArrayWriter, check_shards
 
 
 def write(root: Path, layout: ShardLayout, values: np.ndarray, cuts: list[int]) -> str:

@@ -7,8 +7,7 @@ import importlib.metadata
 
 from meltemi.datastore import corpora
 from meltemi.datastore.audit import audit_store
-from meltemi.datastore.build import BuildReport, build_store
-from meltemi.datastore.build_request import Hints
+from meltemi.datastore.build import BuildReport, Hints, build_store
 from meltemi.datastore.corpora import python_stdlib, train_tokenizer
 from meltemi.datastore.errors import (
     BadLineError,

@@ -23,7 +23,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from meltemi.datastore.assistant_turns import FROM_BEGINNINGS, FROM_BLOCKS, turns_by_beginnings
-from meltemi.datastore.build_request import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
+from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy
+from meltemi.datastore.build.request import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
 from meltemi.datastore.chat_template import (
     END_OF_TURN,
     TOKENIZER_CONFIG,
@@ -35,7 +36,6 @@ from meltemi.datastore.chat_template import (
 from meltemi.datastore.conversations import Conversation, tool_call_names
 from meltemi.datastore.errors import BadLineError, ChatTemplateError, InputError
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
-from meltemi.datastore.sources import ReadNotes, ReadPolicy
 from meltemi.datastore.storage import Location
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from meltemi.datastore.audit import audit_store
 from meltemi.datastore.build import build_store
-from meltemi.datastore.build_request import BUILD_FLAGS
+from meltemi.datastore.build.request import BUILD_FLAGS
 from meltemi.datastore.errors import DatastoreError
 from meltemi.datastore.store import TokenStore
 

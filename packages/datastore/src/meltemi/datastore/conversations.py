@@ -26,8 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from meltemi.datastore.errors import BadLineError, InputError
-from meltemi.datastore.sources import (
+from meltemi.datastore.build.inputs.sources import (
     LONE_SURROGATE,
     TABLE_KINDS,
     Piece,
@@ -41,7 +40,8 @@ from meltemi.datastore.sources import (
     read_jsonl,
     without_surrogates,
 )
-from meltemi.datastore.tables import open_table
+from meltemi.datastore.build.inputs.tables import open_table
+from meltemi.datastore.errors import BadLineError, InputError
 
 ROLES = ("system", "user", "assistant", "tool")
 REFUSED = "refused_conversations"  # the count of bad conversations skipped, in `ReadNotes.counts`
@@ -82,7 +82,7 @@ def read_conversations(
     column `field`; bad ones refused, and those not UTF-8 handled, as `policy` says (and noted).
 
     >>> import pathlib, tempfile
-    >>> from meltemi.datastore.sources import describe_source
+    >>> from meltemi.datastore.build.inputs.sources import describe_source
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "chat.jsonl"
     >>> good = '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}]}'
     >>> _ = path.write_text(good + '\\n{"messages": [{"role": "bot", "content": "?"}]}\\n')

@@ -20,7 +20,7 @@ class ShardedArray:
     >>> import tempfile
     >>> from pathlib import Path
     >>> from meltemi.datastore.files import LocalFiles
-    >>> from meltemi.datastore.writing import ArrayWriter
+    >>> from meltemi.datastore.build.assembly import ArrayWriter
     >>> root, layout = Path(tempfile.mkdtemp()), ShardLayout(10, np.dtype(np.uint32), chunk=4, shard=8)
     >>> writer = ArrayWriter(root, "squares", layout)
     >>> writer.append(np.arange(10, dtype=np.uint32) ** 2)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from meltemi.datastore.build_records import PartSummary
+from meltemi.datastore.build.records import PartSummary
 from meltemi.datastore.errors import (
     DatastoreError,
     IncompleteStoreError,

@@ -19,9 +19,9 @@ import os
 import fsspec
 from tokenizers import Tokenizer
 
+from meltemi.datastore.build.inputs.sources import redact
 from meltemi.datastore.errors import TokenizerFileError
 from meltemi.datastore.layout import canonical_tokenizer_hash
-from meltemi.datastore.sources import redact
 from meltemi.datastore.storage import SCHEMES, Location, read_object, url_scheme
 
 _NOT_A_TOKENIZER = "not a Hugging Face tokenizer.json"

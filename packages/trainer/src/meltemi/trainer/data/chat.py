@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from tokenizers import AddedToken, Tokenizer
 
 from meltemi.datastore import DatastoreError
-from meltemi.datastore.build_request import SHIPPED_TEMPLATE
+from meltemi.datastore.build.request import SHIPPED_TEMPLATE
 from meltemi.datastore.storage import Directory
 from meltemi.trainer.data.run_tokenizer import tokenizer_bytes
 from meltemi.trainer.errors import ConfigError

@@ -125,7 +125,7 @@ def end_of_text(
     """The end-of-text token of a run: a chat run's ``end_of_turn`` (generation also stopping at the text
     rule's token), else the stores' (``store_eos_ids``, each store's recorded ``eos_id``), else the first of
     the datastore's candidates that ``tokenizer`` has, else none."""
-    from meltemi.datastore.tokenizing import EOS_CANDIDATES
+    from meltemi.datastore.build.units import EOS_CANDIDATES
 
     recorded = [i for i in store_eos_ids if i is not None]
     vocabulary = None if tokenizer is None else tokenizer_at(tokenizer)

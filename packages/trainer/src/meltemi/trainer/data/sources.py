@@ -231,7 +231,7 @@ def _held_out_build(config: RunConfig, corpus: str, report: BuildReport, name: s
     """``{"eval_store": ...}``: the test (else validation) split of the data set whose train split
     ``report`` says was built, as ``data.held_out: split`` asks, built on first use as that one was; empty
     when the data set has no such split (or ``data.held_out`` is ``tail``)."""
-    from meltemi.datastore.dataset_files import held_out_split
+    from meltemi.datastore.build.inputs.dataset_files import held_out_split
 
     if config.data.held_out != "split" or report.split is None:
         return {}

@@ -9,25 +9,37 @@ policy says to skip or repair it. Documents come in sorted source order, then in
 build never depends on how the files were listed.
 """
 
-import contextlib
-import hashlib
-import io
 import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 import fsspec
 
-from meltemi.datastore.compression import Codec, codec_of, decompressed, uncompressed_name
-from meltemi.datastore.dataset_card import CARD, card_metadata, card_subsets, chosen_subset, describes_data
-from meltemi.datastore.dataset_files import TrainingFiles, common_directory, training_files
+from meltemi.datastore.build.inputs.dataset_card import (
+    CARD,
+    card_metadata,
+    card_subsets,
+    chosen_subset,
+    describes_data,
+)
+from meltemi.datastore.build.inputs.dataset_files import TrainingFiles, common_directory, training_files
+from meltemi.datastore.build.inputs.files import (
+    Piece,
+    Source,
+    _in_bucket,
+    describe_source,
+    open_input,
+    open_source,
+    redact,
+)
+from meltemi.datastore.build.inputs.json_array import array_items, text_chunks
+from meltemi.datastore.build.inputs.tables import open_table
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
-from meltemi.datastore.json_array import array_items, text_chunks
-from meltemi.datastore.storage import Location, url_scheme
+from meltemi.datastore.storage import Location
 
 InvalidUtf8 = Literal["error", "skip", "replace"]
 """What a build does with a document that is not UTF-8: stop naming it, leave it out, or replace its
@@ -38,79 +50,6 @@ _T = TypeVar("_T")
 
 TABLE_KINDS = ("parquet", "arrow")  # the `Source.kind`s read as tables of columns (`tables.open_table`)
 _GLOB_CHARS = "*?["
-_HASH_BLOCK = 1 << 22
-
-
-@dataclass(frozen=True)
-class Source:
-    """One input file: where it is, how big, the SHA-256 of its bytes, and where a big JSONL may be cut.
-
-    `cuts` holds `(byte offset, lines before it)` of line starts that split the file into pieces of about
-    the build's unit size, so one large JSONL file is tokenized by many workers.
-    """
-
-    url: str
-    size: int
-    sha256: str
-    cuts: tuple[tuple[int, int], ...] = ()
-
-    def pieces(self) -> list["Piece"]:
-        """The file as consecutive pieces, split at `cuts` (one piece when there are none)."""
-        starts = [(0, 0), *self.cuts]
-        stops = [c for c, _ in self.cuts] + [None]
-        return [
-            Piece(self, start, stop, lines + 1) for (start, lines), stop in zip(starts, stops, strict=True)
-        ]
-
-    @property
-    def name(self) -> str:
-        """The URL with any credentials in it masked: what manifests, plans and messages record."""
-        return redact(self.url)
-
-    @property
-    def kind(self) -> str:
-        """The format of its uncompressed bytes, by name: `jsonl`, `json`, `parquet`, `arrow` or `text`.
-
-        >>> Source("s3://b/shard.jsonl.zst", 0, "").kind, Source("/d/notes.md", 0, "").kind
-        ('jsonl', 'text')
-        """
-        name = uncompressed_name(self.url).lower()
-        return next((kind for kind in _KINDS if name.endswith(f".{kind}")), "text")
-
-    @property
-    def compression(self) -> Codec | None:
-        """The codec the whole file is compressed with (`compression.CODECS`), None when it is not."""
-        return codec_of(self.url)
-
-
-_KINDS = ("jsonl", "json", "parquet", "arrow")
-
-
-def redact(url: str) -> str:
-    """`url` (or any text) with the user and password of each URL masked, so secrets stay out of records.
-
-    >>> redact("https://user:secret@example.com/a.jsonl"), redact("/data/a.jsonl")
-    ('https://***@example.com/a.jsonl', '/data/a.jsonl')
-    """
-    return re.sub(r"([a-zA-Z][\w+.-]*://)[^/@\s'\"]*@", r"\1***@", url)
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Bytes `[start, stop)` of a source (`stop` None: to its end), whose first line is `first_line`."""
-
-    source: Source
-    start: int
-    stop: int | None
-    first_line: int
-
-    @property
-    def whole(self) -> bool:
-        return self.start == 0 and self.stop is None
-
-    @property
-    def size(self) -> int:
-        return (self.source.size if self.stop is None else self.stop) - self.start
 
 
 def _url(fs: fsspec.AbstractFileSystem, path: str) -> str:
@@ -204,49 +143,6 @@ def _resolved(inputs: Sequence[str]) -> Iterator[tuple[str, list[str], bool]]:
         yield str(item), files, listed
 
 
-_BUCKETS = ("gs", "s3")  # read through the storage seam (its credentials and errors); the rest via fsspec
-
-
-def _in_bucket(url: str) -> bool:
-    return url_scheme(url) in _BUCKETS
-
-
-def open_input(url: str, whole: bool = False) -> fsspec.core.OpenFile | io.BufferedReader | io.BytesIO:
-    """A binary file of the input `url`: an object in a bucket through the storage seam (read in ranged
-    requests, or `whole` into memory, for a reader that seeks from the end), anything else through fsspec."""
-    if not _in_bucket(url):
-        return fsspec.open(url, "rb")
-    from meltemi.datastore.storage import read_object
-    from meltemi.datastore.storage.inputs import open_object
-
-    if not whole:
-        return open_object(url)
-    data = read_object(url)
-    if data is None:
-        raise FileNotFoundError(url)
-    return io.BytesIO(data)
-
-
-@contextlib.contextmanager
-def open_source(source: Source, whole: bool = False) -> Iterator[BinaryIO]:
-    """A binary file of `source`'s uncompressed bytes (`open_input`'s, decompressed as they are read); with
-    `whole`, seekable, for a reader that seeks from the end (a compressed one is decompressed into memory).
-
-    >>> import gzip, pathlib, tempfile
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt.gz"
-    >>> _ = path.write_bytes(gzip.compress(b"hello"))
-    >>> with open_source(describe_source(str(path))) as f:
-    ...     f.read()
-    b'hello'
-    """
-    compressed = source.compression is not None  # streamed, then held whole once decompressed
-    with (
-        open_input(source.url, whole=whole and not compressed) as raw,
-        decompressed(raw, source.compression, source.name) as f,
-    ):
-        yield io.BytesIO(f.read()) if whole and compressed else f
-
-
 def _resolve(item: str) -> tuple[list[str], bool]:
     """The files `item` names, and whether they were listed (a directory's, a prefix's) rather than named
     (a file, an object, a pattern's matches)."""
@@ -287,32 +183,6 @@ def _resolve_in_bucket(item: str) -> tuple[list[str], bool]:
 
 def _hidden(relative: str) -> bool:
     return any(part.startswith(".") for part in relative.split("/") if part)
-
-
-def describe_source(url: str, split_bytes: int | None = None, block_bytes: int = _HASH_BLOCK) -> Source:
-    """Size and content hash of one file (read once, in blocks); a plain JSONL file larger than
-    `split_bytes` also gets line-aligned cuts about every `split_bytes`."""
-    digest = hashlib.sha256()
-    size = lines = 0
-    cuts: list[tuple[int, int]] = []
-    splitting = split_bytes is not None and url.lower().endswith(".jsonl")
-    next_cut = split_bytes if splitting else None
-    try:
-        with open_input(url) as f:
-            while block := f.read(block_bytes):
-                digest.update(block)
-                while next_cut is not None and next_cut < size + len(block):
-                    newline = block.find(b"\n", max(0, next_cut - size))
-                    if newline < 0:
-                        break
-                    cuts.append((size + newline + 1, lines + block.count(b"\n", 0, newline + 1)))
-                    next_cut = size + newline + 1 + split_bytes
-                lines += block.count(b"\n")
-                size += len(block)
-    except OSError as e:
-        raise InputError(f"{redact(url)}: cannot be read ({redact(str(e))})") from None
-    cuts = [(offset, before) for offset, before in cuts if offset < size]
-    return Source(url=url, size=size, sha256=digest.hexdigest(), cuts=tuple(cuts))
 
 
 @dataclass(frozen=True)
@@ -648,8 +518,6 @@ def _table_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> It
     """Each row's text of a Parquet or Arrow file. Arrow does not check that a string column holds UTF-8, so
     every column of text is read as bytes and decoded here, under the policy, as the other formats are."""
     import pyarrow as pa
-
-    from meltemi.datastore.tables import open_table
 
     with open_table(source) as table:
         text_field, schema = policy.text_field, table.schema

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from meltemi.datastore.build_records import BuildOptions
+from meltemi.datastore.build.records import BuildOptions
 from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS, DEFAULT_SHARD_TOKENS, default_shard_tokens
-from meltemi.datastore.sources import INVALID_UTF8, InvalidUtf8, ReadPolicy, redact
+from meltemi.datastore.build.inputs.sources import INVALID_UTF8, InvalidUtf8, ReadPolicy, redact
 
 if TYPE_CHECKING:
     from meltemi.datastore.chat_build import ChatBuild

@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from meltemi.datastore.build_records import EARLIER_INVALID_UTF8, Plan, count_phrase
-from meltemi.datastore.build_request import BuildRequest, Hints
+from meltemi.datastore.build.records import EARLIER_INVALID_UTF8, Plan, count_phrase
+from meltemi.datastore.build.request import BuildRequest, Hints
 from meltemi.datastore.errors import DatastoreError, SourceChangedError
 from meltemi.datastore.layout import BUILD_DIR, CHAT_ARRAYS, GROUP, MANIFEST, STOPPED
 from meltemi.datastore.storage import Directory, check_writable, local_path_of

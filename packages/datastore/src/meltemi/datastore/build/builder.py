@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from meltemi.datastore.build_output import only_build, prepare_directory
-from meltemi.datastore.build_records import (
+from meltemi.datastore.build.output import only_build, prepare_directory
+from meltemi.datastore.build.records import (
     EARLIER_INVALID_UTF8,
     OTHER_SPLIT_FILES,
     SHOWN_FILES,
@@ -29,7 +29,7 @@ from meltemi.datastore.build_records import (
     Plan,
     SourceRecord,
 )
-from meltemi.datastore.build_request import (
+from meltemi.datastore.build.request import (
     SHIPPED_TEMPLATE,
     UNIT_BYTES,
     BuildRequest,
@@ -57,7 +57,7 @@ from meltemi.datastore.layout import (
     token_dtype,
 )
 from meltemi.datastore.progress import ProgressBar
-from meltemi.datastore.sources import (
+from meltemi.datastore.build.inputs.sources import (
     InvalidUtf8,
     Piece,
     Source,
@@ -65,7 +65,7 @@ from meltemi.datastore.sources import (
     resolve_data_inputs,
 )
 from meltemi.datastore.storage import Directory, Location
-from meltemi.datastore.tokenizing import (
+from meltemi.datastore.build.units import (
     TokenizerInfo,
     load_array,
     part_keys,
@@ -75,7 +75,7 @@ from meltemi.datastore.tokenizing import (
     tokenizer_of,
     weights_key,
 )
-from meltemi.datastore.writing import ArrayWriter, check_shards, content_hash
+from meltemi.datastore.build.assembly import ArrayWriter, check_shards, content_hash
 
 if TYPE_CHECKING:
     from meltemi.datastore.chat_build import ChatBuild

@@ -21,8 +21,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from meltemi.datastore.compression import CODECS, uncompressed_name
-from meltemi.datastore.dataset_card import Subset
+from meltemi.datastore.build.inputs.compression import CODECS, uncompressed_name
+from meltemi.datastore.build.inputs.dataset_card import Subset
 from meltemi.datastore.errors import InputError
 
 # the files a data set's directory is read for, each maybe compressed (`compression.CODECS`)

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from meltemi.datastore.build_records import PartSummary
-from meltemi.datastore.build_request import Hints
+from meltemi.datastore.build.records import PartSummary
+from meltemi.datastore.build.request import Hints
 from meltemi.datastore.errors import InputError
 from meltemi.datastore.layout import token_dtype
-from meltemi.datastore.long_documents import pieces_of
-from meltemi.datastore.sources import Piece, ReadNotes, ReadPolicy, read_documents, redact
+from meltemi.datastore.build.long_documents import pieces_of
+from meltemi.datastore.build.inputs.sources import Piece, ReadNotes, ReadPolicy, read_documents, redact
 from meltemi.datastore.storage import Directory, Location
 from meltemi.datastore.tokenizer_file import parse_tokenizer, read_tokenizer_text, tokenizer_digest
 

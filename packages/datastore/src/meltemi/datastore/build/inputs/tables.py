@@ -4,7 +4,7 @@ each as its schema and its record batches of the columns asked for.
 
 >>> import pathlib, tempfile
 >>> import pyarrow as pa
->>> from meltemi.datastore.sources import describe_source
+>>> from meltemi.datastore.build.inputs.files import describe_source
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "data-00000-of-00001.arrow"
 >>> table = pa.table({"text": ["one", "two"], "id": [1, 2]})
 >>> with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from meltemi.datastore.build.inputs.files import Source, open_source
 from meltemi.datastore.errors import InputError
-from meltemi.datastore.sources import Source, open_source
 
 if TYPE_CHECKING:
     import pyarrow as pa
