@@ -2,14 +2,17 @@
 
 Reads check only the chunks they touch; this reads everything, shard by shard, so it also catches what a
 per-chunk checksum cannot: a chunk rewritten together with its checksum, or a shard copied in from another
-store.
+store. Each array's SHA-256 is the store's format's (`layout.array_sha256`): over all the values (format 2)
+or composed of its shards' (format 3), computed a shard at a time, so memory holds one shard.
 """
 
 import hashlib
+from collections.abc import Iterator
 
 import numpy as np
 
 from meltemi.datastore.errors import IntegrityError
+from meltemi.datastore.layout import SEGMENT_SHARDS, array_digest, segment_digest, shard_digest
 from meltemi.datastore.shards import ShardedArray
 from meltemi.datastore.store import TokenStore
 
@@ -31,10 +34,7 @@ def audit_store(store: TokenStore) -> dict[str, str]:
     digests = {}
     for name, array in store.arrays.items():
         checked = ShardedArray(array.files, array.name, array.layout, verify=True)
-        digest = hashlib.sha256()
-        for values in _shards(checked):
-            digest.update(memoryview(np.ascontiguousarray(values, values.dtype.newbyteorder("<"))).cast("B"))
-        digests[name] = digest.hexdigest()
+        digests[name] = recorded_sha256(checked, store.manifest["format_version"])
         expected = store.manifest[name].get("sha256")
         if digests[name] != expected:
             raise IntegrityError(
@@ -45,7 +45,40 @@ def audit_store(store: TokenStore) -> dict[str, str]:
     return digests
 
 
-def _shards(array: ShardedArray):
+def recorded_sha256(array: ShardedArray, format_version: int) -> str:
+    """`layout.array_sha256` of the array's values as a store of `format_version` records it, read and
+    hashed a shard at a time (a format-3 array's shard digests composed a segment at a time).
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from meltemi.datastore import layout
+    >>> from meltemi.datastore.files import LocalFiles
+    >>> from meltemi.datastore.build.assembly import ArrayWriter
+    >>> root, shape = Path(tempfile.mkdtemp()), layout.ShardLayout(10, np.dtype(np.uint16), chunk=2, shard=4)
+    >>> writer = ArrayWriter(root, "a", shape)
+    >>> writer.append(np.arange(10, dtype=np.uint16))
+    >>> _ = writer.finish()
+    >>> array = ShardedArray(LocalFiles(root), "a", shape, verify=True)
+    >>> parts = [np.arange(0, 4), np.arange(4, 8), np.arange(8, 10)]
+    >>> recorded_sha256(array, 3) == layout.array_sha256([p.astype(np.uint16) for p in parts], 3)
+    True
+    """
+    if format_version == 2:
+        whole = hashlib.sha256()
+        for values in _shards(array):
+            whole.update(memoryview(np.ascontiguousarray(values, values.dtype.newbyteorder("<"))).cast("B"))
+        return whole.hexdigest()
+    segments: list[bytes] = []
+    shards: list[bytes] = []
+    for values in _shards(array):
+        shards.append(shard_digest(values))
+        if len(shards) == SEGMENT_SHARDS:
+            segments.append(segment_digest(shards))
+            shards = []
+    return array_digest(segments + [segment_digest(shards)] if shards else segments)
+
+
+def _shards(array: ShardedArray) -> Iterator[np.ndarray]:
     """The array's values, one shard at a time (the last trimmed to the array's size)."""
     layout = array.layout
     for shard in range(layout.num_shards):

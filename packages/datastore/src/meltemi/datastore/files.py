@@ -9,7 +9,7 @@ retries), every range of a request issued at once in one batch.
 
 import os
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -58,6 +58,53 @@ def open_files(location: str | os.PathLike | Location) -> StoreFiles:
     if isinstance(location, Location) or is_url(location):
         return TensorStoreFiles(location)
     return LocalFiles(Path(location))
+
+
+class CountingFiles:
+    """Another `StoreFiles`'s reads, counted per object: `requests` (whole reads and ranges) and `bytes`.
+
+    >>> counted = CountingFiles(open_files("memory://counting"))
+    >>> counted.read("manifest.json") is None, counted.objects, counted.total_bytes
+    (True, 1, 0)
+    """
+
+    def __init__(self, files: StoreFiles):
+        self.files = files
+        self.requests: Counter[str] = Counter()
+        self.bytes: Counter[str] = Counter()
+
+    @property
+    def objects(self) -> int:
+        """How many distinct objects were read (or asked for)."""
+        return len(self.requests)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.bytes.total()
+
+    def reset(self) -> None:
+        self.requests, self.bytes = Counter(), Counter()
+
+    def where(self, key: str) -> str:
+        return self.files.where(key)
+
+    def read(self, key: str) -> bytes | None:
+        self.requests[key] += 1
+        data = self.files.read(key)
+        self.bytes[key] += 0 if data is None else len(data)
+        return data
+
+    def start_reads(self, ranges: Sequence[Range], buffer: memoryview) -> Callable[[], list[Outcome]]:
+        self.requests.update(key for key, _, _ in ranges)
+        wait = self.files.start_reads(ranges, buffer)
+
+        def outcomes() -> list[Outcome]:
+            done = wait()
+            for (key, _, _), outcome in zip(ranges, done, strict=True):
+                self.bytes[key] += outcome if isinstance(outcome, int) else 0
+            return done
+
+        return outcomes
 
 
 class LocalFiles:

@@ -46,10 +46,41 @@ class ShardedArray:
         Adjacent chunks of one shard are read as one range, all ranges into one buffer, and all are
         issued before any is awaited.
         """
-        layout = self.layout
         chunks = np.asarray(chunks, np.int64)
         if chunks.size == 0:
             return lambda: np.zeros(0, self.dtype)
+        read, width = self._start(chunks), self.layout.chunk_bytes - CHECKSUM_BYTES
+        return lambda: read()[:, :width].view(self._stored).reshape(-1)
+
+    def read_all(self) -> np.ndarray:
+        """All the array's values, one ranged read per shard, packed in place in the buffer read into: an
+        array held whole (a store's `offsets_index`) costs its stored size in memory once, not twice.
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from meltemi.datastore.files import LocalFiles
+        >>> from meltemi.datastore.build.assembly import ArrayWriter
+        >>> root, layout = Path(tempfile.mkdtemp()), ShardLayout(10, np.dtype(np.uint64), chunk=4, shard=8)
+        >>> writer = ArrayWriter(root, "odd", layout)
+        >>> writer.append(np.arange(1, 20, 2, dtype=np.uint64))
+        >>> _ = writer.finish()
+        >>> ShardedArray(LocalFiles(root), "odd", layout, verify=True).read_all().tolist()
+        [1, 3, 5, 7, 9, 11, 13, 15, 17, 19]
+        """
+        layout = self.layout
+        if layout.size == 0:
+            return np.zeros(0, self._stored)
+        buffer = self._start(np.arange(layout.num_chunks))()
+        width, packed = layout.chunk * self.dtype.itemsize, buffer.reshape(-1)
+        for k in range(1, len(buffer)):  # each chunk's values moved down over the checksums before them
+            packed[k * width : (k + 1) * width] = buffer[k, :width]
+        return packed[: layout.size * self.dtype.itemsize].view(self._stored)
+
+    def _start(self, chunks: np.ndarray) -> Callable[[], np.ndarray]:
+        """Start reading `chunks` (sorted, distinct, some); the returned function gives them as read, a row
+        of `chunk_bytes` each (values, then CRC-32C), every range read whole and, unless switched off,
+        every checksum checked."""
+        layout = self.layout
         per_shard, chunk_bytes = layout.chunks_per_shard, layout.chunk_bytes
         breaks = np.flatnonzero((np.diff(chunks) != 1) | (np.diff(chunks // per_shard) != 0)) + 1
         firsts, lasts = chunks[np.r_[0, breaks]], chunks[np.r_[breaks - 1, chunks.size - 1]]
@@ -66,15 +97,15 @@ class ShardedArray:
         buffer = np.empty((chunks.size, chunk_bytes), np.uint8)
         outcomes = self.files.start_reads(ranges, memoryview(buffer).cast("B"))
 
-        def values() -> np.ndarray:
+        def checked() -> np.ndarray:
             for (key, start, stop), first, outcome in zip(ranges, firsts.tolist(), outcomes(), strict=True):
                 if outcome != stop - start:
                     self._failed(key, first, (stop - start) // chunk_bytes, outcome)
             if self.verify:
                 self._verify(buffer, chunks)
-            return buffer[:, : chunk_bytes - CHECKSUM_BYTES].view(self._stored).reshape(-1)
+            return buffer
 
-        return values
+        return checked
 
     def read_chunks(self, chunks: np.ndarray) -> np.ndarray:
         """`start_chunks(chunks)()`: the values of the sorted, distinct `chunks`, joined."""

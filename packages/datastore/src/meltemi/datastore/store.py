@@ -24,15 +24,16 @@ from meltemi.datastore.files import StoreFiles, open_files
 from meltemi.datastore.layout import (
     BUILD_DIR,
     CHAT,
-    FORMAT_VERSION,
     LOSS_WEIGHTS,
     MANIFEST,
     OFFSETS,
     OFFSETS_INDEX,
+    READABLE_FORMATS,
     STOPPED,
     TEXT,
     TOKENS,
     ShardLayout,
+    offsets_index_layout,
     store_arrays,
 )
 from meltemi.datastore.shards import ShardedArray
@@ -107,8 +108,10 @@ class TokenStore:
 
     `path` is a local directory, or a URL of the storage seam (`gs://...`, `s3://...`, `file:///...`,
     `memory://...`), probed first so that a missing bucket, refused credentials or an unreachable endpoint
-    fail at once in one line. Opening reads the manifest and `offsets_index` (8 bytes per 1,024
-    documents); tokens and offsets are read as needed.
+    fail at once in one line. Opening reads a fixed number of objects, whatever the store's size: the
+    manifest, each array's `zarr.json` and `offsets_index` (8 bytes per 1,024 documents, one object in
+    format 3; 23 MB for 3 billion documents, held in memory once); tokens and offsets are read as needed.
+    Stores of every format in `READABLE_FORMATS` open.
     `arrays` holds the three arrays for chunk-level reads; `audit_store` checks a whole store.
 
     >>> import tempfile
@@ -133,18 +136,25 @@ class TokenStore:
         self.arrays = {name: _open_array(files, name, manifest, verify) for name in store_arrays(manifest)}
         self._tokens, self._offsets = self.arrays[TOKENS], self.arrays[OFFSETS]
         self._weights = self.arrays.get(LOSS_WEIGHTS)
-        index = self.arrays[OFFSETS_INDEX]
-        self._index = index.read(0, index.size).astype(np.int64)
+        self._index = self.arrays[OFFSETS_INDEX].read_all().view("<i8")  # offsets are < 2**63
         self.tokens, self.offsets = Slicer(self._tokens), Slicer(self._offsets)
 
     @classmethod
-    def open(cls, path: str | os.PathLike, tokenizer: str | os.PathLike | None = None, verify: bool = True):
-        """Open the store at `path`; with `tokenizer` (a `tokenizer.json` or its hash), check it matches."""
+    def open(
+        cls,
+        path: str | os.PathLike,
+        tokenizer: str | os.PathLike | None = None,
+        verify: bool = True,
+        files: StoreFiles | None = None,
+    ):
+        """Open the store at `path`; with `tokenizer` (a `tokenizer.json` or its hash), check it matches.
+        `files`, when given, reads the store's objects instead of `path`'s own reader (one that wraps it:
+        counting reads, caching)."""
         location = os.fspath(path)
         place = Location.parse(location)
         if not place.is_local:
             check_readable(place)
-        files = open_files(location)
+        files = open_files(location) if files is None else files
         local = place.local_path
         text = files.read(MANIFEST) if local is None or local.is_dir() else None
         if text is None:
@@ -157,10 +167,11 @@ class TokenStore:
             ) from None
         if not isinstance(manifest, dict):
             raise DatastoreError(f"{files.where(MANIFEST)}: not a JSON object; the manifest is damaged")
-        if manifest.get("format_version") != FORMAT_VERSION:
+        if manifest.get("format_version") not in READABLE_FORMATS:
+            readable = " and ".join(map(str, READABLE_FORMATS))
             raise DatastoreError(
                 f"{location}: token store format {manifest.get('format_version')}, "
-                f"this library reads {FORMAT_VERSION}; rebuild the store with this version"
+                f"this library reads formats {readable}; rebuild the store with this version"
             )
         _check_manifest(files, manifest)
         store = cls(location, files, manifest, verify)
@@ -357,6 +368,14 @@ def _check_manifest(files: StoreFiles, manifest: dict) -> None:
             raise DatastoreError(
                 f"{files.where(MANIFEST)}: {name}.size is {manifest[name]['size']} but the counts imply "
                 f"{size}; the manifest is damaged"
+            )
+    if manifest["format_version"] >= 3:
+        index = offsets_index_layout(manifest["counts"]["documents"]).describe()
+        found = {key: manifest[OFFSETS_INDEX][key] for key in index}
+        if found != index:
+            raise DatastoreError(
+                f"{files.where(MANIFEST)}: {OFFSETS_INDEX} is laid out as {found}, but format "
+                f"{manifest['format_version']} lays it out in one shard, as {index}; the manifest is damaged"
             )
 
 
