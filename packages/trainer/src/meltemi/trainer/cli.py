@@ -1,4 +1,5 @@
-"""The trainer's command: ``python -m meltemi.trainer`` and ``apps/pretrain.py`` are this one ``main``.
+"""The trainer's command: ``python -m meltemi.trainer`` and ``apps/pretrain.py`` are this one ``main``, and
+``apps/build_stores.py`` (the stores a run config's sources name by their raw inputs) is ``build_stores``.
 
     python -m meltemi.trainer --config configs/tiny.yaml --run-dir runs/tiny --trainer.num_train_steps 100
     python -m meltemi.trainer --config configs/marin_8b.yaml --dry-run --devices 8
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     import jax
 
     from meltemi.trainer.config import RunConfig
+    from meltemi.trainer.data.store_builds import BuildOutcome
     from meltemi.trainer.plan.inference import InferencePlan
     from meltemi.trainer.run_directory import RunDirectory
     from meltemi.trainer.trainer import RunSummary
@@ -94,6 +96,63 @@ def main(
     except KeyboardInterrupt:  # a second Ctrl-C, over 2 s after the first: stop now, without a checkpoint
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def build_stores(argv: Sequence[str] | None = None, *, prog: str = "uv run apps/build_stores.py") -> int:
+    """The store-building command (``apps/build_stores.py``): build the stores of the run config's sources
+    that name their raw inputs (``build_from``) and are missing, or with ``--dry-run`` say what would be
+    built; its exit status (1 when a source's store could not be built, each such source one line)."""
+    from meltemi.datastore import DatastoreError
+
+    try:
+        command = parse_command(sys.argv[1:] if argv is None else argv, store_builds=True)
+        if command.help:
+            print(help_text(prog, None, config=command.config, store_builds=True))
+            return 0
+        from meltemi.trainer.config_io import load_config
+        from meltemi.trainer.data import store_builds
+
+        config = load_config(command.config, command.overrides)
+        if not store_builds.store_builds(config):
+            print(
+                "nothing to build: no source of data.sources names the raw inputs of its store (build_from)"
+            )
+            return 0
+        if command.dry_run:
+            outcomes = store_builds.planned_lines(config)
+            for outcome in outcomes:
+                _show(outcome)
+        else:
+            outcomes = store_builds.build_missing_stores(_with_base(config), cluster=command.ray, done=_show)
+        return 1 if any(outcome.failed for outcome in outcomes) else 0
+    except (TrainerError, DatastoreError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # the builds' parts so far are kept: the same command resumes them
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _show(outcome: BuildOutcome) -> None:
+    """A source's line: how its build ended on stdout, or what stopped it on stderr."""
+    if outcome.failed:
+        print(f"error: {outcome.line}", file=sys.stderr)
+    else:
+        print(outcome.line)
+
+
+def _with_base(config: RunConfig) -> RunConfig:
+    """``config`` with the tokenizer and chat template its base gives it, as the run would have them
+    (``trainer.initialize_from``; unchanged without a base)."""
+    if config.trainer.initialize_from is None:
+        return config
+    from meltemi.trainer.data.run_tokenizer import tokenizer_file
+    from meltemi.trainer.phase.initialize import resolve_base
+
+    if config.data.tokenizer is not None:
+        data = config.data.model_copy(update={"tokenizer": tokenizer_file(config.data.tokenizer)})
+        config = config.model_copy(update={"data": data})
+    return resolve_base(config)
 
 
 def _check_base_named(config: RunConfig, given: str | None) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from meltemi.trainer.errors import ConfigError
 
@@ -75,6 +75,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--data", "PATHS", "chat data, comma-separated JSON, JSONL, Parquet or Arrow files, directories or URLs with a messages field (or a prompt and a completion, ShareGPT's conversations, Alpaca's instruction and output); each one a source of equal weight (data.sources)", group="fine-tuning"),  # noqa: E501
     Flag("--subset", "NAME", "the subset of --data's data sets to read, as the configs of their README.md name it (load_dataset's name; data.sources.NAME.subset)", group="fine-tuning"),  # noqa: E501
 )  # fmt: skip
+STORE_BUILD_FLAGS: tuple[Flag, ...] = (
+    Flag("--config", "PATH", "the run config whose stores to build (default: {default_config})"),
+    Flag("--dry-run", None, "print, per source, its inputs, its store and whether it is built already; build nothing"),  # noqa: E501
+    Flag("--ray", "ADDRESS", "build on the Ray cluster at ADDRESS (auto, or HOST:PORT; default: this machine's processes)"),  # noqa: E501
+    Flag("--help", None, "this text"),
+)  # fmt: skip
+"""The flags of the store-building command (``apps/build_stores.py``): the same parser, its own flags."""
 _BY_NAME = {flag.name: flag for flag in FLAGS}
 _ALIASES = {"-h": "--help"}
 
@@ -108,26 +115,40 @@ class Command:
     devices: int | None = None
     mfu: float | None = None
     launch: LaunchFlags | None = None
+    ray: str | None = None
 
 
-def parse_command(argv: Sequence[str], *, fine_tuning: bool = False) -> Command:
+def parse_command(argv: Sequence[str], *, fine_tuning: bool = False, store_builds: bool = False) -> Command:
     """Split ``argv`` into the command's flags (each read and checked) and the config overrides.
 
     A flag of the command may be given as ``--flag VALUE`` or ``--flag=VALUE``; anything else starting with
     ``--`` is an override, left for :func:`meltemi.trainer.config_io.load_config` to check against the
     config's fields. A launcher flag without ``--launch`` is an error; the fine-tuning flags (``--base``,
     ``--data``) are the fine-tuning command's (``fine_tuning``), and become overrides of the fields they set.
+    The store-building command (``store_builds``) has its own flags (``STORE_BUILD_FLAGS``).
+
+    >>> command = parse_command(["--config", "r.yaml", "--ray", "auto", "--dry-run"], store_builds=True)
+    >>> command.config, command.ray, command.dry_run
+    ('r.yaml', 'auto', True)
+    >>> parse_command(["--run-dir", "runs/x"], store_builds=True)
+    Traceback (most recent call last):
+    ...
+    meltemi.trainer.errors.ConfigError: --run-dir: a flag of the training commands, not of this one (its \
+flags: --config, --dry-run, --ray, --help)
     """
+    table = {flag.name: flag for flag in STORE_BUILD_FLAGS} if store_builds else _BY_NAME
     values: dict[str, object] = {}
     overrides: list[str] = []
     words = list(argv)
     i = 0
     while i < len(words):
         name, has_inline, inline = words[i].partition("=")
-        flag = _BY_NAME.get(_ALIASES.get(name, name))
+        flag = table.get(_ALIASES.get(name, name))
         if flag is None:
+            if name in _BY_NAME or (name == "--ray" and not store_builds):
+                raise _not_this_commands(name, store_builds)
             if name.startswith("--") and _not_a_field(name):
-                raise _unknown_flag(name, fine_tuning)
+                raise _unknown_flag(name, fine_tuning, table.values())
             overrides.append(words[i])
             i += 1
             continue
@@ -164,7 +185,18 @@ def _not_a_field(name: str) -> bool:
     return "." not in bare and bare.replace("-", "_") not in SECTIONS
 
 
-def _unknown_flag(name: str, fine_tuning: bool = False) -> ConfigError:
+def _not_this_commands(name: str, store_builds: bool) -> ConfigError:
+    """A flag of the training commands given to the store-building one, or the other way round."""
+    if store_builds:
+        flags = ", ".join(flag.name for flag in STORE_BUILD_FLAGS)
+        return ConfigError(f"{name}: a flag of the training commands, not of this one (its flags: {flags})")
+    return ConfigError(
+        f"{name}: a flag of apps/build_stores.py; a run on a Ray cluster (--launch ray --address ADDR) "
+        "builds its missing stores there itself"
+    )
+
+
+def _unknown_flag(name: str, fine_tuning: bool = False, flags: Iterable[Flag] = FLAGS) -> ConfigError:
     """A word that is neither a flag of the command nor a config field, with the nearest of either, or what
     it is here when another tool names a setting so (``other_names``).
 
@@ -184,7 +216,7 @@ TrainingArguments) is --trainer.num_train_steps here"
     leaf = name[2:].replace("-", "_")
     known = elsewhere(name[2:], fine_tuning=fine_tuning)
     fields = [f"--{row[0]}" for row in describe_fields() if row[0].rsplit(".", 1)[-1] == leaf]
-    near = fields[:2] or difflib.get_close_matches(name, [flag.name for flag in FLAGS], n=1, cutoff=0.6)
+    near = fields[:2] or difflib.get_close_matches(name, [flag.name for flag in flags], n=1, cutoff=0.6)
     nearest = f" (did you mean {' or '.join(near)}?)" if near else ""
     hint = f"{nearest}; {known}" if known else nearest or "; --help lists both"
     return ConfigError(f"{name}: neither a flag of this command nor a config field{hint}")
@@ -263,31 +295,49 @@ def _command(values: dict[str, object], overrides: tuple[str, ...]) -> Command:
         devices=values.get("--devices"),
         mfu=values.get("--mfu"),
         launch=launch,
+        ray=values.get("--ray"),
     )
 
 
+TRAINING = [
+    "Train a Llama from a YAML config. Any config field below can be set with --FIELD VALUE (or",
+    "--FIELD=VALUE); values are read as YAML (100, 3e-4, null, [[0, 32], [1000, 64]]), and a list field",
+    "takes several words (--data.stores A B). Rerunning the same command resumes the run.",
+]
+STORE_BUILDS = [
+    "Build the token stores of a run config's sources that name their raw inputs (data.sources.NAME.",
+    "build_from) and are not built yet, each at its data.sources.NAME.store, side by side, with the run's",
+    "data.tokenizer; a store built already is skipped, and rerunning the command resumes a build. Any",
+    "config field below can be set with --FIELD VALUE (or --FIELD=VALUE), as for training.",
+]
+
+
 def help_text(
-    prog: str, default_config: str | None, *, fine_tuning: bool = False, config: str | None = None
+    prog: str,
+    default_config: str | None,
+    *,
+    fine_tuning: bool = False,
+    config: str | None = None,
+    store_builds: bool = False,
 ) -> str:
     """The usage line, the command's flags by group, then every config field with its value in ``config``
     (the ``--config`` given, else ``default_config``), or its default when there is none."""
     from meltemi.trainer.config_io import describe_fields, load_config
 
-    lines = [
-        f"usage: {prog} [--config PATH] [--run-dir DIR] [--FIELD VALUE ...] [--dry-run ...]"
-        " [--launch ray ...]",
-        "",
-        "Train a Llama from a YAML config. Any config field below can be set with --FIELD VALUE (or",
-        "--FIELD=VALUE); values are read as YAML (100, 3e-4, null, [[0, 32], [1000, 64]]), and a list field",
-        "takes several words (--data.stores A B). Rerunning the same command resumes the run.",
-    ]
-    for group in ("fine-tuning", "run", "dry run", "launch") if fine_tuning else ("run", "dry run", "launch"):
-        lines += ["", f"{group} flags:" if group != "run" else "flags:"]
-        for flag in FLAGS:
-            if flag.group == group:
-                shown = f"{flag.name} {flag.metavar}" if flag.metavar else flag.name
-                text = flag.help.format(default_config=default_config or "every field at its default")
-                lines.append(f"  {shown:<22} {text}")
+    if store_builds:
+        lines = [
+            f"usage: {prog} [--config PATH] [--FIELD VALUE ...] [--dry-run] [--ray ADDRESS]",
+            "",
+            *STORE_BUILDS,
+        ]
+        lines += ["", "flags:", *_flag_lines(STORE_BUILD_FLAGS, default_config)]
+    else:
+        usage = f"usage: {prog} [--config PATH] [--run-dir DIR] [--FIELD VALUE ...] [--dry-run ...]"
+        lines = [f"{usage} [--launch ray ...]", "", *TRAINING]
+        groups = ("fine-tuning",) * fine_tuning + ("run", "dry run", "launch")
+        for group in groups:
+            lines += ["", f"{group} flags:" if group != "run" else "flags:"]
+            lines += _flag_lines([flag for flag in FLAGS if flag.group == group], default_config)
     preset, heading = config or default_config, "config fields (their defaults):"
     values = None
     if preset is not None:
@@ -301,3 +351,13 @@ def help_text(
     lines += ["", heading]
     lines += [f"  --{name:<{width}}  {default:<12} {kind}: {text}" for name, kind, default, text in rows]
     return "\n".join(lines)
+
+
+def _flag_lines(flags: Iterable[Flag], default_config: str | None) -> list[str]:
+    """Each flag's line of the help text: its name and value, and what it does."""
+    lines = []
+    for flag in flags:
+        shown = f"{flag.name} {flag.metavar}" if flag.metavar else flag.name
+        text = flag.help.format(default_config=default_config or "every field at its default")
+        lines.append(f"  {shown:<22} {text}")
+    return lines

@@ -366,8 +366,17 @@ DataFormat = Literal["text", "chat"]
 
 
 class SourceConfig(Section):
-    """One source of the mixture: a token store, or a corpus built into one on first use (text documents,
-    or chat conversations rendered by ``data.chat.template``)."""
+    """One source of the mixture: a token store (which may name the raw inputs it is built from), or a corpus
+    built into one on first use (text documents, or chat conversations rendered by ``data.chat.template``).
+
+    >>> SourceConfig(store="gs://b/stores/web", build_from="gs://b/raw/web/").build_from
+    ['gs://b/raw/web/']
+    >>> SourceConfig(build_from=["raw/web/"])
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for SourceConfig
+      Value error, build_from names the raw inputs of a store: give the store's path or URL too (store), ...
+    """
 
     store: str | None = Field(
         None, description="path or URL of a meltemi.datastore token store (text or chat)"
@@ -379,8 +388,21 @@ class SourceConfig(Section):
         "prompt and a completion, ShareGPT's conversations, or Alpaca's instruction, input and output); "
         "stdlib: the standard library's source files (text), stdlib-chat: conversations about its functions",
     )
+    build_from: list[str] | None = Field(
+        None,
+        description="the raw inputs the store is built from where it is missing (apps/build_stores.py, and "
+        "apps/pretrain.py --launch ray before training): files, local globs, directories or bucket prefixes "
+        "of text, JSONL (compressed too: .zst, .gz), Parquet or Arrow, read as format, text_field, subset, "
+        "data.skip_bad_lines, data.invalid_utf8 and data.chat say; the store is built at store, local or in "
+        "a bucket, with data.tokenizer",
+    )
     format: DataFormat = Field(
-        "text", description="what the corpus holds: text documents or chat conversations"
+        "text", description="what the corpus (or build_from) holds: text documents or chat conversations"
+    )
+    text_field: str | None = Field(
+        None,
+        description="the JSONL field or Parquet column of the text of this source's corpus or build_from "
+        "(default: data.text_field), e.g. content for StarCoder data",
     )
     subset: str | None = Field(
         None,
@@ -394,12 +416,39 @@ class SourceConfig(Section):
         "(data.eval_fraction); a corpus's test split is built into one (data.held_out)",
     )
 
+    @field_validator("build_from", mode="before")
+    @classmethod
+    def _one_input(cls, inputs):
+        return [inputs] if isinstance(inputs, str) else inputs
+
     @model_validator(mode="after")
     def _store_or_corpus(self) -> SourceConfig:
+        if self.build_from is not None:
+            if self.corpus is not None:
+                raise ValueError(
+                    "build_from names the raw inputs of a store, and a corpus is built into data.cache_dir "
+                    "by itself: give either a corpus, or a store and the inputs it is built from"
+                )
+            if self.store is None:
+                raise ValueError(
+                    "build_from names the raw inputs of a store: give the store's path or URL too (store), "
+                    "where it is built"
+                )
+            if not self.build_from or not all(path.strip() for path in self.build_from):
+                raise ValueError(
+                    f"build_from {self.build_from}: name each input (a file, local glob, directory or "
+                    "bucket prefix)"
+                )
         if (self.store is None) == (self.corpus is None):
             raise ValueError("give a source either a store or a corpus (to build into one), not both")
-        if self.subset is not None and self.corpus is None:
-            raise ValueError("subset names the part of a corpus's data set to read: give it with a corpus")
+        if self.subset is not None and self.corpus is None and self.build_from is None:
+            raise ValueError(
+                "subset names the part of a corpus's data set to read: give it with a corpus (or build_from)"
+            )
+        if self.text_field is not None and self.corpus is None and self.build_from is None:
+            raise ValueError(
+                "text_field names where a corpus's text is: give it with a corpus (or build_from)"
+            )
         return self
 
 

@@ -259,14 +259,37 @@ def check_address(address: str) -> None:
         raise TrainerError(f"--address {address}: no Ray cluster answers there ({e})") from None
 
 
+def build_run_stores(config: RunConfig, address: str | None) -> None:
+    """Build the stores of the run's sources that name their raw inputs (``build_from``) and are missing, on
+    the Ray cluster at ``address`` (None: in this machine's processes), before the training starts; each
+    build's line on stderr. A source whose store could not be built is a ``DataError`` naming it (the other
+    sources' stores are kept).
+
+    >>> build_run_stores(RunConfig(), None)  # no source names its inputs: nothing to build
+    """
+    import sys
+
+    from meltemi.trainer.data.store_builds import BuildOutcome, build_missing_stores, failed_builds
+
+    def show(outcome: BuildOutcome) -> None:
+        if not outcome.skipped:
+            print(outcome.line, file=sys.stderr)
+
+    failed = failed_builds(build_missing_stores(config, cluster=address, done=show))
+    if failed is not None:
+        raise failed
+
+
 def launch_on_ray(
     config: RunConfig, run_dir: str, launch: SliceLaunch, address: str | None
 ) -> tuple[int, RunSummary]:
     """Train on slices: a local cluster of fake CPU slices, or the Ray cluster at ``address``; the number of
     processes and the run's summary (the first process's). A silent address is a one-line
     ``TrainerError``, and a config the run's checkpoint or the job's devices refuse a ``ConfigError``, all
-    before any cluster starts or any file is written. raytpu's event log goes to ``events.jsonl`` in the
-    run directory, local or in a bucket (``run_events``)."""
+    before any cluster starts or any file is written. The stores the run's sources build from raw inputs
+    (``build_from``) that are missing are built before the training starts (``build_run_stores``): on the
+    cluster at ``address``, else here. raytpu's event log goes to ``events.jsonl`` in the run directory,
+    local or in a bucket (``run_events``)."""
     import contextlib
 
     from meltemi.raytpu import LocalSliceCluster, RaytpuError
@@ -284,8 +307,10 @@ def launch_on_ray(
             ray.init(address=address, include_dashboard=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise TrainerError(f"--address {address}: no Ray cluster answers there ({e})") from None
+        build_run_stores(config, address)
         cluster = contextlib.nullcontext()
     else:
+        build_run_stores(config, None)  # here, before the local cluster of fake slices starts
         cluster = LocalSliceCluster([(launch.slice_type, launch.slices)])
     with cluster:
         try:

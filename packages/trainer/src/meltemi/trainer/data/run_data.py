@@ -33,6 +33,7 @@ from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text
 from meltemi.trainer.data.sources import BUILD_A_STORE
+from meltemi.trainer.data.store_builds import BUILD_THEM
 from meltemi.trainer.errors import DataError
 
 
@@ -54,11 +55,14 @@ class RunData:
     packing: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def _open_store(name: str, path: str, tokenizer: str | None, field: str = "store") -> TokenStore:
+def _open_store(
+    name: str, path: str, tokenizer: str | None, field: str = "store", built_from: bool = False
+) -> TokenStore:
     try:
         return TokenStore.open(path, tokenizer=tokenizer)
     except NoSuchStoreError as e:
-        raise DataError(f"data.sources.{name}.{field}: {e}: {BUILD_A_STORE.format(path=path)}") from None
+        remedy = BUILD_THEM if built_from else BUILD_A_STORE.format(path=path)
+        raise DataError(f"data.sources.{name}.{field}: {e}: {remedy}") from None
     except DatastoreError as e:
         raise DataError(f"data.sources.{name}.{field}: {e}") from None
 
@@ -70,7 +74,7 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
         raise DataError("data.sources is empty: name at least one token store (data.sources.NAME.store)")
     trains, held, eos_ids, chats, packing = {}, {}, [], {}, {}
     for name, source in data.sources.items():
-        store = _open_store(name, source.store, data.tokenizer)
+        store = _open_store(name, source.store, data.tokenizer, built_from=source.build_from is not None)
         eos_ids.append(store.manifest["tokenizer"].get("eos_id"))
         if store.vocab_size != config.model.vocab_size:
             raise DataError(

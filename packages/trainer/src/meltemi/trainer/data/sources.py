@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import local_path_of
-from meltemi.trainer.config import RunConfig, SourceConfig
+from meltemi.trainer.config import ModelConfig, RunConfig, SourceConfig
 from meltemi.trainer.data.chat import chat_tokenizer, concrete_template, load_chat_template
 from meltemi.trainer.data.run_tokenizer import file_sha256
 from meltemi.trainer.errors import ConfigError
@@ -74,30 +74,7 @@ def resolve_data(
     corpora = any(source.corpus is not None for source in data.sources.values())
     if not (data.stores or data.corpus is not None or data.tokenizer == STDLIB or corpora):
         return config  # concrete already: data.sources (checked when the run opens them)
-    tokenizer = data.tokenizer
-    if tokenizer == STDLIB:
-        tokenizer = stdlib_tokenizer(config, say)
-    elif tokenizer is not None and _missing(tokenizer, Path.is_file):
-        raise ConfigError(
-            f"data.tokenizer: {tokenizer}: no such file (a tokenizer.json, a model directory holding one, or "
-            f"stdlib){not_cached(tokenizer, 'model')}"
-        )
-    model = config.model
-    if any(source.format == "chat" for source in data.sources.values()):
-        if tokenizer is None:
-            raise ConfigError(
-                "chat sources need a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)"
-            )
-        template = load_chat_template(data.chat.template)
-        extended = chat_tokenizer(tokenizer, template, data.cache_dir, data.chat.end_of_turn)
-        if extended.added:
-            say(
-                f"the chat template's tokens {', '.join(extended.added)} were added to the tokenizer "
-                f"{tokenizer} ({extended.path}): the model's vocabulary grows to {extended.vocab_size:,}"
-            )
-        if model.vocab_size < extended.vocab_size:  # grown now, or by the session that began this run
-            model = model.model_copy(update={"vocab_size": extended.vocab_size})
-        tokenizer = extended.path
+    tokenizer, model = tokenizer_for_stores(config, say)
     if data.stores:
         for store in data.stores:
             if _missing(store, Path.is_dir):
@@ -133,6 +110,42 @@ def resolve_data(
         "rebuild_corpus": False,
     }
     return RunConfig.model_validate(config.model_dump() | {"data": resolved, "model": model.model_dump()})
+
+
+def tokenizer_for_stores(config: RunConfig, say: Callable[[str], object]) -> tuple[str | None, ModelConfig]:
+    """The tokenizer the run's stores are built with (``data.tokenizer``; ``stdlib``'s trained on first use),
+    given the chat template's tokens when a source holds chat, and the model config whose vocabulary fits
+    it; ``say`` tells the user what was trained or added.
+
+    >>> from meltemi.trainer.config import RunConfig
+    >>> tokenizer_for_stores(RunConfig(data={"tokenizer": "gs://b/tokenizer.json"}), print)[0]
+    'gs://b/tokenizer.json'
+    """
+    data, model = config.data, config.model
+    tokenizer = data.tokenizer
+    if tokenizer == STDLIB:
+        tokenizer = stdlib_tokenizer(config, say)
+    elif tokenizer is not None and _missing(tokenizer, Path.is_file):
+        raise ConfigError(
+            f"data.tokenizer: {tokenizer}: no such file (a tokenizer.json, a model directory holding one, or "
+            f"stdlib){not_cached(tokenizer, 'model')}"
+        )
+    if any(source.format == "chat" for source in data.sources.values()):
+        if tokenizer is None:
+            raise ConfigError(
+                "chat sources need a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)"
+            )
+        template = load_chat_template(data.chat.template)
+        extended = chat_tokenizer(tokenizer, template, data.cache_dir, data.chat.end_of_turn)
+        if extended.added:
+            say(
+                f"the chat template's tokens {', '.join(extended.added)} were added to the tokenizer "
+                f"{tokenizer} ({extended.path}): the model's vocabulary grows to {extended.vocab_size:,}"
+            )
+        if model.vocab_size < extended.vocab_size:  # grown now, or by the session that began this run
+            model = model.model_copy(update={"vocab_size": extended.vocab_size})
+        tokenizer = extended.path
+    return tokenizer, model
 
 
 def _store_names(stores: list[str]) -> dict[str, str]:
@@ -210,8 +223,10 @@ def build_source(
     key += "" if source.subset is None else f"\0subset={source.subset}"
     named = corpus if source.corpus == STDLIB_CHAT else source.corpus  # a Hub name, not its snapshot's hash
     stem = Path(named.rstrip("/")).stem or "corpus"
-    text = {"text_field": data.text_field} if source.format == "text" else {}
+    text = {"text_field": source.text_field or data.text_field} if source.format == "text" else {}
     flags = SOURCE_FLAGS | {"subset": f"--data.sources.{name}.subset {{}}"}
+    if source.text_field is not None:
+        flags["text_field"] = f"--data.sources.{name}.text_field {{}}"
     store, report = _cached_build(config, inputs, corpus, stem, key, tokenizer, say, flags, **text, **options)
     held = _held_out_build(config, inputs, report, stem, key, tokenizer, say, flags, **text, **options)
     return {"store": store} | held
