@@ -27,7 +27,8 @@ def peak_mb() -> float:
 
 
 def streamed(path: str) -> None:
-    from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, describe_source
+    from meltemi.datastore.build.inputs.files import describe_source
+    from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy
     from meltemi.datastore.conversations import read_conversations
 
     start = time.perf_counter()

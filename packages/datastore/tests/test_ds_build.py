@@ -22,6 +22,7 @@ from meltemi.datastore import (
 )
 from meltemi.datastore.build.assembly import content_hash
 from meltemi.datastore.build.units import TokenizerInfo
+from meltemi.datastore.layout import array_sha256
 
 
 @pytest.mark.filterwarnings("ignore:Object at manifest.json is not recognized")
@@ -75,7 +76,7 @@ def test_documents_are_the_tokenized_files_in_sorted_order_each_ending_in_eos(
 def test_manifest_records_sources_tokenizer_layout_and_content_hashes(small_store, tokenizer_path):
     manifest = json.loads((small_store / "manifest.json").read_text())
     info = TokenizerInfo.load(tokenizer_path)
-    assert manifest["tokenizer"]["sha256"] == info.sha256 and manifest["format_version"] == 2
+    assert manifest["tokenizer"]["sha256"] == info.sha256 and manifest["format_version"] == 3
     assert all(len(s["sha256"]) == 64 and s["size"] > 0 for s in manifest["sources"])
     store = TokenStore.open(small_store)
     assert manifest["tokens"] | {"sha256": None} == {
@@ -85,8 +86,9 @@ def test_manifest_records_sources_tokenizer_layout_and_content_hashes(small_stor
         "shard": 8000,
         "sha256": None,
     }
-    tokens_sha = hashlib.sha256(store.tokens[:].astype("<u2").tobytes()).hexdigest()
-    offsets_sha = hashlib.sha256(store.offsets[:].astype("<u8").tobytes()).hexdigest()
+    tokens, offsets = store.tokens[:], store.offsets[:]
+    tokens_sha, offsets_sha = array_sha256([tokens], 3), array_sha256([offsets], 3)
+    assert tokens_sha != hashlib.sha256(tokens.astype("<u2").tobytes()).hexdigest()  # composed, not flat
     assert (manifest["tokens"]["sha256"], manifest["offsets"]["sha256"]) == (tokens_sha, offsets_sha)
     assert store.content_hash == content_hash(np.uint16, tokens_sha, offsets_sha)
     shards = sorted((small_store / "tokens" / "c").iterdir(), key=lambda p: int(p.name))

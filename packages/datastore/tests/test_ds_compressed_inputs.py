@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from meltemi.datastore import InputError, InvalidUtf8Error, TokenStore, build_store
 from meltemi.datastore.build.inputs.compression import CODECS
 from meltemi.datastore.build.inputs.dataset_files import training_files
-from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, describe_source, read_documents
+from meltemi.datastore.build.inputs.files import describe_source
+from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, read_documents
 from meltemi.datastore.conversations import read_conversations
 
 

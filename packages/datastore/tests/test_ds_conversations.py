@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, describe_source
+from meltemi.datastore.build.inputs.files import describe_source
+from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy
 from meltemi.datastore.conversations import ROLES, Conversation, checked_messages, read_conversations
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
 

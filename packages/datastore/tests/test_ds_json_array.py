@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from meltemi.datastore.build.inputs.files import describe_source
 from meltemi.datastore.build.inputs.json_array import array_items, text_chunks
-from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, describe_source, read_documents
+from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, read_documents
 from meltemi.datastore.errors import InputError, InvalidUtf8Error
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text())

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meltemi.datastore import InputError, TokenStore, build_store
-from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, describe_source, read_documents
+from meltemi.datastore.build.inputs.files import describe_source
+from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, read_documents
 
 
 @settings(max_examples=40)
@@ -70,7 +71,9 @@ def test_a_piece_reads_only_its_own_lines(write_files):
 
 
 def test_a_small_corpus_is_still_cut_into_units_that_workers_can_share(stdlib_files, tokenizer_path):
-    from meltemi.datastore.build.builder import MIN_UNIT_BYTES, UNITS_PER_CORPUS, _groups, _plan
+    from meltemi.datastore.build.plan import MIN_UNIT_BYTES, UNITS_PER_CORPUS
+    from meltemi.datastore.build.plan import plan_units as _plan
+    from meltemi.datastore.build.plan import unit_groups as _groups
     from meltemi.datastore.build.request import UNIT_BYTES, BuildRequest
     from meltemi.datastore.build.units import TokenizerInfo
 

@@ -6,13 +6,12 @@ store. Each array's SHA-256 is the store's format's (`layout.array_sha256`): ove
 or composed of its shards' (format 3), computed a shard at a time, so memory holds one shard.
 """
 
-import hashlib
 from collections.abc import Iterator
 
 import numpy as np
 
 from meltemi.datastore.errors import IntegrityError
-from meltemi.datastore.layout import SEGMENT_SHARDS, array_digest, segment_digest, shard_digest
+from meltemi.datastore.layout import array_sha256
 from meltemi.datastore.shards import ShardedArray
 from meltemi.datastore.store import TokenStore
 
@@ -47,7 +46,7 @@ def audit_store(store: TokenStore) -> dict[str, str]:
 
 def recorded_sha256(array: ShardedArray, format_version: int) -> str:
     """`layout.array_sha256` of the array's values as a store of `format_version` records it, read and
-    hashed a shard at a time (a format-3 array's shard digests composed a segment at a time).
+    streamed a shard at a time.
 
     >>> import tempfile
     >>> from pathlib import Path
@@ -63,19 +62,7 @@ def recorded_sha256(array: ShardedArray, format_version: int) -> str:
     >>> recorded_sha256(array, 3) == layout.array_sha256([p.astype(np.uint16) for p in parts], 3)
     True
     """
-    if format_version == 2:
-        whole = hashlib.sha256()
-        for values in _shards(array):
-            whole.update(memoryview(np.ascontiguousarray(values, values.dtype.newbyteorder("<"))).cast("B"))
-        return whole.hexdigest()
-    segments: list[bytes] = []
-    shards: list[bytes] = []
-    for values in _shards(array):
-        shards.append(shard_digest(values))
-        if len(shards) == SEGMENT_SHARDS:
-            segments.append(segment_digest(shards))
-            shards = []
-    return array_digest(segments + [segment_digest(shards)] if shards else segments)
+    return array_sha256(_shards(array), format_version)
 
 
 def _shards(array: ShardedArray) -> Iterator[np.ndarray]:

@@ -82,7 +82,7 @@ def read_conversations(
     column `field`; bad ones refused, and those not UTF-8 handled, as `policy` says (and noted).
 
     >>> import pathlib, tempfile
-    >>> from meltemi.datastore.build.inputs.sources import describe_source
+    >>> from meltemi.datastore.build.inputs.files import describe_source
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "chat.jsonl"
     >>> good = '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}]}'
     >>> _ = path.write_text(good + '\\n{"messages": [{"role": "bot", "content": "?"}]}\\n')

@@ -69,6 +69,14 @@ class SourceChangedError(DatastoreError):
     """A source file differs from the one an existing (or half-built) store was made from."""
 
 
+class ClusterError(DatastoreError):
+    """The Ray cluster a build was given cannot be reached, or lost a task more times than it retries."""
+
+
+class BuildInProgressError(DatastoreError):
+    """Another build holds the store's lease (on another host, or another process here): it is named."""
+
+
 class NoSuchStoreError(DatastoreError):
     """A local store's directory does not exist (nothing was built there)."""
 

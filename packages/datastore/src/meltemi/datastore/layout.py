@@ -20,6 +20,7 @@ same objects on a local disk and under a bucket prefix (`gs://`, `s3://`).
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,8 @@ from google_crc32c import value as crc32c  # CRC-32C, the checksum Zarr's crc32c
 
 from meltemi.datastore.storage import Directory, storage_context
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READABLE_FORMATS = (2, 3)  # 2: each array's SHA-256 over all its values; 3: composed of its shards' (below)
 MANIFEST = "manifest.json"
 GROUP = "zarr.json"
 BUILD_DIR = ".build"
@@ -60,9 +62,75 @@ CHECKSUM_BYTES = 4
 MISSING = (1 << 64) - 1  # a shard index entry for a chunk that was never written
 
 
+SEGMENT_SHARDS = 64  # shards one assembly task writes (format 3): its segment of the array
+HASH_BLOCK = 1 << 24  # values per block of an array's composed SHA-256 (format 3), whatever its layout
+
+
+def block_digest(values: np.ndarray) -> bytes:
+    """The SHA-256 of one hash block's values, little-endian (`HASH_BLOCK` of them; the last block of an
+    array holds what is left)."""
+    stored = np.ascontiguousarray(values, values.dtype.newbyteorder("<"))
+    return hashlib.sha256(memoryview(stored).cast("B")).digest()
+
+
+def array_digest(block_digests: list[bytes]) -> str:
+    """A format-3 array's SHA-256, hex: over the SHA-256s of its blocks of `HASH_BLOCK` values, in order.
+    Blocks are fixed by the values alone, so the hash does not depend on the shard or chunk size, and tasks
+    assembling the array in parallel each hash the blocks that begin in their share.
+
+    >>> values = np.arange(10, dtype=np.uint16)
+    >>> array_digest([block_digest(values)]) == array_sha256([values[:3], values[3:]], 3)
+    True
+    """
+    return hashlib.sha256(b"".join(block_digests)).hexdigest()
+
+
+def array_sha256(pieces: Iterable[np.ndarray], format_version: int, block: int = HASH_BLOCK) -> str:
+    """An array's SHA-256 as a store of `format_version` records it, from its values in order (in pieces of
+    any sizes, streamed): over all the values (format 2), or composed from its blocks' (format 3).
+
+    >>> parts = [np.arange(4, dtype=np.uint16), np.arange(4, 6, dtype=np.uint16)]
+    >>> array_sha256(parts, 2) == hashlib.sha256(np.arange(6, dtype="<u2").tobytes()).hexdigest()
+    True
+    >>> array_sha256(parts, 3, block=4) == array_digest([block_digest(parts[0]), block_digest(parts[1])])
+    True
+    """
+    if format_version == 2:
+        whole = hashlib.sha256()
+        for values in pieces:
+            whole.update(memoryview(np.ascontiguousarray(values, values.dtype.newbyteorder("<"))).cast("B"))
+        return whole.hexdigest()
+    digests, current, filled = [], hashlib.sha256(), 0
+    for values in pieces:
+        stored = np.ascontiguousarray(values, values.dtype.newbyteorder("<"))
+        while stored.size:
+            taken = stored[: block - filled]
+            current.update(memoryview(taken).cast("B"))
+            filled, stored = filled + taken.size, stored[taken.size :]
+            if filled == block:
+                digests.append(current.digest())
+                current, filled = hashlib.sha256(), 0
+    if filled:
+        digests.append(current.digest())
+    return array_digest(digests)
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 when every token id fits in it, else uint32."""
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+def offsets_index_layout(documents: int) -> "ShardLayout":
+    """The layout of `offsets_index` (format 3): every `OFFSETS_CHUNK`-th of a store's `documents + 1`
+    offsets, in one shard, so a store opens reading one object for it (23 MB for 3 billion documents).
+
+    >>> offsets_index_layout(5000).size, offsets_index_layout(5000).num_shards
+    (5, 1)
+    """
+    size = -(-(documents + 1) // OFFSETS_CHUNK)
+    return ShardLayout(
+        size, np.dtype(np.uint64), OFFSETS_CHUNK, max(1, -(-size // OFFSETS_CHUNK)) * OFFSETS_CHUNK
+    )
 
 
 def default_shard_tokens(chunk_tokens: int) -> int:

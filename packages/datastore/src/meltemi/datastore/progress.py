@@ -34,6 +34,7 @@ class ProgressBar:
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
         self.done = self.documents = self.tokens = self.invalid_utf8 = 0
+        self.nodes = 0  # machines running the work, shown when more than one
         self.start = time.perf_counter()
         self.min_interval, self._last_draw = min_interval, 0.0
 
@@ -66,6 +67,8 @@ class ProgressBar:
             f"\r{self.label} [{bar}] {self.done}/{self.total}  {human(self.documents)} docs  "
             f"{human(self.tokens)} tokens  {human(rate)} tokens/s"
         )
+        if self.nodes > 1:
+            line += f"  {self.nodes} nodes"
         if self.invalid_utf8:
             done = {"skip": "skipped", "replace": "replaced"}.get(self.policy, "found")
             line += f"  {human(self.invalid_utf8)} with invalid UTF-8 {done}"

@@ -1,29 +1,43 @@
 """Build a token store from text, JSONL, Parquet or Arrow: resumable, atomic, the same bytes for any workers.
 
-The build plans its work (sources, their hashes, units of a few MiB each) into `.build/plan.json`,
-tokenizes each unit into a part file (in N processes), then assembles the parts, in unit order, into the
-Zarr arrays and writes `manifest.json` last. A killed build, run again, skips the parts it has.
+The build fingerprints its inputs and plans its units of a few MiB each (`plan`, into `.build/plan.json`),
+tokenizes each unit into a part (`units`), then assembles the parts into the Zarr arrays (`assembly`) and
+writes `manifest.json` last. Both the units and the assembly's segments are tasks of an `Executor`: this
+process, local processes, or a Ray cluster (`executors`, `ray_cluster`), with the same bytes from each. A
+killed build, run again, skips the parts it has; a lease in the output (`lease`) keeps a second build of
+the same store, from any host, from starting while the first runs.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from meltemi.datastore.build.output import only_build, prepare_directory
+from meltemi.datastore.build.assembly import (
+    ArrayWriter,
+    SegmentDone,
+    assemble_segment,
+    check_shards,
+    content_hash,
+    part_spans,
+    segments,
+)
+from meltemi.datastore.build.executors import Executor, executor_for
+from meltemi.datastore.build.inputs.files import Source
+from meltemi.datastore.build.inputs.sources import InvalidUtf8, resolve_data_inputs
+from meltemi.datastore.build.lease import Lease
+from meltemi.datastore.build.output import PLAN_KEY, only_build, prepare_directory, refuse_foreign
+from meltemi.datastore.build.plan import fingerprint, plan_units, unit_groups, unit_pieces
 from meltemi.datastore.build.records import (
     EARLIER_INVALID_UTF8,
     OTHER_SPLIT_FILES,
     SHOWN_FILES,
-    BuildOptions,
     BuildReport,
     PartSummary,
     Plan,
@@ -37,13 +51,21 @@ from meltemi.datastore.build.request import (
     LossOn,
     Overlong,
 )
-from meltemi.datastore.errors import BadLineError, EmptyCorpusError, InvalidUtf8Error
+from meltemi.datastore.build.units import STARTED, TokenizerInfo, part_keys, tokenize_units, tokenizer_of
+from meltemi.datastore.errors import (
+    BadLineError,
+    BuildInProgressError,
+    DatastoreError,
+    EmptyCorpusError,
+    InvalidUtf8Error,
+)
 from meltemi.datastore.layout import (
     BUILD_DIR,
     CHAT,
     DEFAULT_CHUNK_TOKENS,
     FORMAT_VERSION,
     GROUP,
+    HASH_BLOCK,
     LOSS_WEIGHTS,
     MANIFEST,
     OFFSETS,
@@ -53,35 +75,18 @@ from meltemi.datastore.layout import (
     STOPPED,
     TOKENS,
     ShardLayout,
+    array_digest,
+    array_sha256,
+    create_array,
     group_metadata,
+    offsets_index_layout,
     token_dtype,
 )
 from meltemi.datastore.progress import ProgressBar
-from meltemi.datastore.build.inputs.sources import (
-    InvalidUtf8,
-    Piece,
-    Source,
-    describe_source,
-    resolve_data_inputs,
-)
 from meltemi.datastore.storage import Directory, Location
-from meltemi.datastore.build.units import (
-    TokenizerInfo,
-    load_array,
-    part_keys,
-    quiet_worker,
-    tokenize_unit,
-    tokenize_units,
-    tokenizer_of,
-    weights_key,
-)
-from meltemi.datastore.build.assembly import ArrayWriter, check_shards, content_hash
 
 if TYPE_CHECKING:
     from meltemi.datastore.chat_build import ChatBuild
-
-MIN_UNIT_BYTES = 64 << 10
-UNITS_PER_CORPUS = 16
 
 
 def build_store(
@@ -107,6 +112,7 @@ def build_store(
     end_of_turn: str | None = None,
     split: str | None = None,
     subset: str | None = None,
+    cluster: str | None = None,
     progress: bool = True,
     wait: bool = True,
     hints: Hints | None = None,
@@ -114,8 +120,12 @@ def build_store(
     """Tokenize `inputs` with `tokenizer` into a token store at `out` (or finish a build that stopped).
 
     Work is split into units of about `unit_bytes` of input, tokenized by `workers` processes (call it under
-    `if __name__ == "__main__":` when `workers > 1`, as multiprocessing requires); a killed build loses at
-    most the units in flight. A progress bar is drawn on stderr when it is a terminal and `progress` is set.
+    `if __name__ == "__main__":` when `workers > 1`, as multiprocessing requires), or with `cluster` (a Ray
+    address: `auto`, or the head's `host:port`) by Ray tasks over that cluster's nodes, which write the
+    parts and the arrays straight into `out` (a bucket, or a disk every node mounts); the store's bytes are
+    the same either way. A killed build loses at most the units in flight; a node lost mid-build loses only
+    its running tasks, which Ray runs again elsewhere. A progress bar is drawn on stderr when it is a
+    terminal and `progress` is set.
     Tokens are stored in shard files of `shard_tokens` (by default the multiple of `chunk_tokens` nearest
     below 1M), each a run of `chunk_tokens`-long chunks with a checksum each: a reader reads and checks
     whole chunks, so small chunks waste little on short random reads. The build holds a lock on `out`: a
@@ -189,11 +199,12 @@ def build_store(
         end_of_turn=end_of_turn,
         split=split,
         subset=subset,
+        cluster=cluster,
     )
     hints = hints or Hints()
     chat = request.chat_build()
     out, options = Directory(out), request.options(chat)
-    if out.location.scheme == "memory" and workers > 1:
+    if out.location.scheme == "memory" and (workers > 1 or cluster is not None):
         raise ValueError(f"{out.location}: memory:// lives in one process; build it with workers=1")
     info = TokenizerInfo.load(tokenizer, eos=options.eos, eos_token=eos_token, hints=hints)
     if chat is not None:
@@ -202,16 +213,20 @@ def build_store(
     chosen = resolve_data_inputs(
         list(request.inputs), request.split, request.subset, choose, chat=chat is not None
     )
-    files = chosen.files
-    sources = [describe_source(url, split_bytes=unit_bytes) for url in files]
-    plan = _plan(info, sources, options, hints.command(request))
-    with only_build(out, wait=wait, say=_on_stderr if progress else _nowhere):
+    say = _on_stderr if progress else _nowhere
+    with (
+        executor_for(request.workers, request.cluster) as executor,
+        only_build(out, wait=wait, say=say),
+        Lease(out, before=refuse_foreign) as lease,
+    ):
+        sources = fingerprint(chosen.files, unit_bytes, _known_sources(out), executor, progress)
+        plan = plan_units(info, sources, options, hints.command(request))
         prepare_directory(out, plan, request, hints)
         if out.exists(MANIFEST):
             return _already_built(out)
         try:
             summaries = _tokenize(
-                out.location / BUILD_DIR, plan, sources, info, request, hints, progress, chat
+                out.location / BUILD_DIR, plan, sources, info, request, hints, progress, chat, executor
             )
         except (BadLineError, InvalidUtf8Error) as error:
             raise _stopped(out, error, request, hints) from None
@@ -232,6 +247,9 @@ def build_store(
             split=chosen.split if other_splits else None,
             other_splits=other_splits,
             subset=chosen.subset,
+            where=executor.where,
+            nodes=executor.nodes,
+            repeated_units=_repeated_units(out),
         )
         if documents == 0:
             out.delete_prefix(f"{BUILD_DIR}/")
@@ -242,9 +260,33 @@ def build_store(
                 f"{given}{f' and {hidden} more' if hidden > 0 else ''}: no non-empty {item} to build from "
                 f"({files}: {report.notes()})"
             )
-        _assemble(out, plan, info, summaries, report, hints, progress, chat)
+        _assemble(out, plan, info, summaries, report, hints, progress, chat, executor)
+        if lease.lost is not None:
+            raise BuildInProgressError(f"{out.location}: {lease.lost}; run the build again")
+        out.write_json(MANIFEST, _manifest(plan, info, report, chat))  # last: what makes the store complete
+        out.delete_prefix(f"{BUILD_DIR}/")
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _known_sources(out: Directory) -> list[SourceRecord]:
+    """What an earlier build of `out` recorded of its inputs (its plan, else its manifest), so that inputs
+    whose stamps have not changed are not read again."""
+    for key in (PLAN_KEY, MANIFEST):
+        recorded = out.read_json(key)
+        if isinstance(recorded, dict) and isinstance(recorded.get("sources"), list):
+            try:
+                return [SourceRecord(**source) for source in recorded["sources"]]
+            except TypeError:  # written by another version: read everything again
+                return []
+    return []
+
+
+def _repeated_units(out: Directory) -> int:
+    """How many units were started more than once (a worker or node lost while running them, or a driver
+    stopped and run again), from the markers each attempt leaves."""
+    attempts = Counter(key.split(".")[0] for key in out.list(f"{BUILD_DIR}/{STARTED}/"))
+    return sum(1 for count in attempts.values() if count > 1)
 
 
 def _on_stderr(line: str) -> None:
@@ -296,49 +338,6 @@ def _stopped(
     return error.with_message(f"{error}. {how}")
 
 
-def _plan(info: TokenizerInfo, sources: list[Source], options: BuildOptions, command: str) -> Plan:
-    """Sources, tokenizer and options, and the units of work: runs of source pieces.
-
-    A unit holds about `unit_bytes` of input, or less for a small corpus, so that it still makes at least
-    `UNITS_PER_CORPUS` units and workers share the work evenly. Units depend only on the inputs and
-    options, never on the worker count.
-    """
-    pieces = [(index, piece) for index, source in enumerate(sources) for piece in source.pieces()]
-    total = sum(piece.size for _, piece in pieces)
-    target = min(options.unit_bytes, max(MIN_UNIT_BYTES, total // UNITS_PER_CORPUS))
-    units, unit, size = [], [], 0
-    for position, (index, piece) in enumerate(pieces):
-        unit.append((index, piece.start, piece.stop, piece.first_line))
-        size += piece.size
-        if size >= target or position == len(pieces) - 1:
-            units.append(tuple(unit))
-            unit, size = [], 0
-    return Plan(
-        format_version=FORMAT_VERSION,
-        tokenizer=info.identity(),
-        options=options,
-        sources=tuple(SourceRecord(s.name, s.size, s.sha256) for s in sources),
-        units=tuple(units),
-        command=command,
-    )
-
-
-def _pieces(unit: Sequence[Sequence], sources: list[Source]) -> list[Piece]:
-    return [Piece(sources[index], start, stop, first_line) for index, start, stop, first_line in unit]
-
-
-def _groups(todo: list[int], units: Sequence, sources: list[Source], group_bytes: int) -> list[list[int]]:
-    """Consecutive units of about `group_bytes` of input together: one process tokenizes them in one go."""
-    groups, group, size = [], [], 0
-    for unit in todo:
-        group.append(unit)
-        size += sum(piece.size for piece in _pieces(units[unit], sources))
-        if size >= group_bytes:
-            groups.append(group)
-            group, size = [], 0
-    return groups + [group] if group else groups
-
-
 def _tokenize(
     build_dir: Location,
     plan: Plan,
@@ -348,9 +347,10 @@ def _tokenize(
     hints: Hints,
     progress: bool,
     chat: ChatBuild | None,
+    executor: Executor,
 ) -> list[PartSummary]:
     """Tokenize every unit without a part, and every part read under another `invalid_utf8` policy that
-    it would change; the summaries of all the parts, in unit order."""
+    it would change, as `executor`'s tasks; the summaries of all the parts, in unit order."""
     units, policy = plan.units, request.reading(hints)
     summaries: dict[int, PartSummary] = {}
     parts = Directory(build_dir)
@@ -362,6 +362,14 @@ def _tokenize(
             if summary.fits(policy.invalid_utf8):
                 summaries[unit] = summary
     todo = [u for u in range(len(units)) if u not in summaries]
+    if executor.workers == 1:  # one process: consecutive units in one stream of encode_batch calls
+        groups = unit_groups(todo, units, sources, plan.options.unit_bytes)
+    else:
+        groups = [[unit] for unit in todo]
+    jobs = [
+        (build_dir, [(u, unit_pieces(units[u], sources)) for u in group], info, policy, chat)
+        for group in groups
+    ]
 
     def invalid(summary: PartSummary) -> int:
         return summary.counts.get("invalid_utf8_documents", 0)
@@ -373,31 +381,11 @@ def _tokenize(
             sum(s.tokens for s in summaries.values()),
             sum(invalid(s) for s in summaries.values()),
         )
-        if request.workers == 1 or len(todo) <= 1:
-            for group in _groups(todo, units, sources, plan.options.unit_bytes):
-                jobs = [(unit, _pieces(units[unit], sources)) for unit in group]
-                for summary in tokenize_units(build_dir, jobs, info, policy, chat):
-                    summaries[summary.unit] = summary
-                    bar.advance(1, summary.documents, summary.tokens, invalid(summary))
-        else:
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(
-                min(request.workers, len(todo)), mp_context=context, initializer=quiet_worker
-            ) as pool:
-                pending = {
-                    pool.submit(tokenize_unit, build_dir, u, _pieces(units[u], sources), info, policy, chat)
-                    for u in todo
-                }
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                    for future in finished:
-                        if future.exception() is not None:
-                            for other in pending:
-                                other.cancel()
-                            raise future.exception()
-                        summary = future.result()
-                        summaries[summary.unit] = summary
-                        bar.advance(1, summary.documents, summary.tokens, invalid(summary))
+        for finished in executor.run(tokenize_units, jobs):
+            bar.nodes = executor.nodes
+            for summary in finished:
+                summaries[summary.unit] = summary
+                bar.advance(1, summary.documents, summary.tokens, invalid(summary))
     return [summaries[u] for u in range(len(units))]
 
 
@@ -410,53 +398,70 @@ def _assemble(
     hints: Hints,
     progress: bool,
     chat: ChatBuild | None,
+    executor: Executor,
 ) -> None:
-    """Stream the parts, in unit order, into `tokens`, `offsets` and `offsets_index` (and a chat store's
-    `loss_weights`), then commit."""
+    """Assemble the parts into `tokens`, `offsets` (and a chat store's `loss_weights`) as `executor`'s
+    tasks, a segment of shards each, then `offsets_index` from what the offsets' tasks hand back; record
+    each array's composed SHA-256 in `report.digests`."""
     build_dir = out / BUILD_DIR
     options = plan.options
-    total_tokens, total_docs = report.tokens, report.documents
     layouts = {
         TOKENS: ShardLayout(
-            total_tokens, token_dtype(info.vocab_size), options.chunk_tokens, options.shard_tokens
+            report.tokens, token_dtype(info.vocab_size), options.chunk_tokens, options.shard_tokens
         ),
-        OFFSETS: ShardLayout(total_docs + 1, np.dtype(np.uint64), OFFSETS_CHUNK, OFFSETS_SHARD),
-        OFFSETS_INDEX: ShardLayout(
-            -(-(total_docs + 1) // OFFSETS_CHUNK), np.dtype(np.uint64), OFFSETS_CHUNK, OFFSETS_SHARD
-        ),
+        OFFSETS: ShardLayout(report.documents + 1, np.dtype(np.uint64), OFFSETS_CHUNK, OFFSETS_SHARD),
     }
     if chat is not None:
         layouts[LOSS_WEIGHTS] = ShardLayout(
-            total_tokens, np.dtype(np.uint8), options.chunk_tokens, options.shard_tokens
+            report.tokens, np.dtype(np.uint8), options.chunk_tokens, options.shard_tokens
         )
-    writers = {name: ArrayWriter(out, name, layout) for name, layout in layouts.items()}
-    writers[OFFSETS].append(np.zeros(1, np.uint64))
-    writers[OFFSETS_INDEX].append(np.zeros(1, np.uint64))
-    position, documents = 0, 1
-    with ProgressBar(len(summaries), "assembling", enabled=progress) as bar:
-        for unit, summary in enumerate(summaries):
-            tokens_key, lengths_key, _ = part_keys(unit)
-            writers[TOKENS].append(load_array(build_dir, tokens_key))
-            if chat is not None:
-                writers[LOSS_WEIGHTS].append(load_array(build_dir, weights_key(unit)))
-            offsets = position + np.cumsum(load_array(build_dir, lengths_key), dtype=np.uint64)
-            writers[OFFSETS].append(offsets)
-            writers[OFFSETS_INDEX].append(offsets[-documents % OFFSETS_CHUNK :: OFFSETS_CHUNK])
-            position, documents = int(offsets[-1]) if offsets.size else position, documents + offsets.size
-            bar.advance(1, summary.documents, summary.tokens)
+    for name, layout in layouts.items():
+        create_array(out, name, layout)
+    spans = part_spans(summaries)
+    jobs = [
+        (str(out.location), str(build_dir.location), segment, layout)
+        for name, layout in layouts.items()
+        for segment in segments(name, layout, spans)
+    ]
+    finished: dict[str, list[SegmentDone]] = {name: [] for name in layouts}
+    with ProgressBar(len(jobs), "assembling", enabled=progress) as bar:
+        for segment in executor.run(assemble_segment, jobs):
+            finished[segment.array].append(segment)
+            bar.nodes = executor.nodes
+            bar.advance(1)
     rebuild = hints.flag("overwrite", True)
     remedy = f"rebuild the store ({rebuild})" if rebuild else "build the store in another directory"
-    digests = {name: writer.finish(remedy) for name, writer in writers.items()}
     for name, layout in layouts.items():
-        check_shards(out, name, layout)
+        done = sorted(finished[name], key=lambda segment: segment.index)
+        digests = [digest for segment in done for digest in segment.digests]
+        if sum(s.shards for s in done) != layout.num_shards or len(digests) != -(-layout.size // HASH_BLOCK):
+            raise DatastoreError(f"{name}: the assembly's tasks did not write every shard; {remedy}")
+        report.digests[name] = array_digest(digests)
+    entries = [s.index_entries for s in sorted(finished[OFFSETS], key=lambda s: s.index)]
+    index = np.concatenate(entries) if entries else np.zeros(0, np.uint64)
+    index_layout = offsets_index_layout(report.documents)
+    writer = ArrayWriter(out, OFFSETS_INDEX, index_layout)
+    writer.append(index)
+    writer.finish(remedy)
+    check_shards(out, OFFSETS_INDEX, index_layout)
+    layouts[OFFSETS_INDEX] = index_layout
+    report.digests[OFFSETS_INDEX] = array_sha256([index], FORMAT_VERSION)
+    report.layouts = layouts
+    out.write_json(GROUP, group_metadata())
+
+
+def _manifest(plan: Plan, info: TokenizerInfo, report: BuildReport, chat: ChatBuild | None) -> dict:
+    """The store's manifest: what it was built from and how, its counts, and each array's layout and
+    SHA-256 (format 3: composed from its shards', `layout.array_digest`)."""
     recorded = plan.to_json()
-    manifest = {key: recorded[key] for key in ("format_version", "tokenizer", "options", "sources")}
+    manifest = {key: recorded[key] for key in ("format_version", "tokenizer", "options")}
+    manifest["sources"] = [source.to_manifest() for source in plan.sources]
     if chat is not None:
         manifest["format"] = CHAT
         manifest["chat"] = chat.record() | {
             "end_of_turn_id": chat.check_tokenizer(tokenizer_of(info), info.name)
         }
-    manifest["counts"] = {"documents": total_docs, "tokens": total_tokens} | report.counts
+    manifest["counts"] = {"documents": report.documents, "tokens": report.tokens} | report.counts
     if report.split is not None:
         manifest["split"], manifest["other_splits"] = report.split, report.other_splits
     if report.subset is not None:
@@ -464,17 +469,21 @@ def _assemble(
     manifest["invalid_utf8"] = report.invalid_utf8
     manifest["invalid_utf8_files"] = report.invalid_utf8_files
     manifest["skipped_lines"] = report.skipped_lines
-    for name, layout in layouts.items():
-        manifest[name] = layout.describe() | {"sha256": digests[name]}
+    for name, layout in report.layouts.items():
+        manifest[name] = layout.describe() | {"sha256": report.digests[name]}
     manifest["content_sha256"] = content_hash(
-        layouts[TOKENS].dtype, digests[TOKENS], digests[OFFSETS], digests.get(LOSS_WEIGHTS)
+        report.layouts[TOKENS].dtype,
+        report.digests[TOKENS],
+        report.digests[OFFSETS],
+        report.digests.get(LOSS_WEIGHTS),
     )
     manifest["checksums"] = {
         "per_chunk": "crc32c",
         "stored": "after each chunk's values, in its shard (Zarr v3 crc32c codec)",
-        "chunks": {name: layout.num_chunks for name, layout in layouts.items()},
-        "per_array": "sha256 of the little-endian values, in each array's entry",
+        "chunks": {name: layout.num_chunks for name, layout in report.layouts.items()},
+        "per_array": (
+            f"sha256 over the sha256s of its blocks of {HASH_BLOCK} values (the last: what is left), each "
+            "of the block's little-endian values, whatever the layout"
+        ),
     }
-    out.write_json(GROUP, group_metadata())
-    out.write_json(MANIFEST, manifest)  # last: its presence is what makes the store complete
-    out.delete_prefix(f"{BUILD_DIR}/")
+    return manifest

@@ -15,7 +15,7 @@ from pathlib import Path
 from meltemi.datastore.build.records import EARLIER_INVALID_UTF8, Plan, count_phrase
 from meltemi.datastore.build.request import BuildRequest, Hints
 from meltemi.datastore.errors import DatastoreError, SourceChangedError
-from meltemi.datastore.layout import BUILD_DIR, CHAT_ARRAYS, GROUP, MANIFEST, STOPPED
+from meltemi.datastore.layout import BUILD_DIR, CHAT_ARRAYS, GROUP, MANIFEST, READABLE_FORMATS, STOPPED
 from meltemi.datastore.storage import Directory, check_writable, local_path_of
 
 PLAN = "plan.json"
@@ -75,6 +75,17 @@ def _remove_empty(path: Path, *, up_to: Path) -> None:
             return
 
 
+def refuse_foreign(out: Directory) -> None:
+    """Stop, writing nothing, when `out` holds objects and none of them a store's or a build's."""
+    if out.exists(MANIFEST):
+        return
+    keys = out.list()
+    if keys and not any(key.startswith(f"{BUILD_DIR}/") for key in keys):
+        raise DatastoreError(
+            f"output {str(out.location)!r} is a non-empty directory that is not a token store"
+        )
+
+
 def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: Hints) -> None:
     """Check `out` against `plan`: start fresh, resume, or stop because the inputs changed."""
     shown = str(out.location)
@@ -83,9 +94,7 @@ def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: 
     if not built:
         previous = out.read_json(PLAN_KEY)
         if previous is None:
-            keys = out.list()
-            if keys and not any(key.startswith(f"{BUILD_DIR}/") for key in keys):
-                raise DatastoreError(f"output {shown!r} is a non-empty directory that is not a token store")
+            refuse_foreign(out)
     if previous is not None:
         rebuild = hints.flag("overwrite", True)
         remedy = f"{rebuild} to rebuild it" if rebuild else None
@@ -109,6 +118,7 @@ def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: 
                 out.delete_prefix(f"{BUILD_DIR}/")
             else:
                 out.delete(f"{BUILD_DIR}/{STOPPED}")
+                out.write_json(PLAN_KEY, planned)  # the same plan, with the stamps its inputs have now
             return
     for name in (MANIFEST, GROUP):  # the manifest first: the store is no longer complete
         out.delete(name)
@@ -164,7 +174,7 @@ def _difference(previous: dict, plan: dict) -> str | None:
 
     Both sides are read as JSON, since `previous` may be a manifest or a plan written by another version.
     """
-    if previous.get("format_version") != plan["format_version"]:
+    if previous.get("format_version") not in READABLE_FORMATS:  # an older readable one: the same bytes
         return f"format version {previous.get('format_version')} != {plan['format_version']}"
     old_files, new_files = _files(previous, plan)
     old = dict(zip(old_files, previous["sources"], strict=True))
@@ -174,7 +184,7 @@ def _difference(previous: dict, plan: dict) -> str | None:
             return f"source {old[file]['url']} is no longer among the inputs"
         if file not in old:
             return f"source {new[file]['url']} is new"
-        before, now = ({k: v for k, v in s[file].items() if k != "url"} for s in (old, new))
+        before, now = ({k: s[file][k] for k in ("size", "sha256")} for s in (old, new))
         if before != now:
             sizes = f"size {before['size']} -> {now['size']}"
             return f"source {new[file]['url']} changed ({sizes}, content hash differs)"

@@ -49,11 +49,24 @@ class BuildOptions:
 
 @dataclass(frozen=True)
 class SourceRecord:
-    """A source as a plan and a manifest record it: URL (credentials masked), size, content hash."""
+    """A source as a plan and a manifest record it: URL (credentials masked), size, content hash, the stamp
+    it had when read (`inputs.files.stamp_of`: a later build that finds the same stamp reads it no more),
+    and in a plan its line-aligned cuts (`[byte offset, lines before it]`; None where not recorded)."""
 
     url: str
     size: int
     sha256: str
+    stamp: str | None = None
+    cuts: list[list[int]] | None = None
+
+    def identity(self) -> dict[str, int | str]:
+        """What decides the store's bytes: its size and content hash (not the stamp: a file touched but
+        not changed is the same source)."""
+        return {"size": self.size, "sha256": self.sha256}
+
+    def to_manifest(self) -> dict[str, object]:
+        """The manifest's record of it (no cuts: they follow from the bytes and the unit size)."""
+        return {"url": self.url, "size": self.size, "sha256": self.sha256, "stamp": self.stamp}
 
 
 @dataclass(frozen=True)
@@ -175,6 +188,11 @@ class BuildReport:
     split: str | None = None  # a chat data set's split read, when its files name others
     other_splits: dict[str, int] = field(default_factory=dict)  # their files left out, by split
     subset: str | None = None  # the subset of a chat data set's card read, when its card names subsets
+    where: str = "this process"  # what ran the tasks (`Executor.where`)
+    nodes: int = 1  # the machines that ran them
+    repeated_units: int = 0  # units started more than once: a worker lost, or the build run again
+    digests: dict[str, str] = field(default_factory=dict)  # each array's SHA-256, once assembled
+    layouts: dict[str, Any] = field(default_factory=dict)  # each array's ShardLayout, once assembled
 
     def items(self, count: float) -> str:
         """What the store's documents are called: ``docs``, or a chat store's ``conversations``."""
@@ -196,6 +214,10 @@ class BuildReport:
             f"{self.seconds:.1f}s "
             f"({human(rate)} tokens/s){notes}"
         )
+        if self.nodes > 1 or self.repeated_units:
+            again = self.repeated_units
+            line += f"\n  tasks ran on {self.nodes} node{'s' * (self.nodes != 1)} of {self.where}"
+            line += f"; {again} unit{'s' * (again != 1)} ran more than once (a worker lost)" if again else ""
         for what, where in (("invalid UTF-8 in", self.invalid_utf8_files), ("skipped", self.skipped_lines)):
             if where:
                 more = f" and {len(where) - SHOWN_FILES} more" if len(where) > SHOWN_FILES else ""

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from meltemi.datastore.build.inputs.sources import INVALID_UTF8, InvalidUtf8, ReadPolicy, redact
 from meltemi.datastore.build.records import BuildOptions
 from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS, DEFAULT_SHARD_TOKENS, default_shard_tokens
-from meltemi.datastore.build.inputs.sources import INVALID_UTF8, InvalidUtf8, ReadPolicy, redact
 
 if TYPE_CHECKING:
     from meltemi.datastore.chat_build import ChatBuild
@@ -63,6 +63,7 @@ class BuildRequest:
     end_of_turn: str | None = None
     split: str | None = None
     subset: str | None = None
+    cluster: str | None = None
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -188,6 +189,14 @@ BUILD_FLAGS = (
     Flag("out", "the store's directory", metavar="DIR"),
     Flag("text_field", "JSONL field / Parquet column holding the text"),
     Flag("workers", "tokenizer processes (the result is the same)", "int"),
+    Flag(
+        "cluster",
+        "build on the Ray cluster at ADDRESS (auto: the one `ray start` made here; or the head's HOST:PORT): "
+        "its nodes tokenize and assemble, writing into the output (a bucket, or a disk they all mount); "
+        "the result is the same",
+        option="--ray",
+        metavar="ADDRESS",
+    ),
     Flag("eos", "an end-of-document token after each document", "on_off"),
     Flag("eos_token", "the EOS token's text (default: found in the tokenizer)"),
     Flag("overwrite", "rebuild even if the inputs changed", "switch", resumes=False),

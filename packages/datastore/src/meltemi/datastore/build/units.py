@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from meltemi.datastore.build.inputs.files import Piece, redact, stamp_of
+from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, read_documents
+from meltemi.datastore.build.long_documents import pieces_of
 from meltemi.datastore.build.records import PartSummary
 from meltemi.datastore.build.request import Hints
-from meltemi.datastore.errors import InputError
+from meltemi.datastore.errors import InputError, SourceChangedError
 from meltemi.datastore.layout import token_dtype
-from meltemi.datastore.build.long_documents import pieces_of
-from meltemi.datastore.build.inputs.sources import Piece, ReadNotes, ReadPolicy, read_documents, redact
 from meltemi.datastore.storage import Directory, Location
 from meltemi.datastore.tokenizer_file import parse_tokenizer, read_tokenizer_text, tokenizer_digest
 
@@ -134,6 +137,7 @@ def _batches(texts: list[str]) -> Iterator[list[str]]:
 
 
 PARTS = "parts"
+STARTED = "started"  # in the build's directory: a marker per attempt at a unit, so repeats can be counted
 
 
 def part_keys(unit: int) -> tuple[str, str, str]:
@@ -163,18 +167,6 @@ def load_array(directory: Directory, key: str) -> np.ndarray:
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 
-def tokenize_unit(
-    build_dir: Location,
-    unit: int,
-    pieces: list[Piece],
-    info: TokenizerInfo,
-    policy: ReadPolicy,
-    chat: ChatBuild | None = None,
-) -> PartSummary:
-    """Tokenize `pieces` of sources into part `unit` under `build_dir`; returns its summary (also saved)."""
-    return tokenize_units(build_dir, [(unit, pieces)], info, policy, chat)[0]
-
-
 def tokenize_units(
     build_dir: Location,
     jobs: list[tuple[int, list[Piece]]],
@@ -190,6 +182,12 @@ def tokenize_units(
     if chat is not None:  # Jinja and the conversation reader, only for a chat store
         from meltemi.datastore.chat_build import encode_conversations
         from meltemi.datastore.conversations import read_conversations
+    directory = Directory(build_dir)
+    attempt = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    for unit, _ in jobs:
+        directory.write_text(
+            f"{STARTED}/{unit:07d}.{attempt}", attempt
+        )  # not empty: GCS's emulator fails on it
     tokenizer, dtype = tokenizer_of(info), token_dtype(info.vocab_size)
     notes = [ReadNotes() for _ in jobs]
     docs_per_unit = [0] * len(jobs)
@@ -236,7 +234,7 @@ def tokenize_units(
     weights = np.concatenate(weight_blocks) if weight_blocks else np.zeros(0, np.uint8)
     doc_edges = np.cumsum([0, *docs_per_unit])
     token_edges = np.concatenate([[0], np.cumsum(lengths)])[doc_edges]
-    directory = Directory(build_dir)
+    _check_unchanged(jobs)
     parts = []
     for job, (unit, _) in enumerate(jobs):
         cut = slice(token_edges[job], token_edges[job + 1])
@@ -252,6 +250,19 @@ def tokenize_units(
             )
         )
     return parts
+
+
+def _check_unchanged(jobs: list[tuple[int, list[Piece]]]) -> None:
+    """Stop when an input changed since the build fingerprinted it (its stamp is not the one the plan
+    recorded): its parts would mix old and new bytes. The parts done so far are kept."""
+    seen = {piece.source.url: piece.source for _, pieces in jobs for piece in pieces}
+    for url, source in seen.items():
+        if source.stamp is not None and stamp_of(url) != source.stamp:
+            raise SourceChangedError(
+                f"{redact(url)}: changed while the build read it (it was {source.size:,} bytes with stamp "
+                f"{source.stamp}); run the build again, which reads it anew (the parts of other inputs are "
+                "kept)"
+            )
 
 
 def _save_part(
@@ -284,8 +295,3 @@ def _save_part(
         build_dir.write_bytes(key, buffer.getvalue())
     build_dir.write_text(summary_key, json.dumps(summary.to_json(), sort_keys=True))
     return summary
-
-
-def quiet_worker() -> None:
-    """Worker-process setup: one tokenizer thread each, since the processes are the parallelism."""
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"

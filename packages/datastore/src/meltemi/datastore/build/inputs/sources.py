@@ -30,7 +30,6 @@ from meltemi.datastore.build.inputs.files import (
     Piece,
     Source,
     _in_bucket,
-    describe_source,
     open_input,
     open_source,
     redact,
@@ -304,6 +303,7 @@ def read_documents(piece: Piece, policy: ReadPolicy, notes: ReadNotes) -> Iterat
     >>> import pathlib, tempfile
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.jsonl"
     >>> _ = path.write_bytes(b'{"text": "one"}\\nnot json\\n{"text": "two\\xff"}\\n{"text": "four"}\\n')
+    >>> from meltemi.datastore.build.inputs.files import describe_source
     >>> notes, piece = ReadNotes(), describe_source(str(path)).pieces()[0]
     >>> list(read_documents(piece, ReadPolicy(skip_bad_lines=True, invalid_utf8="skip"), notes))
     ['one', 'four']
@@ -420,6 +420,7 @@ def read_json_array(
     >>> import pathlib, tempfile
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.json"
     >>> _ = path.write_text('[{"text": "one"}, {"text": "two"}]')
+    >>> from meltemi.datastore.build.inputs.files import describe_source
     >>> piece = describe_source(str(path)).pieces()[0]
     >>> [(str(place), r["text"]) for place, r in read_json_array(piece, ReadPolicy(), ReadNotes(),
     ...                                                            lambda r, place: (place, r))]
