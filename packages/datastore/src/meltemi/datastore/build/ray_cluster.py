@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from meltemi.datastore.errors import ClusterError
 
 _Result = TypeVar("_Result")
+_CONNECTING = threading.Lock()  # builds started side by side in threads connect once
 RETRIES = 4  # tries of a task beyond its first when its worker or node dies (preemption), Ray's own
 CONNECT_SECONDS = 3.0
 
@@ -59,17 +61,22 @@ class RayCluster:
             raise ClusterError(
                 f"--ray {self.address}: Ray is not installed; pip install 'meltemi-datastore[ray]'"
             ) from None
-        if not ray.is_initialized():
-            problem = None if self.address == "auto" else _reachable(self.address)
-            if problem is not None:
-                raise ClusterError(f"no Ray cluster at {self.address}: {problem}")
-            try:
-                ray.init(address=self.address, log_to_driver=False, logging_level="WARNING")
-            except (ConnectionError, RuntimeError, ValueError) as error:
-                first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                raise ClusterError(f"no Ray cluster at {self.address}: {first}") from None
+        with _CONNECTING:
+            if not ray.is_initialized():
+                self._init(ray)
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         return ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=False)(_on_a_node)
+
+    def _init(self, ray: Any) -> None:
+        """Connect this process to the cluster, or say in one line why it cannot."""
+        problem = None if self.address == "auto" else _reachable(self.address)
+        if problem is not None:
+            raise ClusterError(f"no Ray cluster at {self.address}: {problem}")
+        try:
+            ray.init(address=self.address, log_to_driver=False, logging_level="WARNING")
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ClusterError(f"no Ray cluster at {self.address}: {first}") from None
 
     def run(self, function: Callable[..., _Result], jobs: Sequence[tuple[Any, ...]]) -> Iterator[_Result]:
         import ray
