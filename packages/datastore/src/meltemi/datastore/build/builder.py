@@ -285,7 +285,8 @@ def _known_sources(out: Directory) -> list[SourceRecord]:
 def _repeated_units(out: Directory) -> int:
     """How many units were started more than once (a worker or node lost while running them, or a driver
     stopped and run again), from the markers each attempt leaves."""
-    attempts = Counter(key.split(".")[0] for key in out.list(f"{BUILD_DIR}/{STARTED}/"))
+    markers = f"{BUILD_DIR}/{STARTED}/"  # listed keys start with it: the unit is the name's first part
+    attempts = Counter(key.removeprefix(markers).split(".")[0] for key in out.list(markers))
     return sum(1 for count in attempts.values() if count > 1)
 
 

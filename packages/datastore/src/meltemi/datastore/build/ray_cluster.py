@@ -78,6 +78,12 @@ class RayCluster:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ClusterError(f"no Ray cluster at {self.address}: {first}") from None
 
+    def connected_workers(self) -> int:
+        """Connect (once), and say how many CPUs the cluster has: the tasks it runs at once."""
+        if self._remote is None:
+            self._remote = self._connect()
+        return self.workers
+
     def run(self, function: Callable[..., _Result], jobs: Sequence[tuple[Any, ...]]) -> Iterator[_Result]:
         import ray
         from ray.exceptions import RayTaskError
