@@ -3,7 +3,7 @@
 Reads check only the chunks they touch; this reads everything, shard by shard, so it also catches what a
 per-chunk checksum cannot: a chunk rewritten together with its checksum, or a shard copied in from another
 store. Each array's SHA-256 is the store's format's (`layout.array_sha256`): over all the values (format 2)
-or composed of its shards' (format 3), computed a shard at a time, so memory holds one shard.
+or composed of its blocks' (format 3), computed a shard at a time, so memory holds one shard.
 """
 
 from collections.abc import Iterator

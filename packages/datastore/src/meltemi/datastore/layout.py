@@ -31,7 +31,7 @@ from google_crc32c import value as crc32c  # CRC-32C, the checksum Zarr's crc32c
 from meltemi.datastore.storage import Directory, storage_context
 
 FORMAT_VERSION = 3
-READABLE_FORMATS = (2, 3)  # 2: each array's SHA-256 over all its values; 3: composed of its shards' (below)
+READABLE_FORMATS = (2, 3)  # 2: each array's SHA-256 over all its values; 3: composed of its blocks'
 MANIFEST = "manifest.json"
 GROUP = "zarr.json"
 BUILD_DIR = ".build"

@@ -2,9 +2,10 @@
 
 Each array is cut into segments of `SEGMENT_SHARDS` shards, and each segment is one task: it reads the
 parts that hold its values (where they go follows from the parts' counts alone, `part_spans`), writes its
-shards, checks them, and hands back the SHA-256 over its shards' SHA-256s; the array's SHA-256 is composed
-from its segments' (`layout.array_digest`). So tasks on any number of machines assemble a store of any
-size, none of them reading more than its segment, and make the same bytes and hashes as one process.
+shards, checks them, and hands back the SHA-256s of the hash blocks (`layout.HASH_BLOCK` values) that begin
+in its shards, reading the rest of the last one from the parts; the array's SHA-256 is composed from its
+blocks' (`layout.array_digest`). So tasks on any number of machines assemble a store of any size, and make
+the same bytes and hashes as one process, whatever the shard size.
 Writing whole shards means TensorStore never rewrites one, and checking each shard's index after the
 writes means readers can rely on the dense, in-order layout `ShardLayout` describes.
 """

@@ -453,7 +453,7 @@ def _assemble(
 
 def _manifest(plan: Plan, info: TokenizerInfo, report: BuildReport, chat: ChatBuild | None) -> dict:
     """The store's manifest: what it was built from and how, its counts, and each array's layout and
-    SHA-256 (format 3: composed from its shards', `layout.array_digest`)."""
+    SHA-256 (format 3: composed from its blocks', `layout.array_digest`)."""
     recorded = plan.to_json()
     manifest = {key: recorded[key] for key in ("format_version", "tokenizer", "options")}
     manifest["sources"] = [source.to_manifest() for source in plan.sources]
