@@ -51,7 +51,14 @@ from meltemi.datastore.build.request import (
     LossOn,
     Overlong,
 )
-from meltemi.datastore.build.units import STARTED, TokenizerInfo, part_keys, tokenize_units, tokenizer_of
+from meltemi.datastore.build.units import (
+    STARTED,
+    TokenizerInfo,
+    part_keys,
+    read_summaries,
+    tokenize_units,
+    tokenizer_of,
+)
 from meltemi.datastore.errors import (
     BadLineError,
     BuildInProgressError,
@@ -84,6 +91,8 @@ from meltemi.datastore.layout import (
 )
 from meltemi.datastore.progress import ProgressBar
 from meltemi.datastore.storage import Directory, Location
+
+SUMMARIES_PER_TASK = 1024  # finished parts' summaries one task reads, when a build resumes
 
 if TYPE_CHECKING:
     from meltemi.datastore.chat_build import ChatBuild
@@ -355,13 +364,11 @@ def _tokenize(
     units, policy = plan.units, request.reading(hints)
     summaries: dict[int, PartSummary] = {}
     parts = Directory(build_dir)
-    done = set(parts.list("parts/"))
-    for unit in range(len(units)):
-        summary_key = part_keys(unit)[2]
-        if summary_key in done:
-            summary = PartSummary.from_json(parts.read_json(summary_key))
-            if summary.fits(policy.invalid_utf8):
-                summaries[unit] = summary
+    listed = set(parts.list("parts/"))
+    done = [unit for unit in range(len(units)) if part_keys(unit)[2] in listed]
+    reads = [(build_dir, done[i : i + SUMMARIES_PER_TASK]) for i in range(0, len(done), SUMMARIES_PER_TASK)]
+    for found in executor.run(read_summaries, reads):  # a resumed build's finished parts, read in parallel
+        summaries.update((s.unit, s) for s in found if s.fits(policy.invalid_utf8))
     todo = [u for u in range(len(units)) if u not in summaries]
     if executor.workers == 1:  # one process: consecutive units in one stream of encode_batch calls
         groups = unit_groups(todo, units, sources, plan.options.unit_bytes)

@@ -159,6 +159,12 @@ def weights_key(unit: int) -> str:
     return f"{PARTS}/{unit:07d}.weights.npy"
 
 
+def read_summaries(build_dir: Location, units: list[int]) -> list[PartSummary]:
+    """The summaries of finished parts `units` (one task's share, when a resumed build finds many)."""
+    directory = Directory(build_dir)
+    return [PartSummary.from_json(directory.read_json(part_keys(unit)[2])) for unit in units]
+
+
 def load_array(directory: Directory, key: str) -> np.ndarray:
     """A part's array (`.npy`, never pickled)."""
     data = directory.read_bytes(key)
