@@ -344,3 +344,96 @@ def test_the_probe_asks_jax_in_a_child_process_and_finds_no_accelerator_on_this_
     if "gpu" in done.stdout or "tpu" in done.stdout:
         pytest.skip("this machine has an accelerator: the GPU tests themselves check the probe")
     assert done.returncode == 0 and done.stdout == "[]\n" and "conftest:" not in done.stderr, done
+
+
+# ---- no import cycles, in any package ----------------------------------------------------------------------
+
+
+def _module_names(src: Path) -> dict[str, Path]:
+    """Each module under a package's `src/`, by dotted name (a package by its `__init__.py`)."""
+    found = {}
+    for path in src.rglob("*.py"):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _for_type_checkers(tree: ast.AST) -> set[int]:
+    """The nodes under `if TYPE_CHECKING:`, which never run."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(inner) for statement in node.body for inner in ast.walk(statement))
+    return skipped
+
+
+def _imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's own modules `name` imports, at module level or inside a function alike (a lazy import
+    is still an import); `from package import name` counts as importing the submodule when there is one."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skipped, found = _for_type_checkers(tree), set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")[: None if path.name == "__init__.py" else -1]
+                base = base[: len(base) - node.level + 1]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                whole = f"{target}.{alias.name}"
+                found.update([whole] if whole in modules else [target] if target in modules else [])
+    return found - {name}
+
+
+def import_cycles(src: Path) -> list[list[str]]:
+    """The sets of modules under `src` that import each other, directly or through others (Tarjan's
+    strongly connected components of more than one module)."""
+    modules = _module_names(src)
+    graph = {name: sorted(_imports_of(name, path, modules)) for name, path in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in graph[module]:
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+@pytest.mark.parametrize("package_dir", sorted(PACKAGES))
+def test_no_package_has_an_import_cycle(package_dir):
+    assert import_cycles(ROOT / "packages" / package_dir / "src") == []
+
+
+def test_the_cycle_checker_sees_a_lazy_cycle_and_ignores_imports_for_type_checkers(tmp_path):
+    package = tmp_path / "src" / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from pkg import a\n")
+    (package / "a.py").write_text("from pkg.b import thing\n")
+    (package / "b.py").write_text("def thing():\n    from . import a\n")
+    for_type_checkers = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import d\n"
+    (package / "c.py").write_text(for_type_checkers)
+    (package / "d.py").write_text("import pkg.c\n")
+    assert import_cycles(tmp_path / "src") == [["pkg.a", "pkg.b"]]

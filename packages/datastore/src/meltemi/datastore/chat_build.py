@@ -24,7 +24,7 @@ from tokenizers import Tokenizer
 
 from meltemi.datastore.assistant_turns import FROM_BEGINNINGS, FROM_BLOCKS, turns_by_beginnings
 from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy
-from meltemi.datastore.build.request import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
+from meltemi.datastore.chat_options import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
 from meltemi.datastore.chat_template import (
     END_OF_TURN,
     TOKENIZER_CONFIG,

@@ -11,7 +11,7 @@ Layers are Equinox modules built with ``Layer.init(..., key=...)``; functions ta
     True
 """
 
-from haliax_lite import ScanCheckpointPolicy
+from haliax_lite._namespace import ScanCheckpointPolicy
 
 from . import attention
 from .activations import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 
 
 def check_layer_input(

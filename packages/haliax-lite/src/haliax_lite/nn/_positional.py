@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import jax
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 
 
 def selector_names(axis) -> tuple[str, ...]:

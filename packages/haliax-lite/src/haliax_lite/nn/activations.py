@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import nn as jnn
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 
 from ._positional import axis_positions, elementwise
 

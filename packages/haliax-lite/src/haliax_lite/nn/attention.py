@@ -19,7 +19,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 
 from ._positional import selector_names
 from .normalization import softmax

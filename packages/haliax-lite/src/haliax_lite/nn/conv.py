@@ -22,7 +22,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 
 from ._inputs import check_layer_input
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 
 from ._positional import selector_names
 

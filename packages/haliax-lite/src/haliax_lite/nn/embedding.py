@@ -13,7 +13,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 
 
 class Embedding(eqx.Module):

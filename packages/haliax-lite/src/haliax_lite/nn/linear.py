@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 import equinox as eqx
 import jax
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 from haliax_lite.quantized_ops import DefaultDotGeneralOp
 from haliax_lite.serialization import ModuleWithStateDictSerialization
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import jax.numpy as jnp
 from jax import nn as jnn
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 
 from .activations import log_sigmoid
 from .normalization import logsumexp

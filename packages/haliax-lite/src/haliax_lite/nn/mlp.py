@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import equinox as eqx
 import jax
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 
 from ._positional import split_key
 from .activations import relu

@@ -16,7 +16,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jax import nn as jnn
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 
 from ._positional import axiswise, reduction
 

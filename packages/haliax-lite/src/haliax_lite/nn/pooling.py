@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 
 __all__ = ["max_pool", "mean_pool", "min_pool"]
 

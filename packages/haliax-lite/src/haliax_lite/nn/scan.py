@@ -25,7 +25,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-import haliax_lite as hax
+from haliax_lite import _namespace as hax
 from haliax_lite.checkpoint import ScanCheckpointPolicy as ScanCheckpointPolicy
 from haliax_lite.host_placement import HostLeaf, StackedRegions, place_from_host, target_sharding
 from haliax_lite.nn.scan_protocols import BlockFoldable, FoldFunction, ModuleInit, ScanFunction, VmapFunction

@@ -12,10 +12,11 @@ import dataclasses
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal
 
 from meltemi.datastore.build.inputs.sources import INVALID_UTF8, InvalidUtf8, ReadPolicy, redact
 from meltemi.datastore.build.records import BuildOptions
+from meltemi.datastore.chat_options import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
 from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS, DEFAULT_SHARD_TOKENS, default_shard_tokens
 
 if TYPE_CHECKING:
@@ -24,11 +25,6 @@ if TYPE_CHECKING:
 UNIT_BYTES = 4 << 20
 FORMATS = ("text", "chat")
 CHAT_FIELD = "messages"
-SHIPPED_TEMPLATE = "llama3"
-LossOn = Literal["assistant", "all"]
-Overlong = Literal["truncate", "drop"]
-LOSS_ON: tuple[str, ...] = get_args(LossOn)
-OVERLONG: tuple[str, ...] = get_args(Overlong)
 CHAT_OPTIONS = (
     "chat_template",
     "loss_on",
