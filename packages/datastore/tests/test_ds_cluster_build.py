@@ -1,13 +1,15 @@
 """Builds on a real Ray cluster (a head and worker nodes of one CPU, each its own raylet on loopback): the
 same objects, byte for byte, as a one-host build, in an S3 or GCS bucket or on a shared disk; a node or the
 driver killed mid-build costs only the units it was running; a second build of a bucket store is refused
-naming the first; an address with no cluster is one line. A Hypothesis property (no cluster) checks that any
-worker count, any order of completion and any hash block size give the same bytes and hashes.
+naming the first, and a fresh build keeps its lease to its end; an address with no cluster is one line. A
+Hypothesis property (no cluster) checks that any worker count, any order of completion and any hash block
+size give the same bytes and hashes.
 
 One cluster serves the module (starting raylets is the slow part); the tests that use it share one xdist
 worker. The test that kills a node adds that node first, so the cluster is whole after it.
 """
 
+import functools
 import json
 import os
 import random
@@ -31,11 +33,15 @@ from hypothesis import strategies as st
 from meltemi.datastore import TokenStore, build_store, corpora, layout
 from meltemi.datastore.build import assembly, builder
 from meltemi.datastore.build.assembly import content_hash
+from meltemi.datastore.build.executors import InProcess
+from meltemi.datastore.build.lease import LEASE_KEY, Lease
 from meltemi.datastore.errors import BuildInProgressError
 from meltemi.datastore.storage import Directory
 from meltemi.datastore.testing import RAY_DRIVER_ENVIRON, LocalRayCluster, environ_with
 
 CLUSTER = pytest.mark.xdist_group("datastore-ray")
+# A killed node is declared dead after 3 health checks a second apart missed (Ray's default: 5, 3 s apart).
+FAST_NODE_DEATH = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
 WORKER_NODES = 2
 SMALL = {"unit_bytes": 8_000, "chunk_tokens": 256, "shard_tokens": 1024}  # ~20 units, 5 segments of tokens
 
@@ -65,7 +71,7 @@ def cluster(s3_server, gcs_server) -> Iterator[LocalRayCluster]:
     """A head without CPUs and two worker nodes of one CPU, their workers reaching both emulators."""
     pytest.importorskip("ray", reason="building on a cluster needs the datastore's [ray] extra")
     environ = s3_server.environ | gcs_server.environ | {"GOOGLE_APPLICATION_CREDENTIALS": None}
-    with LocalRayCluster(workers=WORKER_NODES, environ=environ) as running:
+    with LocalRayCluster(workers=WORKER_NODES, environ=environ, system_config=FAST_NODE_DEATH) as running:
         yield running
 
 
@@ -84,7 +90,7 @@ def test_a_cluster_build_into_a_bucket_is_the_one_host_store_object_for_object(
     request, server, cluster, stdlib_files, tokenizer_path, small_reference, tree_bytes
 ):
     """The manifest records nothing of where the tasks ran (no host, worker count or order), so every
-    object is equal, the manifest too; the tokens' segments were assembled by tasks on both nodes."""
+    object is equal, the manifest too; the tasks ran on both nodes, the tokens' shards in 5 segments."""
     fake = request.getfixturevalue(server)
     url = f"{fake.bucket_url()}/stores/web"
     report = build_store(
@@ -104,7 +110,7 @@ def test_a_cluster_build_into_a_bucket_is_the_one_host_store_object_for_object(
 
 
 @pytest.fixture(scope="module")
-def large_inputs(stdlib_files) -> list[str]:
+def large_inputs() -> list[str]:
     """120 standard-library files (2.2 MB): enough units for a node to die while running some."""
     return corpora.python_stdlib()[:120]
 
@@ -116,9 +122,8 @@ def large_reference(tmp_path_factory, large_inputs, tokenizer_path) -> Path:
     return out
 
 
-MARKER = re.compile(
-    r"(?P<unit>\d{7})\.(?P<host>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}"
-)  # one attempt at a unit (tokenize_units)
+# The marker of one attempt at a unit (`units.tokenize_units`): `.build/started/UNIT.HOST.PID.TOKEN`.
+MARKER = re.compile(r"(?P<unit>\d{7})\.(?P<host>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}")
 
 
 def units_of(keys: Sequence[str], suffix: str = "") -> set[int]:
@@ -155,16 +160,17 @@ def test_a_node_killed_mid_build_costs_only_the_units_it_was_running(
 
     thread = threading.Thread(target=build)
     thread.start()
+    ran: set[int] = set()
+    in_flight: set[int] = set()
     try:
-        in_flight: set[int] = set()
         while thread.is_alive() and not in_flight:
             ran, in_flight = running_on_victim()
             time.sleep(0.002)
-        assert in_flight, "the build ended before the new node started a unit"
-        cluster.kill_node(victim)
     finally:
+        cluster.kill_node(victim)  # whatever happened: the cluster is whole again for the other tests
         thread.join(timeout=180)
-    assert "error" not in outcome, outcome.get("error")
+    assert in_flight, "the build ended before the new node started a unit"
+    assert not thread.is_alive() and "error" not in outcome, outcome.get("error")
     report = outcome["report"]
     assert tree_bytes(out) == tree_bytes(large_reference)
     assert report.repeated_units >= len(in_flight) >= 1, "the unit the node was running ran again"
@@ -183,7 +189,7 @@ build_store(files, tokenizer, out, unit_bytes=20_000, cluster=address, progress=
 
 @CLUSTER
 def test_a_driver_killed_mid_build_is_resumed_by_a_rerun_that_skips_the_finished_parts(
-    cluster, s3, large_inputs, tokenizer_path, tmp_path
+    cluster, s3, large_inputs, tokenizer_path, tmp_path, tree_bytes
 ):
     """The build's driver (its own process, connected to the cluster) is SIGKILLed once a few parts are in
     the bucket; a rerun from another process finishes the store, equal to a one-host build, starting only
@@ -221,9 +227,7 @@ def test_a_driver_killed_mid_build_is_resumed_by_a_rerun_that_skips_the_finished
         large_inputs, tokenizer_path, url, unit_bytes=20_000, cluster=cluster.address, progress=False
     )
     assert not report.already_built and report.repeated_units == len(began - finished)
-    assert bucket_objects(url) == {
-        str(p.relative_to(reference)): p.read_bytes() for p in sorted(reference.rglob("*")) if p.is_file()
-    }
+    assert bucket_objects(url) == tree_bytes(reference)
 
 
 LEASE_HOLDER = """
@@ -273,6 +277,50 @@ def test_a_second_build_of_a_bucket_store_is_refused_naming_the_first(
     assert bucket_objects(url) == tree_bytes(small_reference)
 
 
+class LeaseWatcher(InProcess):
+    """This process's executor, which looks for the build's lease before each job, and at the first
+    tokenizing job runs `second` (a second build of the same store), keeping its error."""
+
+    def __init__(self, out: str, second: Callable[[], Any] | None):
+        self.out, self.second, self.seen, self.refusal = Directory(out), second, [], None
+
+    def run(self, function: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> Iterator[Any]:
+        for job in jobs:
+            self.seen.append(self.out.exists(LEASE_KEY))
+            if function.__name__ == "tokenize_units" and self.second is not None and self.refusal is None:
+                with pytest.raises(BuildInProgressError) as refused:
+                    self.second()
+                self.refusal = str(refused.value)
+            yield function(*job)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_fresh_build_keeps_its_lease_while_it_works(request, where, tmp_path, stdlib_files, tokenizer_path):
+    """A new store's build holds its lease from the start to the end, renewed (every 20 ms here) without
+    losing it, and in a bucket a second build started while it tokenizes is refused naming it (a local one
+    is kept out by the directory's lock first). Clearing the output for a fresh build once deleted the lease
+    it had just taken: every first build that ran past a renewal was refused at its end, and nothing kept a
+    second build of a bucket store out."""
+    files = stdlib_files[:12]
+    if where == "local":
+        out, second = str(tmp_path / "store"), None
+    else:
+        out = f"{request.getfixturevalue('s3').bucket_url()}/stores/web"
+
+        def second() -> None:
+            build_store(files, tokenizer_path, out, progress=False)
+
+    watcher = LeaseWatcher(out, second)
+    renewing = functools.partial(Lease, renew=0.02)
+    with mock.patch.object(builder, "executor_for", lambda workers, cluster: watcher):
+        with mock.patch.object(builder, "Lease", renewing):
+            report = build_store(files, tokenizer_path, out, unit_bytes=8_000, progress=False)
+    assert report.documents == 12 and len(watcher.seen) >= 3 and all(watcher.seen), watcher.seen
+    if second is not None:
+        assert f"host {socket.gethostname()}, process {os.getpid()}" in (watcher.refusal or "")
+    assert not Directory(out).exists(LEASE_KEY) and Directory(out).exists("manifest.json")
+
+
 NO_CLUSTER = """
 import sys, time
 from meltemi.datastore.cli import main
@@ -282,32 +330,34 @@ print(f"{code} {time.perf_counter() - started:.2f}")
 """
 
 
-@pytest.mark.parametrize("where", ["local", "s3"])
+@pytest.mark.parametrize("where", ["local", "s3", "auto"])
 def test_an_address_with_no_cluster_is_one_line_in_seconds_and_writes_nothing(
     request, where, tmp_path, stdlib_files, tokenizer_path
 ):
-    """`--ray 127.0.0.1:PORT` where nothing listens: the build stops in seconds (not after Ray's minute of
-    retries) with one line naming the address, leaving no directory, object or lease behind."""
+    """`--ray 127.0.0.1:PORT` where nothing listens, or `--ray auto` where the address Ray would find
+    (`RAY_ADDRESS`, or the one the last `ray start` recorded) is such: the build stops in seconds (not after
+    Ray's minutes of retries) with one line naming the address, leaving no directory, object or lease."""
     pytest.importorskip("ray", reason="building on a cluster needs the datastore's [ray] extra")
-    environ = dict(os.environ) | RAY_DRIVER_ENVIRON
-    if where == "local":
-        out = str(tmp_path / "made" / "store")
-    else:
+    address = f"127.0.0.1:{free_port()}"
+    environ, out = dict(os.environ) | RAY_DRIVER_ENVIRON, str(tmp_path / "made" / "store")
+    given, named = address, address
+    if where == "s3":
         s3 = request.getfixturevalue("s3")
         out, environ = f"{s3.bucket_url()}/stores/nowhere", environ_with(s3) | RAY_DRIVER_ENVIRON
-    address = f"127.0.0.1:{free_port()}"
+    elif where == "auto":
+        environ["RAY_ADDRESS"], given, named = address, "auto", f"auto ({address})"
     command = [sys.executable, "-c", NO_CLUSTER, "build", "--input", *stdlib_files[:3]]
-    command += ["--tokenizer", tokenizer_path, "--out", out, "--ray", address]
-    result = subprocess.run(command, env=environ, capture_output=True, text=True, timeout=120)
+    command += ["--tokenizer", tokenizer_path, "--out", out, "--ray", given]
+    result = subprocess.run(command, env=environ, capture_output=True, text=True, timeout=60)
     code, seconds = result.stdout.split()
-    assert code == "1" and float(seconds) < 5.0, (code, seconds)
+    assert code == "1" and float(seconds) < 5.0, (code, seconds, result.stderr[-2000:])
     assert result.stderr.strip().splitlines() == [result.stderr.strip()] and result.stderr.startswith(
-        f"error: no Ray cluster at {address}: nothing answers there"
+        f"error: no Ray cluster at {named}: nothing answers there"
     ), result.stderr
-    if where == "local":
-        assert not (tmp_path / "made").exists()
-    else:
+    if where == "s3":
         assert bucket_objects(out) == {}
+    else:
+        assert not (tmp_path / "made").exists()
 
 
 # The property: no cluster, the jobs run here in an order Hypothesis chooses.

@@ -809,7 +809,8 @@ class LocalRayCluster:
 
     `environ` is set for the nodes (None removes a variable): their workers inherit it, as a real node's
     workers inherit what its `ray start` was given, so an emulator's endpoint reaches the tasks.
-    `kill_node` ends a node without grace, its workers first, the way a machine is lost.
+    `kill_node` ends a node without grace, its workers first, the way a machine is lost; `system_config`
+    is Ray's own settings for the cluster (such as how soon a silent node is declared dead).
 
     This example starts a Ray cluster, so the doctest run skips it (``+SKIP``); the cluster tests run one:
 
@@ -824,6 +825,7 @@ class LocalRayCluster:
         head_cpus: int = 0,
         environ: dict[str, str | None] | None = None,
         object_store_mb: int = 80,
+        system_config: dict[str, Any] | None = None,
     ):
         import ray
         from ray.cluster_utils import Cluster
@@ -832,6 +834,8 @@ class LocalRayCluster:
         self._node_args = {"node_ip_address": LOOPBACK, "object_store_memory": object_store_mb << 20}
         with self._ray_environment():
             head = self._node_args | {"num_cpus": head_cpus, "include_dashboard": False, "no_monitor": True}
+            if system_config:
+                head["_system_config"] = system_config
             self._cluster = Cluster(initialize_head=True, head_node_args=head)
             try:
                 for _ in range(workers):

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from meltemi.datastore.build.lease import LEASE_KEY
 from meltemi.datastore.build.records import EARLIER_INVALID_UTF8, Plan, count_phrase
 from meltemi.datastore.build.request import BuildRequest, Hints
 from meltemi.datastore.errors import DatastoreError, SourceChangedError
@@ -122,9 +123,21 @@ def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: 
             return
     for name in (MANIFEST, GROUP):  # the manifest first: the store is no longer complete
         out.delete(name)
-    for name in (*CHAT_ARRAYS, BUILD_DIR):
+    for name in CHAT_ARRAYS:
         out.delete_prefix(f"{name}/")
+    _clear_build_state(out)
     out.write_json(PLAN_KEY, plan.to_json())
+
+
+def _clear_build_state(out: Directory) -> None:
+    """Delete what an earlier build kept under `.build/`, all but the lease: this build took it already, and
+    renews it by its generation (deleted, it would be lost, and the finished build refused)."""
+    names = {key[len(BUILD_DIR) + 1 :].partition("/")[:2] for key in out.list(f"{BUILD_DIR}/")}
+    for name, slash in sorted(names):
+        if slash:
+            out.delete_prefix(f"{BUILD_DIR}/{name}/")
+        elif f"{BUILD_DIR}/{name}" != LEASE_KEY:
+            out.delete(f"{BUILD_DIR}/{name}")
 
 
 def _same_files(previous: dict, plan: dict) -> bool:

@@ -69,14 +69,30 @@ class RayCluster:
 
     def _init(self, ray: Any) -> None:
         """Connect this process to the cluster, or say in one line why it cannot."""
-        problem = None if self.address == "auto" else _reachable(self.address)
+        address = self.address
+        if address == "auto":  # RAY_ADDRESS, or the head the last `ray start` here recorded: it must answer
+            try:
+                address = ray._private.services.canonicalize_bootstrap_address_or_die(address)
+            except ConnectionError as error:
+                raise ClusterError(f"no Ray cluster at auto: {str(error).strip().splitlines()[0]}") from None
+        problem = _reachable(address)
         if problem is not None:
-            raise ClusterError(f"no Ray cluster at {self.address}: {problem}")
+            shown = self.address if address == self.address else f"{self.address} ({address})"
+            raise ClusterError(f"no Ray cluster at {shown}: {problem}")
+        # Under `uv run`, Ray's uv hook would run every worker with `uv run` in a copy of the working
+        # directory (and refuse one without the project): the nodes' installed environment is used instead.
+        constants = ray._private.ray_constants
+        uv_hook = getattr(constants, "RAY_ENABLE_UV_RUN_RUNTIME_ENV", None)
         try:
+            if uv_hook is not None:
+                constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
             ray.init(address=self.address, log_to_driver=False, logging_level="WARNING")
         except (ConnectionError, RuntimeError, ValueError) as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ClusterError(f"no Ray cluster at {self.address}: {first}") from None
+        finally:
+            if uv_hook is not None:
+                constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = uv_hook
 
     def connected_workers(self) -> int:
         """Connect (once), and say how many CPUs the cluster has: the tasks it runs at once."""
