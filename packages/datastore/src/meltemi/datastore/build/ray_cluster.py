@@ -143,6 +143,7 @@ class RayCluster:
         return len(self._nodes)
 
     def __enter__(self) -> RayCluster:
+        self.connected_workers()  # before the build writes anything, and so `workers` is the cluster's
         return self
 
     def __exit__(self, *exc_info: object) -> None:
