@@ -52,7 +52,8 @@ def test_a_synthetic_listing_of_terabytes_is_planned_without_reading_a_byte(tmp_
 
 def _without_reads() -> dict[str, str]:
     """The environment of a dry run whose `open` of an input would fail the run (sitecustomize)."""
-    return os.environ | {"PYTHONPATH": os.pathsep.join([_GUARD_DIR, os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([_GUARD_DIR, os.environ.get("PYTHONPATH", "")])
+    return os.environ | {"PYTHONPATH": path, "MELTEMI_NO_INPUT_READS": "1"}
 
 
 _GUARD_DIR = os.path.join(os.path.dirname(__file__), "no_input_reads")

@@ -1,11 +1,12 @@
-"""Loaded by a dry run under test (PYTHONPATH): opening any file named `*.jsonl` fails the process, so a
-dry run that reads an input instead of listing it is caught."""
+"""Loaded by a dry run under test (on its PYTHONPATH, with MELTEMI_NO_INPUT_READS=1): opening any file named
+`*.jsonl` then fails the process, so a dry run that reads an input instead of listing it is caught. Anywhere
+else (imported for its doctests, say) it changes nothing."""
 
 import builtins
 import io
 import os
 
-_open, _io_open = builtins.open, io.open
+_open = builtins.open
 
 
 def _guarded(file, *args, **kwargs):
@@ -14,4 +15,5 @@ def _guarded(file, *args, **kwargs):
     return _open(file, *args, **kwargs)
 
 
-builtins.open = io.open = _guarded
+if os.environ.get("MELTEMI_NO_INPUT_READS") == "1":
+    builtins.open = io.open = _guarded
