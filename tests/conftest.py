@@ -27,7 +27,7 @@ def small_config(small_corpus):
     ])  # fmt: skip
 
 
-from meltemi.datastore.testing import gcs, gcs_server, s3, s3_server  # noqa: E402, F401  (server fixtures)
+from meltemi.datastore.testing.fixtures import gcs, gcs_server, s3, s3_server  # noqa: E402, F401  (server fixtures)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -87,7 +87,7 @@ def sft_config(make_config, base, chat_data):
     return make
 
 
-from meltemi.datastore.testing import gcs, gcs_server, s3, s3_server  # noqa: E402, F401  (server fixtures)
+from meltemi.datastore.testing.fixtures import gcs, gcs_server, s3, s3_server  # noqa: E402, F401  (server fixtures)
 
 
 @pytest.fixture(params=["s3", "gcs"])
