@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meltemi.datastore import TokenStore, build_store, corpora, layout
+from meltemi.datastore import TokenStore, audit_store, build_store, corpora, layout
 from meltemi.datastore.build import assembly, builder
 from meltemi.datastore.build.assembly import content_hash
 from meltemi.datastore.build.executors import InProcess
@@ -176,6 +176,42 @@ def test_a_node_killed_mid_build_costs_only_the_units_it_was_running(
     assert report.repeated_units >= len(in_flight) >= 1, "the unit the node was running ran again"
     assert report.repeated_units <= len(ran), "only units the lost node had started ran twice"
     assert "ran more than once (a worker lost)" in report.summary()
+    assert len(cluster.nodes) == WORKER_NODES
+
+
+@CLUSTER
+def test_a_node_killed_during_the_assembly_costs_only_its_segments_and_the_store_is_whole(
+    cluster, tmp_path, large_inputs, tokenizer_path, tree_bytes
+):
+    """A third node joins and is killed as the assembly begins (the arrays' metadata is written just before
+    the segments' tasks start; with shards of 1,024 tokens there are more segments than CPUs, so the node is
+    running one): Ray runs its segments again elsewhere, each rewriting whole shards, and the store ends equal
+    to the one-host build, every shard and hash checked by an audit."""
+    options = {"unit_bytes": 100_000, "chunk_tokens": 256, "shard_tokens": 1024}
+    reference = tmp_path / "reference"
+    build_store(large_inputs, tokenizer_path, reference, progress=False, **options)
+    victim = cluster.add_node()
+    out = tmp_path / "store"
+    outcome: dict[str, Any] = {}
+
+    def build() -> None:
+        try:
+            outcome["report"] = build_store(
+                large_inputs, tokenizer_path, out, cluster=cluster.address, progress=False, **options
+            )
+        except BaseException as error:  # handed to the test's thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    try:
+        assembling = wait_until(lambda: (out / "tokens" / "zarr.json").exists() or not thread.is_alive(), "")
+    finally:
+        cluster.kill_node(victim)
+        thread.join(timeout=180)
+    assert assembling and not thread.is_alive() and "error" not in outcome, outcome.get("error")
+    assert tree_bytes(out) == tree_bytes(reference)
+    audit_store(TokenStore.open(out))
     assert len(cluster.nodes) == WORKER_NODES
 
 
