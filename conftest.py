@@ -11,6 +11,7 @@ import fcntl
 import functools
 import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -405,8 +406,9 @@ def _record_optional_skip(report: pytest.TestReport | pytest.CollectReport) -> N
         return
     reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     if any(words in reason for words in _OPTIONAL_SKIP_WORDS):
+        nodeid = re.sub(r"@[^@\[\]/:]+$", "", report.nodeid)  # xdist's `@group`: not part of a test's id
         with _exclusive(Path(target).with_suffix(".lock")), open(target, "a", encoding="utf-8") as f:
-            f.write(report.nodeid + "\n")
+            f.write(nodeid + "\n")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
