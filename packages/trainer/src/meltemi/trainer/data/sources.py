@@ -207,29 +207,42 @@ def build_source(
     else:
         inputs, identity = corpus, _resolved(corpus)
     key = "\0".join([source.format, identity, file_sha256(tokenizer)])  # a copy finds the same store
-    options: dict[str, object] = {"subset": source.subset}
+    options = format_options(config, source)
     if source.format == "chat":
         template = load_chat_template(chat.template)
-        options |= {
-            "format": "chat",
-            "chat_template": concrete_template(chat.template),
-            "loss_on": chat.loss_on,
-            "max_tokens": data.seq_len + 1,
-            "overlong": chat.overlong,
-            "end_of_turn": chat.end_of_turn,
-        }
         key += "\0".join(["", template.sha256, chat.loss_on, chat.overlong, str(data.seq_len + 1)])
         key += "" if chat.end_of_turn is None else f"\0{chat.end_of_turn}"  # unnamed: the keys stores had
     key += "" if source.subset is None else f"\0subset={source.subset}"
     named = corpus if source.corpus == STDLIB_CHAT else source.corpus  # a Hub name, not its snapshot's hash
     stem = Path(named.rstrip("/")).stem or "corpus"
-    text = {"text_field": source.text_field or data.text_field} if source.format == "text" else {}
     flags = SOURCE_FLAGS | {"subset": f"--data.sources.{name}.subset {{}}"}
     if source.text_field is not None:
         flags["text_field"] = f"--data.sources.{name}.text_field {{}}"
-    store, report = _cached_build(config, inputs, corpus, stem, key, tokenizer, say, flags, **text, **options)
-    held = _held_out_build(config, inputs, report, stem, key, tokenizer, say, flags, **text, **options)
+    store, report = _cached_build(config, inputs, corpus, stem, key, tokenizer, say, flags, **options)
+    held = _held_out_build(config, inputs, report, stem, key, tokenizer, say, flags, **options)
     return {"store": store} | held
+
+
+def format_options(config: RunConfig, source: SourceConfig) -> dict[str, object]:
+    """``build_store``'s options for what ``source`` holds (a corpus, or a store's ``build_from``): text read
+    from its ``text_field`` or ``data.text_field``, or conversations rendered by ``data.chat``.
+
+    >>> from meltemi.trainer.config import RunConfig
+    >>> format_options(RunConfig(), SourceConfig(store="s", build_from="raw/"))
+    {'subset': None, 'text_field': 'text'}
+    """
+    data, chat = config.data, config.data.chat
+    if source.format == "text":
+        return {"subset": source.subset, "text_field": source.text_field or data.text_field}
+    return {
+        "subset": source.subset,
+        "format": "chat",
+        "chat_template": concrete_template(chat.template),
+        "loss_on": chat.loss_on,
+        "max_tokens": data.seq_len + 1,
+        "overlong": chat.overlong,
+        "end_of_turn": chat.end_of_turn,
+    }
 
 
 def _stdlib_inputs() -> tuple[list[str], str]:

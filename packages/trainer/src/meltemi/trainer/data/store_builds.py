@@ -28,10 +28,9 @@ from typing import TYPE_CHECKING
 from meltemi.datastore import DatastoreError
 from meltemi.datastore.layout import MANIFEST
 from meltemi.datastore.storage import Location, first_contact
-from meltemi.trainer.config import RunConfig, SourceConfig
-from meltemi.trainer.data.chat import concrete_template
+from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.run_tokenizer import tokenizer_file
-from meltemi.trainer.data.sources import SOURCE_FLAGS, tokenizer_for_stores
+from meltemi.trainer.data.sources import SOURCE_FLAGS, format_options, tokenizer_for_stores
 from meltemi.trainer.errors import ConfigError, DataError, TrainerError
 
 if TYPE_CHECKING:
@@ -269,33 +268,11 @@ class _Builds:
                 workers=1 if in_memory else workers,
                 progress=self.count == 1,  # one bar; several would overwrite each other
                 hints=Hints(flags, rerun="the same command"),
-                **_format_options(self.config, source),
+                **format_options(self.config, source),
             )
         except (DatastoreError, TrainerError) as error:
             return BuildOutcome(one.source, f"{one.field}: {' '.join(str(error).split())}", failed=True)
         return BuildOutcome(one.source, f"{one.field}: {report.summary()}")
-
-
-def _format_options(config: RunConfig, source: SourceConfig) -> dict[str, object]:
-    """``build_store``'s options for what ``source`` holds, as a corpus of that format is built: text read
-    from ``data.text_field``, or conversations rendered by ``data.chat``.
-
-    >>> from meltemi.trainer.config import RunConfig
-    >>> _format_options(RunConfig(), SourceConfig(store="s", build_from="raw/"))
-    {'subset': None, 'text_field': 'text'}
-    """
-    data, chat = config.data, config.data.chat
-    if source.format == "text":
-        return {"subset": source.subset, "text_field": source.text_field or data.text_field}
-    return {
-        "subset": source.subset,
-        "format": "chat",
-        "chat_template": concrete_template(chat.template),
-        "loss_on": chat.loss_on,
-        "max_tokens": data.seq_len + 1,
-        "overlong": chat.overlong,
-        "end_of_turn": chat.end_of_turn,
-    }
 
 
 def failed_builds(outcomes: list[BuildOutcome]) -> DataError | None:
