@@ -17,9 +17,13 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+if TYPE_CHECKING:
+    from meltemi.datastore.testing import GcsServer, GoogleOAuth, S3Server
 
 # XLA flags for every process of the run, each unless the environment already sets it: 8 fake CPU devices;
 # XLA's backend optimization level 0, since the suite's programs are tiny and run a few times each, so
@@ -419,3 +423,71 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_collectreport(report: pytest.CollectReport) -> None:
     """Record a module skipped whole for a missing optional module (``MELTEMI_OPTIONAL_SKIPS``)."""
     _record_optional_skip(report)
+
+
+# ---- object-storage servers on loopback, for every package's tests -----------------------------------------
+
+# The servers are `meltemi.datastore.testing`'s (importable with the datastore alone); their fixtures live
+# here, out of every wheel, so that no installed module imports pytest. This file is every test's conftest,
+# the datastore's wheel tested alone included (.ci/check_wheels runs its tests from this checkout).
+
+
+def _server_started(start, package: str):
+    try:
+        return start()
+    except ImportError as error:
+        pytest.skip(f"{package} is not installed (a development dependency: uv sync): {error}")
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator["S3Server"]:
+    """One S3 server per test process, on loopback."""
+    from meltemi.datastore.testing import start_s3_server
+
+    server = _server_started(start_s3_server, "moto[server]")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator["GcsServer"]:
+    """One GCS emulator per test process, on loopback."""
+    from meltemi.datastore.testing import start_gcs_server
+
+    server = _server_started(start_gcs_server, "gcp-storage-emulator")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def google_oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator["GoogleOAuth"]:
+    """Google's token endpoint on loopback, behind its HTTPS proxy (one per test process)."""
+    from meltemi.datastore.testing import start_google_oauth
+
+    oauth = _server_started(
+        lambda: start_google_oauth(tmp_path_factory.mktemp("google-oauth")), "cryptography"
+    )
+    yield oauth
+    oauth.stop()
+
+
+@pytest.fixture
+def s3(s3_server: "S3Server", monkeypatch: pytest.MonkeyPatch) -> "S3Server":
+    """The S3 server, with its environment set for this test."""
+    for name, value in s3_server.environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    return s3_server
+
+
+@pytest.fixture
+def gcs(gcs_server: "GcsServer", monkeypatch: pytest.MonkeyPatch) -> "GcsServer":
+    """The GCS emulator, with its environment set for this test (the seam's mapping of
+    `STORAGE_EMULATOR_HOST` to `TENSORSTORE_GCS_HTTP_URL` is undone after it)."""
+    for set_by_the_seam in ("TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING"):
+        monkeypatch.setenv(set_by_the_seam, "")  # recorded, so the value the seam sets is undone
+        monkeypatch.delenv(set_by_the_seam)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)  # a developer's own, not for it
+    for name, value in gcs_server.environ.items():
+        monkeypatch.setenv(name, value)
+    return gcs_server

@@ -27,9 +27,6 @@ def small_config(small_corpus):
     ])  # fmt: skip
 
 
-from meltemi.datastore.testing.fixtures import gcs, gcs_server, s3, s3_server  # noqa: E402, F401  (server fixtures)
-
-
 @dataclasses.dataclass(frozen=True)
 class FirstRun:
     """The newcomer's first command in an empty directory, ``cwd``: how it ended and what it printed."""

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from meltemi.datastore import build_store, corpora
-from meltemi.datastore.testing.fixtures import gcs, gcs_server, google_oauth, s3, s3_server  # noqa: F401  (servers)
 
 
 @pytest.fixture

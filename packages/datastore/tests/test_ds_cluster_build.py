@@ -185,8 +185,9 @@ def test_a_node_killed_during_the_assembly_costs_only_its_segments_and_the_store
 ):
     """A third node joins and is killed as the assembly begins (the arrays' metadata is written just before
     the segments' tasks start; with shards of 1,024 tokens there are more segments than CPUs, so the node is
-    running one): Ray runs its segments again elsewhere, each rewriting whole shards, and the store ends equal
-    to the one-host build, every shard and hash checked by an audit."""
+    most likely running one, though the test cannot see which node runs a task): whatever it was running Ray
+    runs again elsewhere, each segment rewriting whole shards, and the store ends equal to the one-host
+    build, every shard and hash checked by an audit."""
     options = {"unit_bytes": 100_000, "chunk_tokens": 256, "shard_tokens": 1024}
     reference = tmp_path / "reference"
     build_store(large_inputs, tokenizer_path, reference, progress=False, **options)

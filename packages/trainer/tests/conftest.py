@@ -87,9 +87,6 @@ def sft_config(make_config, base, chat_data):
     return make
 
 
-from meltemi.datastore.testing.fixtures import gcs, gcs_server, s3, s3_server  # noqa: E402, F401  (server fixtures)
-
-
 @pytest.fixture(params=["s3", "gcs"])
 def bucket(request) -> str:
     """A fresh, empty bucket on each emulator (the S3 server, the GCS emulator): its URL, ``s3://…`` or

@@ -269,10 +269,12 @@ def build_store(
                 f"{given}{f' and {hidden} more' if hidden > 0 else ''}: no non-empty {item} to build from "
                 f"({files}: {report.notes()})"
             )
-        _assemble(out, plan, info, summaries, report, hints, progress, chat, executor)
+        arrays = _assemble(out, plan, info, summaries, report, hints, progress, chat, executor)
         if lease.lost is not None:
             raise BuildInProgressError(f"{out.location}: {lease.lost}; run the build again")
-        out.write_json(MANIFEST, _manifest(plan, info, report, chat))  # last: what makes the store complete
+        out.write_json(
+            MANIFEST, _manifest(plan, info, report, arrays, chat)
+        )  # last: what makes the store complete
         out.delete_prefix(f"{BUILD_DIR}/")
     report.seconds = time.perf_counter() - started
     return report
@@ -407,10 +409,10 @@ def _assemble(
     progress: bool,
     chat: ChatBuild | None,
     executor: Executor,
-) -> None:
+) -> dict[str, tuple[ShardLayout, str]]:
     """Assemble the parts into `tokens`, `offsets` (and a chat store's `loss_weights`) as `executor`'s
-    tasks, a segment of shards each, then `offsets_index` from what the offsets' tasks hand back; record
-    each array's composed SHA-256 in `report.digests`."""
+    tasks, a segment of shards each, then `offsets_index` from what the offsets' tasks hand back; each
+    array's layout and composed SHA-256."""
     build_dir = out / BUILD_DIR
     options = plan.options
     layouts = {
@@ -439,12 +441,13 @@ def _assemble(
             bar.advance(1)
     rebuild = hints.flag("overwrite", True)
     remedy = f"rebuild the store ({rebuild})" if rebuild else "build the store in another directory"
+    hashes: dict[str, str] = {}
     for name, layout in layouts.items():
         done = sorted(finished[name], key=lambda segment: segment.index)
         digests = [digest for segment in done for digest in segment.digests]
         if sum(s.shards for s in done) != layout.num_shards or len(digests) != -(-layout.size // HASH_BLOCK):
             raise DatastoreError(f"{name}: the assembly's tasks did not write every shard; {remedy}")
-        report.digests[name] = array_digest(digests)
+        hashes[name] = array_digest(digests)
     entries = [s.index_entries for s in sorted(finished[OFFSETS], key=lambda s: s.index)]
     index = np.concatenate(entries) if entries else np.zeros(0, np.uint64)
     index_layout = offsets_index_layout(report.documents)
@@ -453,12 +456,18 @@ def _assemble(
     writer.finish(remedy)
     check_shards(out, OFFSETS_INDEX, index_layout)
     layouts[OFFSETS_INDEX] = index_layout
-    report.digests[OFFSETS_INDEX] = array_sha256([index], FORMAT_VERSION)
-    report.layouts = layouts
+    hashes[OFFSETS_INDEX] = array_sha256([index], FORMAT_VERSION)
     out.write_json(GROUP, group_metadata())
+    return {name: (layout, hashes[name]) for name, layout in layouts.items()}
 
 
-def _manifest(plan: Plan, info: TokenizerInfo, report: BuildReport, chat: ChatBuild | None) -> dict:
+def _manifest(
+    plan: Plan,
+    info: TokenizerInfo,
+    report: BuildReport,
+    arrays: dict[str, tuple[ShardLayout, str]],
+    chat: ChatBuild | None,
+) -> dict:
     """The store's manifest: what it was built from and how, its counts, and each array's layout and
     SHA-256 (format 3: composed from its blocks', `layout.array_digest`)."""
     recorded = plan.to_json()
@@ -477,18 +486,18 @@ def _manifest(plan: Plan, info: TokenizerInfo, report: BuildReport, chat: ChatBu
     manifest["invalid_utf8"] = report.invalid_utf8
     manifest["invalid_utf8_files"] = report.invalid_utf8_files
     manifest["skipped_lines"] = report.skipped_lines
-    for name, layout in report.layouts.items():
-        manifest[name] = layout.describe() | {"sha256": report.digests[name]}
+    for name, (layout, sha256) in arrays.items():
+        manifest[name] = layout.describe() | {"sha256": sha256}
     manifest["content_sha256"] = content_hash(
-        report.layouts[TOKENS].dtype,
-        report.digests[TOKENS],
-        report.digests[OFFSETS],
-        report.digests.get(LOSS_WEIGHTS),
+        arrays[TOKENS][0].dtype,
+        arrays[TOKENS][1],
+        arrays[OFFSETS][1],
+        arrays[LOSS_WEIGHTS][1] if LOSS_WEIGHTS in arrays else None,
     )
     manifest["checksums"] = {
         "per_chunk": "crc32c",
         "stored": "after each chunk's values, in its shard (Zarr v3 crc32c codec)",
-        "chunks": {name: layout.num_chunks for name, layout in report.layouts.items()},
+        "chunks": {name: layout.num_chunks for name, (layout, _) in arrays.items()},
         "per_array": (
             f"sha256 over the sha256s of its blocks of {HASH_BLOCK} values (the last: what is left), each "
             "of the block's little-endian values, whatever the layout"

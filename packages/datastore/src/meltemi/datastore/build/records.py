@@ -191,8 +191,6 @@ class BuildReport:
     where: str = "this process"  # what ran the tasks (`Executor.where`)
     nodes: int = 1  # the machines that ran them
     repeated_units: int = 0  # units started more than once: a worker lost, or the build run again
-    digests: dict[str, str] = field(default_factory=dict)  # each array's SHA-256, once assembled
-    layouts: dict[str, Any] = field(default_factory=dict)  # each array's ShardLayout, once assembled
 
     def items(self, count: float) -> str:
         """What the store's documents are called: ``docs``, or a chat store's ``conversations``."""

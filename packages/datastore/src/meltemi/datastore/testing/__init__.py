@@ -1,15 +1,10 @@
-"""Object-storage servers on loopback for tests: an S3 server (moto) and a GCS emulator, as pytest fixtures.
+"""Object-storage servers on loopback for tests: an S3 server (moto) and a GCS emulator.
 
-Tests of any package reuse them by importing the fixtures (`testing.fixtures`, the `testing` extra, which
-declares pytest) into a `conftest.py`:
-
-    from meltemi.datastore.testing.fixtures import gcs, gcs_server, s3, s3_server  # noqa: F401
-
-This module and its servers import no test framework: `meltemi.datastore.testing` imports with the
-datastore's own dependencies, and each server's package is imported when it starts.
-
-`s3_server` and `gcs_server` start one server per test process (session scope: once per xdist worker) on
-127.0.0.1 and a free port; `s3` and `gcs` also set, for one test, the standard environment variables a
+This package imports no test framework, only the datastore's own dependencies; each server's package is
+imported when it starts (`start_s3_server()`, `start_gcs_server()`, each with `stop()`). The workspace's
+pytest fixtures over them live in its root `conftest.py`, outside every wheel: `s3_server` and `gcs_server`
+start one server per test process (session scope: once per xdist worker) on 127.0.0.1 and a free port;
+`s3` and `gcs` also set, for one test, the standard environment variables a
 user would set (`AWS_ENDPOINT_URL` and keys; `STORAGE_EMULATOR_HOST`), so the code under test finds the
 server as it finds a real one. Each test makes its own bucket (`make_bucket`, a unique name), so tests
 sharing a server never see each other's objects; a subprocess gets `os.environ | server.environ`.
