@@ -70,6 +70,8 @@ def main(
         config = load_config(config_path, command.overrides)
         if fine_tuning:
             _check_base_named(config, command.config)
+        if command.schedule_at is not None:
+            return print_schedule(config, command.schedule_at)
         if command.dry_run:
             return plan(config, command)
         if command.print_sharding:
@@ -252,6 +254,15 @@ def print_sharding(config: RunConfig) -> int:
 
     layout = MeshPlan.of(config)
     print(format_report(sharding_report(config, layout), layout))
+    return 0
+
+
+def print_schedule(config: RunConfig, steps: Sequence[int]) -> int:
+    """``--schedule-at``: one line per step, its learning rate, batch size and mixture (JAX not imported)."""
+    from meltemi.trainer.plan.phases import schedule_line
+
+    lines = [schedule_line(config, step) for step in steps]  # every step checked before any is printed
+    print("\n".join(lines))
     return 0
 
 

@@ -52,6 +52,15 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _steps(text: str) -> tuple[int, ...]:
+    """Comma-separated step numbers: ``0,1000,660_001``."""
+    words = [word.strip() for word in text.split(",") if word.strip()]
+    steps = tuple(int(word) for word in words)
+    if not steps or any(step < 0 for step in steps):
+        raise ValueError("give steps as comma-separated whole numbers from 0, e.g. 0,1000,660001")
+    return steps
+
+
 FLAGS: tuple[Flag, ...] = (
     Flag("--config", "PATH", "a YAML preset (default: {default_config})"),
     Flag("--run-dir", "DIR", "where the config, metrics, plot and checkpoints go (default: runs/<config name>)"),  # noqa: E501
@@ -59,6 +68,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--print-sharding", None, "print each parameter's axes, sharding and bytes per device, then exit"),
     Flag("--verify", "RUN", "recompute the digests every checkpoint of RUN (a run or step-N directory) records"),  # noqa: E501
     Flag("--help", None, "this text"),
+    Flag("--schedule-at", "STEPS", "print the learning rate, batch size and mixture weights of each of the comma-separated STEPS, then exit", _steps),  # noqa: E501
     Flag("--dry-run", None, "compile the train step ahead of time on fake CPU devices and print the plan", group="dry run"),  # noqa: E501
     Flag("--devices", "N", "devices to plan for (default: hardware.devices, or the mesh's size, else 1)", _positive(int), "dry run"),  # noqa: E501
     Flag("--mfu", "X", "the model FLOPs utilisation the step time assumes, in (0, 1] (default 0.5)", _fraction, "dry run"),  # noqa: E501
@@ -116,6 +126,7 @@ class Command:
     mfu: float | None = None
     launch: LaunchFlags | None = None
     ray: str | None = None
+    schedule_at: tuple[int, ...] | None = None
 
 
 def parse_command(argv: Sequence[str], *, fine_tuning: bool = False, store_builds: bool = False) -> Command:
@@ -260,9 +271,12 @@ def _read(flag: Flag, text: str) -> object:
         return flag.kind(text)
     except ValueError as e:
         if "invalid literal" in str(e) or "could not" in str(e):  # not a number at all
-            kind = {"int": "an integer", "float": "a number", "_fraction": "a number"}.get(
-                flag.kind.__name__, "a value"
-            )
+            kind = {
+                "int": "an integer",
+                "float": "a number",
+                "_fraction": "a number",
+                "_steps": "comma-separated steps, e.g. 0,1000,660001",
+            }.get(flag.kind.__name__, "a value")
             raise ConfigError(f"{flag.name} {text}: expected {kind}") from None
         raise ConfigError(f"{flag.name} {text}: {e}") from None  # a number out of the flag's range
 
@@ -296,6 +310,7 @@ def _command(values: dict[str, object], overrides: tuple[str, ...]) -> Command:
         mfu=values.get("--mfu"),
         launch=launch,
         ray=values.get("--ray"),
+        schedule_at=values.get("--schedule-at"),
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-from typing import Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -102,7 +102,43 @@ class ModelConfig(Section):
         "(trainer.compute_dtype) or fp8 (e4m3 operands, e5m2 gradients, current scaling); attention, the "
         "loss, sampling and export stay in the compute dtype",
     )
-    z_loss_weight: float = Field(0.0, ge=0, description="weight of the z-loss (log-normalizer squared)")
+    z_loss_weight: float | list[tuple[int, float]] = Field(
+        0.0,
+        description="weight of the z-loss (log-normalizer squared), or [[start_step, weight], ...] from step 0 "
+        "(Marin-8B's Starling phase turned it on at 1e-4); the step is compiled once per weight",
+    )
+
+    @field_validator("z_loss_weight")
+    @classmethod
+    def _z_loss_by_step(cls, weight: float | list[tuple[int, float]]) -> float | list[tuple[int, float]]:
+        if isinstance(weight, int | float):
+            if weight < 0:
+                raise ValueError(f"model.z_loss_weight must be at least 0, got {weight}")
+            return weight
+        starts = [start for start, _ in weight]
+        if not weight or starts[0] != 0 or any(b <= a for a, b in zip(starts, starts[1:], strict=False)):
+            raise ValueError(
+                f"model.z_loss_weight by step must start at step 0 and its steps increase, got {starts}"
+            )
+        if any(value < 0 for _, value in weight):
+            raise ValueError(f"model.z_loss_weight must be at least 0 at every step, got {weight}")
+        return weight
+
+    def z_loss_at(self, step: int) -> float:
+        """The z-loss weight at ``step``.
+
+        >>> ModelConfig(z_loss_weight=[[0, 0.0], [100, 1e-4]]).z_loss_at(100)
+        0.0001
+        """
+        weight = self.z_loss_weight
+        if isinstance(weight, int | float):
+            return float(weight)
+        return float([value for start, value in weight if start <= step][-1])
+
+    def z_loss_weights(self) -> list[float]:
+        """Every z-loss weight the run uses."""
+        weight = self.z_loss_weight
+        return [float(weight)] if isinstance(weight, int | float) else [float(value) for _, value in weight]
 
     @model_validator(mode="after")
     def _heads_fit(self) -> ModelConfig:
@@ -140,6 +176,112 @@ class SchedulePhase(Section):
         return self
 
 
+class Segment(Section):
+    """Steps ``start`` to ``end - 1`` of a learning rate made of segments (``optimizer.segments``); ``name``
+    says which of the run's phases it belongs to (the dry run's phase table shows it)."""
+
+    start: int = Field(ge=0, description="the segment's first step")
+    end: int = Field(gt=0, description="the step after its last")
+    name: str | None = Field(None, description="the phase it belongs to, e.g. Kestrel")
+
+    @model_validator(mode="after")
+    def _order(self) -> Segment:
+        if self.end <= self.start:
+            raise ValueError(f"a segment must end after it starts, got start {self.start}, end {self.end}")
+        return self
+
+
+class ConstantSegment(Segment):
+    """One rate throughout (Levanter's ``constant``, and the stable part of its WSD)."""
+
+    kind: Literal["constant"]
+    lr: float = Field(ge=0, description="the learning rate")
+
+
+class RampSegment(Segment):
+    """From ``from_lr`` at ``start`` towards ``to_lr``, which it reaches at ``end``: ``linear`` (a warmup, a
+    rewarm or a linear decay: optax's ``linear_schedule``, which Levanter's warmup, rewarmup and ``linear``
+    use), ``cosine`` (``cosine_decay_schedule``: Levanter's ``cosine``) or ``inv`` (Levanter's ``inv``:
+    ``from / ((from / to - 1) * max(t, 1) / length + 1)``, held at ``to``; it needs ``to_lr > 0``)."""
+
+    kind: Literal["linear", "cosine", "inv"]
+    from_lr: float = Field(ge=0, description="the rate at the segment's first step")
+    to_lr: float = Field(ge=0, description="the rate reached at its end")
+
+    @model_validator(mode="after")
+    def _inv_floor(self) -> RampSegment:
+        if self.kind == "inv" and (self.to_lr <= 0 or self.to_lr > self.from_lr):
+            raise ValueError(
+                f"an inv segment decays from from_lr to a floor above 0 (Levanter divides by it): got "
+                f"from_lr {self.from_lr}, to_lr {self.to_lr}"
+            )
+        if self.kind == "cosine" and self.to_lr > self.from_lr:
+            raise ValueError(
+                f"a cosine segment decays: to_lr ({self.to_lr}) must not exceed from_lr ({self.from_lr}); a "
+                "rise is a linear segment"
+            )
+        return self
+
+
+class CyclesSegment(Segment):
+    """WSD-S (Levanter's ``cycle_length``): cycles of ``cycle`` steps from ``start``, each a warmup to
+    ``peak`` (the first from 0 over ``warmup`` steps; the others from the floor the last one reached over
+    ``rewarmup``, or straight back at the peak when 0), a stable part at ``peak`` and a ``decay`` to
+    ``floor`` shaped as ``shape`` says. Lengths are steps, or fractions of a cycle when below 1 (Levanter
+    reads exactly 1 as the whole cycle; here it is one step). The
+    segment's end may cut its last cycle short (as a new phase cut Marin's Kestrel); Levanter instead
+    lengthens a run's last cycle by what a cycle does not divide."""
+
+    kind: Literal["wsd_s"]
+    peak: float = Field(gt=0, description="the stable rate of each cycle")
+    floor: float = Field(ge=0, description="the rate each cycle's decay reaches")
+    cycle: int = Field(gt=0, description="steps per cycle")
+    warmup: float = Field(0, ge=0, description="the first cycle's warmup from 0: steps, or a cycle's fraction")
+    rewarmup: float = Field(0, ge=0, description="the later cycles' warmup from the floor reached")
+    decay: float = Field(gt=0, description="each cycle's decay: steps, or a fraction of the cycle if < 1")
+    shape: Literal["linear", "cosine", "inv"] = Field("inv", description="the decay's shape")
+
+    def lengths(self) -> tuple[int, int, int]:
+        """The first cycle's warmup, the later cycles' rewarmup and every cycle's decay, in steps."""
+        in_steps = [int(v * self.cycle) if v < 1 else int(v) for v in (self.warmup, self.rewarmup, self.decay)]
+        return in_steps[0], in_steps[1], in_steps[2]
+
+    @model_validator(mode="after")
+    def _fits(self) -> CyclesSegment:
+        warmup, rewarmup, decay = self.lengths()
+        if max(warmup, rewarmup) + decay > self.cycle:
+            raise ValueError(
+                f"a wsd_s cycle of {self.cycle} steps cannot hold a warmup of {max(warmup, rewarmup)} and a "
+                f"decay of {decay} steps"
+            )
+        if self.shape == "inv" and not 0 < self.floor <= self.peak:
+            raise ValueError(f"an inv decay needs a floor above 0 and at most the peak, got {self.floor}")
+        return self
+
+
+ScheduleSegment = Annotated[ConstantSegment | RampSegment | CyclesSegment, Field(discriminator="kind")]
+
+
+class EmaConfig(Section):
+    """An exponential moving average of the weights, kept in the train state beside them (sharded as they
+    are, in ``trainer.param_dtype``, checkpointed with them) and used as the trained model: after every
+    applied step from ``start_step`` on, ``ema = beta * ema + (1 - beta) * weights``; until then it is a copy
+    of the weights, so the average starts at ``start_step`` as the weights of that step. A skipped step
+    (non-finite loss or gradient) leaves it as it was.
+
+    This is Levanter's ``EmaModelAveraging`` (``optax.incremental_update`` of the new weights with step size
+    ``1 - beta`` after each step, no bias correction, started as a copy of the weights), with Marin-8B's
+    start: its average began with its second phase (``beta`` 0.995, ``start_step`` 660,000), and its
+    released model and evaluations are the average's weights. Held in device memory (no host offload)."""
+
+    beta: float = Field(
+        0.995, gt=0, lt=1, description="the average's decay per step (Marin-8B's 0.995; Levanter's 0.999)"
+    )
+    start_step: int = Field(
+        0, ge=0, description="the step whose weights the average starts from (a copy of them until then)"
+    )
+
+
 Extension = Literal["tail", "decay", "restretch"]
 
 
@@ -166,12 +308,46 @@ class OptimizerConfig(Section):
         description="the schedule's phases as extensions left them (recorded by the run; empty: one phase "
         "over trainer.num_train_steps)",
     )
+    segments: list[ScheduleSegment] = Field(
+        default_factory=list,
+        description="the learning rate as segments that tile the run from step 0, each with its own rates: "
+        "{kind: constant, lr}, {kind: linear|cosine|inv, from_lr, to_lr} or {kind: wsd_s, peak, floor, "
+        "cycle, warmup, rewarmup, decay, shape}, with start, end and a phase name (replaces "
+        "learning_rate, schedule, warmup_steps, decay_steps and min_lr_ratio)",
+    )
     weight_decay: float = Field(0.1, ge=0, description="decoupled weight decay")
     decay_embeddings_and_norms: bool = Field(False, description="also decay embeddings and norm scales")
     beta1: float = Field(0.9, ge=0, lt=1, description="Adam's first-moment decay")
     beta2: float = Field(0.95, ge=0, lt=1, description="Adam's second-moment decay")
     epsilon: float = Field(1e-8, gt=0, description="Adam's epsilon")
     max_grad_norm: float | None = Field(1.0, gt=0, description="clip the global gradient norm; null: never")
+    ema: EmaConfig | None = Field(
+        None,
+        description="an exponential moving average of the weights, evaluated beside them and used as the "
+        "trained model (sampling, chat, export, evaluation, a new phase's base); null: none",
+    )
+
+    @model_validator(mode="after")
+    def _segments_tile(self) -> OptimizerConfig:
+        if not self.segments:
+            return self
+        replaced = ("learning_rate", "schedule", "warmup_steps", "decay_steps", "min_lr_ratio", "extension")
+        given = [f"optimizer.{name}" for name in replaced if getattr(self, name) != type(self).model_fields[name].default]
+        if given or self.phases:
+            raise ValueError(
+                f"optimizer.segments gives the whole learning rate, so {', '.join(given) or 'optimizer.phases'} "
+                "would be ignored: give the rates in the segments, and leave those out"
+            )
+        ends = [0] + [segment.end for segment in self.segments]
+        for index, (segment, end) in enumerate(zip(self.segments, ends, strict=False)):
+            if segment.start != end:
+                what = "overlaps the one before" if segment.start < end else "leaves a gap after the one before"
+                raise ValueError(
+                    f"optimizer.segments[{index}]{_named(segment.name)} starts at step {segment.start} and "
+                    f"{what}, which ends at step {end}: each segment starts where the last one ends (the first "
+                    "at 0)"
+                )
+        return self
 
     @model_validator(mode="after")
     def _phases(self) -> OptimizerConfig:
@@ -181,6 +357,10 @@ class OptimizerConfig(Section):
         if any(b <= a for a, b in zip(starts, starts[1:], strict=False)):
             raise ValueError(f"optimizer.phases: starts must increase, got {starts}")
         return self
+
+
+def _named(name: str | None) -> str:
+    return f" ({name})" if name else ""
 
 
 class MeshConfig(Section):
@@ -206,6 +386,29 @@ class ProfilerConfig(Section):
 
     start_step: int = Field(5, ge=0, description="first traced step (after compilation)")
     num_steps: int = Field(3, gt=0, description="how many steps to trace")
+
+
+WatchTarget = Literal["params", "grads", "updates"]
+
+
+class WatchConfig(Section):
+    """The norm of each parameter, its gradient and its update, computed inside the train step every
+    ``every`` steps and logged as ``params/norm/<name>``, ``grad/norm/<name>``, ``updates/norm/<name>``
+    (Levanter's ``watch``: on by default, every 10 steps, per layer of the stacked blocks)."""
+
+    every: int = Field(10, ge=0, description="steps between them, and the last step (0: off)")
+    targets: list[WatchTarget] = Field(
+        default_factory=lambda: ["params", "grads", "updates"],
+        description="what to take the norms of: the parameters after the step, the gradient before "
+        "clipping, the update applied",
+    )
+    per_layer: bool = Field(
+        True, description="a norm for each decoder layer (layers.3.mlp.up_proj.weight); false: one per stack"
+    )
+
+    @property
+    def on(self) -> bool:
+        return self.every > 0 and bool(self.targets)
 
 
 class WandbConfig(Section):
@@ -250,6 +453,12 @@ class InitializeFrom(Section):
     )
     parameters_only: bool = Field(True, description="take the parameters only; the optimizer starts fresh")
     reset_step: bool = Field(True, description="start counting steps (and the schedule, and the data) at 0")
+    weights: Literal["ema", "raw"] = Field(
+        "ema",
+        description="a base run that kept an average of its weights (optimizer.ema) gives the average (ema) "
+        "or its weights as trained (raw) as the parameters; a base without one gives its weights; with "
+        "parameters_only false its state goes on as it was: raw weights, optimizer state and average",
+    )
 
 
 class TrainerConfig(Section):
@@ -283,7 +492,21 @@ class TrainerConfig(Section):
         ge=0,
         description="steps between evaluations, besides those at step 0 and at the end (0: only those)",
     )
-    eval_batches: int = Field(8, gt=0, description="held-out batches per source per evaluation")
+    eval_batches: int | Literal["all"] = Field(
+        8,
+        description="held-out batches per source and per eval set at each evaluation (fewer where one holds "
+        "fewer whole batches), or all: every row of each, the last batch filled out with rows that count no "
+        "target",
+    )
+    export_every: int | None = Field(
+        None,
+        gt=0,
+        description="steps between Hugging Face exports of the weights (the moving average's with "
+        "optimizer.ema) into <run dir>/hf/step-N, and one at the last step; null: none",
+    )
+    export_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="the dtype of those exports' weights"
+    )
     checkpoint_every: int | None = Field(
         100, gt=0, description="steps between checkpoints (null: only at the end and when stopped)"
     )
@@ -308,6 +531,9 @@ class TrainerConfig(Section):
         "skip", description="a NaN/Inf loss or gradient: skip the update (counted) or stop naming the step"
     )
     profiler: ProfilerConfig | None = Field(None, description="trace some steps with the JAX profiler")
+    watch: WatchConfig = Field(
+        default_factory=WatchConfig, description="norms of parameters, gradients and updates, per parameter"
+    )
     log_batch_hashes: bool = Field(
         False, description="append each step's global batch hash to <run dir>/batches.jsonl (to compare runs)"
     )
@@ -331,6 +557,13 @@ class TrainerConfig(Section):
     @classmethod
     def _base_path(cls, base):
         return {"path": base} if isinstance(base, str) else base
+
+    @field_validator("eval_batches")
+    @classmethod
+    def _some_batches(cls, batches: int | str) -> int | str:
+        if isinstance(batches, int) and batches < 1:
+            raise ValueError(f"must be a positive number of batches or all, got {batches}")
+        return batches
 
     @field_validator("compile_cache_dir")
     @classmethod
@@ -365,18 +598,13 @@ class TrainerConfig(Section):
 DataFormat = Literal["text", "chat"]
 
 
-class SourceConfig(Section):
-    """One source of the mixture: a token store (which may name the raw inputs it is built from), or a corpus
-    built into one on first use (text documents, or chat conversations rendered by ``data.chat.template``).
+class StoreOrCorpus(Section):
+    """Tokens a run reads: a token store (which may name the raw inputs it is built from), or a corpus built
+    into one on first use (text documents, or chat conversations rendered by ``data.chat.template``). A source
+    of the mixture (``SourceConfig``) is one, and so is an eval set (``EvalSetConfig``): both are built and
+    opened the same way (``data.sources.build_source``, ``data.store_builds``)."""
 
-    >>> SourceConfig(store="gs://b/stores/web", build_from="gs://b/raw/web/").build_from
-    ['gs://b/raw/web/']
-    >>> SourceConfig(build_from=["raw/web/"])
-    Traceback (most recent call last):
-    ...
-    pydantic_core._pydantic_core.ValidationError: 1 validation error for SourceConfig
-      Value error, build_from names the raw inputs of a store: give the store's path or URL too (store), ...
-    """
+    WHAT: ClassVar[str] = "a source"  # what the errors call it
 
     store: str | None = Field(
         None, description="path or URL of a meltemi.datastore token store (text or chat)"
@@ -409,12 +637,6 @@ class SourceConfig(Section):
         description="the subset of the corpus's data set to read, as the configs of its README.md name it "
         "(load_dataset's name; default: the one its card marks default)",
     )
-    weight: float = Field(1.0, ge=0, description="mixture weight (normalised over the sources)")
-    eval_store: str | None = Field(
-        None,
-        description="a store of the source's format evaluated whole, instead of the tail of the store "
-        "(data.eval_fraction); a corpus's test split is built into one (data.held_out)",
-    )
 
     @field_validator("build_from", mode="before")
     @classmethod
@@ -422,7 +644,7 @@ class SourceConfig(Section):
         return [inputs] if isinstance(inputs, str) else inputs
 
     @model_validator(mode="after")
-    def _store_or_corpus(self) -> SourceConfig:
+    def _store_or_corpus(self) -> StoreOrCorpus:
         if self.build_from is not None:
             if self.corpus is not None:
                 raise ValueError(
@@ -440,7 +662,7 @@ class SourceConfig(Section):
                     "bucket prefix)"
                 )
         if (self.store is None) == (self.corpus is None):
-            raise ValueError("give a source either a store or a corpus (to build into one), not both")
+            raise ValueError(f"give {self.WHAT} either a store or a corpus (to build into one), not both")
         if self.subset is not None and self.corpus is None and self.build_from is None:
             raise ValueError(
                 "subset names the part of a corpus's data set to read: give it with a corpus (or build_from)"
@@ -450,6 +672,47 @@ class SourceConfig(Section):
                 "text_field names where a corpus's text is: give it with a corpus (or build_from)"
             )
         return self
+
+
+class SourceConfig(StoreOrCorpus):
+    """One source of the mixture (a ``StoreOrCorpus``), its weight, and what it is evaluated on.
+
+    >>> SourceConfig(store="gs://b/stores/web", build_from="gs://b/raw/web/").build_from
+    ['gs://b/raw/web/']
+    >>> SourceConfig(build_from=["raw/web/"])
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for SourceConfig
+      Value error, build_from names the raw inputs of a store: give the store's path or URL too (store), ...
+    """
+
+    weight: float = Field(1.0, ge=0, description="mixture weight (normalised over the sources)")
+    eval_store: str | None = Field(
+        None,
+        description="a store of the source's format evaluated whole, instead of the tail of the store "
+        "(data.eval_fraction); a corpus's test split is built into one (data.held_out)",
+    )
+
+
+class EvalSetConfig(StoreOrCorpus):
+    """A set the run evaluates and never trains on (Levanter's and Marin's validation sets: Paloma's subsets),
+    a store or a corpus built into one as a source is, read whole; its ``tags`` group it with others."""
+
+    WHAT: ClassVar[str] = "an eval set"
+
+    tags: list[str] = Field(
+        default_factory=list,
+        description="groups it belongs to (e.g. paloma): each tag's loss and bits per byte are logged over "
+        "its sets, token-weighted (eval/<tag>/micro_loss, /bpb) and as their mean (/macro_loss, /macro_bpb)",
+    )
+
+    @field_validator("tags")
+    @classmethod
+    def _named_tags(cls, tags: list[str]) -> list[str]:
+        for tag in tags:
+            if not tag.strip() or tag != tag.strip():
+                raise ValueError(f"a tag is a name without spaces around it, got {tag!r}")
+        return list(dict.fromkeys(tags))
 
 
 class ChatConfig(Section):
@@ -510,6 +773,13 @@ class DataConfig(Section):
     sources: dict[str, SourceConfig] = Field(
         default_factory=dict, description="the mixture's sources by name: token stores, or corpora to build"
     )
+    eval_sets: dict[str, EvalSetConfig] = Field(
+        default_factory=dict,
+        description="sets evaluated beside the sources' held-out parts and never trained on, by name (not a "
+        "source's): stores, or corpora built into stores on first use, each with its tags; logged as "
+        "eval/<name>/loss and /bpb, with eval/loss and eval/bpb over every set (token-weighted) and "
+        "eval/macro_loss and eval/macro_bpb (the sets' mean)",
+    )
     stages: list[StageConfig] = Field(default_factory=list, description="mixture weights that change by step")
     seq_len: int = Field(2048, gt=0, description="tokens per training sequence")
     eval_fraction: float = Field(0.005, gt=0, lt=1, description="tail of each store held out for evaluation")
@@ -562,7 +832,30 @@ class DataConfig(Section):
                     f"data.stages (step {stage.start_step}) weighs unknown sources {unknown}; "
                     f"data.sources has {sorted(self.sources)}"
                 )
+        if (clash := eval_set_clash(self.sources, self.eval_sets)) is not None:
+            raise ValueError(clash)
         return self
+
+
+def eval_set_clash(sources: dict, eval_sets: dict[str, EvalSetConfig]) -> str | None:
+    """What is wrong with the names of ``eval_sets`` beside the ``sources`` trained on: a set named as a
+    source (its metrics would be the source's, and a set is never trained on), or a tag naming a set or a
+    source (its metrics would share their names); None when nothing is.
+
+    >>> eval_set_clash({"web": 1}, {"c4": EvalSetConfig(store="s", tags=["c4"])})
+    'data.eval_sets.c4.tags: c4 names an eval set; give the tag another name'
+    """
+    for name, eval_set in eval_sets.items():
+        if name in sources:
+            return (
+                f"data.eval_sets.{name}: a source of data.sources is named {name} too; name the eval set "
+                "otherwise (it is never trained on)"
+            )
+        for tag in eval_set.tags:
+            if tag in sources or tag in eval_sets:
+                what = "a source" if tag in sources else "an eval set"
+                return f"data.eval_sets.{name}.tags: {tag} names {what}; give the tag another name"
+    return None
 
 
 class HardwareConfig(Section):
@@ -585,16 +878,76 @@ class HardwareConfig(Section):
         return chip
 
 
-class EvalConfig(Section):
-    """Downstream tasks through lm-evaluation-harness, run with every held-out evaluation
-    (``trainer.eval_every``) and logged as ``eval/<task>/<metric>``; needs ``meltemi-trainer[eval]``."""
+class EvalTask(Section):
+    """A harness task (a task, group or tag name, or a task YAML path) and how it is run. A plain name in
+    ``eval.tasks`` is ``{name: NAME}``, and ``NAME:SHOTS`` is ``{name: NAME, num_fewshot: SHOTS}``.
 
-    tasks: list[str] = Field(
+    >>> EvalTask.of("hellaswag:10"), EvalTask.of("arc_easy").num_fewshot
+    (EvalTask(name='hellaswag', num_fewshot=10, alias=None), None)
+    """
+
+    name: str = Field(description="the task, group or tag name, or the path of a task YAML")
+    num_fewshot: int | None = Field(
+        None,
+        ge=0,
+        description="examples shown before each question (every task of a group or tag); null: the task's "
+        "own setting, else 0",
+    )
+    alias: str | None = Field(
+        None,
+        description="the name its metrics are logged under (eval/<alias>/<metric>), so that one task runs "
+        "at two shot counts (Marin's hellaswag 0- and 10-shot); a single task only",
+    )
+
+    @property
+    def logged_as(self) -> str:
+        return self.alias or self.name
+
+    @staticmethod
+    def of(spec: str | EvalTask) -> EvalTask:
+        """``spec`` as an ``EvalTask`` (``NAME:SHOTS`` read as a name and its shot count)."""
+        if isinstance(spec, EvalTask):
+            return spec
+        name, colon, shots = spec.rpartition(":")
+        if colon and name and shots.isdigit():
+            return EvalTask(name=name, num_fewshot=int(shots))
+        return EvalTask(name=spec)
+
+
+class EvalConfig(Section):
+    """Downstream tasks through lm-evaluation-harness, run at the first and last step and every ``every``
+    steps (by default with every held-out evaluation, ``trainer.eval_every``) and logged as
+    ``eval/<task>/<metric>``; needs ``meltemi-trainer[eval]``."""
+
+    tasks: list[str | EvalTask] = Field(
         default_factory=list,
-        description="harness task, group or tag names or task YAML paths (meltemi_stdlib: the shipped ones)",
+        description="harness task, group or tag names or task YAML paths (meltemi_stdlib: the shipped ones), "
+        "each as a name, NAME:SHOTS, or {name, num_fewshot, alias}",
     )
     limit: int | None = Field(None, gt=0, description="documents per task at each evaluation (None: all)")
     batch_size: int = Field(8, gt=0, description="rows the model scores per compiled call")
+    every: int | None = Field(
+        None,
+        ge=0,
+        description="steps between task evaluations, besides those at the first and last step (0: only "
+        "those); null: trainer.eval_every",
+    )
+
+    def task_list(self) -> list[EvalTask]:
+        """``tasks``, each as an ``EvalTask``."""
+        return [EvalTask.of(spec) for spec in self.tasks]
+
+    @model_validator(mode="after")
+    def _each_task_once(self) -> EvalConfig:
+        seen: set[str] = set()
+        for task in self.task_list():
+            if task.logged_as in seen:
+                raise ValueError(
+                    f"eval.tasks: {task.logged_as} is named twice; give one an alias (its metrics' name), "
+                    "e.g. {name: hellaswag, num_fewshot: 10, alias: hellaswag_10shot}"
+                )
+            seen.add(task.logged_as)
+        return self
 
 
 RENAMED: dict[str, tuple[str, str]] = {
@@ -656,6 +1009,16 @@ class RunConfig(Section):
                 f"data.seq_len ({self.data.seq_len}) is longer than model.max_seq_len "
                 f"({self.model.max_seq_len}), the positions the model is built for: lower data.seq_len or "
                 "raise model.max_seq_len"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _segments_cover_the_run(self) -> RunConfig:
+        segments, steps = self.optimizer.segments, self.trainer.num_train_steps
+        if segments and segments[-1].end < steps:
+            raise ValueError(
+                f"optimizer.segments end at step {segments[-1].end}, before trainer.num_train_steps ({steps}): "
+                "give the learning rate of every step (a last segment, or a later end)"
             )
         return self
 

@@ -25,6 +25,7 @@ from meltemi.trainer.chips import Chip
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import ConfigError
 from meltemi.trainer.plan.budget import GIB, MemoryBudget, cpu_plan_notes, planned_attention
+from meltemi.trainer.plan.phases import format_phases
 from meltemi.trainer.plan.sharding_table import ShardingReport, format_report, sharding_report
 from meltemi.trainer.step import compile_cache
 from meltemi.trainer.step.flops import flops_per_token
@@ -42,12 +43,14 @@ class RunPlan:
     layout: MeshPlan
     parameter_count: int
     flops_per_token: float
-    tokens_per_step: int
+    tokens_per_step: int  # at the largest batch size
+    seq_len: int
     sharding: ShardingReport
     compiled: CompileReport
     mfu: float
     compile_cache: str = "compilation cache not used"  # where it was, and what it saved
     notes: tuple[str, ...] = ()  # how this machine's plan differs from the target's (``cpu_plan_notes``)
+    phase_table: str = ""  # steps, tokens, batch, learning rate and mixture by phase (``format_phases``)
 
     @property
     def chip(self) -> Chip | None:
@@ -77,10 +80,10 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
     plan = MeshPlan.of(config, devices)
     program = TrainProgram(planned_attention(config, plan.mesh), plan)
     cache = compile_cache.enable_for(config.trainer)
+    rows = max(config.trainer.batch_sizes())  # the largest phase's step: the memory the run must fit
     with compile_cache.CacheCounter() as counted:
-        _, compiled = program.compile()
+        _, compiled = program.compile(rows)
     report = sharding_report(config, plan)
-    rows = config.trainer.batch_sizes()[0]
     budget = MemoryBudget.of(config.hardware)
     return RunPlan(
         budget=budget,
@@ -89,11 +92,13 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
         parameter_count=report.parameter_count,
         flops_per_token=flops_per_token(config.model, config.data.seq_len),
         tokens_per_step=rows * config.data.seq_len,
+        seq_len=config.data.seq_len,
         sharding=report,
         compiled=compiled,
         mfu=mfu,
         compile_cache=cache.describe() + (f": {counted.describe()}" if cache.enabled else ""),
         notes=cpu_plan_notes(budget, config, plan.mesh),
+        phase_table=format_phases(config),
     )
 
 
@@ -102,12 +107,14 @@ def format_plan(run: RunPlan) -> str:
     c = run.compiled
     lines = [
         format_report(run.sharding, run.layout),
+        run.phase_table,
         f"devices: {run.devices} ({run.chip.name if run.chip else 'chip not set: hardware.chip'}), "
         f"mesh {run.layout.shape}",
         f"parameters: {run.parameter_count:,}",
         f"FLOPs per token: {run.flops_per_token / 1e9:.2f} G; "
         f"per step: {run.flops_per_token * run.tokens_per_step:.3e}",
-        "per device (XLA's plan for the compiled step):",
+        f"per device (XLA's plan for the compiled step of {run.tokens_per_step // run.seq_len:,} sequences, "
+        "the largest batch):",
         f"  parameters {run.sharding.parameter_bytes / GIB:.2f} GiB, optimizer state "
         f"{run.sharding.optimizer_bytes / GIB:.2f} GiB, "
         f"gradients {run.sharding.gradient_bytes / GIB:.2f} GiB",

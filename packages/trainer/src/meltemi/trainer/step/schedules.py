@@ -1,4 +1,5 @@
-"""Learning-rate schedules: linear warmup, then constant, cosine, linear, or warmup-stable-decay (WSD).
+"""Learning-rate schedules: linear warmup, then constant, cosine, linear, or warmup-stable-decay (WSD); or
+segments of each kind with their own rates (:mod:`meltemi.trainer.step.segments`).
 
 Each is a pure function of the step (a JAX scalar inside the jitted step), so a resumed run and an
 uninterrupted one use the same rate at every step. Decays reach ``min_lr_ratio * learning_rate`` at the
@@ -19,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from meltemi.trainer.config import OptimizerConfig, SchedulePhase
+from meltemi.trainer.step.segments import segment_rate
 
 
 def steps_of(value: float, num_steps: int) -> int:
@@ -35,7 +37,11 @@ def learning_rate_schedule(config: OptimizerConfig, num_steps: int) -> Callable[
 
     A run extended with new phases (``config.phases``) follows each from its start: a warmup from the rate
     the one before reached there back to the peak, then the shape again, reaching the floor at its end.
+    A schedule given as segments (``config.segments``) is theirs, whatever the run's length.
     """
+    if config.segments:
+        segments = list(config.segments)
+        return lambda step: segment_rate(segments, step, jnp)
     phases = config.phases or [SchedulePhase(start=0, end=num_steps)]
     rate = _phase(config, phases[0].end, 0.0)
     for phase in phases[1:]:
