@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -119,10 +119,8 @@ def assert_same(ours: np.ndarray, theirs: np.ndarray, steps: range) -> None:
 )
 def test_warmup_stable_decay_equals_levanters(shape, total, warmup, decay, peak, ratio):
     levanter = Levanter(peak, total, shape, ratio, warmup=warmup, decay=decay)
-    decay_steps, warmup = (
-        int(decay * total),
-        (warmup * total if warmup == 1 else warmup),
-    )  # 1: Levanter's whole run
+    decay_steps = int(decay * total)
+    assume(warmup + decay_steps <= total)  # else Levanter's pieces overlap (a stable part of negative length)
     segments = []
     if warmup:
         segments.append({"kind": "linear", "start": 0, "end": warmup, "from_lr": 0.0, "to_lr": peak})
