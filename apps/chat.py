@@ -109,6 +109,7 @@ def main(argv: list[str]) -> int:
             warn=lambda m: print(m, file=sys.stderr),
             dtype=args.dtype,
             tools=tools,
+            weights=args.weights,
         )
         if earlier is not None:
             session.go_on(earlier.messages)

@@ -127,7 +127,11 @@ def main(argv: list[str]) -> int:
             out = results_file(args.out)
         tasks = PreparedTasks.of(specs)
         lm = harness_model.MeltemiLM(
-            args.checkpoint, batch_size=args.batch_size, max_length=args.max_length, dtype=args.dtype
+            args.checkpoint,
+            batch_size=args.batch_size,
+            max_length=args.max_length,
+            dtype=args.dtype,
+            weights=args.weights,
         )
         if args.apply_chat_template:
             lm.chat_template(True)  # a model without a template is refused before any task runs

@@ -5,10 +5,11 @@
 ``--checkpoint`` is a run directory (its latest good checkpoint), a ``step-N`` directory or a Hugging Face
 directory (to convert it: ``--dtype bfloat16``, or into a bucket), local or in a bucket (``s3://``,
 ``gs://``), by default ``runs/tiny`` (``uv run apps/pretrain.py``'s); the tokenizer files come from the run's
-own copy, and generation stops at the end-of-text token the checkpoint records. ``--out`` is by default
-``exported/`` and the checkpoint's name (``exported/tiny``; ``exported/tiny-step-200`` for a run's step); it
-may be a bucket URL too: the export goes straight there, shard by shard (one atomic PUT each, ``config.json``
-last), with no local copy.
+own copy, and generation stops at the end-of-text token the checkpoint records. A run that kept a moving
+average of its weights (``optimizer.ema``) is exported as the average, unless ``--weights raw``. ``--out``
+is by default ``exported/`` and the checkpoint's name (``exported/tiny``; ``exported/tiny-step-200`` for a
+run's step); it may be a bucket URL too: the export goes straight there, shard by shard (one atomic PUT
+each, ``config.json`` last), with no local copy.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def main(argv: list[str]) -> int:
             if args.out is not None:
                 raise
             raise HfFormatError(f"{e} with --out") from None  # the user named no target: say how to
-        trained = load_model(checkpoint, warn=lambda m: print(m, file=sys.stderr))
+        trained = load_model(checkpoint, warn=lambda m: print(m, file=sys.stderr), weights=args.weights)
         export_hf(
             trained.model,
             out,
@@ -63,7 +64,8 @@ def main(argv: list[str]) -> int:
     except (TrainerError, HfFormatError, DatastoreError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"exported {trained.checkpoint} to {out}")
+    which = " (its EMA weights)" if trained.weights == "ema" else ""
+    print(f"exported {trained.checkpoint}{which} to {out}")
     return 0
 
 

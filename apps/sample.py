@@ -78,6 +78,7 @@ def main(argv: list[str]) -> int:
             write=to_stdout,
             dtype=args.dtype,
             heal=not args.no_token_healing,
+            weights=args.weights,
         )
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -45,6 +45,12 @@ def _positive(kind: Callable[[str], object]) -> Callable[[str], object]:
     return read
 
 
+def _weights(text: str) -> str:
+    if text not in ("ema", "raw"):
+        raise ValueError("ema (the average of the weights the base kept) or raw (its weights as trained)")
+    return text
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0 < value <= 1:
@@ -83,6 +89,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--max-failures", "N", "restart the job after an exception in the training up to N times (default 0)", int, "launch"),  # noqa: E501
     Flag("--base", "RUN_OR_HF_DIR", "the model to fine-tune: a run, a step-N checkpoint or a Hugging Face directory, local or in a bucket (trainer.initialize_from)", group="fine-tuning"),  # noqa: E501
     Flag("--data", "PATHS", "chat data, comma-separated JSON, JSONL, Parquet or Arrow files, directories or URLs with a messages field (or a prompt and a completion, ShareGPT's conversations, Alpaca's instruction and output); each one a source of equal weight (data.sources)", group="fine-tuning"),  # noqa: E501
+    Flag("--weights", "ema|raw", "which of a base run's weights to start from: ema, the moving average it kept (optimizer.ema; the default when it kept one), or raw, its weights as trained (trainer.initialize_from.weights)", _weights, "fine-tuning"),  # noqa: E501
     Flag("--subset", "NAME", "the subset of --data's data sets to read, as the configs of their README.md name it (load_dataset's name; data.sources.NAME.subset)", group="fine-tuning"),  # noqa: E501
 )  # fmt: skip
 STORE_BUILD_FLAGS: tuple[Flag, ...] = (
@@ -164,9 +171,11 @@ flags: --config, --dry-run, --ray, --help)
             i += 1
             continue
         if flag.group == "fine-tuning" and not fine_tuning:
-            field = {"--base": "trainer.initialize_from", "--subset": "data.sources.NAME.subset"}.get(
-                flag.name, "data.sources"
-            )
+            field = {
+                "--base": "trainer.initialize_from",
+                "--weights": "trainer.initialize_from.weights",
+                "--subset": "data.sources.NAME.subset",
+            }.get(flag.name, "data.sources")
             raise ConfigError(f"{flag.name}: a flag of apps/sft.py; here, set --{field}")
         if flag.name == "--no-compile-cache":
             overrides += ["--trainer.compile_cache", "false"]
@@ -245,6 +254,8 @@ def _fine_tuning_overrides(values: dict[str, object]) -> list[str]:
     words: list[str] = []
     if "--base" in values:
         words += ["--trainer.initialize_from.path", str(values["--base"])]
+    if "--weights" in values:
+        words += ["--trainer.initialize_from.weights", str(values["--weights"])]
     if "--data" in values:
         paths = [path.strip() for path in str(values["--data"]).split(",") if path.strip()]
         if not paths:

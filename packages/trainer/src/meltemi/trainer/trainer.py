@@ -29,7 +29,7 @@ from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data.run_data import RunData, open_data
 from meltemi.trainer.data.run_tokenizer import TokenizerRecord, copy_into_run, file_sha256, tokenizer_at
-from meltemi.trainer.errors import HostMemoryError, TrainerError
+from meltemi.trainer.errors import ConfigError, HostMemoryError, TrainerError
 from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
 from meltemi.trainer.phase.initialize import initialize_from_base, resolve_run
 from meltemi.trainer.run.loop import StepLoop
@@ -129,7 +129,8 @@ class RunSummary:
         """``held-out loss: 9.081 at step 0 -> 5.949 at step 60`` (the run's first and latest evaluation; a
         chat run's is the loss of the assistant's tokens), then each source's when there are several (a chat
         source's being its assistant tokens': ``(chat, assistant tokens: 7.186 -> 4.791; text: 4.167 ->
-        4.102)``), or an empty string when the run has none."""
+        4.102)``), and the latest of the average of the weights when the run keeps one (``; EMA weights:
+        5.871``, ``eval/ema/loss``), or an empty string when the run has none."""
         first, last = self.first_eval.get("eval/loss"), self.last_eval.get("eval/loss")
         if first is None or last is None:
             return ""
@@ -138,15 +139,17 @@ class RunSummary:
         line = (
             f"{what}: {first:.3f} at step {self.first_eval_step} -> {last:.3f} at step {self.last_eval_step}"
         )
+        averaged = self.last_eval.get("eval/ema/loss")
+        ema = "" if averaged is None else f"; EMA weights: {averaged:.3f}"
         if len(self.sources) < 2:
-            return line
+            return line + ema
         each = []
         for name in self.sources:
             began, now = self.first_eval.get(f"eval/{name}/loss"), self.last_eval.get(f"eval/{name}/loss")
             if began is not None and now is not None:
                 label = f"{name}, assistant tokens" if name in self.chat_sources and not every_chat else name
                 each.append(f"{label}: {began:.3f} -> {now:.3f}")
-        return f"{line} ({'; '.join(each)})" if each else line
+        return (f"{line} ({'; '.join(each)})" if each else line) + ema
 
 
 class Trainer:
@@ -178,6 +181,11 @@ class Trainer:
         )
         self.plan = MeshPlan.of(config, devices)
         self.data: RunData = open_data(config, jax.process_index(), jax.process_count())
+        if config.optimizer.ema is not None and "ema" in self.data.source_names:
+            raise ConfigError(
+                "data: a source named ema, whose eval/ema/loss would be the average's (optimizer.ema): "
+                "name it otherwise"
+            )
         self.clock.lap("stores")
         self.is_primary = jax.process_index() == 0
         self.program = TrainProgram(config, self.plan)
@@ -241,7 +249,9 @@ class Trainer:
     # ---- the loop ----------------------------------------------------------------------------------------
 
     def evaluate(self, state: TrainState) -> dict[str, float]:
-        """Held-out loss (and bits per byte with a tokenizer) of every source, over ``eval_steps`` batches."""
+        """Held-out loss (and bits per byte with a tokenizer) of every source, over ``eval_steps`` batches;
+        with ``optimizer.ema``, past its start, the same of the average of the weights as ``eval/ema/...``
+        (Levanter's names: ``eval/loss`` is the weights' as trained, ``eval/ema/loss`` the average's)."""
         program = self._eval_program()
         table = self.data.token_bytes if self.data.token_bytes is not None else np.zeros(1, np.int32)
         lengths = jnp.asarray(np.pad(table, (0, max(0, self.config.model.vocab_size - len(table)))))
@@ -265,7 +275,16 @@ class Trainer:
         metrics = summarize(per_source, with_bytes=self.data.token_bytes is not None)
         if self.downstream is not None:  # eval.tasks: eval/<task>/<metric> beside the held-out loss
             metrics.update(self.downstream.run(state.model))
+        if self._average_differs(state):  # the same of the average of the weights, as eval/ema/...
+            averaged = self.evaluate(dataclasses.replace(state, model=state.ema, ema=None))
+            metrics.update({f"eval/ema/{key.removeprefix('eval/')}": v for key, v in averaged.items()})
         return metrics
+
+    def _average_differs(self, state: TrainState) -> bool:
+        """Whether ``state`` keeps an average of its weights (``optimizer.ema``) that has moved apart from
+        them: past its ``start_step`` (until then it is a copy of the weights)."""
+        ema = self.config.optimizer.ema
+        return state.ema is not None and ema is not None and int(jax.device_get(state.step)) > ema.start_step
 
     def _prepare_run_dir(
         self, start_step: int, resumed: bool, note: Callable[[str], None]
@@ -372,8 +391,9 @@ class Trainer:
                                 start.data_note)  # fmt: skip
                 stop.abandoned = loop.abandoned
                 loop.run(on_ready=lambda: progress.note(self.clock.line(self._cache_note(cached))))
-                if loop.stopped_by is None:
-                    replies += self._chat_reply("after", loop.state.model)
+                if loop.stopped_by is None:  # the trained model: the average of the weights when kept
+                    trained = loop.state.model if loop.state.ema is None else loop.state.ema
+                    replies += self._chat_reply("after", trained)
                 self._sync_cache_mirror("push", progress.note)  # the eval and sampling programs too
         finally:
             trackers.close()

@@ -1,8 +1,9 @@
 """The checkpoint on disk: ``step-N/``, one Zarr v3 array per leaf of the train state plus ``manifest.json``.
 
 - Each array is named by its pytree path (``model.layers.stacked.mlp.up_proj.weight``,
-  ``opt_state.1.0.mu.norm.weight``), chunked by the shard one device holds, every chunk followed by its
-  CRC-32C (Zarr's ``crc32c`` codec), so a flipped byte is caught on read by TensorStore and zarr-python alike.
+  ``opt_state.1.0.mu.norm.weight``, and with ``optimizer.ema`` the average ``ema.norm.weight``), chunked by
+  the shard one device holds, every chunk followed by its CRC-32C (Zarr's ``crc32c`` codec), so a flipped
+  byte is caught on read by TensorStore and zarr-python alike.
   bfloat16 arrays are stored as float32 (lossless; zarr-python has no bfloat16) and cast back on restore.
 - ``manifest.json``: format version, step, the resolved config, every array's name, dtype, shape, chunk shape,
   chunk count and fingerprint (``meltemi.trainer.checkpoint.digests``: the same on any mesh), the digest of
@@ -42,6 +43,8 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 COMMITTED = "COMMITTED"
 STORED_AS_FLOAT32 = ("bfloat16", "float16")
+MODEL_PREFIX = "model."  # the arrays of the weights as trained
+EMA_PREFIX = "ema."  # the arrays of their moving average (optimizer.ema), named as the weights' are
 
 
 def leaf_name(path: tuple) -> str:
@@ -109,6 +112,11 @@ class Manifest:
     tokenizer: TokenizerRecord | None = None
     end_of_text: EndOfText | None = None
     chat: ChatRecord | None = None
+
+    @property
+    def has_ema(self) -> bool:
+        """Whether the checkpoint holds a moving average of the weights (``optimizer.ema``)."""
+        return any(record.name.startswith(EMA_PREFIX) for record in self.arrays)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)

@@ -3,7 +3,9 @@
 
 A damaged or incomplete checkpoint is skipped with a one-line warning naming it and the one before it is
 used; a checkpoint the config cannot continue (another model shape or vocabulary) is a ``ConfigError``
-naming the field, never a silent fresh start.
+naming the field, never a silent fresh start. The moving average of the weights (``optimizer.ema``) may be
+turned on or off at a resumption, each said in one line: a checkpoint without one starts it from its
+weights, and one that has it while the config asks for none goes on without it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Protocol
 from meltemi.datastore.errors import PathIsAFileError
 from meltemi.datastore.storage import Location
 from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, incompatible_field, inspect_checkpoint
+from meltemi.trainer.checkpoint.format import Manifest
 from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import CheckpointError, ConfigError
@@ -126,6 +129,31 @@ def continued_config(
     return config
 
 
+def restore_state(
+    path, manifest: Manifest, program: TrainProgram, say: Callable[[str], object]
+) -> TrainState:
+    """The train state of the checkpoint ``path`` on ``program``'s layout. A checkpoint without an average of
+    the weights, when the config keeps one (``optimizer.ema``), starts it as a copy of its weights; one that
+    has an average the config does not keep is restored without it. ``say`` is told either, in one line."""
+    abstract, shardings = program.abstract_state(), program.state_shardings()
+    if abstract.ema is not None and not manifest.has_ema:
+        without = dataclasses.replace(abstract, ema=None)
+        state = restore(path, manifest, without, dataclasses.replace(shardings, ema=None))
+        say(
+            f"{path.where()} holds no average of the weights: optimizer.ema's starts from its weights at "
+            f"step {manifest.step}"
+        )
+        return program.with_average_started(state)
+    state = restore(path, manifest, abstract, shardings)
+    if abstract.ema is None and manifest.has_ema:
+        say(
+            f"warning: {path.where()} holds an average of the weights (optimizer.ema) and the config keeps "
+            "none: the run goes on without it, and its next checkpoints hold none (set optimizer.ema to "
+            "keep averaging)"
+        )
+    return state
+
+
 def starting_state(
     run: RunToStart,
     warn: Callable[[str], object],
@@ -136,10 +164,9 @@ def starting_state(
     file as it was."""
     config, program = run.config, run.program
     config_json = config.model_dump(mode="json")
-    abstract, shardings = program.abstract_state(), program.state_shardings()
 
     def whole(path, manifest):
-        return restore(path, manifest, abstract, shardings)
+        return restore_state(path, manifest, program, warn)
 
     skipped: list[str] = []
     found = _latest_good(run.run_dir, whole, "the run's checkpoint", config_json, warn, skipped)

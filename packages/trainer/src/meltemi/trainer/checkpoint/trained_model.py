@@ -1,8 +1,10 @@
 """A trained model read back from its run: the latest good checkpoint's parameters sharded over the devices
 (each process reading only what its devices hold: no device ever holds the whole model), its config, the
 run's own tokenizer (checked against the checkpoint) and its end-of-text token; what export, sampling and
-evaluation start from. A Hugging Face directory (``config.json``, safetensors, ``tokenizer.json``, and a
-chat model's template) is read the same way, so they use a published model as they use a run.
+evaluation start from. A run that kept a moving average of its weights (``optimizer.ema``) gives the average
+unless its weights as trained are asked for (``weights="raw"``, the apps' ``--weights raw``). A Hugging
+Face directory (``config.json``, safetensors, ``tokenizer.json``, and a chat model's template) is read the
+same way, so they use a published model as they use a run.
 
     trained = load_model("runs/tiny")
     trained.model, trained.layout.plan, trained.tokenizer, trained.end_of_text.id
@@ -15,6 +17,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +26,7 @@ from meltemi.datastore.errors import StorageError
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import Directory, Location, check_readable, read_object
 from meltemi.trainer.checkpoint.checkpointer import STEP_PREFIX, find_checkpoints, inspect_checkpoint
-from meltemi.trainer.checkpoint.format import MANIFEST, Manifest
+from meltemi.trainer.checkpoint.format import EMA_PREFIX, MANIFEST, MODEL_PREFIX, Manifest
 from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.chat import ChatRecord
@@ -39,6 +42,7 @@ from meltemi.trainer.step.host_memory import HostMemory
 from meltemi.trainer.step.mesh import InferenceLayout, inference_layout
 
 logger = logging.getLogger("meltemi.trainer")
+Weights = Literal["ema", "raw"]  # a run's moving average of its weights, or its weights as trained
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +51,9 @@ class TrainedModel:
     its parameters lie on (and the axis mappings that run it); ``tokenizer`` where the run's copy lies, a
     path or a URL in the run's bucket (for checkpoints older than the copy, what their config names; None
     without one); ``chat`` a chat run's template (None for a run that never saw a conversation);
-    ``hugging_face`` whether ``checkpoint`` is a Hugging Face directory rather than a run's checkpoint."""
+    ``hugging_face`` whether ``checkpoint`` is a Hugging Face directory rather than a run's checkpoint;
+    ``weights`` which of a run's weights ``model`` holds: ``ema``, the moving average it kept
+    (``optimizer.ema``), or ``raw``, its weights as trained (a Hugging Face model's are ``raw``)."""
 
     config: RunConfig
     model: Llama
@@ -57,6 +63,7 @@ class TrainedModel:
     end_of_text: EndOfText
     chat: ChatRecord | None = None
     hugging_face: bool = False
+    weights: Weights = "raw"
 
     def in_dtype(self, dtype: str) -> TrainedModel:
         """The model with its floating-point parameters cast to ``dtype``, computed in it too (each shard
@@ -169,38 +176,66 @@ def load_model(
     warn: Callable[[str], object] = logger.warning,
     devices: Sequence[jax.Device] | None = None,
     dtype: str | None = None,
+    weights: Weights | None = None,
 ) -> TrainedModel:
     """The model of a run directory's latest good checkpoint, of a ``step-N`` directory or of a Hugging Face
     directory (a local path or a bucket URL), restored onto ``devices`` (default: all) as
     ``inference_layout`` lays it out; in ``dtype`` when given (parameters and computation), else in the
-    run's dtypes (a Hugging Face model's ``torch_dtype``).
+    run's dtypes (a Hugging Face model's ``torch_dtype``). ``weights``: ``ema`` the moving average of the
+    weights the run kept (``optimizer.ema``), ``raw`` its weights as trained; by default the average when
+    the checkpoint holds one.
 
-    A location without any checkpoint is a ``CheckpointError`` naming it; damaged ones are skipped with a
-    warning, as a resumption skips them.
+    A location without any checkpoint is a ``CheckpointError`` naming it, and so is ``weights="ema"`` for a
+    model without an average; damaged checkpoints are skipped with a warning, as a resumption skips them.
     """
     from meltemi.trainer.config_io import validate
 
+    if weights not in (None, "ema", "raw"):
+        raise ValueError(f"weights {weights!r}: ema or raw")
     found = locate_model(location)
     if isinstance(found, Directory):
+        if weights == "ema":
+            raise CheckpointError(no_average(location, "a Hugging Face model holds one set of weights"))
         return _hf_model(found, devices, dtype)
     for path in found:
         try:
             manifest = inspect_checkpoint(path)
+        except CheckpointError as e:
+            warn(f"skipping checkpoint {e}")
+            continue
+        if weights == "ema" and not manifest.has_ema:
+            why = f"its checkpoint {path.location.name} kept none: optimizer.ema was off"
+            raise CheckpointError(no_average(location, why))
+        chosen: Weights = "raw" if weights == "raw" or not manifest.has_ema else "ema"
+        try:
             config = validate(manifest.config, where=path.where(MANIFEST), recorded=True)
             layout = inference_layout(config, devices)
             abstract = abstract_model(config)
             count = sum(leaf.size for leaf in jax.tree.leaves(abstract) if hasattr(leaf, "dtype"))
             check_host_memory(count, config.trainer.param_dtype, layout, path.where())
+            prefix = EMA_PREFIX if chosen == "ema" else MODEL_PREFIX
             model = restore(
-                path, manifest, abstract, layout.plan.parameter_shardings(abstract), prefix="model."
+                path, manifest, abstract, layout.plan.parameter_shardings(abstract), prefix=prefix
             )
         except CheckpointError as e:
             warn(f"skipping checkpoint {e}")
             continue
         tokenizer, end = checkpoint_tokenizer(path, manifest)
-        trained = TrainedModel(config, model, layout, path.location, tokenizer, end, manifest.chat)
+        trained = TrainedModel(
+            config, model, layout, path.location, tokenizer, end, manifest.chat, weights=chosen
+        )
         return trained if dtype is None else trained.in_dtype(dtype)
     raise CheckpointError(f"{location}: no checkpoint there reads back whole")
+
+
+def no_average(location: str | os.PathLike | Location, why: str) -> str:
+    """What refusing the EMA weights of a model without them says.
+
+    >>> no_average("runs/tiny", "its checkpoint step-6 kept none: optimizer.ema was off")
+    'runs/tiny has no EMA weights (its checkpoint step-6 kept none: optimizer.ema was off); --weights raw \
+reads its weights as trained'
+    """
+    return f"{location} has no EMA weights ({why}); --weights raw reads its weights as trained"
 
 
 def check_host_memory(

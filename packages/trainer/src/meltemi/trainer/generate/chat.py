@@ -166,14 +166,16 @@ class ChatSession:
         warn=None,
         dtype: str | None = None,
         tools: Tools | None = None,
+        weights: str | None = None,
     ) -> ChatSession:
         """A session with a run directory's latest good checkpoint (or a ``step-N`` directory), rendered
-        with the chat template the checkpoint records (the model in ``dtype`` when given, shown ``tools``);
-        a ``GenerationError`` when it records none."""
+        with the chat template the checkpoint records (the model in ``dtype`` when given, shown ``tools``;
+        ``weights``: the run's moving average of its weights or them as trained, ``load_model``'s); a
+        ``GenerationError`` when it records none."""
         from meltemi.trainer.checkpoint.trained_model import load_model
         from meltemi.trainer.step import compile_cache
 
-        trained = load_model(location, **({"warn": warn} if warn else {}), dtype=dtype)
+        trained = load_model(location, **({"warn": warn} if warn else {}), dtype=dtype, weights=weights)
         compile_cache.enable_for(trained.config.trainer)
         if trained.chat is None:
             held = (

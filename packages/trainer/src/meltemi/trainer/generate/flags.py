@@ -1,5 +1,6 @@
 """The flags the apps that read a trained model share (``sample.py``, ``chat.py``, ``export_hf.py``,
-``evaluate.py``): the checkpoint to read (by default the run the newcomer's commands train), for the two
+``evaluate.py``): the checkpoint to read (by default the run the newcomer's commands train) and which of its
+weights (a run's moving average of them, when it kept one, or its weights as trained), for the two
 that generate the sampling settings, the dtype a model is computed in, and for the two that can plan without
 a checkpoint the dry run's; with one description and per-app defaults. Light to import, so ``--help``
 answers before JAX loads.
@@ -37,6 +38,7 @@ CHECKPOINT_HELP = (
     "a run directory (its latest good checkpoint), a step-N directory or a Hugging Face directory, local "
     "or in a bucket, or a model's Hub name (OWNER/NAME) in this machine's Hugging Face cache"
 )
+WEIGHTS = ("ema", "raw")  # what --weights may pick: a run's moving average of its weights, or them raw
 DTYPES = ("float32", "bfloat16", "float16")  # what --dtype may hold and compute a model in
 
 
@@ -44,11 +46,19 @@ def add_checkpoint_flag(
     parser: argparse.ArgumentParser, default: DefaultRun, *, dry_run: bool = False
 ) -> None:
     """``--checkpoint``: the run, ``step-N`` or Hugging Face directory to read, ``default`` when not given
-    (read it with ``checkpoint_of``); with ``dry_run``, the app also takes the dry run's flags, and reads no
+    (read it with ``checkpoint_of``), and ``--weights``: which of its weights (None: the moving average
+    when the run kept one); with ``dry_run``, the app also takes the dry run's flags, and reads no
     checkpoint with them."""
     parser.add_argument(
         "--checkpoint",
         help=f"{CHECKPOINT_HELP} (default: {default.directory}, which {default.trained_by} trains)",
+    )
+    parser.add_argument(
+        "--weights",
+        choices=WEIGHTS,
+        default=None,
+        help="ema: the moving average of the weights the run kept (optimizer.ema), raw: its weights as "
+        "trained (default: ema when the run kept one, else raw)",
     )
     parser.set_defaults(default_run=default)
     if not dry_run:
@@ -109,6 +119,8 @@ def parse_app_args(
             parser.error("--dry-run needs --config: the run's YAML config to plan for")
         if args.checkpoint is not None:
             parser.error("--checkpoint: not with --dry-run, which plans from --config alone")
+        if args.weights is not None:
+            parser.error("--weights: not with --dry-run, which plans from --config alone")
         from meltemi.trainer.command import parse_command
         from meltemi.trainer.errors import ConfigError
 

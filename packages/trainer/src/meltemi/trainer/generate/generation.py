@@ -397,6 +397,7 @@ def sample_checkpoint(
     write: Callable[[str], object] | None = None,
     dtype: str | None = None,
     heal: bool = True,
+    weights: str | None = None,
 ) -> tuple[Generation, Path]:
     """Continue text prompts with a run directory's latest good checkpoint (or a ``step-N`` directory),
     sharded over every device, tokenized with the run's own tokenizer, stopping at the end-of-text token
@@ -404,11 +405,12 @@ def sample_checkpoint(
     prompts' last tokens are healed unless ``heal`` is False (``generate``'s ``heal``: ``"def "`` continues
     as a name). Prompts are padded to ``padded_length``, so another prompt of about the same length reuses
     the compiled programs (from the compilation cache, in another process); ``dtype`` holds and computes the
-    model in another dtype than its run's."""
+    model in another dtype than its run's; ``weights`` picks the run's moving average of its weights
+    (``ema``, the default when it kept one) or its weights as trained (``raw``)."""
     from meltemi.trainer.checkpoint.trained_model import load_model
     from meltemi.trainer.step import compile_cache
 
-    trained = load_model(location, **({"warn": warn} if warn else {}), dtype=dtype)
+    trained = load_model(location, **({"warn": warn} if warn else {}), dtype=dtype, weights=weights)
     compile_cache.enable_for(trained.config.trainer)
     if trained.tokenizer is None:
         raise no_tokenizer(trained.checkpoint)

@@ -70,7 +70,9 @@ class MeltemiLM(TemplateLM):
     ``plan`` and ``compute_dtype``).
 
     A checkpoint is held and computed in ``dtype`` when given (``--model_args checkpoint=...,dtype=float32``,
-    as the harness's ``hf`` model takes it), else in its run's dtypes. ``batch_size`` rows are scored per
+    as the harness's ``hf`` model takes it), else in its run's dtypes; ``weights`` picks the run's moving
+    average of its weights (``ema``, the default when it kept one) or them as trained (``raw``), as
+    ``load_model`` does. ``batch_size`` rows are scored per
     compiled call; ``max_length`` (default: the model's ``max_seq_len``)
     bounds a row. A checkpoint is evaluated on every device, its parameters sharded over them as
     ``load_model`` lays them out and each batch's rows split between them.
@@ -86,6 +88,7 @@ class MeltemiLM(TemplateLM):
         plan: MeshPlan | None = None,
         compute_dtype: str | None = None,
         dtype: str | None = None,
+        weights: str | None = None,
         batch_size: int | str = 8,
         max_length: int | None = None,
         max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
@@ -95,7 +98,9 @@ class MeltemiLM(TemplateLM):
         if (checkpoint is None) == (model is None):
             raise EvalError("give the harness model either checkpoint= or model=, not both")
         if checkpoint is not None:
-            model, tokenizer, compute_dtype, plan, ending, chat = self._from_checkpoint(checkpoint, dtype)
+            model, tokenizer, compute_dtype, plan, ending, chat = self._from_checkpoint(
+                checkpoint, dtype, weights
+            )
         else:
             if not isinstance(tokenizer, Tokenizer):
                 tokenizer = read_tokenizer(tokenizer, "the model given")
@@ -122,11 +127,11 @@ class MeltemiLM(TemplateLM):
         )
 
     @staticmethod
-    def _from_checkpoint(location, dtype: str | None = None):
+    def _from_checkpoint(location, dtype: str | None = None, weights: str | None = None):
         from meltemi.trainer.checkpoint.trained_model import load_model
         from meltemi.trainer.step import compile_cache
 
-        trained = load_model(location, dtype=dtype)  # the run's tokenizer copy and end-of-text token
+        trained = load_model(location, dtype=dtype, weights=weights)  # the run's tokenizer, end of text
         compile_cache.enable_for(trained.config.trainer)
         tokenizer = read_tokenizer(trained.tokenizer, str(trained.checkpoint))
         dtype = trained.config.trainer.compute_dtype

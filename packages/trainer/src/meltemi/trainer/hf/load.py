@@ -38,7 +38,7 @@ from meltemi.trainer.hf.safetensors_reader import SafetensorsReader, TensorRegio
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.step.optimizer import make_optimizer
-from meltemi.trainer.step.train_step import TrainState
+from meltemi.trainer.step.train_step import TrainState, copy_weights
 
 
 def read_hf_config(
@@ -154,7 +154,10 @@ def train_state_from_hf(
 
     def fresh(model: Llama) -> TrainState:  # in one program: every leaf its own buffer (the step donates)
         zero = jnp.zeros((), jnp.int32)
-        return TrainState(step=zero, model=model, opt_state=optimizer.init(model), skipped_steps=zero + 0)
+        ema = None if config.optimizer.ema is None else copy_weights(model)  # the average starts from it
+        return TrainState(
+            step=zero, model=model, opt_state=optimizer.init(model), skipped_steps=zero + 0, ema=ema
+        )
 
     if plan is None:
         return jax.jit(fresh)(model)

@@ -7,7 +7,9 @@ base's parameters onto the run's mesh (from a checkpoint each process reads only
 Hugging Face base is read into each process's host memory a leaf at a time, every layer of a stacked leaf
 together, and each device is given only its slice), grows the
 vocabulary by the rows a chat template's new tokens need (each the mean of the base's rows), and starts
-the optimizer afresh at step 0, as ``trainer.initialize_from`` asks by default.
+the optimizer afresh at step 0, as ``trainer.initialize_from`` asks by default. A base run that kept a
+moving average of its weights (``optimizer.ema``) gives the average as the parameters, unless
+``trainer.initialize_from.weights`` is ``raw``; a run that keeps one itself starts it from its parameters.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import numpy as np
 
 from meltemi.datastore.storage import Location
 from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
-from meltemi.trainer.checkpoint.format import Manifest
+from meltemi.trainer.checkpoint.format import EMA_PREFIX, MODEL_PREFIX, Manifest
 from meltemi.trainer.checkpoint.restore import restore
-from meltemi.trainer.checkpoint.resume import RunToStart, Start, continued_config
+from meltemi.trainer.checkpoint.resume import RunToStart, Start, continued_config, restore_state
 from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.chat import concrete_template
@@ -139,13 +141,15 @@ def initialize_from_base(run: RunToStart, warn: Callable[[str], object]) -> Star
                 f"{config.model.vocab_size} (a chat template's tokens), so the base's optimizer state does "
                 "not fit; start it afresh (parameters_only true)"
             )
-        state = restore(base.step, base.manifest, program.abstract_state(), program.state_shardings())
+        state = restore_state(base.step, base.manifest, program, warn)
     else:
-        model = _base_model(base, run)
+        model = _base_model(base, run, warn)
         shardings = program.state_shardings().model
         with jax.set_mesh(program.plan.mesh):
             grown = jax.jit(lambda m: grow_vocabulary(m, config.model), out_shardings=shardings)(model)
         state = eqx.tree_at(lambda s: s.model, program.initial_state(), grown)
+        if state.ema is not None:  # the run's own average starts from the parameters it starts with
+            state = program.with_average_started(state)
     if source.reset_step:
         zeros = tuple(jax.device_put(np.int32(0), program.plan.replicated()) for _ in range(2))  # 2 buffers
         state = eqx.tree_at(lambda s: (s.step, s.skipped_steps), state, zeros)
@@ -153,9 +157,10 @@ def initialize_from_base(run: RunToStart, warn: Callable[[str], object]) -> Star
     return Start(state, None, base.where, added)
 
 
-def _base_model(base: Base, run: RunToStart) -> Llama:
+def _base_model(base: Base, run: RunToStart, say: Callable[[str], object]) -> Llama:
     """The base's parameters in the run's parameter dtype, laid out on the run's mesh as the base's
-    vocabulary is (the rows it grows come after)."""
+    vocabulary is (the rows it grows come after): a base run's average of its weights when it kept one
+    (said), unless ``trainer.initialize_from.weights`` is ``raw``."""
     config, program = run.config, run.program
     shape = config.model.model_copy(update={"vocab_size": base.model.vocab_size})
     if base.kind == "huggingface":  # read onto the mesh tensor by tensor, never whole on one device
@@ -165,7 +170,14 @@ def _base_model(base: Base, run: RunToStart) -> Llama:
         lambda k: cast_floating(Llama.init(shape, key=k), dtype), jax.random.key(0)
     )
     shardings = program.plan.parameter_shardings(abstract)
-    return restore(base.step, base.manifest, abstract, shardings, prefix="model.")
+    prefix = MODEL_PREFIX
+    if base.manifest.has_ema and config.trainer.initialize_from.weights == "ema":
+        prefix = EMA_PREFIX
+        say(
+            f"the parameters are the average of {base.where}'s weights (optimizer.ema; "
+            "trainer.initialize_from.weights raw: its weights as trained)"
+        )
+    return restore(base.step, base.manifest, abstract, shardings, prefix=prefix)
 
 
 def _added_tokens(run: RunToStart, base: Base) -> tuple[str, ...]:

@@ -105,6 +105,8 @@ def plan_run(config: RunConfig, devices: Sequence[jax.Device] | None = None, mfu
 def format_plan(run: RunPlan) -> str:
     """The plan as text: the sharding table, then sizes, memory per device and time per step."""
     c = run.compiled
+    average = run.sharding.average_bytes  # optimizer.ema's copy of the parameters
+    average = f"their average (optimizer.ema) {average / GIB:.2f} GiB, " if average else ""
     lines = [
         format_report(run.sharding, run.layout),
         run.phase_table,
@@ -115,7 +117,7 @@ def format_plan(run: RunPlan) -> str:
         f"per step: {run.flops_per_token * run.tokens_per_step:.3e}",
         f"per device (XLA's plan for the compiled step of {run.tokens_per_step // run.seq_len:,} sequences, "
         "the largest batch):",
-        f"  parameters {run.sharding.parameter_bytes / GIB:.2f} GiB, optimizer state "
+        f"  parameters {run.sharding.parameter_bytes / GIB:.2f} GiB, {average}optimizer state "
         f"{run.sharding.optimizer_bytes / GIB:.2f} GiB, "
         f"gradients {run.sharding.gradient_bytes / GIB:.2f} GiB",
         f"  arguments {c.argument_bytes / GIB:.2f} GiB, temporaries {c.temp_bytes / GIB:.2f} GiB, outputs "

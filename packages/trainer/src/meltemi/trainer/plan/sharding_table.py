@@ -43,6 +43,7 @@ class ShardingReport:
     optimizer_bytes: int
     gradient_bytes: int
     parameter_count: int
+    average_bytes: int = 0  # the moving average of the weights (optimizer.ema), as many as the parameters'
 
 
 def _bytes_on_one_device(abstract, sharding) -> int:
@@ -88,6 +89,7 @@ def sharding_report(config: RunConfig, plan: MeshPlan) -> ShardingReport:
         optimizer_bytes=optimizer,
         gradient_bytes=parameter_bytes,
         parameter_count=sum(int(np.prod(p.shape)) for p in layouts),
+        average_bytes=0 if state.ema is None else parameter_bytes,
     )
 
 

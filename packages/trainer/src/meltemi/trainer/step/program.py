@@ -26,7 +26,7 @@ from meltemi.trainer import adapters
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.step.distributed import wait_for_every_process
 from meltemi.trainer.step.mesh import MeshPlan
-from meltemi.trainer.step.train_step import TrainState, init_state, make_train_step
+from meltemi.trainer.step.train_step import TrainState, copy_weights, init_state, make_train_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +100,13 @@ class TrainProgram:
         with jax.set_mesh(self.plan.mesh):
             make = jax.jit(lambda k: init_state(self.config, k), out_shardings=self.state_shardings())
             return make(key)
+
+    def with_average_started(self, state: TrainState) -> TrainState:
+        """``state`` with its average of the weights (``optimizer.ema``) started afresh as a copy of its
+        weights, laid out as they are: a run whose checkpoint or base has no average begins one there."""
+        with jax.set_mesh(self.plan.mesh):
+            ema = jax.jit(copy_weights, out_shardings=self.state_shardings().ema)(state.model)
+        return dataclasses.replace(state, ema=ema)
 
     def jitted(self):
         """The jitted step: the state laid out by the parameter mapping (donated), the batch by compute."""

@@ -1,9 +1,10 @@
 """The train state (one pytree of named arrays) and the one jitted train step.
 
-The state holds the step counter, the model, the optimizer state and the count of skipped updates; the
-data position is the step counter and nothing else, so a checkpoint of the state is a complete resume
-point. The step computes the loss and its gradient (accumulated over microbatches by a scan), applies
-the optax update, and keeps the old state instead when the loss or the gradient is not finite.
+The state holds the step counter, the model, the optimizer state, the count of skipped updates and, with
+``optimizer.ema``, the moving average of the weights; the data position is the step counter and nothing
+else, so a checkpoint of the state is a complete resume point. The step computes the loss and its gradient
+(accumulated over microbatches by a scan), applies the optax update and moves the average, and keeps the
+old state instead when the loss or the gradient is not finite.
 """
 
 from __future__ import annotations
@@ -18,19 +19,21 @@ import optax
 import haliax_lite as hax
 from meltemi.trainer import adapters
 from meltemi.trainer.adapters import NamedBatch
-from meltemi.trainer.config import RunConfig
+from meltemi.trainer.config import EmaConfig, RunConfig
 from meltemi.trainer.model.llama import Llama, cast_floating, with_matmul_dtype
 from meltemi.trainer.step.optimizer import make_optimizer
 from meltemi.trainer.step.schedules import learning_rate_schedule
 
 
 class TrainState(eqx.Module):
-    """Everything that changes during training: a checkpoint saves exactly this."""
+    """Everything that changes during training: a checkpoint saves exactly this. ``ema`` is the moving
+    average of the weights (``optimizer.ema``; None without one), laid out as ``model`` is."""
 
     step: jax.Array
     model: Llama
     opt_state: optax.OptState
     skipped_steps: jax.Array
+    ema: Llama | None = None
 
 
 class StepMetrics(eqx.Module):
@@ -50,7 +53,27 @@ def init_state(config: RunConfig, key: jax.Array) -> TrainState:
     model = cast_floating(model, jnp.dtype(config.trainer.param_dtype))
     optimizer = make_optimizer(config.optimizer, model)
     zero = jnp.zeros((), jnp.int32)
-    return TrainState(step=zero, model=model, opt_state=optimizer.init(model), skipped_steps=zero)
+    ema = None if config.optimizer.ema is None else copy_weights(model)
+    return TrainState(step=zero, model=model, opt_state=optimizer.init(model), skipped_steps=zero, ema=ema)
+
+
+def copy_weights(model: Llama) -> Llama:
+    """``model``'s values in buffers of their own, laid out as they are: what an average starts from (the
+    train step donates the state, so the average never shares a buffer with the weights)."""
+    return jax.tree_util.tree_map(lambda x: x.copy(), model)
+
+
+def moved_average(ema: EmaConfig, average: Llama, model: Llama, step: jax.Array) -> Llama:
+    """The average after the step from ``step`` to ``step + 1`` made the weights ``model``: ``beta * average
+    + (1 - beta) * model`` in float32 (kept in the weights' dtype) once ``step`` reaches ``ema.start_step``,
+    before that a copy of ``model`` (Levanter's ``optax.incremental_update`` with step size ``1 - beta``)."""
+    started = step >= ema.start_step
+
+    def move(old: jax.Array, new: jax.Array) -> jax.Array:
+        moved = ema.beta * old.astype(jnp.float32) + (1.0 - ema.beta) * new.astype(jnp.float32)
+        return jnp.where(started, moved.astype(new.dtype), new)
+
+    return jax.tree_util.tree_map(move, average, model)
 
 
 def _loss_terms(model: Llama, batch: NamedBatch, config: RunConfig, total: jax.Array):
@@ -142,11 +165,16 @@ def make_train_step(
         model = optax.apply_updates(state.model, updates)
         applied = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         keep = lambda new, old: jnp.where(applied, new, old)  # noqa: E731
+        ema = None
+        if state.ema is not None:  # moved by the weights the step made; a skipped step keeps it
+            ema = moved_average(config.optimizer.ema, state.ema, model, state.step)
+            ema = jax.tree_util.tree_map(keep, ema, state.ema)
         new_state = TrainState(
             step=state.step + 1,
             model=jax.tree_util.tree_map(keep, model, state.model),
             opt_state=jax.tree_util.tree_map(keep, opt_state, state.opt_state),
             skipped_steps=state.skipped_steps + (~applied).astype(jnp.int32),
+            ema=ema,
         )
         metrics = StepMetrics(loss - z_loss, z_loss, grad_norm, rate, applied)
         return new_state, metrics
