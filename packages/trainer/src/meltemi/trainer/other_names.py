@@ -20,6 +20,7 @@ LLAMA_CONFIG = "transformers' LlamaConfig"
 SFT_CONFIG = "TRL's SFTConfig"
 RUN_CLM = "transformers' run_clm.py"
 LEVANTER = "Levanter"
+MARIN = "Marin's SimpleTrainConfig"
 TORCHTITAN = "torchtitan"
 GENERATE = "transformers' generate"
 LLAMA_CPP = "llama.cpp"
@@ -60,6 +61,10 @@ OTHER_NAMES: dict[str, OtherName] = {
     "logging_steps": OtherName("trainer.log_every", TRAINING_ARGUMENTS),
     "eval_steps": OtherName("trainer.eval_every", TRAINING_ARGUMENTS),
     "steps_per_eval": OtherName("trainer.eval_every", LEVANTER),
+    "max_eval_batches": OtherName("trainer.eval_batches", LEVANTER),
+    "steps_per_task_eval": OtherName("eval.every", MARIN),
+    "steps_per_hf_export": OtherName("trainer.export_every", MARIN),
+    "num_fewshot": OtherName("eval.tasks", LM_EVAL, differs="per task: {name: TASK, num_fewshot: N}, or TASK:N"),  # noqa: E501
     "save_steps": OtherName("trainer.checkpoint_every", TRAINING_ARGUMENTS),
     "save_total_limit": OtherName("trainer.keep_last", TRAINING_ARGUMENTS),
     "bf16": OtherName("trainer.compute_dtype", TRAINING_ARGUMENTS, differs="bfloat16 is the default"),

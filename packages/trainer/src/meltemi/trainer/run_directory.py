@@ -10,6 +10,7 @@ and under which names (its layout, the one place those names are written), and w
           events.jsonl          a slice job's events (--launch ray)   EVENTS
           checkpoints/step-N/   the checkpoints                       CHECKPOINTS
           profile/              a profiler trace (trainer.profiler)   PROFILE
+          hf/step-N/            Hugging Face exports (export_every)   HF_EXPORTS
           .lock                 held by the run training in it        LOCK
 
 The compilation cache is not in it: it is the host's (``step.compile_cache``), mirrored in the run's bucket
@@ -51,6 +52,7 @@ class RunDirectory:
     EVENTS: ClassVar[str] = "events.jsonl"
     CHECKPOINTS: ClassVar[str] = "checkpoints"
     PROFILE: ClassVar[str] = "profile"
+    HF_EXPORTS: ClassVar[str] = "hf"
     LOCK: ClassVar[str] = ".lock"
 
     @staticmethod
@@ -74,6 +76,10 @@ class RunDirectory:
     @property
     def profile(self) -> Location:
         return self.location / self.PROFILE
+
+    def hf_export(self, step: int) -> Location:
+        """Where the Hugging Face export of the weights of ``step`` goes (``trainer.export_every``)."""
+        return self.location / self.HF_EXPORTS / f"step-{step}"
 
     def where(self, name: str) -> str:
         """The path or URL of ``name`` in it, as a user would type it."""

@@ -32,6 +32,7 @@ from meltemi.trainer.data.run_tokenizer import TokenizerRecord, copy_into_run, f
 from meltemi.trainer.errors import ConfigError, HostMemoryError, TrainerError
 from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
 from meltemi.trainer.phase.initialize import initialize_from_base, resolve_run
+from meltemi.trainer.run.hf_exports import HfExports
 from meltemi.trainer.run.loop import StepLoop
 from meltemi.trainer.run.plots import plot_loss
 from meltemi.trainer.run.progress import TrainingProgress
@@ -192,6 +193,7 @@ class Trainer:
         self._eval_fn = None
         # eval.tasks: lm-evaluation-harness tasks, built now (an unknown task stops the run before it starts)
         self.downstream = downstream_eval(config, self.plan)
+        self.exports = HfExports.of(config, self.directory, self.data)  # trainer.export_every
         self._eval_compiled: set[int] = set()  # batch sizes
         self._batch_layouts: dict[int, dict[str, tuple]] = {}
         self.compile_report: CompileReport | None = None
@@ -248,18 +250,21 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------------------------
 
-    def evaluate(self, state: TrainState) -> dict[str, float]:
+    def evaluate(self, state: TrainState, at: int | None = None) -> dict[str, float]:
         """Held-out loss (and bits per byte with a tokenizer) of every source, over ``eval_steps`` batches;
         with ``optimizer.ema``, past its start, the same of the average of the weights as ``eval/ema/...``
-        (Levanter's names: ``eval/loss`` is the weights' as trained, ``eval/ema/loss`` the average's)."""
+        (Levanter's names: ``eval/loss`` is the weights' as trained, ``eval/ema/loss`` the average's).
+        The eval sets are evaluated beside the sources (``summarize`` names their metrics), and ``eval.tasks``
+        after them; ``at`` a step of the run, only what is due then (``evaluation_due``), else everything."""
+        held_out, tasks = self._evaluations_due(at)
         program = self._eval_program()
         table = self.data.token_bytes if self.data.token_bytes is not None else np.zeros(1, np.int32)
         lengths = jnp.asarray(np.pad(table, (0, max(0, self.config.model.vocab_size - len(table)))))
         per_source = {}
         with jax.set_mesh(self.plan.mesh):
-            for name, loader in self.data.held_out.items():
+            for name, loader in self.data.held_out.items() if held_out else ():
                 sums = BatchSums(0.0, 0.0, 0.0)
-                for step in range(self.data.eval_steps):
+                for step in range(self.data.eval_steps[name]):
                     rows = loader.schedule.size(step)
                     batch = self.global_batch(loader.batch(step), rows)
                     if jax.process_count() > 1 and rows not in self._eval_compiled:
@@ -272,13 +277,29 @@ class Trainer:
                         sums.loss + part.loss, sums.tokens + part.tokens, sums.bytes + part.bytes
                     )
                 per_source[name] = sums
-        metrics = summarize(per_source, with_bytes=self.data.token_bytes is not None)
-        if self.downstream is not None:  # eval.tasks: eval/<task>/<metric> beside the held-out loss
+        with_bytes = self.data.token_bytes is not None
+        metrics = summarize(per_source, with_bytes, self.data.eval_set_tags) if held_out else {}
+        if self.downstream is not None and tasks:  # eval.tasks: eval/<task>/<metric> beside the held-out loss
             metrics.update(self.downstream.run(state.model))
         if self._average_differs(state):  # the same of the average of the weights, as eval/ema/...
-            averaged = self.evaluate(dataclasses.replace(state, model=state.ema, ema=None))
+            averaged = self.evaluate(dataclasses.replace(state, model=state.ema, ema=None), at)
             metrics.update({f"eval/ema/{key.removeprefix('eval/')}": v for key, v in averaged.items()})
         return metrics
+
+    def evaluation_due(self, step: int) -> bool:
+        """Whether the run evaluates anything after ``step`` steps, besides its first and last evaluation:
+        the held-out sets every ``trainer.eval_every`` steps, ``eval.tasks`` every ``eval.every``."""
+        return any(self._evaluations_due(step))
+
+    def _evaluations_due(self, step: int | None) -> tuple[bool, bool]:
+        """Whether the held-out sets and the tasks are evaluated at ``step`` (None: both, as at the first and
+        last evaluation)."""
+        if step is None:
+            return True, True
+        held_every = self.config.trainer.eval_every
+        task_every = held_every if self.config.eval.every is None else self.config.eval.every
+        held_out = held_every > 0 and step % held_every == 0
+        return held_out, self.downstream is not None and task_every > 0 and step % task_every == 0
 
     def _average_differs(self, state: TrainState) -> bool:
         """Whether ``state`` keeps an average of its weights (``optimizer.ema``) that has moved apart from

@@ -5,13 +5,17 @@ store's tail of tokens, read as rows of ``data.seq_len + 1`` tokens across docum
 conversations, each part packed whole into rows (``meltemi.datastore.PackedDataset``). A source with an
 ``eval_store`` (a data set's test split) trains its whole store and evaluates that one whole instead.
 Training reads a block-deterministic mixture of the training ranges (``data.sources`` weights, or
-``data.stages``); evaluation reads each source's held-out part on its own, in order. Every batch is a
-pure function of the step, and each process reads only its rows.
+``data.stages``); evaluation reads each source's held-out part on its own, in order, and so each eval set
+(``data.eval_sets``: stores never trained on, read whole), ``trainer.eval_batches`` batches of each, or
+every row (``all``: the last batch filled out with rows that count no target, so that every batch has the
+shape the eval step was compiled for). Every batch is a pure function of the step, and each process reads
+only its rows.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -39,32 +43,41 @@ from meltemi.trainer.errors import DataError
 
 @dataclasses.dataclass
 class RunData:
-    """The loaders of one process: training batches by step, each source's held-out batches, the token
-    that ends a text (the one the stores end their documents with, or a chat run's end of turn), a chat
-    run's template (None for text only), the chat sources' names and, per chat source, how its
-    conversations packed."""
+    """The loaders of one process: training batches by step, the held-out batches of each source and then
+    of each eval set (``held_out``, with how many of them an evaluation reads: ``eval_steps``; the eval sets'
+    tags in ``eval_set_tags``), the token that ends a text (the one the stores end their documents with, or
+    a chat run's end of turn), a chat run's template (None for text only), the chat sources' names and, per
+    chat source, how its conversations packed."""
 
     train: BatchLoader
     held_out: dict[str, BatchLoader]
-    eval_steps: int
+    eval_steps: dict[str, int]
     source_names: list[str]
     token_bytes: np.ndarray | None
     end_of_text: EndOfText
     chat: ChatRecord | None = None
     chat_sources: tuple[str, ...] = ()
     packing: dict[str, str] = dataclasses.field(default_factory=dict)
+    eval_set_tags: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
-def _open_store(
-    name: str, path: str, tokenizer: str | None, field: str = "store", built_from: bool = False
-) -> TokenStore:
+def _open_store(name: str, path: str, tokenizer: str | None, field: str = "store", built_from: bool = False,
+                section: str = "sources", vocab_size: int | None = None) -> TokenStore:  # fmt: skip
+    """The store at ``path`` (``data.<section>.<name>.<field>``), checked against the run's tokenizer and,
+    given one, the model's ``vocab_size``."""
     try:
-        return TokenStore.open(path, tokenizer=tokenizer)
+        store = TokenStore.open(path, tokenizer=tokenizer)
     except NoSuchStoreError as e:
         remedy = BUILD_THEM if built_from else BUILD_A_STORE.format(path=path)
-        raise DataError(f"data.sources.{name}.{field}: {e}: {remedy}") from None
+        raise DataError(f"data.{section}.{name}.{field}: {e}: {remedy}") from None
     except DatastoreError as e:
-        raise DataError(f"data.sources.{name}.{field}: {e}") from None
+        raise DataError(f"data.{section}.{name}.{field}: {e}") from None
+    if vocab_size is not None and store.vocab_size != vocab_size:
+        raise DataError(
+            f"data.{section}.{name}.{field}: {path} was tokenized with a vocabulary of {store.vocab_size}, "
+            f"but model.vocab_size is {vocab_size}"
+        )
+    return store
 
 
 def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1) -> RunData:
@@ -74,13 +87,9 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
         raise DataError("data.sources is empty: name at least one token store (data.sources.NAME.store)")
     trains, held, eos_ids, chats, packing = {}, {}, [], {}, {}
     for name, source in data.sources.items():
-        store = _open_store(name, source.store, data.tokenizer, built_from=source.build_from is not None)
+        store = _open_store(name, source.store, data.tokenizer, built_from=source.build_from is not None,
+                            vocab_size=config.model.vocab_size)  # fmt: skip
         eos_ids.append(store.manifest["tokenizer"].get("eos_id"))
-        if store.vocab_size != config.model.vocab_size:
-            raise DataError(
-                f"data.sources.{name}.store: {source.store} was tokenized with a vocabulary of "
-                f"{store.vocab_size}, but model.vocab_size is {config.model.vocab_size}"
-            )
         if store.is_chat:
             chats[name] = store.manifest["chat"]
             trains[name], held[name] = _packed(name, store, source.eval_store, config)
@@ -111,9 +120,21 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
     except ValueError as e:
         raise DataError(f"data.sources weights / data.stages: {e}") from None
     eval_batch = schedule.size(0)
-    eval_steps = min(trainer.eval_batches, *(h.num_sequences // eval_batch for h in held.values()))
-    if eval_steps < 1:
+    held |= _eval_sets(config, chats, packing)
+    if trainer.eval_batches == "all":  # every row, the last batch filled out
+        eval_steps = {name: math.ceil(h.num_sequences / eval_batch) for name, h in held.items()}
+        held = {name: EveryRow(h, eval_batch) for name, h in held.items()}
+    else:
+        eval_steps = {n: min(trainer.eval_batches, h.num_sequences // eval_batch) for n, h in held.items()}
+    if min(eval_steps.values()) < 1:
         smallest = min(held, key=lambda n: held[n].num_sequences)
+        if smallest in data.eval_sets:
+            count = held[smallest].num_sequences
+            raise DataError(
+                f"data.eval_sets.{smallest}: {data.eval_sets[smallest].store} holds {count} "
+                f"row{'s' * (count != 1)}, fewer than one evaluation batch of {eval_batch}; evaluate every "
+                "row (--trainer.eval_batches all) or fewer rows at once (trainer.global_batch_size)"
+            )
         if (eval_store := data.sources[smallest].eval_store) is not None:
             rows, count = "packs into" if smallest in chats else "holds", held[smallest].num_sequences
             raise DataError(
@@ -138,7 +159,67 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
         chat=chat,
         chat_sources=tuple(chats),
         packing=packing,
+        eval_set_tags={name: tuple(eval_set.tags) for name, eval_set in data.eval_sets.items()},
     )
+
+
+def _eval_sets(config: RunConfig, chats: dict[str, dict], packing: dict[str, str]) -> dict[str, object]:
+    """Each eval set's rows, read whole: a text store's as rows of ``data.seq_len + 1`` tokens across
+    documents, a chat store's conversations packed whole into rows (rendered with the chat sources' template,
+    when the run has chat sources; how they packed goes into ``packing``)."""
+    data, opened = config.data, {}
+    for name, eval_set in data.eval_sets.items():
+        field = f"data.eval_sets.{name}.store"
+        store = _open_store(name, eval_set.store, data.tokenizer, built_from=eval_set.build_from is not None,
+                            section="eval_sets", vocab_size=config.model.vocab_size)  # fmt: skip
+        if store.is_chat:
+            mine = store.manifest["chat"]
+            trained = next(iter(chats.values()), mine)
+            if mine.get("template_sha256") != trained.get("template_sha256"):
+                raise DataError(
+                    f"{field}: {store.path} was rendered with another chat template "
+                    f"({mine['template_source']}) than the chat sources ({trained['template_source']})"
+                )
+            try:
+                opened[name] = PackedDataset(store, data.seq_len)
+            except ValueError as e:
+                raise DataError(f"{field}: {e}") from None
+            packing[name] = f"eval set: {opened[name].report()}"
+            continue
+        if store.num_tokens < data.seq_len + 1:
+            raise DataError(
+                f"{field}: {store.path} holds {store.num_tokens} tokens, fewer than one sequence of "
+                f"data.seq_len + 1 = {data.seq_len + 1}; lower data.seq_len or add data"
+            )
+        opened[name] = SequenceDataset(store, data.seq_len, reset_positions=data.reset_positions)
+    return opened
+
+
+class EveryRow:
+    """A held-out set read whole in batches of ``batch`` rows: its rows, then copies of its last row whose
+    targets count nothing (their weights 0), up to a whole last batch, so that every batch has the shape the
+    eval step was compiled for and the sums count each row once.
+
+    >>> from meltemi.datastore.sequences import Rows
+    >>> class Three:
+    ...     num_sequences = 3
+    ...     def read(self, i):
+    ...         return Rows(np.stack([i, i + 1], axis=1), np.zeros((len(i), 2), np.int32), np.zeros(len(i)))
+    >>> every = EveryRow(Three(), 2)
+    >>> rows = every.read(np.arange(every.num_sequences))
+    >>> rows.tokens[:, 0].tolist(), rows.weights.sum(axis=1).tolist()
+    ([0, 1, 2, 2], [2, 2, 2, 0])
+    """
+
+    def __init__(self, dataset, batch: int):
+        self.dataset, self.rows = dataset, dataset.num_sequences
+        self.num_sequences = math.ceil(self.rows / batch) * batch
+
+    def read(self, indices: np.ndarray):
+        rows = self.dataset.read(np.minimum(indices, self.rows - 1)).filled()
+        counted = (np.asarray(indices) < self.rows)[:, None]
+        weights = np.where(counted, rows.weights, 0).astype(rows.weights.dtype)
+        return dataclasses.replace(rows, weights=weights)
 
 
 def _epochs(name: str, rows: int, config: RunConfig) -> str:

@@ -1,11 +1,12 @@
 """Where a run's tokens come from, made concrete before the run starts: ``data.stores`` (token stores with
 equal weights), ``data.corpus`` (a text, JSONL, Parquet or Arrow file or directory, built into a store on
 first use) or ``data.sources`` (named stores, or corpora built into stores on first use, text or chat, with
-weights), and ``data.tokenizer``. The word ``stdlib`` in ``data.corpus`` or ``data.tokenizer`` stands for
-the running Python's standard library (its source files, and a byte-level BPE of ``model.vocab_size``
-tokens trained on them), which every machine has. A run with chat sources renders them with
-``data.chat.template``, whose special tokens the tokenizer gets when it lacks them (``data.chat``), the
-model's vocabulary growing to match.
+weights), the sets evaluated beside them and never trained on (``data.eval_sets``: stores, or corpora
+built as a source's are), and ``data.tokenizer``. The word ``stdlib`` in ``data.corpus`` or
+``data.tokenizer`` stands for the running Python's standard library (its source files, and a byte-level
+BPE of ``model.vocab_size`` tokens trained on them), which every machine has. A run with chat sources
+renders them with ``data.chat.template``, whose special tokens the tokenizer gets when it lacks them
+(``data.chat``), the model's vocabulary growing to match.
 
 Built stores and the standard library's tokenizer are cached under ``data.cache_dir``; the config that comes
 out names them by path in ``data.sources`` and ``data.tokenizer``, so it is what the run directory records.
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import local_path_of
-from meltemi.trainer.config import ModelConfig, RunConfig, SourceConfig
+from meltemi.trainer.config import ModelConfig, RunConfig, StoreOrCorpus, eval_set_clash
 from meltemi.trainer.data.chat import chat_tokenizer, concrete_template, load_chat_template
 from meltemi.trainer.data.run_tokenizer import file_sha256
 from meltemi.trainer.errors import ConfigError
@@ -67,11 +68,12 @@ def resolve_data(
     config: RunConfig, *, say: Callable[[str], object] = lambda line: print(line, file=sys.stderr)
 ) -> RunConfig:
     """``config`` with its data named by concrete paths: ``data.stores`` or ``data.corpus`` (built on first
-    use) in ``data.sources``, the standard library's tokenizer (trained on first use) in ``data.tokenizer``.
+    use) in ``data.sources``, each eval set's corpus (built on first use) as its store in ``data.eval_sets``,
+    the standard library's tokenizer (trained on first use) in ``data.tokenizer``.
     ``data.stores`` wins over ``data.corpus``, which wins over ``data.sources``; ``say`` tells the user what
     is being built."""
     data = config.data
-    corpora = any(source.corpus is not None for source in data.sources.values())
+    corpora = any(each.corpus is not None for each in [*data.sources.values(), *data.eval_sets.values()])
     if not (data.stores or data.corpus is not None or data.tokenizer == STDLIB or corpora):
         return config  # concrete already: data.sources (checked when the run opens them)
     tokenizer, model = tokenizer_for_stores(config, say)
@@ -100,11 +102,20 @@ def resolve_data(
             else source.model_dump(exclude_defaults=True)
             for name, source in data.sources.items()
         }
+    if (clash := eval_set_clash(sources, data.eval_sets)) is not None:
+        raise ConfigError(clash)
+    eval_sets = {  # built as a source is, read whole: a data set's test split is not built for them
+        name: build_source(config, name, each, tokenizer, say, section="eval_sets") | {"tags": each.tags}
+        if each.corpus is not None
+        else each.model_dump(exclude_defaults=True)
+        for name, each in data.eval_sets.items()
+    }
     chat = data.chat.model_dump() | {"template": concrete_template(data.chat.template)}
     resolved = data.model_dump() | {
         "chat": chat,
         "tokenizer": tokenizer,
         "sources": sources,
+        "eval_sets": eval_sets,
         "stores": [],
         "corpus": None,
         "rebuild_corpus": False,
@@ -130,7 +141,7 @@ def tokenizer_for_stores(config: RunConfig, say: Callable[[str], object]) -> tup
             f"data.tokenizer: {tokenizer}: no such file (a tokenizer.json, a model directory holding one, or "
             f"stdlib){not_cached(tokenizer, 'model')}"
         )
-    if any(source.format == "chat" for source in data.sources.values()):
+    if any(each.format == "chat" for each in [*data.sources.values(), *data.eval_sets.values()]):
         if tokenizer is None:
             raise ConfigError(
                 "chat sources need a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)"
@@ -181,19 +192,27 @@ def stdlib_tokenizer(config: RunConfig, say: Callable[[str], object]) -> str:
 
 
 def build_source(
-    config: RunConfig, name: str, source: SourceConfig, tokenizer: str, say: Callable[[str], object]
+    config: RunConfig,
+    name: str,
+    source: StoreOrCorpus,
+    tokenizer: str,
+    say: Callable[[str], object],
+    *,
+    section: str = "sources",
 ) -> dict[str, str]:
     """The stores of ``data.sources.NAME.corpus``, built on first use under ``data.cache_dir``: text
     documents, or chat conversations rendered by ``data.chat.template`` (conversations longer than
     ``data.seq_len`` + 1 tokens cut or left out as ``data.chat.overlong`` says); each build's summary line
     is said. ``{"store": ...}``, and ``"eval_store"`` for a data set whose files name a test (else
     validation) split beside the one trained on, as ``data.held_out: split`` asks: its held-out documents
-    or conversations, as TRL's ``eval_dataset`` and Levanter's validation sets would be."""
+    or conversations, as TRL's ``eval_dataset`` and Levanter's validation sets would be. An eval set's
+    corpus (``section`` ``eval_sets``: ``data.eval_sets.NAME``) is built the same way, whole: no split of it
+    is held out."""
     data, chat = config.data, config.data.chat
-    corpus = source.corpus
+    corpus, field = source.corpus, f"data.{section}.{name}"
     if corpus == STDLIB and source.format == "chat":
         raise ConfigError(
-            f"data.sources.{name}.corpus: {STDLIB} is text (the standard library's source files); its chat "
+            f"{field}.corpus: {STDLIB} is text (the standard library's source files); its chat "
             f"corpus is {STDLIB_CHAT}"
         )
     if corpus == STDLIB:  # its files, tokenized with this run's tokenizer (a base's, say)
@@ -203,7 +222,7 @@ def build_source(
         inputs, identity = corpus, _resolved(corpus)
     elif _missing(corpus := local_or_cached(corpus, "dataset"), Path.exists):
         missing = f"{corpus}: no such file or directory{not_cached(corpus, 'dataset')}"
-        raise ConfigError(f"data.sources.{name}.corpus: {missing}")
+        raise ConfigError(f"{field}.corpus: {missing}")
     else:
         inputs, identity = corpus, _resolved(corpus)
     key = "\0".join([source.format, identity, file_sha256(tokenizer)])  # a copy finds the same store
@@ -215,20 +234,22 @@ def build_source(
     key += "" if source.subset is None else f"\0subset={source.subset}"
     named = corpus if source.corpus == STDLIB_CHAT else source.corpus  # a Hub name, not its snapshot's hash
     stem = Path(named.rstrip("/")).stem or "corpus"
-    flags = SOURCE_FLAGS | {"subset": f"--data.sources.{name}.subset {{}}"}
+    flags = SOURCE_FLAGS | {"subset": f"--{field}.subset {{}}"}
     if source.text_field is not None:
-        flags["text_field"] = f"--data.sources.{name}.text_field {{}}"
+        flags["text_field"] = f"--{field}.text_field {{}}"
     store, report = _cached_build(config, inputs, corpus, stem, key, tokenizer, say, flags, **options)
+    if section != "sources":
+        return {"store": store}
     held = _held_out_build(config, inputs, report, stem, key, tokenizer, say, flags, **options)
     return {"store": store} | held
 
 
-def format_options(config: RunConfig, source: SourceConfig) -> dict[str, object]:
+def format_options(config: RunConfig, source: StoreOrCorpus) -> dict[str, object]:
     """``build_store``'s options for what ``source`` holds (a corpus, or a store's ``build_from``): text read
     from its ``text_field`` or ``data.text_field``, or conversations rendered by ``data.chat``.
 
     >>> from meltemi.trainer.config import RunConfig
-    >>> format_options(RunConfig(), SourceConfig(store="s", build_from="raw/"))
+    >>> format_options(RunConfig(), StoreOrCorpus(store="s", build_from="raw/"))
     {'subset': None, 'text_field': 'text'}
     """
     data, chat = config.data, config.data.chat

@@ -49,15 +49,17 @@ def _on_stderr(line: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class StoreBuild:
-    """A source whose store is built from raw inputs: the source's name, its inputs and where the store is."""
+    """A source (or an eval set: ``section`` ``eval_sets``) whose store is built from raw inputs: its name,
+    its inputs and where the store is."""
 
     source: str
     inputs: tuple[str, ...]
     store: str
+    section: str = "sources"
 
     @property
     def field(self) -> str:
-        return f"data.sources.{self.source}"
+        return f"data.{self.section}.{self.source}"
 
     def shown_inputs(self) -> str:
         """The inputs as a line names them: the first few, then how many more."""
@@ -88,15 +90,15 @@ class BuildOutcome:
 
 
 def store_builds(config: RunConfig) -> list[StoreBuild]:
-    """The sources of ``config`` whose stores are built from raw inputs, in the config's order; none when
-    ``data.stores`` or ``data.corpus`` replaces ``data.sources``."""
+    """The sources of ``config`` whose stores are built from raw inputs, in the config's order (none when
+    ``data.stores`` or ``data.corpus`` replaces ``data.sources``), then its eval sets that are."""
     data = config.data
-    if data.stores or data.corpus is not None:
-        return []
+    sources = {} if data.stores or data.corpus is not None else data.sources
     return [
-        StoreBuild(name, tuple(source.build_from), source.store)
-        for name, source in data.sources.items()
-        if source.build_from is not None and source.store is not None
+        StoreBuild(name, tuple(each.build_from), each.store, section)
+        for section, named in (("sources", sources), ("eval_sets", data.eval_sets))
+        for name, each in named.items()
+        if each.build_from is not None and each.store is not None
     ]
 
 
@@ -251,7 +253,7 @@ class _Builds:
         from meltemi.datastore import Hints
 
         data = self.config.data
-        source = data.sources[one.source]
+        source = getattr(data, one.section)[one.source]
         flags = {k: v for k, v in SOURCE_FLAGS.items() if k != "overwrite"}  # a store is never overwritten
         flags["subset"] = f"--{one.field}.subset {{}}"
         if source.text_field is not None:

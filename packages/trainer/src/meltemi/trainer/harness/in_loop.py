@@ -1,6 +1,7 @@
-"""Downstream tasks in the training loop: ``eval.tasks`` run on the model being trained at every held-out
-evaluation, their metrics logged beside the held-out loss and drawn in ``downstream.png`` beside
-``loss.png``.
+"""Downstream tasks in the training loop: ``eval.tasks`` run on the model being trained at the first and last
+evaluation and every ``eval.every`` steps (by default with every held-out evaluation), each at its own shot
+count (``num_fewshot``) and under its alias, their metrics logged beside the held-out loss and drawn in
+``downstream.png`` beside ``loss.png``.
 
 The tasks are built (their data read) once, when the trainer starts, so an unknown task or missing data
 stops the run before its first step; the harness is imported only when ``eval.tasks`` names some.
@@ -20,7 +21,8 @@ from meltemi.trainer.harness.loading import require_harness
 from meltemi.trainer.run.plots import save_figure
 from meltemi.trainer.step.mesh import MeshPlan
 
-HELD_OUT_METRICS = ("loss", "bpb")
+# the held-out sets' metrics (per set, and per tag of the eval sets: eval/<tag>/macro_loss...), never a task's
+HELD_OUT_METRICS = ("loss", "bpb", "micro_loss", "macro_loss", "macro_bpb")
 
 
 class DownstreamEval:

@@ -34,8 +34,9 @@ from lm_eval.evaluator import evaluate
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable, make_table
 
+from meltemi.trainer.config import EvalTask
 from meltemi.trainer.harness import SHIPPED_TAG
-from meltemi.trainer.harness.errors import MissingTaskDataError, UnknownTaskError
+from meltemi.trainer.harness.errors import EvalError, MissingTaskDataError, UnknownTaskError
 from meltemi.trainer.harness.hub import decided_hub_access
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "tasks"
@@ -124,12 +125,14 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
-def load_tasks(specs: Sequence[str], manager: TaskManager) -> list:
-    """The harness's task and group objects for ``specs``, each built (and its data read) on its own."""
+def load_tasks(specs: Sequence[str | EvalTask], manager: TaskManager) -> list:
+    """The harness's task and group objects for ``specs``, each built (and its data read) on its own, with
+    its shot count and under its alias when it has them (``EvalTask``; ``NAME:SHOTS`` gives the count)."""
     if not specs:
         raise UnknownTaskError("no task given: name at least one task, group, tag or task YAML file")
     top = []
-    for spec in specs:
+    for asked in map(EvalTask.of, specs):
+        spec = asked.name
         try:
             loaded = manager.load([spec])
         except KeyError:
@@ -144,9 +147,28 @@ def load_tasks(specs: Sequence[str], manager: TaskManager) -> list:
         groups, tasks = loaded.get("groups", {}), loaded["tasks"]
         children = {child for names in loaded.get("group_map", {}).values() for child in names}
         grouped = {task.task_name for group in groups.values() for task in group.get_all_tasks()}
-        top += [group for name, group in groups.items() if name not in children]
-        top += [task for name, task in tasks.items() if name not in grouped]
+        mine = [group for name, group in groups.items() if name not in children]
+        mine += [task for name, task in tasks.items() if name not in grouped]
+        top += _as_asked(asked, mine)
     return top
+
+
+def _as_asked(asked: EvalTask, loaded: list) -> list:
+    """The task and group objects ``loaded`` for ``asked``, given its shot count (every task of a group or a
+    tag: lm-eval's ``--num_fewshot``) and its alias (a single task's name, so one task can run twice)."""
+    leaves = [task for item in loaded for task in (item.get_all_tasks() if hasattr(item, "get_all_tasks")
+                                                   else [item])]  # fmt: skip
+    if asked.num_fewshot is not None:
+        for task in leaves:
+            task.set_config(key="num_fewshot", value=asked.num_fewshot)
+    if asked.alias is not None:
+        if len(loaded) != 1 or len(leaves) != 1 or loaded[0] is not leaves[0]:
+            raise EvalError(
+                f"task {asked.name!r}: a group or tag of {len(leaves)} tasks has no alias (an alias renames "
+                "one task); name its tasks one by one"
+            )
+        leaves[0].set_config(key="task", value=asked.alias)
+    return loaded
 
 
 def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
@@ -189,10 +211,12 @@ class PreparedTasks:
     tasks: list
 
     @staticmethod
-    def of(specs: Sequence[str]) -> PreparedTasks:
-        if typos := unmentioned([spec for spec in _needs_defaults(specs) if spec]):
+    def of(specs: Sequence[str | EvalTask]) -> PreparedTasks:
+        """``specs`` (names, ``NAME:SHOTS``, or ``EvalTask``s) built, each with its shot count and alias."""
+        names = [EvalTask.of(spec).name for spec in specs]
+        if typos := unmentioned([name for name in _needs_defaults(names) if name]):
             raise _unknown(typos[0])  # before the harness indexes its thousands of files for nothing
-        manager = task_manager(specs)
+        manager = task_manager(names)
         return PreparedTasks(manager, load_tasks(specs, manager))
 
     def run(

@@ -119,6 +119,14 @@ def export_hf(
     return local
 
 
+def take_part_in_export(model: Llama) -> None:
+    """In a run of several processes, what each process but the exporting one does while that one runs
+    ``export_hf`` of the same ``model``: fetch every tensor in the order the export writes them, so that the
+    exporter can gather the parts this process's devices hold (``layout.on_host``); nothing is written."""
+    for tensor in hf_tensors(model.config).values():
+        tensor.to_hf(our_tensor(model, tensor.ours))
+
+
 class _Recorded(Directory):
     """A bucket prefix that remembers the keys written to it, to delete them when the export fails."""
 

@@ -80,7 +80,8 @@ class HfTensor:
 
 
 def on_host(array: jax.Array) -> np.ndarray:
-    """``array`` as a host array, leaving no copy of it behind.
+    """``array`` as a host array, leaving no copy of it behind. An array other processes hold parts of is
+    gathered from them, so each of them calls this for it too (``hf.export.take_part_in_export``).
 
     ``np.asarray`` keeps the host value it fetches on an array that lives on an accelerator or on several
     devices (jax caches it, so the next fetch is free): a model's own parameter (the embedding) would then
@@ -95,8 +96,10 @@ def on_host(array: jax.Array) -> np.ndarray:
         cpu = jax.devices("cpu")[0]
     except RuntimeError:  # no CPU backend (JAX_PLATFORMS leaves it out): jax's own fetch it is
         return np.asarray(array)
-    if not array.is_fully_addressable:  # other processes hold part of it: jax's own fetch says what it can
-        return np.asarray(array)
+    if not array.is_fully_addressable:  # other processes hold part of it: every process calls this to gather
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(array, tiled=True))
     shards = [shard for shard in array.addressable_shards if shard.replica_id == 0]
     if len(shards) == 1:
         return np.asarray(jax.device_put(shards[0].data, cpu))

@@ -22,6 +22,7 @@ from meltemi.datastore import BatchLoader
 from meltemi.datastore.storage import Appender, Location
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import NonFiniteError
+from meltemi.trainer.run.hf_exports import HfExports
 from meltemi.trainer.run.profile_trace import ProfileTrace
 from meltemi.trainer.run.startup import StartupClock
 from meltemi.trainer.run.trackers import BUCKET_FLUSH_SECONDS
@@ -33,12 +34,14 @@ from meltemi.trainer.step.train_step import StepMetrics, TrainState
 
 class LoopRun(Protocol):
     """What the step loop needs of the run it drives, and nothing more (the ``Trainer`` is one): its
-    config, where it is, its training batches, its compiled step and its held-out evaluation."""
+    config, where it is, its training batches, its compiled step, its evaluation (everything, or at a step
+    what is due then) and its Hugging Face exports."""
 
     config: RunConfig
     directory: RunDirectory
     is_primary: bool
     clock: StartupClock
+    exports: HfExports
 
     @property
     def mesh(self) -> Mesh: ...
@@ -50,7 +53,9 @@ class LoopRun(Protocol):
         """One step on this process's rows ``local`` of a global batch of ``rows`` rows."""
         ...
 
-    def evaluate(self, state: TrainState) -> dict[str, float]: ...
+    def evaluate(self, state: TrainState, at: int | None = None) -> dict[str, float]: ...
+
+    def evaluation_due(self, step: int) -> bool: ...
 
 
 class StepLoop:
@@ -83,13 +88,20 @@ class StepLoop:
         self.pending: tuple[int, StepMetrics, int] | None = None  # a dispatched step: metrics, rows
         self.batches: Appender | None = None  # batches.jsonl, once the first hash is logged
 
-    def _evaluate(self, step: int) -> dict[str, float]:
+    def _evaluate(self, step: int, due_only: bool = False) -> dict[str, float]:
+        """Evaluate the state of ``step``: everything, or ``due_only`` what is due at that step."""
         self.rate.pause()
-        metrics = self.job.evaluate(self.state)
+        metrics = self.job.evaluate(self.state, step if due_only else None)
         self.trackers.log(metrics, step=step)
         self.evaluations.append((step, metrics))
         self.rate.resume()
         return metrics
+
+    def _export(self, step: int) -> None:
+        """Export the weights of ``step`` (``trainer.export_every``), its time not counted as training's."""
+        self.rate.pause()
+        self.progress.note(self.job.exports.export(self.state, step))
+        self.rate.resume()
 
     def _flush(self, force: bool = False) -> None:
         if self.pending is not None:
@@ -234,14 +246,19 @@ class StepLoop:
                 done = step + 1
                 if done == trainer.num_train_steps:
                     break
-                if trainer.eval_every and done % trainer.eval_every == 0:
+                if self.job.evaluation_due(done):
                     self._flush()
-                    self.last_eval = self._evaluate(done)
+                    self.last_eval = self._evaluate(done, due_only=True)
+                if self.job.exports.due(done):
+                    self._export(done)
             # Under the mesh like every other save: the mesh is part of a trace's context, so a save outside
             # it traced and compiled the checkpoint's fingerprints again (0.27 s for the tests' small model).
             self._flush(force=True)
             self._final_checkpoint()
-        self.last_eval = self._evaluate(int(jax.device_get(self.state.step)))
+        last = int(jax.device_get(self.state.step))
+        self.last_eval = self._evaluate(last)
+        if self.job.exports.due(last):
+            self._export(last)
         self.first_eval = self.first_eval or self.last_eval
 
 

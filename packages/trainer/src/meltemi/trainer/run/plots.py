@@ -45,15 +45,16 @@ def plot_loss(records: list[dict[str, Any]], run: Directory, name: str = RunDire
 
 
 def held_out_series(records: list[dict[str, Any]]) -> list[str]:
-    """The held-out losses a plot draws: each source's, and over all of them only when there are several
-    (with one source both are the same line).
+    """The held-out losses a plot draws: each source's and eval set's, and over all of them only when there
+    are several (with one source both are the same line); not the averages over tags or sets.
 
     >>> held_out_series([{"step": 0, "eval/loss": 2.0, "eval/stdlib/loss": 2.0}])
     ['eval/stdlib/loss']
-    >>> held_out_series([{"step": 0, "eval/loss": 2.0, "eval/a/loss": 1.0, "eval/b/loss": 3.0}])
+    >>> held_out_series([{"step": 0, "eval/loss": 2.0, "eval/a/loss": 1.0, "eval/b/loss": 3.0,
+    ...                   "eval/macro_loss": 2.0, "eval/paloma/micro_loss": 3.0}])
     ['eval/a/loss', 'eval/b/loss', 'eval/loss']
     """
-    names = sorted({k for r in records for k in r if k.startswith("eval/") and k.endswith("loss")})
+    names = sorted({k for r in records for k in r if k.startswith("eval/") and k.split("/")[-1] == "loss"})
     per_source = [name for name in names if name != "eval/loss"]
     return per_source if len(per_source) == 1 else names
 
