@@ -136,13 +136,13 @@ def test_the_8b_sft_preset_is_exp1237_on_a_v4_128(sft, marin):
         update={"z_loss_weight": 0.0}
     )  # the base's shape (its z-loss is the pretraining's own)
     assert sft.model.z_loss_weight == 0.0
-    assert (o.learning_rate, o.schedule, o.warmup_steps, o.weight_decay, o.max_grad_norm) == (
-        1e-4,
-        "constant",
-        int(0.03 * 10_228),
-        0.0,
-        1.0,
-    )
+    from meltemi.trainer.plan.phases import learning_rate_at
+
+    warmup = int(0.03 * 10_228)  # Levanter's warmup 0.03, then decay 0.0: the peak to the end
+    rates = [learning_rate_at(sft, step) for step in (0, 153, warmup, 10_227)]
+    assert rates == pytest.approx([0.0, 0.5e-4, 1e-4, 1e-4], rel=1e-6)
+    assert (o.weight_decay, o.max_grad_norm) == (0.0, 1.0)
+    assert d.held_out == "none" and list(d.eval_sets) == ["paloma_c4_en"]  # nothing held out, as Marin
     assert (t.global_batch_size, t.num_train_steps, d.seq_len) == (128, 10_228, 4096)
     assert (sft.hardware.chip, sft.hardware.devices) == ("TPU v4", 64)
     assert d.mixture_block_size == 2048

@@ -245,3 +245,19 @@ def test_an_eval_sets_store_is_built_from_its_raw_inputs_as_a_sources_is(
     (built,) = build_missing_stores(config, say=lambda line: None, done=lambda outcome: None)
     assert not built.failed and built.line.startswith("data.eval_sets.other: ")
     assert TokenStore.open(store).num_docs == 6
+
+
+def test_held_out_none_trains_on_every_row_and_evaluates_only_the_eval_sets(make_config, corpus):
+    """Marin's way (data.held_out: none): no source's tail is held out; the eval sets are what is evaluated,
+    and a run that would then evaluate nothing is refused before it starts."""
+    from meltemi.trainer.data.run_data import open_data
+
+    with pytest.raises(ConfigError, match="data.held_out none holds nothing out of the sources: name what"):
+        make_config("--data.held_out", "none")
+    eval_sets = {"other": {"store": corpus["store"]}}
+    tail = open_data(make_config("--data.eval_sets", json.dumps(eval_sets)))
+    whole = open_data(make_config("--data.held_out", "none", "--data.eval_sets", json.dumps(eval_sets)))
+    assert list(tail.held_out) == ["py", "other"] and list(whole.held_out) == ["other"]
+    every_row = SequenceDataset(TokenStore.open(corpus["store"]), whole.train.dataset.sources[0].seq_len)
+    assert whole.train.dataset.sources[0].num_sequences == every_row.num_sequences
+    assert tail.train.dataset.sources[0].num_sequences < every_row.num_sequences

@@ -136,3 +136,21 @@ def test_a_second_run_in_a_directory_a_run_is_training_in_is_refused_naming_it(m
     finally:
         held.release()
     assert make_trainer(more, run_dir).run().steps == 8  # the directory is free again
+
+
+def test_parts_of_the_standard_library_are_sources_of_their_own(make_config, corpus, tmp_path):
+    """``stdlib:PATTERN,...`` (the rehearsal's web, code and math) builds a store of just those files; a
+    pattern matching none is one line naming the field and the root the patterns are read under."""
+    import json
+
+    from meltemi.datastore import TokenStore
+    from meltemi.trainer.data.sources import resolve_data
+
+    sources = {"math": {"corpus": "stdlib:statistics.py,fractions.py"}}
+    config = make_config("--data.sources", json.dumps(sources), "--data.cache_dir", str(tmp_path / "cache"))
+    store = TokenStore.open(resolve_data(config, say=lambda line: None).data.sources["math"].store)
+    assert store.num_docs == 2
+    missing = make_config("--data.sources", json.dumps({"web": {"corpus": "stdlib:no_such_dir/*"}}),
+                          "--data.cache_dir", str(tmp_path / "cache"))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"data.sources.web.corpus: stdlib:no_such_dir/\* matches none of"):
+        resolve_data(missing, say=lambda line: None)

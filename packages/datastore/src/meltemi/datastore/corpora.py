@@ -1,5 +1,6 @@
 """The default corpus for the apps (the running interpreter's standard library) and a BPE trainer for it."""
 
+import fnmatch
 import os
 import re
 import sysconfig
@@ -26,8 +27,12 @@ STDLIB_REVISION = 2
 the selection names it."""
 
 
-def python_stdlib(include_tests: bool = False, include_generated: bool = False) -> list[str]:
-    """The standard library's `.py` files, sorted by path (site-packages never included).
+def python_stdlib(
+    include_tests: bool = False, include_generated: bool = False, parts: Sequence[str] = ()
+) -> list[str]:
+    """The standard library's `.py` files, sorted by path (site-packages never included); with ``parts``,
+    only those whose path under the library's root matches one of these shell patterns (``email/*``,
+    ``statistics.py``: ``*`` crosses directories, as ``fnmatch`` does).
 
     The test suites are left out unless asked for: they hold deliberately broken files. So are the files a
     tool generated, whose first lines say so (the signal code corpora's filters read): the codec tables of
@@ -39,13 +44,19 @@ def python_stdlib(include_tests: bool = False, include_generated: bool = False) 
     True
     >>> any(f.endswith("/encodings/cp1252.py") for f in files)  # "generated ... with gencodec.py"
     False
+    >>> [Path(f).name for f in python_stdlib(parts=["statistics.py", "json/e*"])]
+    ['encoder.py', 'statistics.py']
     """
     skipped = _PACKAGE_DIRS if include_tests else _PACKAGE_DIRS | _TEST_DIRS
+    root = Path(sysconfig.get_paths()["stdlib"])
     files = []
     # Pruned while walking: the test suites and site-packages are most of what lies under the root.
-    for parent, dirnames, filenames in os.walk(Path(sysconfig.get_paths()["stdlib"])):
+    for parent, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in skipped]
         files += [os.path.join(parent, f) for f in filenames if f.endswith(".py")]
+    if parts:
+        relative = {f: Path(f).relative_to(root).as_posix() for f in files}
+        files = [f for f in files if any(fnmatch.fnmatchcase(relative[f], pattern) for pattern in parts)]
     return sorted(f for f in files if include_generated or not _generated(f))
 
 

@@ -104,8 +104,8 @@ class ModelConfig(Section):
     )
     z_loss_weight: float | list[tuple[int, float]] = Field(
         0.0,
-        description="weight of the z-loss (log-normalizer squared), or [[start_step, weight], ...] from step 0 "
-        "(Marin-8B's Starling phase turned it on at 1e-4); the step is compiled once per weight",
+        description="weight of the z-loss (log-normalizer squared), or [[start_step, weight], ...] from step "
+        "0 (Marin-8B's Starling phase turned it on at 1e-4); the step is compiled once per weight",
     )
 
     @field_validator("z_loss_weight")
@@ -236,15 +236,17 @@ class CyclesSegment(Segment):
     peak: float = Field(gt=0, description="the stable rate of each cycle")
     floor: float = Field(ge=0, description="the rate each cycle's decay reaches")
     cycle: int = Field(gt=0, description="steps per cycle")
-    warmup: float = Field(0, ge=0, description="the first cycle's warmup from 0: steps, or a cycle's fraction")
+    warmup: float = Field(0, ge=0, description="the first cycle's warmup from 0: steps, or a fraction")
     rewarmup: float = Field(0, ge=0, description="the later cycles' warmup from the floor reached")
     decay: float = Field(gt=0, description="each cycle's decay: steps, or a fraction of the cycle if < 1")
     shape: Literal["linear", "cosine", "inv"] = Field("inv", description="the decay's shape")
 
     def lengths(self) -> tuple[int, int, int]:
         """The first cycle's warmup, the later cycles' rewarmup and every cycle's decay, in steps."""
-        in_steps = [int(v * self.cycle) if v < 1 else int(v) for v in (self.warmup, self.rewarmup, self.decay)]
-        return in_steps[0], in_steps[1], in_steps[2]
+        warmup, rewarmup, decay = (
+            int(v * self.cycle) if v < 1 else int(v) for v in (self.warmup, self.rewarmup, self.decay)
+        )
+        return warmup, rewarmup, decay
 
     @model_validator(mode="after")
     def _fits(self) -> CyclesSegment:
@@ -332,20 +334,22 @@ class OptimizerConfig(Section):
         if not self.segments:
             return self
         replaced = ("learning_rate", "schedule", "warmup_steps", "decay_steps", "min_lr_ratio", "extension")
-        given = [f"optimizer.{name}" for name in replaced if getattr(self, name) != type(self).model_fields[name].default]
+        defaults = type(self).model_fields
+        given = [f"optimizer.{name}" for name in replaced if getattr(self, name) != defaults[name].default]
         if given or self.phases:
+            ignored = ", ".join(given) or "optimizer.phases"
             raise ValueError(
-                f"optimizer.segments gives the whole learning rate, so {', '.join(given) or 'optimizer.phases'} "
-                "would be ignored: give the rates in the segments, and leave those out"
+                f"optimizer.segments gives the whole learning rate, so {ignored} would be ignored: give the "
+                "rates in the segments, and leave those out"
             )
         ends = [0] + [segment.end for segment in self.segments]
         for index, (segment, end) in enumerate(zip(self.segments, ends, strict=False)):
             if segment.start != end:
-                what = "overlaps the one before" if segment.start < end else "leaves a gap after the one before"
+                what = "overlaps" if segment.start < end else "leaves a gap after"
                 raise ValueError(
                     f"optimizer.segments[{index}]{_named(segment.name)} starts at step {segment.start} and "
-                    f"{what}, which ends at step {end}: each segment starts where the last one ends (the first "
-                    "at 0)"
+                    f"{what} the one before, which ends at step {end}: each segment starts where the last "
+                    "one ends (the first at 0)"
                 )
         return self
 
@@ -614,7 +618,8 @@ class StoreOrCorpus(Section):
         description="a file, directory or URL built into a store on first use: text, JSONL, Parquet or "
         "Arrow; for chat, JSON, JSONL, Parquet or Arrow whose messages field holds the conversation (or a "
         "prompt and a completion, ShareGPT's conversations, or Alpaca's instruction, input and output); "
-        "stdlib: the standard library's source files (text), stdlib-chat: conversations about its functions",
+        "stdlib: the standard library's source files (text), stdlib:PATTERN,...: those whose paths under its "
+        "root match (stdlib:email/*,json/*), stdlib-chat: conversations about its functions",
     )
     build_from: list[str] | None = Field(
         None,
@@ -783,11 +788,12 @@ class DataConfig(Section):
     stages: list[StageConfig] = Field(default_factory=list, description="mixture weights that change by step")
     seq_len: int = Field(2048, gt=0, description="tokens per training sequence")
     eval_fraction: float = Field(0.005, gt=0, lt=1, description="tail of each store held out for evaluation")
-    held_out: Literal["split", "tail"] = Field(
+    held_out: Literal["split", "tail", "none"] = Field(
         "split",
         description="what a corpus's source is evaluated on: its data set's test split (else its "
         "validation split) when it has one beside the split trained on, else the tail of its store "
-        "(data.eval_fraction); or always the tail",
+        "(data.eval_fraction); or always the tail; or none: every source trained on whole, and only "
+        "data.eval_sets evaluated (as Marin ran its base run and its SFT)",
     )
     mixture_block_size: int = Field(1024, gt=0, description="sequences per block of fixed mixture counts")
     text_field: str = Field("text", description="data.corpus: the JSONL field or Parquet column of the text")
@@ -834,6 +840,18 @@ class DataConfig(Section):
                 )
         if (clash := eval_set_clash(self.sources, self.eval_sets)) is not None:
             raise ValueError(clash)
+        if self.held_out == "none":
+            given = sorted(name for name, source in self.sources.items() if source.eval_store is not None)
+            if given:
+                raise ValueError(
+                    f"data.held_out none trains on every source whole, so the eval_store of {given} would "
+                    "not be read: name those stores in data.eval_sets instead"
+                )
+            if not self.eval_sets:
+                raise ValueError(
+                    "data.held_out none holds nothing out of the sources: name what the run evaluates in "
+                    "data.eval_sets (a store, or a corpus built into one), or hold out a tail (tail)"
+                )
         return self
 
 
@@ -1017,8 +1035,8 @@ class RunConfig(Section):
         segments, steps = self.optimizer.segments, self.trainer.num_train_steps
         if segments and segments[-1].end < steps:
             raise ValueError(
-                f"optimizer.segments end at step {segments[-1].end}, before trainer.num_train_steps ({steps}): "
-                "give the learning rate of every step (a last segment, or a later end)"
+                f"optimizer.segments end at step {segments[-1].end}, before trainer.num_train_steps "
+                f"({steps}): give the learning rate of every step (a last segment, or a later end)"
             )
         return self
 

@@ -90,6 +90,13 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
         store = _open_store(name, source.store, data.tokenizer, built_from=source.build_from is not None,
                             vocab_size=config.model.vocab_size)  # fmt: skip
         eos_ids.append(store.manifest["tokenizer"].get("eos_id"))
+        if data.held_out == "none":  # trained on whole; the eval sets are what is evaluated
+            if store.is_chat:
+                chats[name] = store.manifest["chat"]
+            trains[name] = _whole(name, store, config)
+            if store.is_chat:
+                packing[name] = trains[name].report() + _epochs(name, trains[name].num_sequences, config)
+            continue
         if store.is_chat:
             chats[name] = store.manifest["chat"]
             trains[name], held[name] = _packed(name, store, source.eval_store, config)
@@ -262,6 +269,17 @@ def _text_and_held_out(name: str, store: TokenStore, eval_store: str, config: Ru
     return tuple(
         SequenceDataset(s, data.seq_len, reset_positions=data.reset_positions) for s in (store, held)
     )
+
+
+def _whole(name: str, store: TokenStore, config: RunConfig):
+    """Every row of a source's store, none held out (``data.held_out: none``): a chat store's conversations
+    packed whole, a text store's tokens in rows of ``data.seq_len + 1``."""
+    try:
+        if store.is_chat:
+            return PackedDataset(store, config.data.seq_len)
+        return SequenceDataset(store, config.data.seq_len, reset_positions=config.data.reset_positions)
+    except ValueError as e:
+        raise DataError(f"data.sources.{name}.store: {e}") from None
 
 
 def _packed(name: str, store: TokenStore, eval_store: str | None, config: RunConfig):

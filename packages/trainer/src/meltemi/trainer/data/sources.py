@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from meltemi.datastore import BuildReport
 
 STDLIB = "stdlib"
+STDLIB_PARTS = "stdlib:"  # some of its files: stdlib:email/*,json/* (their paths under its root)
 STDLIB_CHAT = (
     "stdlib-chat"  # a chat corpus: questions about the standard library's functions (datastore.stdlib_chat)
 )
@@ -210,13 +211,13 @@ def build_source(
     is held out."""
     data, chat = config.data, config.data.chat
     corpus, field = source.corpus, f"data.{section}.{name}"
-    if corpus == STDLIB and source.format == "chat":
+    if _is_stdlib(corpus) and source.format == "chat":
         raise ConfigError(
-            f"{field}.corpus: {STDLIB} is text (the standard library's source files); its chat "
+            f"{field}.corpus: {corpus} is text (the standard library's source files); its chat "
             f"corpus is {STDLIB_CHAT}"
         )
-    if corpus == STDLIB:  # its files, tokenized with this run's tokenizer (a base's, say)
-        inputs, identity = _stdlib_inputs()
+    if _is_stdlib(corpus):  # its files (or some), tokenized with this run's tokenizer (a base's, say)
+        inputs, identity = _stdlib_inputs(corpus, field)
     elif corpus == STDLIB_CHAT:
         corpus = stdlib_chat_corpus(config, say)
         inputs, identity = corpus, _resolved(corpus)
@@ -233,7 +234,7 @@ def build_source(
         key += "" if chat.end_of_turn is None else f"\0{chat.end_of_turn}"  # unnamed: the keys stores had
     key += "" if source.subset is None else f"\0subset={source.subset}"
     named = corpus if source.corpus == STDLIB_CHAT else source.corpus  # a Hub name, not its snapshot's hash
-    stem = Path(named.rstrip("/")).stem or "corpus"
+    stem = STDLIB if _is_stdlib(corpus) else Path(named.rstrip("/")).stem or "corpus"
     flags = SOURCE_FLAGS | {"subset": f"--{field}.subset {{}}"}
     if source.text_field is not None:
         flags["text_field"] = f"--{field}.text_field {{}}"
@@ -266,13 +267,29 @@ def format_options(config: RunConfig, source: StoreOrCorpus) -> dict[str, object
     }
 
 
-def _stdlib_inputs() -> tuple[list[str], str]:
-    """The standard library's source files (``corpus: stdlib`` with a tokenizer other than its own), and
-    what names them in a cached store's key: this Python's version and the corpus's revision."""
+def _is_stdlib(corpus: str) -> bool:
+    """Whether ``corpus`` names the standard library's source, or some of its files (``stdlib:email/*``)."""
+    return corpus == STDLIB or corpus.startswith(STDLIB_PARTS)
+
+
+def _stdlib_inputs(corpus: str = STDLIB, field: str = "data.corpus") -> tuple[list[str], str]:
+    """The standard library's source files (``corpus: stdlib`` with a tokenizer other than its own; those
+    under its root that match ``stdlib:PATTERN,PATTERN``), and what names them in a cached store's key:
+    this Python's version, the corpus's revision and the patterns."""
     from meltemi.datastore import corpora
 
     identity = f"{STDLIB}-py{sysconfig.get_python_version()}-r{corpora.STDLIB_REVISION}"
-    return corpora.python_stdlib(), identity
+    if corpus == STDLIB:
+        return corpora.python_stdlib(), identity
+    patterns = [word.strip() for word in corpus.removeprefix(STDLIB_PARTS).split(",") if word.strip()]
+    files = corpora.python_stdlib(parts=patterns)
+    if not files:
+        root = sysconfig.get_paths()["stdlib"]
+        raise ConfigError(
+            f"{field}.corpus: {corpus} matches none of the standard library's source files: give shell "
+            f"patterns of their paths under {root}, comma-separated (stdlib:email/*,json/*)"
+        )
+    return files, f"{identity}\0{','.join(patterns)}"
 
 
 def _held_out_build(config: RunConfig, corpus: str, report: BuildReport, name: str, key: str, tokenizer: str,
