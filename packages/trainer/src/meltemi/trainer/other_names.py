@@ -62,6 +62,8 @@ OTHER_NAMES: dict[str, OtherName] = {
     "eval_steps": OtherName("trainer.eval_every", TRAINING_ARGUMENTS),
     "steps_per_eval": OtherName("trainer.eval_every", LEVANTER),
     "max_eval_batches": OtherName("trainer.eval_batches", LEVANTER),
+    "watch_targets": OtherName("trainer.watch.targets", LEVANTER, differs="params, grads, updates; no opt_state"),  # noqa: E501
+    "split_scan_layers": OtherName("trainer.watch.per_layer", LEVANTER),
     "steps_per_task_eval": OtherName("eval.every", MARIN),
     "steps_per_hf_export": OtherName("trainer.export_every", MARIN),
     "num_fewshot": OtherName("eval.tasks", LM_EVAL, differs="per task: {name: TASK, num_fewshot: N}, or TASK:N"),  # noqa: E501

@@ -7,6 +7,7 @@ and under which names (its layout, the one place those names are written), and w
           metrics.jsonl         one JSON record per log or eval       METRICS
           batches.jsonl         each step's batch hash                BATCHES
           loss.png              the loss curve                        LOSS_PLOT
+          norms.png             parameter, gradient, update norms     NORMS_PLOT
           events.jsonl          a slice job's events (--launch ray)   EVENTS
           checkpoints/step-N/   the checkpoints                       CHECKPOINTS
           profile/              a profiler trace (trainer.profiler)   PROFILE
@@ -49,6 +50,7 @@ class RunDirectory:
     METRICS: ClassVar[str] = "metrics.jsonl"
     BATCHES: ClassVar[str] = "batches.jsonl"
     LOSS_PLOT: ClassVar[str] = "loss.png"
+    NORMS_PLOT: ClassVar[str] = "norms.png"
     EVENTS: ClassVar[str] = "events.jsonl"
     CHECKPOINTS: ClassVar[str] = "checkpoints"
     PROFILE: ClassVar[str] = "profile"

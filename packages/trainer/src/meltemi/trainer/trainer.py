@@ -34,7 +34,7 @@ from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
 from meltemi.trainer.phase.initialize import initialize_from_base, resolve_run
 from meltemi.trainer.run.hf_exports import HfExports
 from meltemi.trainer.run.loop import StepLoop
-from meltemi.trainer.run.plots import plot_loss
+from meltemi.trainer.run.plots import plot_loss, plot_norms
 from meltemi.trainer.run.progress import TrainingProgress
 from meltemi.trainer.run.signals import StopSignals, exit_status
 from meltemi.trainer.run.startup import StartupClock
@@ -429,6 +429,8 @@ class Trainer:
         )
         if self.downstream is not None and self.is_primary:  # eval.tasks: their metrics by step, beside it
             plot_downstream(records, self.run_files)
+        if self.is_primary:  # trainer.watch's norms by layer group (none logged: no plot)
+            plot_norms(records, self.run_files, RunDirectory.NORMS_PLOT)
         steps = int(jax.device_get(loop.state.step))
         evals = _evaluations(records, steps) or loop.evaluations  # another process may not see the record
         return self._summary(

@@ -113,7 +113,10 @@ class StepLoop:
         ``rows`` count towards the throughput of the interval it is reported in."""
         config = self.job.config.trainer
         self.rate.add(rows)
-        values = jax.device_get(metrics)
+        values = jax.device_get(dataclasses.replace(metrics, norms=None))
+        norms = {}  # trainer.watch's, on the steps that computed them (only those are copied to the host)
+        if metrics.norms is not None and bool(metrics.norms.computed):
+            norms = jax.device_get(metrics.norms).named()
         if not bool(values.applied):
             if config.nan_policy == "stop":
                 raise NonFiniteError(
@@ -126,6 +129,8 @@ class StepLoop:
             )
         done = step + 1
         if done % config.log_every and not force:
+            if norms:
+                self.trackers.log(norms, step=done)
             return
         speed = self.rate.interval()
         record = {
@@ -139,7 +144,7 @@ class StepLoop:
         }
         if speed.mfu is not None:
             record["throughput/mfu"] = speed.mfu
-        self.trackers.log(record, step=done)
+        self.trackers.log({**record, **norms}, step=done)
         self.progress.update(
             done, record["train/loss"], speed.tokens_per_second, speed.mfu, speed.flops_per_second
         )

@@ -1,12 +1,15 @@
-"""The loss curve a finished run leaves in its directory: training loss by step, held-out loss as points."""
+"""The plots a finished run leaves in its directory: the loss curve (training loss by step, held-out loss as
+points), and the norms of its parameters, gradients and updates by layer group (``trainer.watch``)."""
 
 from __future__ import annotations
 
 import io
+import math
 from typing import TYPE_CHECKING, Any
 
 from meltemi.datastore.storage import Directory
 from meltemi.trainer.run_directory import RunDirectory
+from meltemi.trainer.step.norms import PREFIXES, TOTAL, group_norms
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -70,3 +73,63 @@ def save_figure(figure: Figure, run: Directory, name: str) -> str:
     plt.close(figure)
     run.write_bytes(name, png.getvalue())
     return run.where(name)
+
+
+def plot_norms(
+    records: list[dict[str, Any]], run: Directory, name: str = RunDirectory.NORMS_PLOT
+) -> str | None:
+    """Draw ``trainer.watch``'s norms of ``records`` (``metrics.jsonl`` lines) to the PNG ``name`` in ``run``:
+    one panel each for the parameters, the gradient and the update, each layer group's norm by step on a log
+    scale (a stacked parameter's layers combined: ``layers.mlp.up_proj.weight``); where it went, or None
+    when the records hold none.
+
+    >>> run = Directory("memory://doc/norms")
+    >>> records = [{"step": 10, "params/norm/lm_head.weight": 3.0, "grad/norm/layers.0.w": 0.5},
+    ...            {"step": 20, "params/norm/lm_head.weight": 3.5, "grad/norm/layers.0.w": 0.25}]
+    >>> plot_norms(records, run)
+    'memory://doc/norms/norms.png'
+    >>> plot_norms([{"step": 10, "train/loss": 2.0}], run) is None
+    True
+    """
+    series: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for record in records:
+        for prefix, groups in group_norms(record).items():
+            for group, value in groups.items():
+                if value > 0 and math.isfinite(value):  # log scale: no zero update of a skipped step
+                    series.setdefault(prefix, {}).setdefault(group, []).append((record["step"], value))
+    panels = [prefix for prefix in PREFIXES.values() if prefix in series]
+    if not panels:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    names = sorted({group for prefix in panels for group in series[prefix]}, key=lambda g: (g == TOTAL, g))
+    colors = plt.get_cmap("tab20")
+    style = {  # a color per layer group, the same in every panel (tab20's dark shades, then its light)
+        group: {"color": "black", "linewidth": 1.8, "linestyle": "--"}
+        if group == TOTAL
+        else {"color": colors((2 * i) % 20 + (2 * i) // 20 % 2), "linewidth": 1.1}
+        for i, group in enumerate(names)
+    }
+    figure, axes_row = plt.subplots(
+        1, len(panels), figsize=(5 * len(panels) + 2.5, 4.5), dpi=110, squeeze=False
+    )
+    for axes, prefix in zip(axes_row[0], panels, strict=True):
+        for group in names:
+            if group in series[prefix]:
+                points = series[prefix][group]
+                axes.plot(*zip(*points, strict=True), label=group.removesuffix(".weight"), **style[group])
+        axes.set_yscale("log")
+        axes.set_title(f"{prefix}/norm")
+        axes.set_xlabel("step")
+        axes.grid(alpha=0.3, which="both")
+    handles: dict[str, Any] = {}  # one legend for every panel, beside the last
+    for axes in axes_row[0]:
+        for handle, label in zip(*axes.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    axes_row[0][-1].legend(
+        list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8
+    )
+    return save_figure(figure, run, name)

@@ -21,6 +21,7 @@ from meltemi.trainer import adapters
 from meltemi.trainer.adapters import NamedBatch
 from meltemi.trainer.config import EmaConfig, RunConfig
 from meltemi.trainer.model.llama import Llama, cast_floating, with_matmul_dtype
+from meltemi.trainer.step.norms import ParameterNorms, Watch
 from meltemi.trainer.step.optimizer import make_optimizer
 from meltemi.trainer.step.schedules import learning_rate_schedule
 
@@ -38,13 +39,15 @@ class TrainState(eqx.Module):
 
 class StepMetrics(eqx.Module):
     """What one step reports: the loss without z-loss, the z-loss, the gradient norm, the learning rate
-    used, and whether the update was applied (False: NaN/Inf, skipped)."""
+    used, whether the update was applied (False: NaN/Inf, skipped), and each parameter's norms (None when
+    ``trainer.watch`` is off; computed on its steps only: ``norms.computed``)."""
 
     loss: jax.Array
     z_loss: jax.Array
     grad_norm: jax.Array
     learning_rate: jax.Array
     applied: jax.Array
+    norms: ParameterNorms | None = None
 
 
 def init_state(config: RunConfig, key: jax.Array) -> TrainState:
@@ -155,13 +158,16 @@ def make_train_step(
     optimizer = make_optimizer(config.optimizer, structure)
     schedule = learning_rate_schedule(config.optimizer, config.trainer.num_train_steps)
     gradients = make_gradients(config)
+    watch = Watch(config.trainer.watch, config.trainer.num_train_steps)
 
     def train_step(state: TrainState, batch: NamedBatch) -> tuple[TrainState, StepMetrics]:
         loss, z_loss, grads = gradients(state.model, batch)
         grads = cast_floating(grads, jnp.dtype(config.trainer.param_dtype))
         grad_norm = optax.tree.norm(grads)
+        grad_norms = watch.norms("grads", grads, state.step)  # each tree's norms where it is made
         rate = schedule(state.step)  # the one rate: applied here, reported in the metrics
         updates, opt_state = optimizer.update(grads, state.opt_state, state.model, learning_rate=rate)
+        update_norms = watch.norms("updates", updates, state.step)
         model = optax.apply_updates(state.model, updates)
         applied = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         keep = lambda new, old: jnp.where(applied, new, old)  # noqa: E731
@@ -176,7 +182,11 @@ def make_train_step(
             skipped_steps=state.skipped_steps + (~applied).astype(jnp.int32),
             ema=ema,
         )
-        metrics = StepMetrics(loss - z_loss, z_loss, grad_norm, rate, applied)
+        params_norms = watch.norms("params", new_state.model, state.step)
+        norms = watch.record(
+            state.step, params=params_norms, grads=grad_norms, updates=update_norms, applied=applied
+        )
+        metrics = StepMetrics(loss - z_loss, z_loss, grad_norm, rate, applied, norms)
         return new_state, metrics
 
     return train_step
