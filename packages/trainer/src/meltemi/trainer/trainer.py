@@ -230,9 +230,11 @@ class Trainer:
     def train_batches(self) -> BatchLoader:
         return self.data.train
 
-    def train_step(self, state: TrainState, local: dict[str, np.ndarray], rows: int):
-        """One compiled step on this process's rows ``local`` of a global batch of ``rows`` rows."""
-        return self.program.step(state, self.global_batch(local, rows), rows)
+    def train_step(self, state: TrainState, local: dict[str, np.ndarray], step: int):
+        """Step ``step``, compiled for its batch size and z-loss weight, on this process's rows ``local``."""
+        rows = self.train_batches.schedule.size(step)
+        weight = self.config.model.z_loss_at(step)
+        return self.program.step(state, self.global_batch(local, rows), rows, weight)
 
     def global_batch(self, local: dict[str, np.ndarray], global_rows: int) -> adapters.NamedBatch:
         """This process's rows, assembled with the other processes' into one global named batch."""

@@ -49,8 +49,9 @@ class LoopRun(Protocol):
     @property
     def train_batches(self) -> BatchLoader: ...
 
-    def train_step(self, state: TrainState, local: dict, rows: int) -> tuple[TrainState, StepMetrics]:
-        """One step on this process's rows ``local`` of a global batch of ``rows`` rows."""
+    def train_step(self, state: TrainState, local: dict, step: int) -> tuple[TrainState, StepMetrics]:
+        """Step ``step`` (its batch size and z-loss weight are the config's at it) on this process's rows
+        ``local`` of its global batch."""
         ...
 
     def evaluate(self, state: TrainState, at: int | None = None) -> dict[str, float]: ...
@@ -242,7 +243,7 @@ class StepLoop:
                 rows = self.job.train_batches.schedule.size(step)
                 if trainer.log_batch_hashes:
                     self._log_batch_hash(step, local)
-                self.state, metrics = self.job.train_step(self.state, local, rows)
+                self.state, metrics = self.job.train_step(self.state, local, step)
                 self._flush()
                 self.pending = (step, metrics, rows)
                 if profiler is not None and step == profiler.start_step + profiler.num_steps - 1:

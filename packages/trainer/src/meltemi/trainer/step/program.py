@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -63,8 +64,8 @@ class TrainProgram:
 
     def __init__(self, config: RunConfig, plan: MeshPlan):
         self.config, self.plan = config, plan
-        self._jitted = None
-        self._compiled: dict[int, jax.stages.Compiled] = {}
+        self._jitted: dict[tuple[int, float], Callable] = {}
+        self._compiled: dict[tuple[int, float], jax.stages.Compiled] = {}
         self._abstract_state: TrainState | None = None
         self._state_shardings = None
 
@@ -108,39 +109,51 @@ class TrainProgram:
             ema = jax.jit(copy_weights, out_shardings=self.state_shardings().ema)(state.model)
         return dataclasses.replace(state, ema=ema)
 
-    def jitted(self):
-        """The jitted step: the state laid out by the parameter mapping (donated), the batch by compute."""
-        if self._jitted is None:
-            step = make_train_step(self.config, self.abstract_state().model)
+    def jitted(self, global_batch_size: int | None = None, z_loss_weight: float | None = None):
+        """The jitted step: the state laid out by the parameter mapping (donated), the batch by compute; one
+        per batch size (the batch's shardings name its axes, sizes included) and z-loss weight
+        (``model.z_loss_weight`` by step); by default the first of each."""
+        rows = global_batch_size or self.config.trainer.batch_sizes()[0]
+        weight = self.config.model.z_loss_at(0) if z_loss_weight is None else z_loss_weight
+        if (rows, weight) not in self._jitted:
+            step = make_train_step(self.config, self.abstract_state().model, weight)
             compute = self.plan.compute_mapping
 
             def in_mapping(state, batch):
                 with hax.axis_mapping(compute):
                     return step(state, batch)
 
-            batch = self.abstract_batch(self.config.trainer.batch_sizes()[0])
-            self._jitted = jax.jit(
+            batch = self.abstract_batch(rows)
+            self._jitted[rows, weight] = jax.jit(
                 in_mapping,
                 in_shardings=(self.state_shardings(), self.plan.compute_shardings(batch)),
                 out_shardings=(self.state_shardings(), self.plan.replicated()),
                 donate_argnums=0,
             )
-        return self._jitted
+        return self._jitted[rows, weight]
 
-    def compile(self, global_batch_size: int | None = None) -> tuple[jax.stages.Compiled, CompileReport]:
-        """Lower from abstract shapes and compile for a batch size (default: the first); kept for ``step``."""
+    def compile(
+        self, global_batch_size: int | None = None, z_loss_weight: float | None = None
+    ) -> tuple[jax.stages.Compiled, CompileReport]:
+        """Lower from abstract shapes and compile for a batch size and z-loss weight (default: the first
+        of each); kept for ``step``."""
         rows = global_batch_size or self.config.trainer.batch_sizes()[0]
+        weight = self.config.model.z_loss_at(0) if z_loss_weight is None else z_loss_weight
         started = time.perf_counter()
         with jax.set_mesh(self.plan.mesh):
-            compiled = self.jitted().lower(self.abstract_state(), self.abstract_batch(rows)).compile()
+            jitted = self.jitted(rows, weight)
+            compiled = jitted.lower(self.abstract_state(), self.abstract_batch(rows)).compile()
         report = CompileReport.of(compiled, time.perf_counter() - started)
-        self._compiled[rows] = compiled
+        self._compiled[rows, weight] = compiled
         return compiled, report
 
-    def step(self, state: TrainState, batch: adapters.NamedBatch, rows: int):
-        """Run the step compiled for this batch size (compiling it first when the size is new, and then
-        waiting for the other processes to have compiled it too)."""
-        if rows not in self._compiled:
-            self.compile(rows)
-            wait_for_every_process(f"train step compiled for {rows} rows")
-        return self._compiled[rows](state, batch)
+    def step(
+        self, state: TrainState, batch: adapters.NamedBatch, rows: int, z_loss_weight: float | None = None
+    ):
+        """Run the step compiled for this batch size and z-loss weight (compiling it first when it is new,
+        and then waiting for the other processes to have compiled it too)."""
+        weight = self.config.model.z_loss_at(0) if z_loss_weight is None else z_loss_weight
+        if (rows, weight) not in self._compiled:
+            self.compile(rows, weight)
+            wait_for_every_process(f"train step compiled for {rows} rows and z-loss weight {weight}")
+        return self._compiled[rows, weight](state, batch)

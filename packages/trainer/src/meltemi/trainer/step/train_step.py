@@ -150,10 +150,14 @@ def make_gradients(
 
 
 def make_train_step(
-    config: RunConfig, structure: Llama | None = None
+    config: RunConfig, structure: Llama | None = None, z_loss_weight: float | None = None
 ) -> Callable[[TrainState, NamedBatch], tuple[TrainState, StepMetrics]]:
     """``train_step(state, batch) -> (state, StepMetrics)``, to be jitted under the compute axis mapping;
-    ``structure`` (the model's abstract arrays, traced when not given) is what weight decay is masked by."""
+    ``structure`` (the model's abstract arrays, traced when not given) is what weight decay is masked by;
+    ``z_loss_weight`` the weight this step is compiled with (default: the run's at step 0; a run whose
+    weight changes by step compiles one step per weight, since the fused loss takes it as a constant)."""
+    weight = config.model.z_loss_at(0) if z_loss_weight is None else z_loss_weight
+    config = config.model_copy(update={"model": config.model.model_copy(update={"z_loss_weight": weight})})
     structure = _structure_model(config) if structure is None else structure
     optimizer = make_optimizer(config.optimizer, structure)
     schedule = learning_rate_schedule(config.optimizer, config.trainer.num_train_steps)
