@@ -99,7 +99,7 @@ def test_a_run_recorded_with_data_chat_held_out_reads_back_as_data_held_out():
     recorded = validate({"data": {"chat": {"held_out": "tail", "loss_on": "all"}}}, "m.json", recorded=True)
     assert recorded.data.held_out == "tail" and recorded.data.chat.loss_on == "all"
     assert validate({"data": {"chat": {"loss_on": "all"}}}).data.held_out == "split"
-    with pytest.raises(ConfigError, match=r"data.held_out: Input should be 'split' or 'tail'"):
+    with pytest.raises(ConfigError, match=r"data.held_out: Input should be 'split', 'tail' or 'none'"):
         validate({"data": {"chat": {"held_out": "head"}}})
 
 
