@@ -23,7 +23,7 @@ def small_config(small_corpus):
         "--data.seq_len", "32", "--data.eval_fraction", "0.05", "--data.mixture_block_size", "16",
         "--trainer.num_train_steps", "6", "--trainer.global_batch_size", "16", "--trainer.log_every", "1",
         "--trainer.eval_every", "0", "--trainer.eval_batches", "1", "--trainer.compute_dtype", "float32",
-        "--trainer.checkpoint_every", "2", "--trainer.log_batch_hashes", "true",
+        "--trainer.checkpoint_every", "2", "--trainer.log_batch_hashes", "true", "--trainer.watch.every", "0",
     ])  # fmt: skip
 
 

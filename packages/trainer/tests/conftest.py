@@ -32,6 +32,7 @@ def make_config(corpus):
             "--trainer.num_train_steps", "6", "--trainer.global_batch_size", "16", "--trainer.log_every", "2",
             "--trainer.eval_every", "0", "--trainer.eval_batches", "2", "--trainer.compute_dtype", "float32",
             "--trainer.mesh.data", "1", "--optimizer.learning_rate", "1e-2", "--optimizer.warmup_steps", "1",
+            "--trainer.watch.every", "0",  # the norms cost every compile; test_tr_norms turns them on
         ]  # fmt: skip
         return load_config(None, [*base, *overrides])
 
