@@ -15,7 +15,7 @@ from meltemi.trainer.checkpoint.checkpointer import inspect_checkpoint
 from meltemi.trainer.checkpoint.format import read_array
 from meltemi.trainer.checkpoint.resume import starting_state
 from meltemi.trainer.checkpoint.trained_model import load_model
-from meltemi.trainer.errors import CheckpointError
+from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.phase.initialize import initialize_from_base
 from meltemi.trainer.step.train_step import init_state, make_train_step
 from meltemi.trainer.trainer import Trainer
@@ -242,7 +242,6 @@ def test_a_new_phase_starts_from_the_bases_average_unless_raw(make_config, ema_r
 
 def test_fine_tuning_takes_the_weights_of_its_base_by_flag_and_training_names_the_field():
     from meltemi.trainer.command import parse_command
-    from meltemi.trainer.errors import ConfigError
 
     command = parse_command(["--base", "runs/tiny", "--weights", "raw"], fine_tuning=True)
     assert command.overrides == ("--trainer.initialize_from.path", "runs/tiny",
@@ -253,3 +252,18 @@ def test_fine_tuning_takes_the_weights_of_its_base_by_flag_and_training_names_th
         ConfigError, match=r"^--weights: a flag of apps/sft.py; here, set --trainer.initialize_"
     ):
         parse_command(["--weights", "raw"])
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "what"),
+    [
+        ("--data.sources", '{"ema": {"store": "s"}}', "data.sources"),
+        ("--data.eval_sets", '{"ema": {"store": "s"}}', "data.eval_sets"),
+        ("--data.eval_sets", '{"held": {"store": "s", "tags": ["ema"]}}', "a tag of data.eval_sets"),
+    ],
+)
+def test_no_source_eval_set_or_tag_may_take_the_averages_name(make_config, field, value, what):
+    """eval/ema/loss is the average's: a source, eval set or tag called ema would be read as it."""
+    with pytest.raises(ConfigError, match=f"{what}: ema names the average of the weights' metrics"):
+        make_config("--optimizer.ema.beta", "0.9", field, value)
+    make_config(field, value)  # without an average the name is free

@@ -258,7 +258,8 @@ def print_sharding(config: RunConfig) -> int:
 
 
 def print_schedule(config: RunConfig, steps: Sequence[int]) -> int:
-    """``--schedule-at``: one line per step, its learning rate, batch size and mixture (JAX not imported)."""
+    """``--schedule-at``: one line per step, its learning rate, batch size and mixture (JAX not imported
+    for a schedule of segments; ``optimizer.schedule``'s shapes are JAX's functions)."""
     from meltemi.trainer.plan.phases import schedule_line
 
     lines = [schedule_line(config, step) for step in steps]  # every step checked before any is printed

@@ -135,11 +135,6 @@ class ModelConfig(Section):
             return float(weight)
         return float([value for start, value in weight if start <= step][-1])
 
-    def z_loss_weights(self) -> list[float]:
-        """Every z-loss weight the run uses."""
-        weight = self.z_loss_weight
-        return [float(weight)] if isinstance(weight, int | float) else [float(value) for _, value in weight]
-
     @model_validator(mode="after")
     def _heads_fit(self) -> ModelConfig:
         if self.num_heads % self.num_kv_heads:
@@ -1028,6 +1023,22 @@ class RunConfig(Section):
                 f"({self.model.max_seq_len}), the positions the model is built for: lower data.seq_len or "
                 "raise model.max_seq_len"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _no_name_is_the_averages(self) -> RunConfig:
+        """With ``optimizer.ema`` the average's metrics are ``eval/ema/...``: no source, eval set or tag may
+        be called ``ema`` (its ``eval/ema/loss`` would be another thing)."""
+        if self.optimizer.ema is None:
+            return self
+        tags = {tag for eval_set in self.data.eval_sets.values() for tag in eval_set.tags}
+        for what, names in (("data.sources", self.data.sources), ("data.eval_sets", self.data.eval_sets),
+                            ("a tag of data.eval_sets", tags)):  # fmt: skip
+            if "ema" in names:
+                raise ValueError(
+                    f"{what}: ema names the average of the weights' metrics (eval/ema/..., optimizer.ema); "
+                    "give it another name"
+                )
         return self
 
     @model_validator(mode="after")

@@ -29,7 +29,7 @@ from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
 from meltemi.trainer.data.run_data import RunData, open_data
 from meltemi.trainer.data.run_tokenizer import TokenizerRecord, copy_into_run, file_sha256, tokenizer_at
-from meltemi.trainer.errors import ConfigError, HostMemoryError, TrainerError
+from meltemi.trainer.errors import HostMemoryError, TrainerError
 from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
 from meltemi.trainer.phase.initialize import initialize_from_base, resolve_run
 from meltemi.trainer.run.hf_exports import HfExports
@@ -182,11 +182,6 @@ class Trainer:
         )
         self.plan = MeshPlan.of(config, devices)
         self.data: RunData = open_data(config, jax.process_index(), jax.process_count())
-        if config.optimizer.ema is not None and "ema" in self.data.source_names:
-            raise ConfigError(
-                "data: a source named ema, whose eval/ema/loss would be the average's (optimizer.ema): "
-                "name it otherwise"
-            )
         self.clock.lap("stores")
         self.is_primary = jax.process_index() == 0
         self.program = TrainProgram(config, self.plan)
@@ -415,8 +410,7 @@ class Trainer:
                 stop.abandoned = loop.abandoned
                 loop.run(on_ready=lambda: progress.note(self.clock.line(self._cache_note(cached))))
                 if loop.stopped_by is None:  # the trained model: the average of the weights when kept
-                    trained = loop.state.model if loop.state.ema is None else loop.state.ema
-                    replies += self._chat_reply("after", trained)
+                    replies += self._chat_reply("after", loop.state.trained)
                 self._sync_cache_mirror("push", progress.note)  # the eval and sampling programs too
         finally:
             trackers.close()

@@ -59,8 +59,7 @@ class HfExports:
         """Export ``state``'s weights (the average's when it keeps one) as those of ``step``, on every process
         of the run together; what became of it, in a line. A target that cannot be written is said and
         skipped (the run goes on); a failure while writing stops the run."""
-        ema = getattr(state, "ema", None)
-        model, which = (state.model, "weights") if ema is None else (ema, "EMA weights")
+        model, which = state.trained, ("weights" if state.ema is None else "EMA weights")
         target = self.directory.hf_export(step)
         writer = jax.process_index() == 0
         there, problem = False, None

@@ -109,12 +109,16 @@ class TrainProgram:
             ema = jax.jit(copy_weights, out_shardings=self.state_shardings().ema)(state.model)
         return dataclasses.replace(state, ema=ema)
 
+    def _variant(self, rows: int | None, z_loss_weight: float | None) -> tuple[int, float]:
+        """The batch size and z-loss weight a step is compiled for: those given, else the run's first."""
+        weight = self.config.model.z_loss_at(0) if z_loss_weight is None else z_loss_weight
+        return rows or self.config.trainer.batch_sizes()[0], weight
+
     def jitted(self, global_batch_size: int | None = None, z_loss_weight: float | None = None):
         """The jitted step: the state laid out by the parameter mapping (donated), the batch by compute; one
         per batch size (the batch's shardings name its axes, sizes included) and z-loss weight
         (``model.z_loss_weight`` by step); by default the first of each."""
-        rows = global_batch_size or self.config.trainer.batch_sizes()[0]
-        weight = self.config.model.z_loss_at(0) if z_loss_weight is None else z_loss_weight
+        rows, weight = self._variant(global_batch_size, z_loss_weight)
         if (rows, weight) not in self._jitted:
             step = make_train_step(self.config, self.abstract_state().model, weight)
             compute = self.plan.compute_mapping
@@ -137,8 +141,7 @@ class TrainProgram:
     ) -> tuple[jax.stages.Compiled, CompileReport]:
         """Lower from abstract shapes and compile for a batch size and z-loss weight (default: the first
         of each); kept for ``step``."""
-        rows = global_batch_size or self.config.trainer.batch_sizes()[0]
-        weight = self.config.model.z_loss_at(0) if z_loss_weight is None else z_loss_weight
+        rows, weight = self._variant(global_batch_size, z_loss_weight)
         started = time.perf_counter()
         with jax.set_mesh(self.plan.mesh):
             jitted = self.jitted(rows, weight)
@@ -152,7 +155,7 @@ class TrainProgram:
     ):
         """Run the step compiled for this batch size and z-loss weight (compiling it first when it is new,
         and then waiting for the other processes to have compiled it too)."""
-        weight = self.config.model.z_loss_at(0) if z_loss_weight is None else z_loss_weight
+        rows, weight = self._variant(rows, z_loss_weight)
         if (rows, weight) not in self._compiled:
             self.compile(rows, weight)
             wait_for_every_process(f"train step compiled for {rows} rows and z-loss weight {weight}")

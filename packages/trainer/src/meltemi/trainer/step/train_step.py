@@ -36,6 +36,11 @@ class TrainState(eqx.Module):
     skipped_steps: jax.Array
     ema: Llama | None = None
 
+    @property
+    def trained(self) -> Llama:
+        """The model the run gives: the average of the weights when it keeps one, else the weights."""
+        return self.model if self.ema is None else self.ema
+
 
 class StepMetrics(eqx.Module):
     """What one step reports: the loss without z-loss, the z-loss, the gradient norm, the learning rate
