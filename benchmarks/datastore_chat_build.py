@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from meltemi.datastore import build_store, corpora
-from meltemi.datastore.chat_template import ChatTemplate
-from meltemi.datastore.stdlib_chat import stdlib_chat
+from meltemi.datastore.chat.stdlib import stdlib_chat
+from meltemi.datastore.chat.template import ChatTemplate
 
 
 def main(copies: int, rounds: int) -> None:

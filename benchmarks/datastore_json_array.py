@@ -29,7 +29,7 @@ def peak_mb() -> float:
 def streamed(path: str) -> None:
     from meltemi.datastore.build.inputs.files import describe_source
     from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy
-    from meltemi.datastore.conversations import read_conversations
+    from meltemi.datastore.chat.conversations import read_conversations
 
     start = time.perf_counter()
     piece = describe_source(path).pieces()[0]
@@ -67,7 +67,7 @@ def sharegpt(message: dict) -> dict:
 
 
 def main(megabytes: float) -> None:
-    from meltemi.datastore.stdlib_chat import stdlib_chat
+    from meltemi.datastore.chat.stdlib import stdlib_chat
 
     root = Path(tempfile.mkdtemp())
     stdlib_chat(root / "chat.jsonl")

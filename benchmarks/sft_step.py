@@ -33,8 +33,8 @@ from meltemi.datastore import (
     corpora,
     pack_lengths,
 )
+from meltemi.datastore.chat.stdlib import stdlib_chat
 from meltemi.datastore.packing import PackedDataset
-from meltemi.datastore.stdlib_chat import stdlib_chat
 from meltemi.trainer import adapters
 from meltemi.trainer.config_io import load_config
 from meltemi.trainer.step.mesh import MeshPlan

@@ -13,7 +13,7 @@ import pytest
 from tokenizers import Tokenizer, processors
 
 from meltemi.datastore import corpora
-from meltemi.datastore.chat_template import (
+from meltemi.datastore.chat.template import (
     BEGIN_OF_TEXT,
     END_OF_TURN,
     ChatTemplate,

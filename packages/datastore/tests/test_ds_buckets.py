@@ -180,7 +180,7 @@ def test_inputs_in_a_bucket_are_read_through_the_storage_seam_to_the_local_build
 ):
     """A corpus in a bucket (an object, or every object under a prefix) is read with the seam's endpoint,
     credentials and errors: text and chat builds give the stores the same inputs on disk give."""
-    from meltemi.datastore.stdlib_chat import stdlib_chat
+    from meltemi.datastore.chat.stdlib import stdlib_chat
 
     fake = request.getfixturevalue(server)
     bucket = f"{fake.bucket_url()}"

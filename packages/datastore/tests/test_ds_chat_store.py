@@ -18,10 +18,10 @@ from meltemi.datastore import (
     corpora,
     hold_out_conversations,
 )
-from meltemi.datastore.chat_template import ChatTemplate
+from meltemi.datastore.chat.stdlib import stdlib_chat
+from meltemi.datastore.chat.template import ChatTemplate
 from meltemi.datastore.errors import ChatTemplateError, InputError
 from meltemi.datastore.layout import LOSS_WEIGHTS
-from meltemi.datastore.stdlib_chat import stdlib_chat
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
-from meltemi.datastore.chat_template import (
+from meltemi.datastore.chat.template import (
     BEGIN_OF_TEXT,
     CHAT_SPECIAL_TOKENS,
     END_OF_TURN,
@@ -234,7 +234,7 @@ def test_a_tokenizer_config_without_a_usable_template_is_one_line_naming_it(tmp_
 def test_a_template_anywhere_the_seam_reads_is_the_template_of_the_local_files(any_location, tmp_path):
     """A tokenizer directory (its config, legacy map and chat_template.jinja) or a Jinja file in a bucket
     gives the template the same files give on disk; a location with none of them is one line naming it."""
-    from meltemi.datastore.chat_build import load_template
+    from meltemi.datastore.chat.build import load_template
     from meltemi.datastore.storage import Directory
 
     files = {

@@ -17,7 +17,7 @@ from meltemi.datastore.build.inputs.compression import CODECS
 from meltemi.datastore.build.inputs.dataset_files import training_files
 from meltemi.datastore.build.inputs.files import describe_source
 from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, read_documents
-from meltemi.datastore.conversations import read_conversations
+from meltemi.datastore.chat.conversations import read_conversations
 
 
 def _zstd(data: bytes) -> bytes:

@@ -64,7 +64,7 @@ def base(make_config, shared) -> Path:
 def chat_data(shared) -> Path:
     """Conversations about the functions of a few stdlib modules, as JSON Lines (built once per session)."""
     from meltemi.datastore import corpora
-    from meltemi.datastore.stdlib_chat import stdlib_chat
+    from meltemi.datastore.chat.stdlib import stdlib_chat
 
     files = sorted(corpora.python_stdlib())[:30]
     return shared.get("sft-chat", lambda root: stdlib_chat(root / "chat.jsonl", files=files)) / "chat.jsonl"

@@ -232,7 +232,7 @@ def test_bad_requests_are_named(model, tokenizer):
 
 
 def test_a_chat_that_outgrows_the_model_forgets_its_oldest_exchanges_only_when_asked(model, tokenizer):
-    from meltemi.datastore.chat_template import ChatTemplate
+    from meltemi.datastore.chat.template import ChatTemplate
     from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids
     from meltemi.trainer.generate.sampling import ConversationTooLongError
 
@@ -360,7 +360,7 @@ def test_a_chat_compiles_once_per_doubling_of_its_length_and_padding_changes_no_
     """Each turn's prompt is longer than the last; padded to a power of two, seven turns compile three
     shapes (64, 128, and 251: the model's 256 positions less the reply's 5), not seven, and each reply is
     the unpadded prompt's."""
-    from meltemi.datastore.chat_template import ChatTemplate
+    from meltemi.datastore.chat.template import ChatTemplate
     from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids
 
     model = Llama.init(make_config("--model.max_seq_len", "256").model, key=jax.random.key(5))
@@ -390,7 +390,7 @@ ADD = {"type": "function", "function": {"name": "add_numbers", "parameters": {"t
 def test_a_chat_shows_the_model_its_tools_at_every_turn_and_a_template_without_them_is_refused(
     make_config, tokenizer, tmp_path, s3
 ):
-    from meltemi.datastore.chat_template import ChatTemplate
+    from meltemi.datastore.chat.template import ChatTemplate
     from meltemi.datastore.storage import Directory
     from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids
     from meltemi.trainer.generate.chat_files import read_tools
@@ -442,7 +442,7 @@ def test_a_tools_file_that_is_not_a_list_of_tool_definitions_is_one_line_naming_
 def test_a_chat_goes_on_with_a_saved_conversation_and_answers_a_tools_result(
     make_config, tokenizer, tmp_path
 ):
-    from meltemi.datastore.chat_template import ChatTemplate
+    from meltemi.datastore.chat.template import ChatTemplate
     from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids
     from meltemi.trainer.generate.chat_files import read_conversation
 

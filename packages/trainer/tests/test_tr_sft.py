@@ -352,7 +352,7 @@ def test_a_chat_base_is_fine_tuned_in_its_own_template_even_without_generation_b
     sft_config, base, chat_data, tmp_path, capsys
 ):
     from meltemi.datastore import TokenStore
-    from meltemi.datastore.assistant_turns import FROM_BEGINNINGS
+    from meltemi.datastore.chat.turns import FROM_BEGINNINGS
     from meltemi.trainer.checkpoint.trained_model import load_model
 
     trained = load_model(base)

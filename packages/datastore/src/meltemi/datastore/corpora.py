@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from meltemi.datastore.build import build_store
-from meltemi.datastore.chat_template import CHAT_SPECIAL_TOKENS
+from meltemi.datastore.chat.template import CHAT_SPECIAL_TOKENS
 from meltemi.datastore.errors import DatastoreError, InputError
 from meltemi.datastore.store import TokenStore
 

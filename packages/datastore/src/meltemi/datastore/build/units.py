@@ -31,8 +31,8 @@ from meltemi.datastore.storage import Directory, Location
 from meltemi.datastore.tokenizer_file import parse_tokenizer, read_tokenizer_text, tokenizer_digest
 
 if TYPE_CHECKING:
-    from meltemi.datastore.chat_build import ChatBuild
-    from meltemi.datastore.conversations import Conversation
+    from meltemi.datastore.chat.build import ChatBuild
+    from meltemi.datastore.chat.conversations import Conversation
 
 ENCODE_BATCH = 512  # documents read before they are tokenized together
 BATCH_CHARACTERS = 1 << 20  # about the characters tokenized at once (and read before tokenizing)
@@ -186,8 +186,8 @@ def tokenize_units(
     Batches span units, so many small units cost no more than one large one; parts are the same either way.
     """
     if chat is not None:  # Jinja and the conversation reader, only for a chat store
-        from meltemi.datastore.chat_build import encode_conversations
-        from meltemi.datastore.conversations import read_conversations
+        from meltemi.datastore.chat.build import encode_conversations
+        from meltemi.datastore.chat.conversations import read_conversations
     directory = Directory(build_dir)
     attempt = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     for unit, _ in jobs:

@@ -37,7 +37,7 @@ from meltemi.trainer.errors import ConfigError
 AUTO_TEMPLATE = "auto"  # data.chat.template: the base's own template, else the shipped one
 
 if TYPE_CHECKING:  # the template engine is imported by the runs that render chats, not by every run
-    from meltemi.datastore.chat_template import ChatTemplate
+    from meltemi.datastore.chat.template import ChatTemplate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +51,7 @@ class ChatRecord:
     added_tokens: tuple[str, ...] = ()
 
     def chat_template(self, source: str = "the run's checkpoint") -> ChatTemplate:
-        from meltemi.datastore.chat_template import ChatTemplate
+        from meltemi.datastore.chat.template import ChatTemplate
 
         return ChatTemplate(self.template, source, dict(self.special_tokens))
 
@@ -75,7 +75,7 @@ def concrete_template(spec: str, base_template: str | None = None) -> str:
 def load_chat_template(spec: str) -> ChatTemplate:
     """``data.chat.template``'s template (``auto`` being the shipped one, as for a run without a base); a
     ``ConfigError`` naming the field when it cannot be read."""
-    from meltemi.datastore.chat_build import load_template
+    from meltemi.datastore.chat.build import load_template
 
     try:
         return load_template(concrete_template(spec))
@@ -91,14 +91,14 @@ def recorded_template(record: ChatRecord, named: str | None, cache_dir: str | os
     the template it trained with, whether or not the file or base it came from is still there.
 
     >>> import tempfile
-    >>> from meltemi.datastore.chat_build import load_template
+    >>> from meltemi.datastore.chat.build import load_template
     >>> record = ChatRecord("{{ bos_token }}{{ messages[0].content }}", {"bos_token": "<s>"})
     >>> template = load_template(recorded_template(record, "/gone/chat.jinja", tempfile.mkdtemp()))
     >>> template.render([{"role": "user", "content": "Hi"}]).text
     '<s>Hi'
     """
-    from meltemi.datastore.chat_build import load_template
-    from meltemi.datastore.chat_template import TOKENIZER_CONFIG
+    from meltemi.datastore.chat.build import load_template
+    from meltemi.datastore.chat.template import TOKENIZER_CONFIG
 
     if named is not None and named != AUTO_TEMPLATE:
         try:
@@ -118,7 +118,7 @@ def recorded_template(record: ChatRecord, named: str | None, cache_dir: str | os
 def template_tokens(template: ChatTemplate) -> tuple[str, ...]:
     """The tokens the template writes whole: the Llama 3 layout's that it writes or names (in the order the
     stdlib tokenizer reserves them), then its other special tokens (``bos_token``, ``eos_token``, ...)."""
-    from meltemi.datastore.chat_template import CHAT_SPECIAL_TOKENS
+    from meltemi.datastore.chat.template import CHAT_SPECIAL_TOKENS
 
     named = list(template.special_tokens.values())
     known = [token for token in CHAT_SPECIAL_TOKENS if token in template.text or token in named]

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 STDLIB = "stdlib"
 STDLIB_PARTS = "stdlib:"  # some of its files: stdlib:email/*,json/* (their paths under its root)
 STDLIB_CHAT = (
-    "stdlib-chat"  # a chat corpus: questions about the standard library's functions (datastore.stdlib_chat)
+    "stdlib-chat"  # a chat corpus: questions about the standard library's functions (datastore.chat.stdlib)
 )
 
 # How a user of the trainer's command line sets the corpus build's options: the words of the datastore's
@@ -340,7 +340,7 @@ def _cached_build(config: RunConfig, inputs, shown: str, name: str, key: str, to
 def stdlib_chat_corpus(config: RunConfig, say: Callable[[str], object]) -> str:
     """The standard library's chat corpus (``stdlib-chat``): a JSONL of conversations about its functions,
     written on first use under ``data.cache_dir`` for this Python."""
-    from meltemi.datastore.stdlib_chat import VERSION, stdlib_chat
+    from meltemi.datastore.chat.stdlib import VERSION, stdlib_chat
 
     directory = f"stdlib-chat-v{VERSION}-py{sysconfig.get_python_version()}"
     out = Path(config.data.cache_dir) / directory / "stdlib_chat.jsonl"

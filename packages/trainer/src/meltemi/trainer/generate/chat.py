@@ -9,7 +9,7 @@ gives on the exported tokenizer, so a reply here and a reply of the export loade
 from the same ids.
 
 >>> import jax
->>> from meltemi.datastore.chat_template import ChatTemplate
+>>> from meltemi.datastore.chat.template import ChatTemplate
 >>> from meltemi.trainer.config import ModelConfig
 >>> from meltemi.trainer.model.llama import Llama
 >>> from tokenizers import Tokenizer, models
@@ -43,7 +43,7 @@ from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
 
 if TYPE_CHECKING:
-    from meltemi.datastore.chat_template import ChatTemplate
+    from meltemi.datastore.chat.template import ChatTemplate
 
 REPLIED_TO = ("user", "tool")  # the roles whose message the assistant answers
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from meltemi.trainer.generate.sampling import GenerationError
 
 if TYPE_CHECKING:
-    from meltemi.datastore.conversations import Conversation
+    from meltemi.datastore.chat.conversations import Conversation
 
 Message = dict[str, Any]  # {"role": ..., "content": ...}, and an assistant's "tool_calls" when it calls tools
 Tools = tuple[dict[str, Any], ...]  # tool definitions, such as {"type": "function", "function": {...}}
@@ -40,7 +40,7 @@ def read_tools(location: str | os.PathLike) -> Tools:
     ...
     meltemi.trainer.generate.sampling.GenerationError: --tools ...tools.json: 'tools' is an object, not a...
     """
-    from meltemi.datastore.conversations import checked_tools
+    from meltemi.datastore.chat.conversations import checked_tools
     from meltemi.datastore.errors import BadLineError
     from meltemi.datastore.storage import read_object
 
@@ -75,7 +75,7 @@ def read_conversation(location: str | os.PathLike) -> Conversation:
     ...
     meltemi.trainer.generate.sampling.GenerationError: --conversation ...chat.json: message 1 has role...
     """
-    from meltemi.datastore.conversations import Conversation, checked_messages, checked_tools
+    from meltemi.datastore.chat.conversations import Conversation, checked_messages, checked_tools
     from meltemi.datastore.errors import BadLineError
     from meltemi.datastore.storage import read_object
 

@@ -79,7 +79,7 @@ def _ids(value: Any, where: str) -> tuple[int, ...]:
 def _chat(directory: Directory, tokenizer_config: dict[str, Any]) -> ChatRecord | None:
     """The directory's chat template and the special tokens it may render, read as transformers reads them
     (the datastore's ``ChatTemplate.from_tokenizer_config``); None when it has no template."""
-    from meltemi.datastore.chat_template import ChatTemplate
+    from meltemi.datastore.chat.template import ChatTemplate
     from meltemi.datastore.errors import ChatTemplateError
 
     if not has_chat_template(directory, tokenizer_config):

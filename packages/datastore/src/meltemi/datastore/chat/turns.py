@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from meltemi.datastore.chat_template import ChatTemplate, RenderedChat
+from meltemi.datastore.chat.template import ChatTemplate, RenderedChat
 from meltemi.datastore.errors import ChatTemplateError
 
 FROM_BLOCKS = "the template's {% generation %} blocks"

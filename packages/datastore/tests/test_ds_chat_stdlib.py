@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from meltemi.datastore import corpora
-from meltemi.datastore.stdlib_chat import (
+from meltemi.datastore.chat.stdlib import (
     MAX_LINES,
     answer_format_ok,
     conversations,

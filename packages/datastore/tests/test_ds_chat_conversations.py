@@ -10,7 +10,7 @@ import pytest
 
 from meltemi.datastore.build.inputs.files import describe_source
 from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy
-from meltemi.datastore.conversations import ROLES, Conversation, checked_messages, read_conversations
+from meltemi.datastore.chat.conversations import ROLES, Conversation, checked_messages, read_conversations
 from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
 
 HELLO = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meltemi.datastore.assistant_turns import turns_by_beginnings
-from meltemi.datastore.chat_template import END_OF_TURN, ChatTemplate
+from meltemi.datastore.chat.template import END_OF_TURN, ChatTemplate
+from meltemi.datastore.chat.turns import turns_by_beginnings
 from meltemi.datastore.errors import ChatTemplateError
 
 SHIPPED = ChatTemplate.llama3()

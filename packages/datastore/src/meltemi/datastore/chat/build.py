@@ -1,9 +1,9 @@
 """Conversations to tokens and loss weights: rendered once by the chat template, tokenized once, the
 assistant's tokens found from the template's generation blocks, as transformers finds them, or, for a
-template without them, from renders of each conversation's beginnings (`assistant_turns`).
+template without them, from renders of each conversation's beginnings (`turns`).
 
 A chat store's build reads conversations (`conversations.read_conversations`), renders each with the
-template (`chat_template.ChatTemplate`), tokenizes the rendered text as one string (special tokens as
+template (`template.ChatTemplate`), tokenizes the rendered text as one string (special tokens as
 written, none added), and weighs each token 1 where transformers' `return_assistant_tokens_mask` marks
 it (`loss_on="assistant"`) or everywhere (`loss_on="all"`); in a prompt and its completion, the assistant's
 tokens of the completion only. Every assistant turn must end with the end-of-turn token inside its
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from meltemi.datastore.assistant_turns import FROM_BEGINNINGS, FROM_BLOCKS, turns_by_beginnings
 from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy
-from meltemi.datastore.chat_options import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
-from meltemi.datastore.chat_template import (
+from meltemi.datastore.chat.conversations import Conversation, tool_call_names
+from meltemi.datastore.chat.options import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
+from meltemi.datastore.chat.template import (
     END_OF_TURN,
     TOKENIZER_CONFIG,
     ChatTemplate,
@@ -33,7 +33,7 @@ from meltemi.datastore.chat_template import (
     assistant_mask,
     file_bytes,
 )
-from meltemi.datastore.conversations import Conversation, tool_call_names
+from meltemi.datastore.chat.turns import FROM_BEGINNINGS, FROM_BLOCKS, turns_by_beginnings
 from meltemi.datastore.errors import BadLineError, ChatTemplateError, InputError
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import Location

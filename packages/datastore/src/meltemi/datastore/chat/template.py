@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from meltemi.datastore.chat_jinja import RECORDER, Recorder, compile_template, failure
+from meltemi.datastore.chat.jinja import RECORDER, Recorder, compile_template, failure
 from meltemi.datastore.errors import ChatTemplateError
 
 if TYPE_CHECKING:
