@@ -234,7 +234,7 @@ def test_a_tokenizer_config_without_a_usable_template_is_one_line_naming_it(tmp_
 def test_a_template_anywhere_the_seam_reads_is_the_template_of_the_local_files(any_location, tmp_path):
     """A tokenizer directory (its config, legacy map and chat_template.jinja) or a Jinja file in a bucket
     gives the template the same files give on disk; a location with none of them is one line naming it."""
-    from meltemi.datastore.chat.build import load_template
+    from meltemi.datastore.chat.recipe import load_template
     from meltemi.datastore.storage import Directory
 
     files = {

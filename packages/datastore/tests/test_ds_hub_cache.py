@@ -77,7 +77,7 @@ def test_a_data_set_named_as_load_dataset_names_it_is_built_from_its_train_split
 
 
 def test_a_chat_template_is_read_from_a_models_snapshot_by_its_name(cache, tmp_path):
-    from meltemi.datastore.chat.build import load_template
+    from meltemi.datastore.chat.recipe import load_template
     from meltemi.datastore.errors import ChatTemplateError
 
     (tmp_path / "model").mkdir()

@@ -95,7 +95,7 @@ from meltemi.datastore.storage import Directory, Location
 SUMMARIES_PER_TASK = 1024  # finished parts' summaries one task reads, when a build resumes
 
 if TYPE_CHECKING:
-    from meltemi.datastore.chat.build import ChatBuild
+    from meltemi.datastore.chat.recipe import ChatBuild
 
 
 def build_store(

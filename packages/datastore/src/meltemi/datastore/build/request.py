@@ -20,7 +20,7 @@ from meltemi.datastore.chat.options import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, 
 from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS, DEFAULT_SHARD_TOKENS, default_shard_tokens
 
 if TYPE_CHECKING:
-    from meltemi.datastore.chat.build import ChatBuild
+    from meltemi.datastore.chat.recipe import ChatBuild
 
 UNIT_BYTES = 4 << 20
 FORMATS = ("text", "chat")
@@ -102,7 +102,7 @@ class BuildRequest:
         """How a chat store is made (its template loaded), or None for a text store."""
         if self.format != "chat":
             return None
-        from meltemi.datastore.chat.build import ChatBuild, load_template  # Jinja, only for a chat store
+        from meltemi.datastore.chat.recipe import ChatBuild, load_template  # Jinja, only for a chat store
 
         template = load_template(self.chat_template)
         return ChatBuild(template, self.loss_on, self.max_tokens, self.overlong, self.end_of_turn)

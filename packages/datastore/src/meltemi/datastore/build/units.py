@@ -31,8 +31,8 @@ from meltemi.datastore.storage import Directory, Location
 from meltemi.datastore.tokenizer_file import parse_tokenizer, read_tokenizer_text, tokenizer_digest
 
 if TYPE_CHECKING:
-    from meltemi.datastore.chat.build import ChatBuild
     from meltemi.datastore.chat.conversations import Conversation
+    from meltemi.datastore.chat.recipe import ChatBuild
 
 ENCODE_BATCH = 512  # documents read before they are tokenized together
 BATCH_CHARACTERS = 1 << 20  # about the characters tokenized at once (and read before tokenizing)

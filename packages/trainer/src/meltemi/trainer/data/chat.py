@@ -75,7 +75,7 @@ def concrete_template(spec: str, base_template: str | None = None) -> str:
 def load_chat_template(spec: str) -> ChatTemplate:
     """``data.chat.template``'s template (``auto`` being the shipped one, as for a run without a base); a
     ``ConfigError`` naming the field when it cannot be read."""
-    from meltemi.datastore.chat.build import load_template
+    from meltemi.datastore.chat.recipe import load_template
 
     try:
         return load_template(concrete_template(spec))
@@ -91,13 +91,13 @@ def recorded_template(record: ChatRecord, named: str | None, cache_dir: str | os
     the template it trained with, whether or not the file or base it came from is still there.
 
     >>> import tempfile
-    >>> from meltemi.datastore.chat.build import load_template
+    >>> from meltemi.datastore.chat.recipe import load_template
     >>> record = ChatRecord("{{ bos_token }}{{ messages[0].content }}", {"bos_token": "<s>"})
     >>> template = load_template(recorded_template(record, "/gone/chat.jinja", tempfile.mkdtemp()))
     >>> template.render([{"role": "user", "content": "Hi"}]).text
     '<s>Hi'
     """
-    from meltemi.datastore.chat.build import load_template
+    from meltemi.datastore.chat.recipe import load_template
     from meltemi.datastore.chat.template import TOKENIZER_CONFIG
 
     if named is not None and named != AUTO_TEMPLATE:
