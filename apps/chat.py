@@ -17,7 +17,8 @@ prompt is ``...`` meanwhile). When the conversation outgrows the model's positio
 are left out of the prompt (said on stderr), and a line too long even alone is refused on stderr while the
 conversation goes on. A line whose first word is ``/`` and a command's name is a command (``/help`` lists
 them): ``/save FILE`` writes the conversation so far as JSON, which ``--conversation FILE`` goes on with
-(``/save`` alone: to the file read or saved last),
+(``/save`` alone: to the file read or saved last; a file holding anything else, the conversation before
+``/clear`` included, is kept and named, and ``/save! FILE`` replaces it),
 ``/clear`` starts a new one, ``/bye`` ends the chat; ``//`` begins a message that begins with ``/``.
 ``--tools`` shows the model tool definitions (a JSON list, as transformers'
 ``apply_chat_template(..., tools=...)`` takes them) at every turn; a reply that calls one is written as
@@ -142,13 +143,15 @@ class _Chat:
     """The prompt loop: one reply per message (a user's, or after ``/tool`` a tool's result), each written
     by ``write`` as it grows, and the commands (``generate.chat_commands``). A message the model cannot take
     or a command that fails is said on stderr and the conversation goes on without it (exit status 1 at
-    the end). ``/save`` replaces only the file the conversation came from or one it saved before. When
+    the end). ``/save`` replaces only the file the conversation came from or one it saved before (after
+    ``/clear`` the files of the conversation before are another's: ``/save!`` replaces them). When
     ``typed`` (at a terminal), Ctrl-C during a reply stops it, and the conversation goes on without that
     exchange; otherwise it ends the chat."""
 
     def __init__(self, session, checkpoint: str, conversation_file: str | None, *, typed: bool = False):
         self.session, self.checkpoint, self.typed = session, checkpoint, typed
-        self.ours = set() if conversation_file is None else {_url(conversation_file)}
+        self.ours = set() if conversation_file is None else {_url(conversation_file)}  # this conversation's
+        self.earlier: set[str] = set()  # the files of the conversations before /clear
         self.last_file = conversation_file  # where /save alone writes
 
     def converse(self, messages: Iterable[str], write) -> int:
@@ -198,15 +201,25 @@ class _Chat:
             print(command_help(), file=sys.stderr, flush=True)
         elif command.name == "clear":
             self.session.clear()
+            self.earlier |= self.ours  # they hold the conversation just ended: /save! replaces them
+            self.ours = set()
             print("a new conversation (the system message and tools kept)", file=sys.stderr, flush=True)
-        elif command.name == "save":
+        elif command.name in ("save", "save!"):
             target = command.argument or self.last_file
             if target is None:
-                raise ChatCommandError("/save needs its FILE: no conversation file was read or saved yet")
-            url = _url(target)
-            said = self.session.transcript
-            write_conversation(target, said, self.session.tools, replace=url in self.ours)
+                raise ChatCommandError(
+                    f"/{command.name} needs its FILE: no conversation file was read or saved yet"
+                )
+            url, said, forced = _url(target), self.session.transcript, command.name == "save!"
+            write_conversation(
+                target,
+                said,
+                self.session.tools,
+                replace=forced or url in self.ours,
+                earlier=url in self.earlier,
+            )
             self.ours.add(url)
+            self.earlier.discard(url)
             self.last_file = target
             count = "1 message" if len(said) == 1 else f"{len(said)} messages"
             quoted = shlex.quote(self.checkpoint), shlex.quote(target)

@@ -168,7 +168,9 @@ def test_chat_commands_save_clear_and_end_the_conversation_and_a_mistyped_one_re
 ):
     """What apps/chat.py does with the prompt loop's commands (the model stands aside: a session that
     records each message and answers ``ok``): ``/save`` writes the whole conversation, replacing only its
-    own file; ``/clear`` forgets it; ``/bye`` ends the loop; ``//`` sends a message beginning with ``/``."""
+    own file, never the file of the conversation before ``/clear`` nor another (each refusal names the file
+    and ``/save!``, which replaces it); ``/clear`` forgets it; ``/bye`` ends the loop; ``//`` sends a
+    message beginning with ``/``."""
     import io
     import json
     import runpy
@@ -196,32 +198,44 @@ def test_chat_commands_save_clear_and_end_the_conversation_and_a_mistyped_one_re
     monkeypatch.setattr(ChatSession, "of_checkpoint", classmethod(lambda cls, *args, **kwargs: Recording()))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "other.json").write_text("[]")
-    typed = ["/save", "Hi", "/help", "/save chat.json", "/sav x", "/clear", "//bye is a word", "/save",
-             "/save ./chat.json", "/save other.json", "/bye", "never sent"]  # fmt: skip
-    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(typed) + "\n"))
     main = runpy.run_path(str(Path(__file__).parents[1] / "apps" / "chat.py"))["main"]
-    assert main(["--checkpoint", "runs/x"]) == 1  # three commands failed; the chat went on
-    shown = capsys.readouterr()
+
+    def chat(*typed):
+        monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(typed) + "\n"))
+        status = main(["--checkpoint", "runs/x"])
+        return status, capsys.readouterr()
+
+    def held(name):
+        return [m["content"] for m in json.loads((tmp_path / name).read_text())]
+
+    status, shown = chat("/save", "Hi", "/help", "/save chat.json", "/sav x", "/clear", "//bye is a word",
+                         "/save", "/save ./chat.json", "/save other.json", "/bye", "never sent")  # fmt: skip
+    assert status == 1  # five commands failed; the chat went on
     assert shown.out == "ok\nok\n"
-    assert json.loads((tmp_path / "chat.json").read_text()) == [
-        {"role": "user", "content": "/bye is a word"},
-        {"role": "assistant", "content": "ok"},
-    ]  # saved three times: after /clear, over its own file (/save alone: the file saved last)
+    assert held("chat.json") == ["Hi", "ok"]  # the conversation before /clear is kept
     assert (tmp_path / "other.json").read_text() == "[]"
     errors = [line for line in shown.err.splitlines() if line.startswith("error: ")]
+    before_clear = "holds the conversation before /clear (what it holds is kept); /save another name, or"
     assert errors == [
         "error: /save needs its FILE: no conversation file was read or saved yet",
         "error: /sav: no such command; /help lists them (a message that begins with / is written //)",
+        f"error: /save chat.json: {before_clear} /save! chat.json to replace it",  # /save alone: the last
+        f"error: /save ./chat.json: {before_clear} /save! ./chat.json to replace it",
         "error: /save other.json: already exists, and this chat neither read nor saved it (what it holds is "
-        "kept); /save another name",
+        "kept); /save another name, or /save! other.json to replace it",
     ]
     assert "  /save [FILE]  " in shown.err and "(also /exit, /quit)" in shown.err  # the help
-    assert (
-        shown.err.count("saved 2 messages to chat.json") == 2
-        and "saved 2 messages to ./chat.json" in shown.err
-    )
+    assert re.search(r"  /save! \[FILE\] +the same, replacing what FILE holds", shown.err)
+    assert shown.err.count("saved 2 messages to chat.json") == 1
     assert "go on with it: uv run apps/chat.py --checkpoint runs/x --conversation chat.json" in shown.err
     assert "a new conversation (the system message and tools kept)" in shown.err
+
+    status, shown = chat("Hi", "/save mine.json", "/clear", "Again", "/save new.json", "/save", "/clear",
+                         "Last", "/save! ./mine.json", "/save", "/save! other.json")  # fmt: skip
+    assert status == 0, shown.err
+    assert held("new.json") == ["Again", "ok"] and shown.err.count("saved 2 messages to new.json") == 2
+    assert held("mine.json") == held("other.json") == ["Last", "ok"]  # replaced as asked
+    assert shown.err.count("saved 2 messages to ./mine.json") == 2  # /save alone: its own file again
 
 
 def test_at_a_terminal_ctrl_c_stops_a_reply_and_the_chat_goes_on_and_piped_it_ends_the_chat(

@@ -550,6 +550,7 @@ def test_a_saved_conversation_reads_back_as_it_was_written_and_another_file_is_n
     [
         ("/save chat.json", ("save", "chat.json")),
         ("/save  ", ("save", "")),
+        ("/save! chat.json", ("save!", "chat.json")),
         ("/SAVE   s3://b/c.json  ", ("save", "s3://b/c.json")),
         ("/tool", ("tool", "")),
         ('/tool {"sum": 5} ', ("tool", '{"sum": 5} ')),

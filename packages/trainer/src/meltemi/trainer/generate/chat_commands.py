@@ -52,13 +52,18 @@ COMMANDS = (
         "save the conversation as JSON for --conversation (alone: to the file read or saved last)",
         argument="FILE",
     ),
+    CommandSpec(
+        "save!",
+        "the same, replacing what FILE holds (a conversation before /clear, or any other file)",
+        argument="FILE",
+    ),
     CommandSpec("clear", "start a new conversation (the system message and tools stay)"),
     CommandSpec("help", "list these commands", aliases=("?",)),
     CommandSpec("bye", "end the chat, as Ctrl-D does", aliases=("exit", "quit")),
 )
 
 _NAMED = {name: spec for spec in COMMANDS for name in (spec.name, *spec.aliases)}
-_COMMAND_WORD = re.compile(r"/([A-Za-z]+|\?)(?=\s|$)")  # a slash, a word, then a space or the end
+_COMMAND_WORD = re.compile(r"/([A-Za-z]+!?|\?)(?=\s|$)")  # a slash, a word (maybe with !), a space or end
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +81,8 @@ def read_command(message: str) -> Command | str:
 
     >>> read_command("/tool 5"), read_command("/?"), read_command("/tools?")
     (Command(name='tool', argument='5'), Command(name='help', argument=''), '/tools?')
+    >>> read_command("/save! chat.json")
+    Command(name='save!', argument='chat.json')
     """
     if message.startswith("//"):
         return message[1:]
@@ -99,7 +106,7 @@ def read_command(message: str) -> Command | str:
 def command_help() -> str:
     """What ``/help`` shows: each command with what it does, then how to send a message beginning with ``/``.
 
-    >>> print(command_help().splitlines()[2])
+    >>> print(command_help().splitlines()[3])
       /clear          start a new conversation (the system message and tools stay)
     """
     width = max(len(spec.usage) for spec in COMMANDS)

@@ -99,12 +99,14 @@ def write_conversation(
     tools: Tools | None = None,
     *,
     replace: bool = False,
+    earlier: bool = False,
 ) -> None:
     """Write ``messages`` (and the ``tools`` shown with them) to the JSON file ``location``, local or in a
     bucket, as ``read_conversation`` reads it: a list of messages, or a record with ``messages`` and
-    ``tools``. A file already there is kept and this is a ``GenerationError``, unless ``replace`` (the file
-    this chat read or saved before); so is a folder or directory named as the file, and an empty
-    conversation (``read_conversation`` would refuse it).
+    ``tools``. A file already there is kept and this is a ``GenerationError`` naming it and how to replace
+    it (``/save!``), unless ``replace`` (the file this conversation was read from or saved to, or
+    ``/save!``); ``earlier`` says the file holds the chat's conversation before ``/clear``. So is a folder
+    or directory named as the file, and an empty conversation (``read_conversation`` would refuse it).
 
     >>> import pathlib, tempfile
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "chat.json"
@@ -126,9 +128,14 @@ def write_conversation(
     except NotAFileError as e:
         raise GenerationError(f"/save {e}") from None
     if not replace and folder.exists(name):
+        held = (
+            "holds the conversation before /clear"
+            if earlier
+            else "already exists, and this chat neither read nor saved it"
+        )
         raise GenerationError(
-            f"/save {shown}: already exists, and this chat neither read nor saved it (what it holds is "
-            "kept); /save another name"
+            f"/save {shown}: {held} (what it holds is kept); /save another name, or /save! {shown} to "
+            "replace it"
         )
     record: Any = list(messages) if tools is None else {"messages": list(messages), "tools": list(tools)}
     folder.write_text(name, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
