@@ -24,12 +24,15 @@ from meltemi.datastore import (
     IncompleteStoreError,
     InputError,
     InvalidUtf8Error,
+    Remedy,
     SourceChangedError,
     TokenStore,
+    Way,
     build_store,
 )
-from meltemi.datastore.build.request import BUILD_FLAGS, Hints
+from meltemi.datastore.build.request import BUILD_FLAGS
 from meltemi.datastore.cli import main
+from meltemi.datastore.errors import COMMAND_LINE
 from meltemi.datastore.progress import ProgressBar
 
 
@@ -276,31 +279,72 @@ def test_the_progress_bar_counts_them():
     assert "3 with invalid UTF-8 skipped" in stream.text
 
 
-def test_hints_name_the_callers_flags_and_never_the_datastore_commands(write_files, tmp_path, tokenizer_path):
-    """A program calling `build_store` says how its users set each option; other hints are left out."""
-    hints = Hints(
-        {"invalid_utf8": "--data.invalid_utf8 {}", "text_field": "--data.text_field {}",
-         "overwrite": "--data.rebuild_corpus", "skip_bad_lines": "--data.skip_bad_lines {}"},
-        rerun="the same command",
-    )  # fmt: skip
+class _AppWords:
+    """Another program's flags for some of `build_store`'s options (as the trainer words them)."""
+
+    flags = {"invalid_utf8": "--data.invalid_utf8 {}", "text_field": "--data.text_field {}",
+             "overwrite": "--data.rebuild_corpus", "skip_bad_lines": "--data.skip_bad_lines {}"}  # fmt: skip
+
+    def flag(self, keyword, value):
+        spelled = self.flags.get(keyword)
+        return None if spelled is None else spelled.format(str(value).lower() if value is True else value)
+
+    def rerun(self, changes, request):
+        flags = [self.flag(keyword, value) for keyword, value in changes.items()]
+        return None if None in flags else "run the same command again" + "".join(f" with {f}" for f in flags)
+
+
+def test_an_error_carries_its_remedies_as_data(write_files, tmp_path, tokenizer_path):
+    """A bad input's error says what went wrong (`cause`) and what would fix it (`remedies`: `build_store`
+    keywords, and the build they would run again), not a command line's words."""
+    png = write_files({"a.png": _png()})
+    with pytest.raises(InvalidUtf8Error) as stopped:
+        build_store(png, tokenizer_path, tmp_path / "s", progress=False)
+    error = stopped.value
+    assert error.cause.endswith("a.png: not UTF-8 text at byte 0 (0x89: invalid start byte)"), error.cause
+    assert "--" not in error.cause and error.request.inputs == tuple(png)
+    assert [way.settings for remedy in error.remedies for way in remedy.ways] == [
+        {"invalid_utf8": "skip"},
+        {"invalid_utf8": "replace"},
+    ]
+    assert all(remedy.rerun for remedy in error.remedies)
+    assert str(error) == error.say(COMMAND_LINE) and "--invalid-utf8 skip" in str(error)
+    with pytest.raises(IncompleteStoreError) as half_built:  # the record keeps them as data too
+        TokenStore.open(tmp_path / "s")
+    assert half_built.value.remedies == error.remedies and half_built.value.request == error.request
+    lines = write_files({"b.jsonl": '{"body": "x"}\n'})
+    with pytest.raises(BadLineError) as bad_line:
+        build_store(lines, tokenizer_path, tmp_path / "t", progress=False)
+    another, fix, skip = bad_line.value.remedies
+    assert another.ways == (Way({"text_field": "FIELD"}),) and not another.rerun
+    assert fix.rerun and fix.ways == () and skip.ways == (Way({"skip_bad_lines": True}),)
+
+
+def test_another_program_words_the_remedies_with_its_own_flags(write_files, tmp_path, tokenizer_path):
+    """`worded` says the same error in another program's flags; remedies it has no flag for are left out,
+    and the datastore's command (`str`) is untouched."""
     ours = [flag.spelling for flag in BUILD_FLAGS] + ["--no-eos", "python -m"]
 
     def said(**kwargs) -> str:
         with pytest.raises(Exception) as error:
-            build_store(progress=False, hints=hints, **kwargs)
-        text = str(error.value)
+            build_store(progress=False, **kwargs)
+        text = str(error.value.worded(_AppWords()))
         assert not [flag for flag in ours if flag in text], text
+        assert type(error.value.worded(_AppWords())) is type(error.value)
         return text
 
     png = write_files({"a.png": _png()})
     text = said(inputs=png, tokenizer=tokenizer_path, out=tmp_path / "1")
     assert "run the same command again with --data.invalid_utf8 skip" in text
     assert "run the same command again with --data.invalid_utf8 replace" in text
-    with pytest.raises(IncompleteStoreError, match="--data.invalid_utf8 skip"):
+    with pytest.raises(IncompleteStoreError) as half_built:
         TokenStore.open(tmp_path / "1")
+    assert "--data.invalid_utf8 skip" in str(half_built.value.worded(_AppWords()))
+    assert "--invalid-utf8 skip" in str(half_built.value)
     bad_line = write_files({"b.jsonl": '{"body": "x"}\n'})
     text = said(inputs=bad_line, tokenizer=tokenizer_path, out=tmp_path / "2")
     assert "pass --data.text_field FIELD to name another" in text
+    assert "Fix that line and run the same command again (the build starts over" in text
     assert "run the same command again with --data.skip_bad_lines true" in text
     pq.write_table(pa.table({"body": ["x"]}), tmp_path / "d.parquet")
     text = said(inputs=[str(tmp_path / "d.parquet")], tokenizer=tokenizer_path, out=tmp_path / "3")
@@ -311,6 +355,20 @@ def test_hints_name_the_callers_flags_and_never_the_datastore_commands(write_fil
     build_store(good, tokenizer_path, tmp_path / "5", progress=False)
     text = said(inputs=[*good, *write_files({"d.txt": "more"})], tokenizer=tokenizer_path, out=tmp_path / "5")
     assert "pass --data.rebuild_corpus to rebuild it" in text
+
+
+def test_the_command_line_spells_each_remedys_keyword_as_its_build_flag():
+    """`str(error)` names the flags `python -m meltemi.datastore build` has: its rule for a keyword is the
+    flag's spelling in `BUILD_FLAGS`."""
+    remedied = {"text_field": "FIELD", "skip_bad_lines": True, "invalid_utf8": "skip", "overwrite": True,
+                "eos_token": "TOKEN", "eos": False, "subset": "NAME"}  # fmt: skip
+    by_field = {flag.field: flag for flag in BUILD_FLAGS}
+    for keyword, value in remedied.items():
+        assert COMMAND_LINE.flag(keyword, value) == " ".join(by_field[keyword].say(value)), keyword
+    remedy = Remedy("; pass {}", (Way({"eos_token": "TOKEN"}), Way({"eos": False})))
+    assert (
+        remedy.say(COMMAND_LINE) == "; pass --eos-token TOKEN or --no-eos" and remedy.say(_AppWords()) == ""
+    )
 
 
 def _text_file(data: bytes) -> bytes:

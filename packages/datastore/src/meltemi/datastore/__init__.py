@@ -7,7 +7,7 @@ import importlib.metadata
 
 from meltemi.datastore import corpora
 from meltemi.datastore.audit import audit_store
-from meltemi.datastore.build import BuildReport, Hints, build_store
+from meltemi.datastore.build import BuildReport, build_store
 from meltemi.datastore.corpora import python_stdlib, train_tokenizer
 from meltemi.datastore.errors import (
     BadLineError,
@@ -18,9 +18,12 @@ from meltemi.datastore.errors import (
     IntegrityError,
     InvalidUtf8Error,
     NoSuchStoreError,
+    Remedy,
     SourceChangedError,
     TokenizerFileError,
     TokenizerMismatchError,
+    Way,
+    Wording,
 )
 from meltemi.datastore.feistel import FeistelPermutation
 from meltemi.datastore.keys import derive_key
@@ -44,7 +47,6 @@ __all__ = [
     "DatastoreError",
     "EmptyCorpusError",
     "FeistelPermutation",
-    "Hints",
     "IncompleteStoreError",
     "NoSuchStoreError",
     "InputError",
@@ -52,6 +54,7 @@ __all__ = [
     "InvalidUtf8Error",
     "MixtureDataset",
     "PackedDataset",
+    "Remedy",
     "Packing",
     "Rows",
     "SequenceRange",
@@ -61,6 +64,8 @@ __all__ = [
     "TokenStore",
     "TokenizerFileError",
     "TokenizerMismatchError",
+    "Way",
+    "Wording",
     "audit_store",
     "block_counts",
     "build_store",

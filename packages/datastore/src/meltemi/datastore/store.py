@@ -13,11 +13,13 @@ from typing import Any
 import numpy as np
 
 from meltemi.datastore.build.records import PartSummary
+from meltemi.datastore.build.request import BuildRequest
 from meltemi.datastore.errors import (
     DatastoreError,
     IncompleteStoreError,
     IntegrityError,
     NoSuchStoreError,
+    Remedy,
     TokenizerMismatchError,
 )
 from meltemi.datastore.files import StoreFiles, open_files
@@ -414,7 +416,15 @@ def _why_not_a_store(location: str, directory: Directory) -> DatastoreError:
         stage = "was assembling the arrays" if len(done) == units else "was tokenizing"
         progress = f"{stage} and stopped after {len(done)} of {units} units ({tokens:,} tokens)"
         stopped = directory.read_json(f"{BUILD_DIR}/{STOPPED}")
-        if stopped is not None:
+        if stopped is not None and "cause" in stopped:  # the remedies as data, as a build records them now
+            request = stopped["request"]
+            return IncompleteStoreError(
+                f"{location} is an incomplete token store: its build {progress}, at a bad input: "
+                f"{stopped['cause']}",
+                remedies=[Remedy.from_json(remedy) for remedy in stopped["remedies"]],
+                request=BuildRequest(**request | {"inputs": tuple(request["inputs"])}),
+            )
+        if stopped is not None:  # recorded in words by an earlier version
             return IncompleteStoreError(
                 f"{location} is an incomplete token store: its build {progress}, at a bad input: "
                 f"{stopped['error']}. {stopped['how']}"

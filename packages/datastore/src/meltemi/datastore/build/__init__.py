@@ -10,6 +10,5 @@ keeps (`records`); `builder.build_store` composes them.
 
 from meltemi.datastore.build.builder import build_store
 from meltemi.datastore.build.records import BuildReport
-from meltemi.datastore.build.request import Hints
 
-__all__ = ["BuildReport", "Hints", "build_store"]
+__all__ = ["BuildReport", "build_store"]

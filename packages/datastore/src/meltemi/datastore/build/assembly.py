@@ -21,7 +21,7 @@ import tensorstore as ts
 
 from meltemi.datastore.build.records import PartSummary
 from meltemi.datastore.build.units import load_array, part_keys, weights_key
-from meltemi.datastore.errors import DatastoreError
+from meltemi.datastore.errors import DatastoreError, Remedy
 from meltemi.datastore.layout import (
     HASH_BLOCK,
     LOSS_WEIGHTS,
@@ -44,6 +44,9 @@ def content_hash(
     named = f"{np.dtype(dtype).name}:{tokens_sha256}:{offsets_sha256}"
     named += "" if weights_sha256 is None else f":{weights_sha256}"
     return hashlib.sha256(named.encode()).hexdigest()
+
+
+REBUILD_STORE = Remedy("; rebuild the store")  # what fixes parts that do not add up
 
 
 class ArrayWriter:
@@ -73,16 +76,17 @@ class ArrayWriter:
                 self.writes.popleft().result()
         self.pending, self.buffered, self.written = [data[count:]], len(data) - count, self.written + count
 
-    def finish(self, remedy: str = "rebuild the store") -> str:
+    def finish(self, remedy: Remedy = REBUILD_STORE) -> str:
         """Write what is left, wait for every write, and give the SHA-256 of all the values; parts that do
-        not add up are an error that ends with `remedy`."""
+        not add up are an error whose remedy is `remedy`."""
         self._write(final=True)
         while self.writes:
             self.writes.popleft().result()
         if self.written != self.layout.size:
             raise DatastoreError(
                 f"{self.name}: assembled {self.written} values, expected {self.layout.size}; "
-                f"the build's parts are inconsistent; {remedy}"
+                "the build's parts are inconsistent",
+                remedies=(remedy,),
             )
         return self.sha256.hexdigest()
 

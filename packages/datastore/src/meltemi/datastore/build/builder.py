@@ -10,6 +10,7 @@ the same store, from any host, from starting while the first runs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -47,7 +48,6 @@ from meltemi.datastore.build.request import (
     SHIPPED_TEMPLATE,
     UNIT_BYTES,
     BuildRequest,
-    Hints,
     LossOn,
     Overlong,
 )
@@ -65,6 +65,8 @@ from meltemi.datastore.errors import (
     DatastoreError,
     EmptyCorpusError,
     InvalidUtf8Error,
+    Remedy,
+    Way,
 )
 from meltemi.datastore.layout import (
     BUILD_DIR,
@@ -93,6 +95,11 @@ from meltemi.datastore.progress import ProgressBar
 from meltemi.datastore.storage import Directory, Location
 
 SUMMARIES_PER_TASK = 1024  # finished parts' summaries one task reads, when a build resumes
+REBUILD = Remedy(
+    "; rebuild the store ({})",
+    (Way({"overwrite": True}),),
+    otherwise="; build the store in another directory",
+)
 
 if TYPE_CHECKING:
     from meltemi.datastore.chat.recipe import ChatBuild
@@ -124,7 +131,6 @@ def build_store(
     cluster: str | None = None,
     progress: bool = True,
     wait: bool = True,
-    hints: Hints | None = None,
 ) -> BuildReport:
     """Tokenize `inputs` with `tokenizer` into a token store at `out` (or finish a build that stopped).
 
@@ -171,8 +177,9 @@ def build_store(
     A data set's directory is read for its train split, or for `split` (its test split, say), of the subset
     its card's `configs` mark default, or of `subset`.
 
-    The remedies errors suggest name the datastore's command-line flags; a program that calls this for
-    its own users passes `hints` saying how they set each option (see `Hints`).
+    An error carries what would fix it as data (`DatastoreError.remedies`, `build_store` keywords): `str`
+    says it in the datastore command line's flags, and a program calling this for its own users words it
+    with theirs (`DatastoreError.worded`).
 
     >>> import pathlib, tempfile
     >>> from meltemi.datastore import corpora
@@ -210,17 +217,15 @@ def build_store(
         subset=subset,
         cluster=cluster,
     )
-    hints = hints or Hints()
     chat = request.chat_build()
     out, options = Directory(out), request.options(chat)
     if out.location.scheme == "memory" and (workers > 1 or cluster is not None):
         raise ValueError(f"{out.location}: memory:// lives in one process; build it with workers=1")
-    info = TokenizerInfo.load(tokenizer, eos=options.eos, eos_token=eos_token, hints=hints)
+    info = TokenizerInfo.load(tokenizer, eos=options.eos, eos_token=eos_token)
     if chat is not None:
         chat.check_tokenizer(tokenizer_of(info), info.name)
-    choose = hints.flag("subset", "NAME") or "subset"  # a data set's README is not data, nor its test split
-    chosen = resolve_data_inputs(
-        list(request.inputs), request.split, request.subset, choose, chat=chat is not None
+    chosen = resolve_data_inputs(  # a data set's README is not data, nor its test split
+        list(request.inputs), request.split, request.subset, chat=chat is not None
     )
     say = _on_stderr if progress else _nowhere
     with (
@@ -229,16 +234,16 @@ def build_store(
         Lease(out, before=refuse_foreign) as lease,
     ):
         sources = fingerprint(chosen.files, unit_bytes, _known_sources(out), executor, progress)
-        plan = plan_units(info, sources, options, hints.command(request))
-        prepare_directory(out, plan, request, hints)
+        plan = plan_units(info, sources, options, request.command())
+        prepare_directory(out, plan, request)
         if out.exists(MANIFEST):
             return _already_built(out)
         try:
             summaries = _tokenize(
-                out.location / BUILD_DIR, plan, sources, info, request, hints, progress, chat, executor
+                out.location / BUILD_DIR, plan, sources, info, request, progress, chat, executor
             )
         except (BadLineError, InvalidUtf8Error) as error:
-            raise _stopped(out, error, request, hints) from None
+            raise _stopped(out, error, request) from None
         counts = sum((Counter(s.counts) for s in summaries), Counter())
         other_splits = chosen.other_splits
         if other_splits:
@@ -269,7 +274,7 @@ def build_store(
                 f"{given}{f' and {hidden} more' if hidden > 0 else ''}: no non-empty {item} to build from "
                 f"({files}: {report.notes()})"
             )
-        arrays = _assemble(out, plan, info, summaries, report, hints, progress, chat, executor)
+        arrays = _assemble(out, plan, info, summaries, report, progress, chat, executor)
         if lease.lost is not None:
             raise BuildInProgressError(f"{out.location}: {lease.lost}; run the build again")
         out.write_json(
@@ -328,10 +333,9 @@ def _already_built(out: Directory) -> BuildReport:
     )
 
 
-def _stopped(
-    out: Directory, error: BadLineError | InvalidUtf8Error, request: BuildRequest, hints: Hints
-) -> BadLineError | InvalidUtf8Error:
-    """Record why the build stopped (for `TokenStore.open`'s message), and say how to go on."""
+def _stopped(out: Directory, error: BadLineError | InvalidUtf8Error, request: BuildRequest) -> DatastoreError:
+    """`error` with the ways to go on (fix the input and run the build again, or run it with another
+    policy), recorded as data for `TokenStore.open`'s message."""
     if isinstance(error, BadLineError):
         what, ways = "line", {"skip such lines, counted and named in the manifest": {"skip_bad_lines": True}}
     else:
@@ -340,14 +344,13 @@ def _stopped(
             "leave out each document that is not UTF-8": {"invalid_utf8": "skip"},
             "replace its undecodable bytes with U+FFFD": {"invalid_utf8": "replace"},
         }
-    how = f"Fix that {what} and {hints.again(request)} (the build starts over from the fixed file)"
-    for way, changes in ways.items():
-        command = hints.run(request, **changes)
-        how += f", or {way}: {command}" if command else ""
-    out.write_json(f"{BUILD_DIR}/{STOPPED}", {"error": str(error), "how": how})
-    if isinstance(error, BadLineError):
-        return BadLineError(f"{error}. {how}")
-    return error.with_message(f"{error}. {how}")
+    fix = Remedy(f". Fix that {what} and {{}} (the build starts over from the fixed file)", rerun=True)
+    others = [Remedy(f", or {way}: {{}}", (Way(changes),), rerun=True) for way, changes in ways.items()]
+    stopped = error.with_remedies(fix, *others, request=request)
+    remedies = [remedy.to_json() for remedy in stopped.remedies]
+    record = {"cause": stopped.cause, "remedies": remedies, "request": dataclasses.asdict(request)}
+    out.write_json(f"{BUILD_DIR}/{STOPPED}", record)
+    return stopped
 
 
 def _tokenize(
@@ -356,14 +359,13 @@ def _tokenize(
     sources: list[Source],
     info: TokenizerInfo,
     request: BuildRequest,
-    hints: Hints,
     progress: bool,
     chat: ChatBuild | None,
     executor: Executor,
 ) -> list[PartSummary]:
     """Tokenize every unit without a part, and every part read under another `invalid_utf8` policy that
     it would change, as `executor`'s tasks; the summaries of all the parts, in unit order."""
-    units, policy = plan.units, request.reading(hints)
+    units, policy = plan.units, request.reading()
     summaries: dict[int, PartSummary] = {}
     parts = Directory(build_dir)
     listed = set(parts.list("parts/"))
@@ -405,7 +407,6 @@ def _assemble(
     info: TokenizerInfo,
     summaries: list[PartSummary],
     report: BuildReport,
-    hints: Hints,
     progress: bool,
     chat: ChatBuild | None,
     executor: Executor,
@@ -439,21 +440,21 @@ def _assemble(
             finished[segment.array].append(segment)
             bar.nodes = executor.nodes
             bar.advance(1)
-    rebuild = hints.flag("overwrite", True)
-    remedy = f"rebuild the store ({rebuild})" if rebuild else "build the store in another directory"
     hashes: dict[str, str] = {}
     for name, layout in layouts.items():
         done = sorted(finished[name], key=lambda segment: segment.index)
         digests = [digest for segment in done for digest in segment.digests]
         if sum(s.shards for s in done) != layout.num_shards or len(digests) != -(-layout.size // HASH_BLOCK):
-            raise DatastoreError(f"{name}: the assembly's tasks did not write every shard; {remedy}")
+            raise DatastoreError(
+                f"{name}: the assembly's tasks did not write every shard", remedies=(REBUILD,)
+            )
         hashes[name] = array_digest(digests)
     entries = [s.index_entries for s in sorted(finished[OFFSETS], key=lambda s: s.index)]
     index = np.concatenate(entries) if entries else np.zeros(0, np.uint64)
     index_layout = offsets_index_layout(report.documents)
     writer = ArrayWriter(out, OFFSETS_INDEX, index_layout)
     writer.append(index)
-    writer.finish(remedy)
+    writer.finish(REBUILD)
     check_shards(out, OFFSETS_INDEX, index_layout)
     layouts[OFFSETS_INDEX] = index_layout
     hashes[OFFSETS_INDEX] = array_sha256([index], FORMAT_VERSION)

@@ -14,13 +14,14 @@ from pathlib import Path
 
 from meltemi.datastore.build.lease import LEASE_KEY
 from meltemi.datastore.build.records import EARLIER_INVALID_UTF8, Plan, count_phrase
-from meltemi.datastore.build.request import BuildRequest, Hints
-from meltemi.datastore.errors import DatastoreError, SourceChangedError
+from meltemi.datastore.build.request import BuildRequest
+from meltemi.datastore.errors import DatastoreError, Remedy, SourceChangedError, Way
 from meltemi.datastore.layout import BUILD_DIR, CHAT_ARRAYS, GROUP, MANIFEST, READABLE_FORMATS, STOPPED
 from meltemi.datastore.storage import Directory, check_writable, local_path_of
 
 PLAN = "plan.json"
 PLAN_KEY = f"{BUILD_DIR}/{PLAN}"
+ELSEWHERE = "; build it in another directory"  # when the user cannot rebuild a store
 
 
 @contextlib.contextmanager
@@ -87,7 +88,7 @@ def refuse_foreign(out: Directory) -> None:
         )
 
 
-def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: Hints) -> None:
+def prepare_directory(out: Directory, plan: Plan, request: BuildRequest) -> None:
     """Check `out` against `plan`: start fresh, resume, or stop because the inputs changed."""
     shown = str(out.location)
     previous = out.read_json(MANIFEST)
@@ -97,22 +98,22 @@ def prepare_directory(out: Directory, plan: Plan, request: BuildRequest, hints: 
         if previous is None:
             refuse_foreign(out)
     if previous is not None:
-        rebuild = hints.flag("overwrite", True)
-        remedy = f"{rebuild} to rebuild it" if rebuild else None
+        rebuild = Way({"overwrite": True}, " to rebuild it")
         planned = plan.to_json()
         difference = _difference(previous, planned)
         fixed = not built and difference is not None and _only_contents_changed(previous, planned)
         unstarted = not built and not out.list(f"{BUILD_DIR}/parts/")  # other options for the same inputs
         fixed = fixed or unstarted and _same_files(previous, planned)  # where it had done nothing: no loss
         if difference and not request.overwrite and not fixed:  # a stopped build's fixed file: start over
-            how = f"pass {remedy}" if remedy else "build it in another directory"
-            raise SourceChangedError(f"{shown!r} was built from different inputs: {difference}; {how}")
+            remedy = Remedy("; pass {}", (rebuild,), otherwise=ELSEWHERE)
+            raise SourceChangedError(
+                f"{shown!r} was built from different inputs: {difference}", remedies=(remedy,)
+            )
         handled = _invalid_utf8_handled(previous, request) if built and not difference else None
         if handled and not request.overwrite:
-            as_built = hints.flag("invalid_utf8", previous.get("invalid_utf8", EARLIER_INVALID_UTF8))
-            ways = [way for way in (as_built and f"{as_built} to use it as it is", remedy) if way]
-            how = f"pass {' or '.join(ways)}" if ways else "build it in another directory"
-            raise SourceChangedError(f"{shown!r} holds {handled}; {how}")
+            as_built = {"invalid_utf8": previous.get("invalid_utf8", EARLIER_INVALID_UTF8)}
+            remedy = Remedy("; pass {}", (Way(as_built, " to use it as it is"), rebuild), otherwise=ELSEWHERE)
+            raise SourceChangedError(f"{shown!r} holds {handled}", remedies=(remedy,))
         difference = difference or handled
         if not difference:
             if built:

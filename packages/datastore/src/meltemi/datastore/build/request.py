@@ -1,8 +1,8 @@
 """One build as the user asked for it, and its command-line flags: the one place that knows both.
 
 `cli.py` makes its `build` arguments from `BUILD_FLAGS`, and a build writes the command that resumes it
-from the same table, so a new option is added once. `Hints` says how another program calling `build_store`
-spells the options, so that the remedies its errors suggest name that program's flags.
+from the same table, so a new option is added once. Errors carry their remedies as data (`errors.Remedy`):
+`str(error)` names these flags, and a program calling `build_store` words them with its own.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shlex
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -107,14 +106,13 @@ class BuildRequest:
         template = load_template(self.chat_template)
         return ChatBuild(template, self.loss_on, self.max_tokens, self.overlong, self.end_of_turn)
 
-    def reading(self, hints: Hints | None = None) -> ReadPolicy:
-        """How this build reads documents; its messages name another text field as `hints` spell it.
+    def reading(self) -> ReadPolicy:
+        """How this build reads documents.
 
         >>> BuildRequest(("a.jsonl",), "t.json", "s", invalid_utf8="skip").reading().invalid_utf8
         'skip'
         """
-        flag = (hints or Hints()).flag("text_field", "FIELD")
-        return ReadPolicy(self.field, self.skip_bad_lines, self.invalid_utf8, text_field_flag=flag)
+        return ReadPolicy(self.field, self.skip_bad_lines, self.invalid_utf8)
 
     def command(self, **changes: Any) -> str:
         """The command line that runs this build (with `changes`), credentials in URLs masked.
@@ -262,55 +260,6 @@ BUILD_FLAGS = (
     ),
 )
 _BY_FIELD = {flag.field: flag for flag in BUILD_FLAGS}
-
-
-@dataclass(frozen=True)
-class Hints:
-    """How the user of the program calling `build_store` sets its options: the words of the remedies that
-    errors suggest, so that a hint never names a flag that program lacks.
-
-    `flags` maps a `build_store` keyword to the caller's flag, a format string whose `{}` takes the value
-    (`{"text_field": "--data.text_field {}", "overwrite": "--data.rebuild_corpus"}`); a remedy that needs a
-    keyword left out is not offered. `rerun` names how the user runs the same build again ("the same
-    command"). The default, `Hints()`, is the datastore's command line: its flags, and whole commands.
-
-    >>> Hints().flag("invalid_utf8", "skip"), Hints({"overwrite": "--rebuild"}).flag("overwrite", True)
-    ('--invalid-utf8 skip', '--rebuild')
-    >>> app = Hints({"skip_bad_lines": "--data.skip_bad_lines {}"}, rerun="the same command")
-    >>> app.run(BuildRequest(("a",), "t", "o"), skip_bad_lines=True), app.flag("eos", False)
-    ('run the same command again with --data.skip_bad_lines true', None)
-    """
-
-    flags: Mapping[str, str] | None = None
-    rerun: str = "the same command"
-
-    def flag(self, keyword: str, value: Any) -> str | None:
-        """How the caller's user sets `keyword` to `value`; None when they cannot."""
-        if self.flags is None:
-            return shlex.join(_BY_FIELD[keyword].say(value))
-        spelled = self.flags.get(keyword)
-        if spelled is None:
-            return None
-        return spelled.format(str(value).lower() if isinstance(value, bool) else value)
-
-    def run(self, request: BuildRequest, **changes: Any) -> str | None:
-        """How to run `request` again with `changes`; None when a change is not the caller's to make."""
-        if self.flags is None:
-            return request.command(**changes)
-        flags = [self.flag(keyword, value) for keyword, value in changes.items()]
-        if None in flags:
-            return None
-        return f"run {self.rerun} again" + (f" with {' '.join(flags)}" if flags else "")  # type: ignore[arg-type]
-
-    def again(self, request: BuildRequest) -> str:
-        """How to run the build again, as it was."""
-        if self.flags is None:
-            return f"run the build again ({request.command()})"
-        return f"run {self.rerun} again"
-
-    def command(self, request: BuildRequest) -> str:
-        """The command that runs `request` again, as a plan records it for `TokenStore.open`'s messages."""
-        return request.command() if self.flags is None else self.rerun
 
 
 _DEFAULTS = {

@@ -24,8 +24,7 @@ from meltemi.datastore.build.inputs.files import Piece, redact, stamp_of
 from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, read_documents
 from meltemi.datastore.build.long_documents import pieces_of
 from meltemi.datastore.build.records import PartSummary
-from meltemi.datastore.build.request import Hints
-from meltemi.datastore.errors import InputError, SourceChangedError
+from meltemi.datastore.errors import InputError, Remedy, SourceChangedError, Way
 from meltemi.datastore.layout import token_dtype
 from meltemi.datastore.storage import Directory, Location
 from meltemi.datastore.tokenizer_file import parse_tokenizer, read_tokenizer_text, tokenizer_digest
@@ -55,15 +54,14 @@ class TokenizerInfo:
         path: str | os.PathLike,
         eos: bool = True,
         eos_token: str | None = None,
-        hints: Hints | None = None,
     ) -> TokenizerInfo:
         """Read a `tokenizer.json` (a path, or any URL `tokenizer_file` reads) and find its end-of-document
-        token; a missing one is an error saying how to name one or go without, in the words of `hints`."""
+        token; a missing one is an error whose remedies name one or go without."""
         shown = redact(os.fspath(path))
         text = read_tokenizer_text(path)
         sha256 = tokenizer_digest(text, shown)  # not JSON: an error naming the file, not json's own
         tokenizer = parse_tokenizer(text, shown, sha256)
-        eos_id = _find_eos(tokenizer, shown, eos_token, hints or Hints()) if eos else None
+        eos_id = _find_eos(tokenizer, shown, eos_token) if eos else None
         return cls(
             name=Path(os.fspath(path)).name,
             sha256=sha256,
@@ -81,16 +79,15 @@ class TokenizerInfo:
         }
 
 
-def _find_eos(tokenizer: Tokenizer, path: str, eos_token: str | None, hints: Hints) -> int:
+def _find_eos(tokenizer: Tokenizer, path: str, eos_token: str | None) -> int:
     candidates = (eos_token,) if eos_token is not None else EOS_CANDIDATES
     for token in candidates:
         token_id = tokenizer.token_to_id(token)
         if token_id is not None:
             return token_id
     wanted = repr(eos_token) if eos_token is not None else "any of " + ", ".join(EOS_CANDIDATES)
-    ways = [flag for flag in (hints.flag("eos_token", "TOKEN"), hints.flag("eos", False)) if flag]
-    remedy = f"; pass {' or '.join(ways)}" if ways else ""
-    raise InputError(f"tokenizer {path!r} has no end-of-document token ({wanted}){remedy}")
+    remedy = Remedy("; pass {}", (Way({"eos_token": "TOKEN"}), Way({"eos": False})))
+    raise InputError(f"tokenizer {path!r} has no end-of-document token ({wanted})", remedies=(remedy,))
 
 
 def tokenizer_of(info: TokenizerInfo) -> Tokenizer:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import local_path_of
 from meltemi.trainer.config import ModelConfig, RunConfig, StoreOrCorpus, eval_set_clash
+from meltemi.trainer.data.build_words import in_command_words
 from meltemi.trainer.data.chat import chat_tokenizer, concrete_template, load_chat_template
 from meltemi.trainer.data.run_tokenizer import file_sha256
 from meltemi.trainer.errors import ConfigError
@@ -314,25 +315,27 @@ def _cached_build(config: RunConfig, inputs, shown: str, name: str, key: str, to
                   **options) -> tuple[str, BuildReport]:  # fmt: skip
     """The store of ``inputs`` under ``data.cache_dir/corpora``, named by ``name`` and a hash of ``key``
     (what decides its bytes), built on first use as the data config and ``options`` say, and its build's
-    report (whose summary line is said); remedies name the command's ``flags``."""
-    from meltemi.datastore import Hints, build_store
+    report (whose summary line is said); an error's remedies name the command's ``flags``."""
+    from meltemi.datastore import DatastoreError, build_store
 
     data = config.data
     out = Path(data.cache_dir) / "corpora" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     if not (out / "manifest.json").exists():
         kind = "chat" if options.get("format") == "chat" else "token"
         say(f"building a {kind} store of {shown} in {out} (first use only)")
-    report = build_store(
-        inputs,
-        tokenizer,
-        out,
-        skip_bad_lines=data.skip_bad_lines,
-        invalid_utf8=data.invalid_utf8,
-        overwrite=data.rebuild_corpus,
-        progress=True,
-        hints=Hints(flags, rerun="the same command"),
-        **options,
-    )
+    try:
+        report = build_store(
+            inputs,
+            tokenizer,
+            out,
+            skip_bad_lines=data.skip_bad_lines,
+            invalid_utf8=data.invalid_utf8,
+            overwrite=data.rebuild_corpus,
+            progress=True,
+            **options,
+        )
+    except DatastoreError as error:
+        raise in_command_words(error, flags) from None
     say(report.summary())
     return str(out), report
 

@@ -29,6 +29,7 @@ from meltemi.datastore import DatastoreError
 from meltemi.datastore.layout import MANIFEST
 from meltemi.datastore.storage import Location, first_contact
 from meltemi.trainer.config import RunConfig
+from meltemi.trainer.data.build_words import in_command_words
 from meltemi.trainer.data.run_tokenizer import tokenizer_file
 from meltemi.trainer.data.sources import SOURCE_FLAGS, format_options, tokenizer_for_stores
 from meltemi.trainer.errors import ConfigError, DataError, TrainerError
@@ -249,9 +250,8 @@ class _Builds:
     count: int
 
     def build(self, one: StoreBuild) -> BuildOutcome:
-        """One source's store built; a problem of its inputs, tokenizer or store is its failed outcome."""
-        from meltemi.datastore import Hints
-
+        """One source's store built; a problem of its inputs, tokenizer or store is its failed outcome, said
+        in the command's flags."""
         data = self.config.data
         source = getattr(data, one.section)[one.source]
         flags = {k: v for k, v in SOURCE_FLAGS.items() if k != "overwrite"}  # a store is never overwritten
@@ -269,11 +269,11 @@ class _Builds:
                 invalid_utf8=data.invalid_utf8,
                 workers=1 if in_memory else workers,
                 progress=self.count == 1,  # one bar; several would overwrite each other
-                hints=Hints(flags, rerun="the same command"),
                 **format_options(self.config, source),
             )
         except (DatastoreError, TrainerError) as error:
-            return BuildOutcome(one.source, f"{one.field}: {' '.join(str(error).split())}", failed=True)
+            said = str(in_command_words(error, flags) if isinstance(error, DatastoreError) else error)
+            return BuildOutcome(one.source, f"{one.field}: {' '.join(said.split())}", failed=True)
         return BuildOutcome(one.source, f"{one.field}: {report.summary()}")
 
 

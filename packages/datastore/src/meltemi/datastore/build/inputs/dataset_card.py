@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from meltemi.datastore.errors import InputError
+from meltemi.datastore.errors import InputError, Remedy, Way
 
 CARD = "README.md"  # where a data set's card lives, at its directory's top
 _HEADER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(?P<yaml>.*?)^---[ \t]*$", re.DOTALL | re.MULTILINE)
@@ -104,15 +104,13 @@ def card_subsets(card: str | dict[str, Any] | None, where: str) -> list[Subset]:
     return subsets
 
 
-def chosen_subset(
-    subsets: Sequence[Subset], name: str | None, where: str, choose: str = "subset"
-) -> Subset | None:
+def chosen_subset(subsets: Sequence[Subset], name: str | None, where: str) -> Subset | None:
     """The subset to read: `name`, else the card's default; None when the card names none (and no `name`).
-    An `InputError` naming `where` when `name` is not one of them, or when none is the default; `choose`
-    says how the user names one.
+    An `InputError` naming `where` when `name` is not one of them, or when none is the default (its remedy:
+    naming one, `subset`).
 
     >>> subsets = [Subset("all"), Subset("math")]
-    >>> chosen_subset(subsets, None, "smoltalk", choose="--subset NAME")
+    >>> chosen_subset(subsets, None, "smoltalk")
     Traceback (most recent call last):
     ...
     meltemi.datastore.errors.InputError: smoltalk: its README.md names the subsets all, math, and none is \
@@ -131,8 +129,9 @@ its default: choose one (--subset NAME)
     marked = [s for s in subsets if s.default] or [s for s in subsets if s.name == "default"]
     if marked or len(subsets) == 1:
         return (marked or list(subsets))[0]
+    choose = Remedy(": choose one ({})", (Way({"subset": "NAME"}),), otherwise=": choose one (subset)")
     raise InputError(
-        f"{where}: its {CARD} names the subsets {names}, and none is its default: choose one ({choose})"
+        f"{where}: its {CARD} names the subsets {names}, and none is its default", remedies=(choose,)
     )
 
 

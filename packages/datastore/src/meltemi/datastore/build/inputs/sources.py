@@ -36,7 +36,7 @@ from meltemi.datastore.build.inputs.files import (
 )
 from meltemi.datastore.build.inputs.json_array import array_items, text_chunks
 from meltemi.datastore.build.inputs.tables import open_table
-from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error
+from meltemi.datastore.errors import BadLineError, InputError, InvalidUtf8Error, Remedy, Way
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import Location
 
@@ -49,6 +49,9 @@ _T = TypeVar("_T")
 
 TABLE_KINDS = ("parquet", "arrow")  # the `Source.kind`s read as tables of columns (`tables.open_table`)
 _GLOB_CHARS = "*?["
+ANOTHER_FIELD = Remedy(
+    " (pass {} to name another)", (Way({"text_field": "FIELD"}),)
+)  # a record without the field
 
 
 def _url(fs: fsspec.AbstractFileSystem, path: str) -> str:
@@ -68,7 +71,6 @@ def resolve_data_inputs(
     inputs: Sequence[str],
     split: str | None = None,
     subset: str | None = None,
-    choose: str = "subset",
     *,
     chat: bool = True,
 ) -> TrainingFiles:
@@ -77,8 +79,7 @@ def resolve_data_inputs(
     files: by the `configs` of its card (`dataset_card`: `subset`, else its default) when they say, else by
     their names (`dataset_files.training_files`); a file named itself is kept whatever its name. For `chat`
     every directory is a data set's; for text only one whose card describes data or that `save_to_disk`
-    wrote (any other is a corpus of files, read whole). `choose` says how the user names a subset, for the
-    error when a card names several and no default.
+    wrote (any other is a corpus of files, read whole).
 
     >>> resolve_data_inputs([__file__]).files == [__file__]
     True
@@ -90,7 +91,7 @@ def resolve_data_inputs(
     for item, files, listed in _resolved(inputs):
         root, metadata = _card(redact(item), files, strict=chat) if listed else ("", None)
         if listed and (chat or describes_data(metadata) or _saved_to_disk(files)):
-            chosen_one = chosen_subset(card_subsets(metadata, redact(item)), subset, redact(item), choose)
+            chosen_one = chosen_subset(card_subsets(metadata, redact(item)), subset, redact(item))
             chosen = training_files(redact(item), files, split, chosen_one, root)
             files = chosen.files
             other_splits.update(chosen.other_splits)
@@ -480,17 +481,25 @@ def parsed_or_refused(
     try:
         return parse(value, place)
     except BadLineError as error:
-        refuse(f"{place}: {error}", policy, notes, refused)
+        refuse(f"{place}: {error.cause}", policy, notes, refused, error.remedies)
         return None
 
 
-def refuse(problem: str, policy: ReadPolicy, notes: ReadNotes, refused: str = "skipped_lines") -> None:
-    """Stop at a bad record (`problem` names it and says why), or with `policy.skip_bad_lines` count it under
-    `refused` in `notes.counts` and name it in `notes.skipped_lines` (the caller skips it)."""
+def refuse(
+    problem: str,
+    policy: ReadPolicy,
+    notes: ReadNotes,
+    refused: str = "skipped_lines",
+    remedies: tuple[Remedy, ...] = (),
+) -> None:
+    """Stop at a bad record (`problem` names it and says why; `remedies`, how to read it), or with
+    `policy.skip_bad_lines` count it under `refused` in `notes.counts` and name it in `notes.skipped_lines`
+    (the caller skips it)."""
+    error = BadLineError(problem, remedies=remedies)
     if not policy.skip_bad_lines:
-        raise BadLineError(problem)
+        raise error
     notes.counts[refused] += 1
-    notes.skipped_lines.append(problem)
+    notes.skipped_lines.append(str(error))
 
 
 def _jsonl_text(line: str, place: Place, policy: ReadPolicy, notes: ReadNotes) -> str | None:
@@ -508,7 +517,7 @@ def _record_text(record: Any, place: Place, policy: ReadPolicy, notes: ReadNotes
     what is wrong with it."""
     field_name = policy.text_field
     if not isinstance(record, dict) or field_name not in record:
-        raise BadLineError(f"no {field_name!r} field{policy.another_field(' (pass {} to name another)')}")
+        raise BadLineError(f"no {field_name!r} field", remedies=(ANOTHER_FIELD,))
     text = record[field_name]
     if not isinstance(text, str):
         raise BadLineError(f"field {field_name!r} is {type(text).__name__}, not a string")
@@ -524,8 +533,10 @@ def _table_documents(source: Source, policy: ReadPolicy, notes: ReadNotes) -> It
         text_field, schema = policy.text_field, table.schema
         if text_field not in schema.names:
             names = ", ".join(schema.names)
-            another = policy.another_field("; pass {}")
-            raise InputError(f"{source.name}: no column {text_field!r} (columns: {names}){another}")
+            another = Remedy("; pass {}", (Way({"text_field": "FIELD"}),))
+            raise InputError(
+                f"{source.name}: no column {text_field!r} (columns: {names})", remedies=(another,)
+            )
         kind = schema.field(text_field).type
         if pa.types.is_dictionary(kind):
             kind = kind.value_type
