@@ -3,6 +3,7 @@ line (or skipped and counted when asked), and text that is not UTF-8 handled as 
 
 import gzip
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -67,7 +68,8 @@ BAD = [
     (
         {"text": "hello"},
         "no 'messages' field, nor a 'prompt' and a 'completion', nor ShareGPT's 'conversations', nor "
-        "Alpaca's 'instruction' and 'output' (pass --text-field FIELD to name another)",
+        "Alpaca's 'instruction' and 'output', nor messages under conversation, dialog, dialogue, chat, turns "
+        "or text (its fields: text); pass --text-field FIELD to name the field that holds the messages",
     ),
     ({"prompt": "2 + 2?"}, "no 'messages' field, nor a 'prompt' and a 'completion'"),
     ({"instruction": "Add.", "output": 4}, "field 'output' is a number, not a string"),
@@ -131,16 +133,79 @@ def test_a_bad_conversation_is_one_line_naming_the_file_the_line_and_what_is_wro
     assert "\n" not in str(caught.value)
 
 
+class Flags:
+    """A program's wording of the remedies: its flag for each `build_store` keyword it offers."""
+
+    def __init__(self, flags: dict[str, str]):
+        self.flags = flags
+
+    def flag(self, keyword, value):
+        return None if keyword not in self.flags else self.flags[keyword].format(value)
+
+    def rerun(self, changes, request):
+        return None
+
+
 def test_the_remedy_for_another_field_is_said_only_when_the_caller_offers_one(tmp_path):
     path = _jsonl(tmp_path / "a.jsonl", {"text": "hello"})
+    with pytest.raises(BadLineError) as caught:
+        _read(path, field="chat")
+    cause = (
+        "line 1: no 'chat' field, nor a 'prompt' and a 'completion', nor ShareGPT's 'conversations', nor "
+        "Alpaca's 'instruction' and 'output' (its fields: text)"
+    )
+    assert caught.value.say(Flags({})).endswith(cause)
+    assert caught.value.say(Flags({"text_field": "--data.chat.messages_field {}"})).endswith(
+        f"{cause}; pass --data.chat.messages_field FIELD to name the field that holds the messages"
+    )
+    assert str(caught.value).endswith(
+        f"{cause}; pass --text-field FIELD to name the field that holds the messages"
+    )
+
+
+OTHER_NAMES = [
+    {"dialog": HELLO},
+    {"conversation": [dict(m, turn=i) for i, m in enumerate(HELLO)], "model": "x", "language": "en"},
+    {"chat": HELLO},
+    {"turns": HELLO},
+    {"text": HELLO},
+    {"dialogue": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]},
+]
+
+
+@pytest.mark.parametrize("record", OTHER_NAMES, ids=lambda record: next(iter(record)))
+def test_messages_under_the_names_other_data_sets_give_them_are_read_by_default(tmp_path, record):
+    """lmsys-chat's and WildChat's `conversation` (each message with more keys), `dialog`, `chat`, `turns`,
+    `text` holding a list, and ShareGPT's turns under one of them; a named field reads only that one."""
+    path = _jsonl(tmp_path / "a.jsonl", record)
+    [conversation] = _read(path)
+    assert [(m["role"], m["content"]) for m in conversation.messages] == [
+        ("user", "Hi"),
+        ("assistant", "Hello"),
+    ]
+    with pytest.raises(BadLineError, match=r"line 1: no 'talk' field, nor .* and 'output' \(its fields: "):
+        _read(path, field="talk")
+
+
+def test_messages_under_a_name_no_format_uses_are_named_with_the_flag_that_reads_them(tmp_path):
+    path = _jsonl(tmp_path / "a.jsonl", {"id": 3, "tools": [], "exchange": HELLO})
+    with pytest.raises(BadLineError) as caught:
+        _read(path)
+    assert re.search(
+        r"line 1: no 'messages' field, .* \(its fields: id, tools, exchange\); field 'exchange' holds a list "
+        r"of objects: if they are the messages, pass --data\.chat\.messages_field exchange$",
+        caught.value.say(Flags({"text_field": "--data.chat.messages_field {}"})),
+    )
+    assert _read(path, field="exchange")[0].messages == tuple(HELLO)
+    pq.write_table(pa.table({"id": [1], "exchange": pa.array([HELLO], MESSAGES)}), tmp_path / "a.parquet")
     with pytest.raises(
-        BadLineError,
-        match=r"line 1: no 'messages' field, nor a 'prompt' and a 'completion', nor ShareGPT's "
-        r"'conversations', nor Alpaca's 'instruction' and 'output'$",
+        InputError,
+        match=r"a\.parquet: no column 'messages', .* \(columns: id, exchange\); column 'exchange' holds "
+        r"lists of structs: if they are the messages, pass --text-field exchange$",
     ):
-        _read(path, ReadPolicy(text_field_flag=None))
-    with pytest.raises(BadLineError, match=r"'output' \(pass --data\.field X to name another\)$"):
-        _read(path, ReadPolicy(text_field_flag="--data.field X"), field="chat")
+        _read(tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": [1], "conversation": pa.array([HELLO], MESSAGES)}), tmp_path / "b.parquet")
+    assert [c.messages for c in _read(tmp_path / "b.parquet")] == [tuple(dict(m, name=None) for m in HELLO)]
 
 
 def test_skipping_bad_conversations_counts_and_names_each(tmp_path):
@@ -426,7 +491,8 @@ def test_a_parquet_file_without_a_column_of_conversations_is_an_error_naming_it(
     with pytest.raises(
         InputError,
         match=r"a\.parquet: no column 'messages', nor a 'prompt' and a 'completion', nor ShareGPT's "
-        r"'conversations', nor Alpaca's 'instruction' and 'output' \(columns: text\); pass",
+        r"'conversations', nor Alpaca's 'instruction' and 'output', nor messages in conversation, dialog, "
+        r"dialogue, chat, turns or text \(columns: text\); pass --text-field FIELD to name the column",
     ):
         _read(tmp_path / "a.parquet")
     pq.write_table(pa.table({"messages": ["hello"]}), tmp_path / "b.parquet")

@@ -14,9 +14,12 @@ completion is trained (`Conversation.prompt_messages`). Or it may hold ShareGPT'
 `observation`, its result) and `value`, read as messages after its `system` text (`sharegpt_messages`), as
 Axolotl and LLaMA-Factory read them. Or Alpaca's `instruction`, optional `input`, and `output` (Stanford
 Alpaca's and its derivatives' form, with LLaMA-Factory's optional `system` and `history`), read as a user's
-message and the assistant's reply (`alpaca_messages`). A conversation that is not such a list stops the read
-naming its file and line (or row), or is skipped and noted when the policy skips bad lines; one that is not
-UTF-8 text is handled as a document is (`ReadPolicy.invalid_utf8`).
+message and the assistant's reply (`alpaca_messages`). Or, when the field read is the default `messages`, the
+messages (or ShareGPT turns) under a name other data sets use (`MESSAGE_FIELDS`: lmsys-chat's and WildChat's
+`conversation`, `dialog`, `dialogue`, `chat`, `turns`, or `text` holding a list); under any other name, the
+error names the fields the record has and how to name the one that holds them. A conversation that is not
+such a list stops the read naming its file and line (or row), or is skipped and noted when the policy skips
+bad lines; one that is not UTF-8 text is handled as a document is (`ReadPolicy.invalid_utf8`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from meltemi.datastore.build.inputs.sources import (
     without_surrogates,
 )
 from meltemi.datastore.build.inputs.tables import open_table
-from meltemi.datastore.errors import BadLineError, InputError
+from meltemi.datastore.errors import BadLineError, InputError, Remedy, Way
 
 ROLES = ("system", "user", "assistant", "tool")
 REFUSED = "refused_conversations"  # the count of bad conversations skipped, in `ReadNotes.counts`
@@ -51,6 +54,9 @@ PROMPT, COMPLETION = "prompt", "completion"  # TRL's prompt-completion fields
 TOOLS = "tools"  # the definitions of the tools a conversation may call, beside its messages
 SHAREGPT, SYSTEM = "conversations", "system"  # ShareGPT's turns, and the system prompt beside them
 INSTRUCTION, INPUT, OUTPUT, HISTORY = "instruction", "input", "output", "history"  # Alpaca's fields
+MESSAGES = "messages"  # the field read by default
+# Other names data sets give a conversation's messages, read when a record has no `messages` (in this order)
+MESSAGE_FIELDS = ("conversation", "dialog", "dialogue", "chat", "turns", "text")
 SHAREGPT_ROLES = {  # who speaks a ShareGPT turn (its `from`) -> the role of its message
     "human": "user",
     "user": "user",
@@ -76,7 +82,7 @@ class Conversation:
 
 
 def read_conversations(
-    piece: Piece, policy: ReadPolicy, notes: ReadNotes, field: str = "messages"
+    piece: Piece, policy: ReadPolicy, notes: ReadNotes, field: str = MESSAGES
 ) -> Iterator[Conversation]:
     """The conversations of a piece of a chat source, in file order, each from the JSONL field or Parquet
     column `field`; bad ones refused, and those not UTF-8 handled, as `policy` says (and noted).
@@ -340,13 +346,63 @@ def _record_conversation(
         )
     elif INSTRUCTION in record and OUTPUT in record:
         messages = checked_messages(alpaca_messages(record), INSTRUCTION)
+    elif (alias := messages_alias(record, field)) is not None:
+        messages = checked_messages(sharegpt_messages(record[alias], record.get(SYSTEM), alias), alias)
     else:
-        another = policy.another_field(" (pass {} to name another)")
-        raise BadLineError(f"no {field!r} field, {_NOR_OTHER_FORMS}{another}")
+        raise _no_messages(field, record)
     if escaped:
         messages = _without_lone_surrogates(messages, place, policy, notes)
     tools = checked_tools(record.get(TOOLS))
     return None if messages is None else Conversation(messages, str(place), prompt_messages, tools)
+
+
+def messages_alias(record: dict[str, Any], field: str = MESSAGES) -> str | None:
+    """The field of `MESSAGE_FIELDS` that holds `record`'s messages when it has no `field` (a non-empty list
+    of objects: messages, or ShareGPT's turns), if `field` is the default one; else None.
+
+    >>> messages_alias({"id": 7, "dialog": [{"role": "user", "content": "Hi"}]})
+    'dialog'
+    >>> messages_alias({"text": "Hi there"}), messages_alias({"dialog": [{"role": "user"}]}, "chats")
+    (None, None)
+    """
+    if field != MESSAGES:
+        return None
+    return next((name for name in MESSAGE_FIELDS if _objects(record.get(name))), None)
+
+
+def _objects(value: Any) -> bool:
+    """Whether `value` is a non-empty list of objects (a conversation's messages or turns)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(item, dict) for item in value)
+
+
+def _no_messages(field: str, record: dict[str, Any]) -> BadLineError:
+    """What a record without a conversation lacks, its fields, and how to name the one holding its messages
+    (a remedy setting `text_field`, which a chat build reads as the messages' field): a field holding a list
+    of objects is offered as the likely one.
+
+    >>> print(_no_messages("messages", {"id": 1, "turn_list": [{"who": "me"}]}))
+    no 'messages' field, nor a 'prompt' and a 'completion', nor ShareGPT's 'conversations', nor Alpaca's \
+'instruction' and 'output', nor messages under conversation, dialog, dialogue, chat, turns or text (its \
+fields: id, turn_list); field 'turn_list' holds a list of objects: if they are the messages, pass \
+--text-field turn_list
+    """
+    aliases = f", nor messages under {', '.join(MESSAGE_FIELDS[:-1])} or {MESSAGE_FIELDS[-1]}"
+    said = f"no {field!r} field, {_NOR_OTHER_FORMS}{aliases * (field == MESSAGES)}"
+    said += f" (its fields: {', '.join(map(str, record)) or 'none'})"
+    likely = next((name for name, value in record.items() if _objects(value) and name != TOOLS), None)
+    return BadLineError(said, remedies=(_messages_remedy("field", likely, "a list of objects"),))
+
+
+def _messages_remedy(what: str, likely: str | None, holds: str) -> Remedy:
+    """How to name the field (or column) of the messages: `likely`'s, when one `holds` what they would."""
+    if likely is None:
+        return Remedy(
+            f"; pass {{}} to name the {what} that holds the messages", (Way({"text_field": "FIELD"}),)
+        )
+    return Remedy(
+        f"; {what} {likely!r} holds {holds}: if they are the messages, pass {{}}",
+        (Way({"text_field": likely}),),
+    )
 
 
 def checked_tools(value: Any) -> tuple[dict[str, Any], ...] | None:
@@ -456,25 +512,35 @@ def _table_conversations(
 def _conversation_columns(source, schema, field: str, policy: ReadPolicy) -> list[str]:
     """The Parquet or Arrow columns a chat source's conversations are read from: `field`, or else a prompt
     column and a completion column, or else ShareGPT's turns (each with a `system` column when there is
-    one); an `InputError` naming the file when none is there, or a column's type cannot hold what it
+    one), or else Alpaca's, or else a column of `MESSAGE_FIELDS` holding lists of structs (when `field` is
+    the default); an `InputError` naming the file when none is there, or a column's type cannot hold what it
     should."""
     import pyarrow as pa
 
     names = schema.names
     tools = [TOOLS] if TOOLS in names and field != TOOLS else []
+    structs = [name for name in names if _struct_lists(schema.field(name).type)]
+    alias = next((name for name in MESSAGE_FIELDS if name in structs), None) if field == MESSAGES else None
+    turns = None
     if field in names or (SHAREGPT in names and not (PROMPT in names and COMPLETION in names)):
         turns = field if field in names else SHAREGPT
-        columns, texts = [turns, *([SYSTEM] if SYSTEM in names and SYSTEM != turns else []), *tools], [SYSTEM]
     elif PROMPT in names and COMPLETION in names:
         columns, texts = [PROMPT, COMPLETION, *tools], [PROMPT, COMPLETION]
     elif INSTRUCTION in names and OUTPUT in names:
         texts = [INSTRUCTION, *(name for name in (INPUT, SYSTEM) if name in names), OUTPUT]
         columns = [*texts, *([HISTORY] if HISTORY in names else []), *tools]
+    elif alias is not None:
+        turns = alias
     else:
+        aliases = f", nor messages in {', '.join(MESSAGE_FIELDS[:-1])} or {MESSAGE_FIELDS[-1]}"
+        likely = next((name for name in structs if name != TOOLS), None)
         raise InputError(
-            f"{source.name}: no column {field!r}, {_NOR_OTHER_FORMS} (columns: {', '.join(names)})"
-            f"{policy.another_field('; pass {}')}"
+            f"{source.name}: no column {field!r}, {_NOR_OTHER_FORMS}{aliases * (field == MESSAGES)} "
+            f"(columns: {', '.join(names)})",
+            remedies=(_messages_remedy("column", likely, "lists of structs"),),
         )
+    if turns is not None:
+        columns, texts = [turns, *([SYSTEM] if SYSTEM in names and SYSTEM != turns else []), *tools], [SYSTEM]
     for name in columns:
         kind = schema.field(name).type
         lists = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_struct(
@@ -501,6 +567,13 @@ def _conversation_columns(source, schema, field: str, policy: ReadPolicy) -> lis
                 "a content)"
             )
     return columns
+
+
+def _struct_lists(kind) -> bool:
+    """Whether an Arrow type is a list of structs (a column of conversations' messages or turns)."""
+    import pyarrow as pa
+
+    return (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_struct(kind.value_type)
 
 
 def _as_bytes(kind):
