@@ -310,3 +310,38 @@ def test_a_base_that_is_not_a_model_is_one_line_and_writes_nothing(fine_tuned):
         "with --base RUN_OR_HF_DIR, or train a model from scratch with apps/pretrain.py"
     )
     assert not (cwd / "runs" / "none").exists()
+
+
+def test_forty_conversations_of_your_own_fine_tune_with_the_defaults(first_run, tmp_path):
+    """A user's small file (40 conversations, their messages under `dialog`): the default held-out split
+    (2 conversations, one row) is evaluated as one partial batch, the training rows fewer than a batch are
+    said at the start and in the summary, and the replies before and after are to the first held-out
+    conversation's message, not to the preset's prompt about the standard library."""
+    shutil.copytree(first_run.cwd / "runs", tmp_path / "runs")
+    first_run.link_corpus(tmp_path)
+    sums = [(n, 2 * n + 1) for n in range(40)]
+    (tmp_path / "mine.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {
+                    "dialog": [
+                        {"role": "user", "content": f"What is {a} plus {b}?"},
+                        {"role": "assistant", "content": str(a + b)},
+                    ]
+                }
+            )
+            + "\n"
+            for a, b in sums
+        )  # fmt: skip
+    )
+    done = app("sft.py", *SMALL, "--data.seq_len", "255", "--trainer.num_train_steps", "4",
+               "--data", "mine.jsonl", "--run-dir", "runs/mine", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"mine: 38 conversations in \d rows of 256 tokens", done.stderr)
+    assert re.search(r"held-out assistant loss: [\d.]+ at step 0 -> [\d.]+ at step 4", done.stdout)
+    said = re.search(
+        r"source 'mine' trains on \d rows?, fewer than a batch of 8 [^\n]*: add data", done.stderr
+    )
+    assert said and f"data: {said.group(0)}" in done.stdout
+    assert "reply (greedy) to 'What is 38 plus 77?':" in done.stdout  # the first of the 2 held out
+    assert "Describe this function" not in done.stdout

@@ -40,16 +40,6 @@ def test_a_sequence_length_the_store_cannot_fill_is_named(make_config, run_dir, 
         make_trainer(config, run_dir)
 
 
-def test_a_held_out_split_smaller_than_a_batch_is_named(make_config, run_dir):
-    with pytest.raises(
-        DataError,
-        match=r"^data.eval_fraction: the held-out split of source 'py' has \d+ sequences?, fewer than one "
-        r"evaluation batch of 16; raise data.eval_fraction \(now 0.0001\) or evaluate fewer rows at once "
-        r"\(trainer.global_batch_size\)$",
-    ):
-        make_trainer(make_config("--data.eval_fraction", "0.0001"), run_dir)
-
-
 def test_a_missing_store_and_no_store_at_all_are_named(make_config, run_dir, tmp_path):
     nope = tmp_path / "nope"
     with pytest.raises(DataError) as caught:

@@ -215,9 +215,11 @@ def report(summary: RunSummary, config: RunConfig, run_dir: str) -> int:
     print(f"last checkpoint: {summary.last_checkpoint}")
     if summary.storage_retries:
         print(f"storage: {summary.storage_retries} request(s) retried after transient errors")
+    for note in summary.data_notes:  # said at the start too: a source smaller than a batch, or many epochs
+        print(f"data: {note}")
     prompt = config.trainer.sample_prompt
     if summary.replies:
-        print("\n".join(summary.reply_lines(prompt)))
+        print("\n".join(summary.reply_lines()))
     elif prompt is not None and summary.last_checkpoint is not None and not _is_chat(summary):
         print(
             f"sample (temperature 0.7, top-k 40, from {prompt!r}):\n"

@@ -243,11 +243,13 @@ TrainingArguments) is --trainer.num_train_steps here"
 
 
 def _fine_tuning_overrides(values: dict[str, object]) -> list[str]:
-    """The config overrides ``--base`` and ``--data`` stand for (before the other overrides, which win).
+    """The config overrides ``--base`` and ``--data`` stand for (before the other overrides, which win);
+    with ``--data`` the summary replies to the user's own held-out conversation (``trainer.reply_to``), not to
+    the preset's prompt, written for its own corpus.
 
     >>> _fine_tuning_overrides({"--base": "runs/tiny", "--data": "a/chat.jsonl,b/chat.jsonl"})
     ['--trainer.initialize_from.path', 'runs/tiny', '--data.sources', '{"chat": {"corpus": "a/chat.jsonl", \
-"format": "chat"}, "chat-2": {"corpus": "b/chat.jsonl", "format": "chat"}}']
+"format": "chat"}, "chat-2": {"corpus": "b/chat.jsonl", "format": "chat"}}', '--trainer.reply_to', 'held_out']
     >>> _fine_tuning_overrides({"--data": "HuggingFaceTB/smoltalk", "--subset": "all"})[1]
     '{"smoltalk": {"corpus": "HuggingFaceTB/smoltalk", "format": "chat", "subset": "all"}}'
     """
@@ -269,7 +271,7 @@ def _fine_tuning_overrides(values: dict[str, object]) -> list[str]:
                 name = f"{base}-{n}"
             sources[name] = {"corpus": path, "format": "chat"}
             sources[name] |= {"subset": str(values["--subset"])} if "--subset" in values else {}
-        words += ["--data.sources", json.dumps(sources)]
+        words += ["--data.sources", json.dumps(sources), "--trainer.reply_to", "held_out"]
     elif "--subset" in values:
         raise ConfigError(
             "--subset: the subset of --data's data sets: give it with --data (or data.sources.NAME.subset)"

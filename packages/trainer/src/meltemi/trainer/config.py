@@ -540,6 +540,12 @@ class TrainerConfig(Section):
     sample_prompt: str | None = Field(
         None, description="end the summary with a sampled continuation of this prompt (null: no sample)"
     )
+    reply_to: Literal["sample_prompt", "held_out"] = Field(
+        "sample_prompt",
+        description="what a chat run's summary shows the replies to, before and after: sample_prompt as the "
+        "user's message, or held_out: the first user message of the first held-out conversation (the user's "
+        "own data: apps/sft.py's --data sets it); sample_prompt when no conversation is held out",
+    )
     compile_cache: bool = Field(
         True, description="keep compiled programs on disk so a restart loads them (--no-compile-cache: off)"
     )
@@ -734,6 +740,14 @@ class ChatConfig(Section):
         None,
         description="the token each assistant turn ends with, trained so the model learns to stop, and "
         "where generation stops (default: the template's eos_token, else <|eot_id|>)",
+    )
+    messages_field: str = Field(
+        "messages",
+        min_length=1,
+        description="the JSONL field or Parquet column of a conversation's messages (Axolotl's "
+        "field_messages, LLaMA-Factory's columns.messages); by default also read: a prompt and a completion, "
+        "ShareGPT's conversations, Alpaca's instruction and output, and messages under conversation, dialog, "
+        "dialogue, chat, turns or text",
     )
 
 

@@ -27,6 +27,7 @@ LLAMA_CPP = "llama.cpp"
 VLLM = "vLLM"
 LM_EVAL = "lm-eval"
 SAVE_PRETRAINED = "transformers' save_pretrained"
+AXOLOTL = "Axolotl"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +76,7 @@ OTHER_NAMES: dict[str, OtherName] = {
     "max_seq_length": OtherName("data.seq_len", SFT_CONFIG),
     "block_size": OtherName("data.seq_len", RUN_CLM),
     "dataset_text_field": OtherName("data.text_field", SFT_CONFIG),
+    "field_messages": OtherName("data.chat.messages_field", AXOLOTL),
     "assistant_only_loss": OtherName("data.chat.loss_on", SFT_CONFIG, differs="assistant is the default"),
     "completion_only_loss": OtherName("data.chat.loss_on", SFT_CONFIG, differs="assistant is the default"),
     "model_name_or_path": OtherName("trainer.initialize_from.path", RUN_CLM, fine_tuning="--base"),

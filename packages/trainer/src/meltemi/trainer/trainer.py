@@ -27,7 +27,7 @@ from meltemi.trainer.checkpoint.checkpointer import STEP_PREFIX, Checkpointer, f
 from meltemi.trainer.checkpoint.resume import Start, starting_state
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.config_io import dump_config
-from meltemi.trainer.data.run_data import RunData, open_data
+from meltemi.trainer.data.run_data import RunData, open_data, reply_tokens
 from meltemi.trainer.data.run_tokenizer import TokenizerRecord, copy_into_run, file_sha256, tokenizer_at
 from meltemi.trainer.errors import HostMemoryError, TrainerError
 from meltemi.trainer.harness.in_loop import downstream_eval, plot_downstream
@@ -50,6 +50,7 @@ from meltemi.trainer.step.program import CompileReport, TrainProgram
 from meltemi.trainer.step.train_step import TrainState
 
 REPLY_LINES = 8  # lines of each reply the summary shows
+PROMPT_SHOWN = 300  # characters of the message replied to that the summary shows
 ABANDON_GRACE_S = 5.0  # after a second Ctrl-C, the seconds a step that does not return may take
 
 
@@ -66,7 +67,9 @@ class RunSummary:
     ``stopped_by``: the signal (``"SIGTERM"``, ``"SIGINT"``) that stopped it early after a checkpoint (on
     every process of the run, whichever one it reached); ``exit_status`` the process's status for it.
     ``already_trained``: the run directory held the finished run, so nothing was compiled or trained.
-    ``storage_retries``: this session's requests to buckets that met a transient error and were retried."""
+    ``storage_retries``: this session's requests to buckets that met a transient error and were retried.
+    ``data_notes``: what the run should know of its data (a source smaller than a batch, or read for many
+    epochs: ``RunData.notes``). ``reply_prompt``: the user's message ``replies`` answer."""
 
     run_dir: Location
     steps: int
@@ -91,13 +94,17 @@ class RunSummary:
     sources: tuple[str, ...] = ()
     chat_sources: tuple[str, ...] = ()
     storage_retries: int = 0
+    data_notes: tuple[str, ...] = ()
+    reply_prompt: str | None = None
 
-    def reply_lines(self, prompt: str) -> list[str]:
-        """A chat run's replies to ``prompt`` (before fine-tuning, when this session began from the base, and
-        after), one labelled line each; none for a run without them."""
+    def reply_lines(self, prompt: str | None = None) -> list[str]:
+        """A chat run's replies to ``prompt`` (default ``reply_prompt``; before fine-tuning, when this session
+        began from the base, and after), one labelled line each; none for a run without them."""
         if not self.replies:
             return []
-        lines = [f"reply (greedy) to {prompt!r}:"]
+        prompt = self.reply_prompt if prompt is None else prompt
+        shown = prompt if len(prompt) <= PROMPT_SHOWN else prompt[:PROMPT_SHOWN] + "..."
+        lines = [f"reply (greedy) to {shown!r}:"]
         width = max(len(label) for label, _ in self.replies)
         for label, text in self.replies:
             shown = text.strip().splitlines()[:REPLY_LINES] or ["(no reply: it ended the turn at once)"]
@@ -402,6 +409,8 @@ class Trainer:
                         )
                 for name, packing in self.data.packing.items():
                     progress.note(f"{name}: {packing}")
+                for note in self.data.notes:  # a source smaller than a batch, or read for many epochs
+                    progress.note(note)
                 replies = []
                 if start_step == 0 and start.initialized_from is not None:
                     replies += self._chat_reply("before", start.state.model)  # before its buffers are donated
@@ -442,6 +451,7 @@ class Trainer:
             session_steps=steps - start_step,
             session_tokens=loop.rate.total_tokens,
             replies=tuple(replies),
+            reply_prompt=self.reply_prompt() if replies else None,
             storage_retries=retried_requests() - retried_before,
         )
 
@@ -461,6 +471,7 @@ class Trainer:
             metrics_path=self.directory.where(RunDirectory.METRICS),
             first_eval_step=evals[0][0] if evals else None,
             last_eval_step=evals[-1][0] if evals else None,
+            data_notes=self.data.notes,
             **session,
         )
 
@@ -488,14 +499,21 @@ class Trainer:
             already_trained=True,
         )
 
+    def reply_prompt(self) -> str | None:
+        """The user's message a chat run's summary replies to: with ``trainer.reply_to: held_out``, the first
+        user message of the first held-out conversation (read back from its tokens by the run's template),
+        else (or when no conversation is held out) ``trainer.sample_prompt``."""
+        chat, tokenizer, ids = self.data.chat, self.config.data.tokenizer, self.data.held_out_prompt
+        if self.config.trainer.reply_to == "held_out" and all(x is not None for x in (chat, tokenizer, ids)):
+            from meltemi.trainer.data.user_message import first_user_message
+
+            return first_user_message(ids, tokenizer_at(tokenizer), chat.chat_template()) or None
+        return self.config.trainer.sample_prompt
+
     def _chat_reply(self, label: str, model) -> list[tuple[str, str]]:
-        """``[(label, the model's greedy reply to trainer.sample_prompt)]`` in a chat run (the prompt as the
-        user's message, rendered by the run's template), else nothing."""
-        prompt, chat, tokenizer = (
-            self.config.trainer.sample_prompt,
-            self.data.chat,
-            self.config.data.tokenizer,
-        )
+        """``[(label, the model's greedy reply to reply_prompt())]`` in a chat run (the prompt as the user's
+        message, rendered by the run's template), else nothing."""
+        prompt, chat, tokenizer = self.reply_prompt(), self.data.chat, self.config.data.tokenizer
         if prompt is None or chat is None or tokenizer is None:
             return []
         from meltemi.trainer.generate.chat import conversation, reply
@@ -506,7 +524,7 @@ class Trainer:
             tokenizer_at(tokenizer),
             chat.chat_template(),
             conversation(prompt),
-            SamplingConfig(max_new_tokens=min(96, self.config.model.max_seq_len // 2)),
+            SamplingConfig(max_new_tokens=reply_tokens(self.config.model.max_seq_len)),
             self.data.end_of_text.stop_ids,
             plan=self.plan,
         )

@@ -8,8 +8,10 @@ Training reads a block-deterministic mixture of the training ranges (``data.sour
 ``data.stages``); evaluation reads each source's held-out part on its own, in order, and so each eval set
 (``data.eval_sets``: stores never trained on, read whole), ``trainer.eval_batches`` batches of each, or
 every row (``all``: the last batch filled out with rows that count no target, so that every batch has the
-shape the eval step was compiled for). Every batch is a pure function of the step, and each process reads
-only its rows.
+shape the eval step was compiled for). A held-out part smaller than one batch is read that way too, as one
+partial batch: a small data set is evaluated as it is. A training part smaller than a batch, or read more
+than ``MANY_EPOCHS`` times, is said in ``RunData.notes``. Every batch is a pure function of the step, and
+each process reads only its rows.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ from meltemi.trainer.data.sources import BUILD_A_STORE
 from meltemi.trainer.data.store_builds import BUILD_THEM
 from meltemi.trainer.errors import DataError
 
+# Past this many epochs of a source a run is said to repeat it: TRL's and transformers' Trainer default to 3
+# epochs, and the small-data recipes that go furthest (LIMA: 15 epochs of 1,000 conversations) stay near 10;
+# beyond that a model mostly memorizes its rows, which a user with a small file should hear at once.
+MANY_EPOCHS = 10
+LOOKED_AT = 64  # held-out conversations looked at for one whose prompt the summary's reply can follow
+
 
 @dataclasses.dataclass
 class RunData:
@@ -47,7 +55,9 @@ class RunData:
     of each eval set (``held_out``, with how many of them an evaluation reads: ``eval_steps``; the eval sets'
     tags in ``eval_set_tags``), the token that ends a text (the one the stores end their documents with, or
     a chat run's end of turn), a chat run's template (None for text only), the chat sources' names and, per
-    chat source, how its conversations packed."""
+    chat source, how its conversations packed; ``notes``, a line per source whose training part is smaller
+    than a batch or read more than ``MANY_EPOCHS`` times; and ``held_out_prompt``, the token ids of the first
+    chat source's first held-out conversation up to its first trained token (None without one)."""
 
     train: BatchLoader
     held_out: dict[str, BatchLoader]
@@ -59,6 +69,8 @@ class RunData:
     chat_sources: tuple[str, ...] = ()
     packing: dict[str, str] = dataclasses.field(default_factory=dict)
     eval_set_tags: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    held_out_prompt: np.ndarray | None = None
 
 
 def _open_store(name: str, path: str, tokenizer: str | None, field: str = "store", built_from: bool = False,
@@ -127,35 +139,16 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
     except ValueError as e:
         raise DataError(f"data.sources weights / data.stages: {e}") from None
     eval_batch = schedule.size(0)
+    model_len = config.model.max_seq_len  # the summary's reply: the prompt and its new tokens
+    prompt = _held_out_prompt(held, chats, model_len - reply_tokens(model_len))
     held |= _eval_sets(config, chats, packing)
-    if trainer.eval_batches == "all":  # every row, the last batch filled out
-        eval_steps = {name: math.ceil(h.num_sequences / eval_batch) for name, h in held.items()}
-        held = {name: EveryRow(h, eval_batch) for name, h in held.items()}
-    else:
-        eval_steps = {n: min(trainer.eval_batches, h.num_sequences // eval_batch) for n, h in held.items()}
-    if min(eval_steps.values()) < 1:
-        smallest = min(held, key=lambda n: held[n].num_sequences)
-        if smallest in data.eval_sets:
-            count = held[smallest].num_sequences
-            raise DataError(
-                f"data.eval_sets.{smallest}: {data.eval_sets[smallest].store} holds {count} "
-                f"row{'s' * (count != 1)}, fewer than one evaluation batch of {eval_batch}; evaluate every "
-                "row (--trainer.eval_batches all) or fewer rows at once (trainer.global_batch_size)"
-            )
-        if (eval_store := data.sources[smallest].eval_store) is not None:
-            rows, count = "packs into" if smallest in chats else "holds", held[smallest].num_sequences
-            raise DataError(
-                f"data.sources.{smallest}.eval_store: {eval_store} {rows} {count} row{'s' * (count != 1)}, "
-                f"fewer than one evaluation batch of {eval_batch}; hold out the store's tail instead "
-                "(--data.held_out tail) or evaluate fewer rows at once (trainer.global_batch_size)"
-            )
-        count = held[smallest].num_sequences
-        raise DataError(
-            f"data.eval_fraction: the held-out split of source {smallest!r} has {count} "
-            f"sequence{'s' * (count != 1)}, fewer than one evaluation batch of {eval_batch}; raise "
-            f"data.eval_fraction (now {data.eval_fraction}) or evaluate fewer rows at once "
-            "(trainer.global_batch_size)"
-        )
+    eval_steps = {}
+    for name, h in held.items():
+        if trainer.eval_batches == "all" or h.num_sequences < eval_batch:  # every row, the last batch filled
+            eval_steps[name] = math.ceil(h.num_sequences / eval_batch)
+            held[name] = EveryRow(h, eval_batch)
+        else:
+            eval_steps[name] = min(trainer.eval_batches, h.num_sequences // eval_batch)
     return RunData(
         train=BatchLoader(mixture, trainer.global_batch_size, process_index, process_count),
         held_out={n: BatchLoader(h, eval_batch, process_index, process_count) for n, h in held.items()},
@@ -167,6 +160,8 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
         chat_sources=tuple(chats),
         packing=packing,
         eval_set_tags={name: tuple(eval_set.tags) for name, eval_set in data.eval_sets.items()},
+        notes=training_notes(trains, config),
+        held_out_prompt=prompt,
     )
 
 
@@ -248,6 +243,70 @@ def _epochs(name: str, rows: int, config: RunConfig) -> str:
     read, about = total * share, "" if share == 1 else "about "
     steps = f"{trainer.num_train_steps:,} steps of {trainer.global_batch_size:,} rows"
     return f"; {steps} read {about}{read:,.0f} of them: {read / rows:.2f} epochs"
+
+
+def training_notes(trains: dict[str, object], config: RunConfig) -> tuple[str, ...]:
+    """A line for each source whose training rows are fewer than a batch, or which the run reads more than
+    ``MANY_EPOCHS`` times (by its mixture weight; with ``data.stages``, the batch alone is checked): a
+    small data set trains, but the user hears that it is repeated, and how to change it.
+
+    >>> from types import SimpleNamespace
+    >>> config = RunConfig(data={"sources": {"mine": {"store": "s"}}}, trainer={"num_train_steps": 120,
+    ...                                                                        "global_batch_size": 8})
+    >>> training_notes({"mine": SimpleNamespace(num_sequences=2)}, config)
+    ("source 'mine' trains on 2 rows, fewer than a batch of 8 (each batch repeats them); 120 steps read them \
+480 times (past 10 epochs a model mostly memorizes its rows): add data or lower --trainer.num_train_steps",)
+    >>> training_notes({"mine": SimpleNamespace(num_sequences=400)}, config)
+    ()
+    """
+    data, trainer = config.data, config.trainer
+    batch = min(trainer.batch_sizes())
+    weights = sum(source.weight for source in data.sources.values())
+    total = BatchSchedule(trainer.global_batch_size).first_row(trainer.num_train_steps)
+    notes = []
+    for name, rows in ((name, train.num_sequences) for name, train in trains.items()):
+        said = []
+        if rows < batch:
+            plural = "s" * (rows != 1)
+            repeats = "each batch repeats them"
+            said.append(f"trains on {rows} row{plural}, fewer than a batch of {batch} ({repeats})")
+        epochs = 0.0 if data.stages or not weights else total * data.sources[name].weight / weights / rows
+        if epochs > MANY_EPOCHS:
+            what = "them" if said else f"its {rows:,} rows"
+            said.append(
+                f"{trainer.num_train_steps:,} steps read {what} {epochs:,.0f} times (past {MANY_EPOCHS} "
+                "epochs a model mostly memorizes its rows)"
+            )
+        if said:
+            remedy = "add data or lower --trainer.num_train_steps" if epochs > MANY_EPOCHS else "add data"
+            notes.append(f"source {name!r} {'; '.join(said)}: {remedy}")
+    return tuple(notes)
+
+
+def reply_tokens(max_seq_len: int) -> int:
+    """The most tokens a chat run's summary's reply may have, with a model of ``max_seq_len`` positions.
+
+    >>> reply_tokens(512), reply_tokens(64)
+    (96, 32)
+    """
+    return min(96, max_seq_len // 2)
+
+
+def _held_out_prompt(held: dict[str, object], chats: dict[str, dict], longest: int) -> np.ndarray | None:
+    """The token ids of the first chat source's first held-out conversation (of its first ``LOOKED_AT``)
+    whose prompt, its tokens up to its first trained one (the system's and the user's turns and the
+    assistant's header, as training rendered them), is at most ``longest`` tokens; None when no chat source
+    holds one out, or none of those has such a prompt (each trains every token or none, or is too long)."""
+    for name in chats:
+        part = held.get(name)
+        if not isinstance(part, PackedDataset):
+            continue
+        for doc in range(part.first, min(part.stop, part.first + LOOKED_AT)):
+            trained = np.flatnonzero(np.asarray(part.store.doc_weights(doc)) > 0)
+            if len(trained) and 0 < trained[0] <= longest:
+                return np.asarray(part.store.doc(doc)[: trained[0]])
+        return None
+    return None
 
 
 def _text_and_held_out(name: str, store: TokenStore, eval_store: str, config: RunConfig):

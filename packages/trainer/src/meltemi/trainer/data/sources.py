@@ -64,6 +64,7 @@ SOURCE_FLAGS = CORPUS_FLAGS | {  # and a chat corpus's options
     "chat_template": "--data.chat.template {}",
     "end_of_turn": "--data.chat.end_of_turn {}",
 }
+MESSAGES_FLAG = "--data.chat.messages_field {}"  # a chat build's text_field: the field of the messages
 
 
 def resolve_data(
@@ -233,12 +234,15 @@ def build_source(
         template = load_chat_template(chat.template)
         key += "\0".join(["", template.sha256, chat.loss_on, chat.overlong, str(data.seq_len + 1)])
         key += "" if chat.end_of_turn is None else f"\0{chat.end_of_turn}"  # unnamed: the keys stores had
+        key += "" if chat.messages_field == "messages" else f"\0messages_field={chat.messages_field}"
     key += "" if source.subset is None else f"\0subset={source.subset}"
     named = corpus if source.corpus == STDLIB_CHAT else source.corpus  # a Hub name, not its snapshot's hash
     stem = STDLIB if _is_stdlib(corpus) else Path(named.rstrip("/")).stem or "corpus"
     flags = SOURCE_FLAGS | {"subset": f"--{field}.subset {{}}"}
     if source.text_field is not None:
         flags["text_field"] = f"--{field}.text_field {{}}"
+    if source.format == "chat":
+        flags["text_field"] = MESSAGES_FLAG
     store, report = _cached_build(config, inputs, corpus, stem, key, tokenizer, say, flags, **options)
     if section != "sources":
         return {"store": store}
@@ -265,6 +269,7 @@ def format_options(config: RunConfig, source: StoreOrCorpus) -> dict[str, object
         "max_tokens": data.seq_len + 1,
         "overlong": chat.overlong,
         "end_of_turn": chat.end_of_turn,
+        "text_field": chat.messages_field,
     }
 
 

@@ -31,7 +31,7 @@ from meltemi.datastore.storage import Location, first_contact
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.build_words import in_command_words
 from meltemi.trainer.data.run_tokenizer import tokenizer_file
-from meltemi.trainer.data.sources import SOURCE_FLAGS, format_options, tokenizer_for_stores
+from meltemi.trainer.data.sources import MESSAGES_FLAG, SOURCE_FLAGS, format_options, tokenizer_for_stores
 from meltemi.trainer.errors import ConfigError, DataError, TrainerError
 
 if TYPE_CHECKING:
@@ -258,6 +258,8 @@ class _Builds:
         flags["subset"] = f"--{one.field}.subset {{}}"
         if source.text_field is not None:
             flags["text_field"] = f"--{one.field}.text_field {{}}"
+        if source.format == "chat":
+            flags["text_field"] = MESSAGES_FLAG
         workers = max(1, (os.cpu_count() or 1) // self.count) if self.local else 1
         in_memory = Location.parse(one.store).scheme == "memory"  # one process's: built in it
         try:
