@@ -3,11 +3,12 @@ any worker count and after a resumed build, every refusal, cut and drop counted,
 whose segments, positions and weights are the store's."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
-from tokenizers import Tokenizer
+from tokenizers import AddedToken, Tokenizer
 
 from meltemi.datastore import (
     BadLineError,
@@ -171,25 +172,29 @@ def test_a_turn_that_does_not_end_with_the_end_of_turn_token_is_refused_unless_i
         "{% endgeneration %}<|eot_id|>{% else %}{{ m['content'] }}<|eot_id|>{% endif %}{% endfor %}"
     )
     with pytest.raises(
-        ChatTemplateError, match=r"does not end with <\|eot_id\|> \(first at .*chat.jsonl, line 1\)"
+        ChatTemplateError,
+        match=r"block holds no <\|eot_id\|> \(first at .*chat.jsonl, line 1, character \d+\), .* put "
+        r"<\|eot_id\|> inside the block, or name the token its turns end with",
     ):
         build_store(chat_jsonl, tokenizer_path, tmp_path / "c", chat_template=outside, **OPTIONS)
-    headers = tmp_path / "headers.jinja"  # each turn ends with <|end_header_id|>, not the eos_token
-    headers.write_text(
-        "{% for m in messages %}{{ m.role }}: {{ m.content }}<|end_header_id|>{% endfor %}"
+    unended = tmp_path / "unended.jinja"  # no token after an answer: the end of a turn cannot be found
+    unended.write_text(
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
         "{% if add_generation_prompt %}assistant: {% endif %}"
     )
     with pytest.raises(
         ChatTemplateError,
-        match=r"^.*chat.jsonl, line 1: chat template .*headers.jinja: message 2 \(the assistant's\) renders "
-        r"without <\|eot_id\|> .* \(end_of_turn\)$",
+        match=r"^.*chat.jsonl, line 1: chat template .*unended.jinja: message 2 \(the assistant's\) renders "
+        r"without <\|eot_id\|> .* \(end_of_turn; --data.chat.end_of_turn when training\)$",
     ):
-        build_store(chat_jsonl, tokenizer_path, tmp_path / "d", chat_template=headers, **OPTIONS)
-    assert not (tmp_path / "d" / "manifest.json").exists()
-    build_store(
-        chat_jsonl, tokenizer_path, tmp_path / "d", chat_template=headers, end_of_turn="<|end_header_id|>",
-        **OPTIONS,
-    )  # fmt: skip
+        build_store(chat_jsonl, tokenizer_path, tmp_path / "e", chat_template=unended, **OPTIONS)
+    assert not (tmp_path / "e" / "manifest.json").exists()
+    headers = tmp_path / "headers.jinja"  # each turn ends with <|end_header_id|>, not the eos_token: found
+    headers.write_text(
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}<|end_header_id|>{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
+    build_store(chat_jsonl, tokenizer_path, tmp_path / "d", chat_template=headers, **OPTIONS)
     store, tokenizer = TokenStore.open(tmp_path / "d"), Tokenizer.from_file(tokenizer_path)
     answer = json.loads(open(chat_jsonl, encoding="utf-8").readline())["messages"][-1]["content"]
     ids, weights = store.doc(0), store.doc_weights(0)
@@ -454,3 +459,90 @@ def test_the_held_out_conversations_are_the_stores_last_and_no_batch_trains_acro
     )  # a conversation's first token is never a target of the one before
     assert not (batch["loss_mask"] & first_tokens).any()
     assert (batch["loss_mask"] <= (rows.weights[:, 1:] > 0)).all()
+
+
+LIBRARY = Path(__file__).resolve().parents[3] / "tests" / "chat_templates" / "trl"  # published templates
+ASKED = [
+    {"role": "user", "content": "What does len do?"},
+    {"role": "assistant", "content": "It counts."},
+    {"role": "user", "content": "And sorted?"},
+    {"role": "assistant", "content": "It sorts."},
+]
+
+
+def _tokenizer_directory(directory, tokenizer_path, eos_token, template, *tokens) -> Path:
+    """A tokenizer directory: the stdlib tokenizer with the template's `tokens`, and its configuration."""
+    directory.mkdir()
+    tokenizer = Tokenizer.from_file(tokenizer_path)
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in tokens])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {"bos_token": "<|begin_of_text|>", "eos_token": eos_token, "chat_template": template}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("name", "tokens", "said"),
+    [
+        (
+            "qwen2_5_training",
+            ("<|im_start|>", "<|im_end|>"),
+            "\nIt counts.<|im_end|>\n\nIt sorts.<|im_end|>\n",
+        ),
+        ("qwen3_training", ("<|im_start|>", "<|im_end|>", "<think>", "</think>"), None),
+        (
+            "gemma_training",
+            ("<start_of_turn>", "<end_of_turn>"),
+            "It counts.<end_of_turn>\nIt sorts.<end_of_turn>\n",
+        ),
+        ("phi3_training", ("<|user|>", "<|assistant|>", "<|end|>"), None),
+    ],
+)
+def test_a_generation_block_that_goes_on_after_the_end_of_turn_is_built_and_trains_what_follows_it(
+    tmp_path, tokenizer_path, name, tokens, said
+):
+    """TRL's training templates hold a newline after the end-of-turn token in their blocks (issue 63's
+    first fault: refused as though it were outside): built, the newline trained as transformers marks it."""
+    template = (LIBRARY / f"{name}.jinja").read_text(encoding="utf-8")
+    eos = "<|endoftext|>" if name.startswith("phi3") else tokens[-1] if name.startswith("qwen") else "<eos>"
+    directory = _tokenizer_directory(tmp_path / "tok", tokenizer_path, eos, template, *tokens, eos)
+    data = write_lines(tmp_path / "chat.jsonl", [{"messages": ASKED}])
+    build_store(data, directory / "tokenizer.json", tmp_path / "store", chat_template=directory, **OPTIONS)
+    store, tokenizer = (
+        TokenStore.open(tmp_path / "store"),
+        Tokenizer.from_file(str(directory / "tokenizer.json")),
+    )
+    trained = tokenizer.decode(store.doc(0)[store.doc_weights(0) == 1].tolist(), skip_special_tokens=False)
+    end = store.manifest["chat"]["end_of_turn"]
+    assert trained.count(end + "\n") == 2 and "What does len do?" not in trained
+    assert said is None or trained == said
+
+
+def test_phi3s_own_template_ends_each_turn_at_its_end_token_not_at_the_eos_that_ends_the_text(
+    tmp_path, tokenizer_path
+):
+    """Phi-3's template writes its eos, `<|endoftext|>`, only after the whole text (issue 63's second fault:
+    the user's next turns were trained up to it, silently): the end of turn is `<|end|>`, the token it
+    writes after each answer, and no user's token is trained."""
+    template = (LIBRARY / "phi3.jinja").read_text(encoding="utf-8")
+    tokens = ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>")
+    directory = _tokenizer_directory(tmp_path / "tok", tokenizer_path, "<|endoftext|>", template, *tokens)
+    data = write_lines(tmp_path / "chat.jsonl", [{"messages": ASKED}])
+    build_store(data, directory / "tokenizer.json", tmp_path / "store", chat_template=directory, **OPTIONS)
+    store, tokenizer = (
+        TokenStore.open(tmp_path / "store"),
+        Tokenizer.from_file(str(directory / "tokenizer.json")),
+    )
+    assert store.manifest["chat"]["end_of_turn"] == "<|end|>"
+    assert store.manifest["chat"]["assistant_tokens"].startswith("renders of the conversation")
+    trained = tokenizer.decode(store.doc(0)[store.doc_weights(0) == 1].tolist(), skip_special_tokens=False)
+    assert trained == "It counts.<|end|>It sorts.<|end|>"
+    with pytest.raises(  # named the eos, the turn would run into the user's message: refused, naming it
+        ChatTemplateError,
+        match=r"message 2's turn \(the assistant's\) reaches <\|endoftext\|> only after message 3's text, "
+        r"so a model would be trained on that user's tokens; name the token its turns end with",
+    ):
+        build_store(
+            data, directory / "tokenizer.json", tmp_path / "eos", chat_template=directory,
+            end_of_turn="<|endoftext|>", **OPTIONS,
+        )  # fmt: skip

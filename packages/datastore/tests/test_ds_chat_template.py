@@ -15,15 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
+from meltemi.datastore.chat.build import encode_conversation
+from meltemi.datastore.chat.recipe import ChatBuild
 from meltemi.datastore.chat.template import (
     BEGIN_OF_TEXT,
     CHAT_SPECIAL_TOKENS,
     END_OF_TURN,
     ChatTemplate,
-    RenderedChat,
     assistant_mask,
-    encode_chat,
-    encode_chats,
 )
 from meltemi.datastore.errors import ChatTemplateError
 
@@ -290,13 +289,11 @@ def test_encoding_adds_no_special_tokens_and_ignores_truncation_and_padding():
     tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
     tokenizer.enable_truncation(2)
     tokenizer.enable_padding(length=8)
-    rendered = [RenderedChat("<s>a b a", ((5, 8),)), RenderedChat("<s>b", ())]
-    ids, mask = encode_chat(tokenizer, rendered[0])
-    assert ids == [0, 1, 2, 1] and mask.tolist() == [0, 0, 1, 1]
-    assert [(i, m.tolist()) for i, m in encode_chats(tokenizer, rendered)] == [
-        (ids, mask.tolist()),
-        ([0, 2], [0, 0]),
-    ]
+    template = ChatTemplate("<s>{% for m in messages %}{{ m.content }} {% endfor %}", "t.jinja", {})
+    recipe = ChatBuild(template, loss_on="all")
+    encoded = encode_conversation(tokenizer, recipe, [{"role": "user", "content": "a b a"}])
+    assert encoded.text == "<s>a b a " and encoded.ids == [0, 1, 2, 1]
+    assert encoded.weights.tolist() == [1, 1, 1, 1]
     assert (
         tokenizer.truncation is not None and tokenizer.padding is not None
     )  # the caller's tokenizer is kept
@@ -323,4 +320,6 @@ def test_the_mask_is_exactly_the_tokens_of_the_assistants_words_and_ends_of_turn
     marked = [token for token, m in zip(encoding.ids, mask, strict=True) if m]
     said = "".join(content.strip() + END_OF_TURN for role, content in turns if role == "assistant")
     assert tokenizer.decode(marked, skip_special_tokens=False) == said
-    assert (encode_chat(tokenizer, rendered)[1] == mask).all()
+    messages = [{"role": role, "content": content} for role, content in turns]
+    encoded = encode_conversation(tokenizer, ChatBuild(ChatTemplate.llama3()), messages)
+    assert encoded.ids == encoding.ids and (encoded.weights == mask).all()  # the encode path's mask

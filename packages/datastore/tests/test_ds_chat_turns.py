@@ -93,7 +93,8 @@ def test_a_turn_without_the_end_of_turn_token_is_refused_saying_what_to_name():
     with pytest.raises(
         ChatTemplateError,
         match=r"^chat template chatml.jinja: message 2 \(the assistant's\) renders without <\|eot_id\|> "
-        r"after the generation prompt, .* name the token its turns end with \(end_of_turn\)$",
+        r"after the generation prompt, .* name the token its turns end with \(end_of_turn; "
+        r"--data.chat.end_of_turn when training\)$",
     ):
         chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}]
         turns_by_beginnings(CHATML, chat, END_OF_TURN)

@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 
 from meltemi.datastore.chat.options import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
 from meltemi.datastore.chat.template import END_OF_TURN, TOKENIZER_CONFIG, ChatTemplate, file_bytes
-from meltemi.datastore.chat.turns import FROM_BEGINNINGS, FROM_BLOCKS
+from meltemi.datastore.chat.turns import FROM_BEGINNINGS, FROM_BLOCKS, written_end_of_turn
 from meltemi.datastore.errors import ChatTemplateError, InputError
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import Location
@@ -55,7 +55,8 @@ def _is_local_directory(location: str) -> bool:
 class ChatBuild:
     """How a chat store is made: the template, which tokens are trained, and the longest conversation kept
     (`max_tokens`, None: any) with what becomes of a longer one. `end_of_turn` is the token every
-    assistant turn ends with (default: the template's `eos_token`, else `<|eot_id|>`)."""
+    assistant turn ends with (default: the token the template writes after each assistant message,
+    `turns.written_end_of_turn`, else its `eos_token`, else `<|eot_id|>`)."""
 
     template: ChatTemplate
     loss_on: LossOn = "assistant"
@@ -76,7 +77,8 @@ class ChatBuild:
     @property
     def turn_end(self) -> str:
         """The end-of-turn token's text."""
-        return self.end_of_turn or self.template.special_tokens.get("eos_token") or END_OF_TURN
+        written = None if self.end_of_turn else written_end_of_turn(self.template)
+        return self.end_of_turn or written or self.template.special_tokens.get("eos_token") or END_OF_TURN
 
     @property
     def assistant_tokens(self) -> str:

@@ -28,7 +28,7 @@ from meltemi.datastore.chat.jinja import RECORDER, Recorder, compile_template, f
 from meltemi.datastore.errors import ChatTemplateError
 
 if TYPE_CHECKING:
-    from tokenizers import Encoding, Tokenizer
+    from tokenizers import Encoding
 
 BEGIN_OF_TEXT = "<|begin_of_text|>"
 END_OF_TURN = "<|eot_id|>"
@@ -259,48 +259,6 @@ def assistant_mask(encoding: Encoding, spans: Sequence[tuple[int, int]]) -> np.n
         last = encoding.char_to_token(stop - 1)
         mask[first : last + 1 if last else len(mask)] = 1
     return mask
-
-
-def encode_chat(tokenizer: Tokenizer, rendered: RenderedChat) -> tuple[list[int], np.ndarray]:
-    """The token ids of a rendered conversation (tokenized once as one string, no special tokens added:
-    the template writes them) and its assistant mask.
-
-    >>> from tokenizers import Tokenizer, models, pre_tokenizers
-    >>> tokenizer = Tokenizer(models.WordLevel({"a": 0, "b": 1, "c": 2}, unk_token="a"))
-    >>> tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    >>> ids, mask = encode_chat(tokenizer, RenderedChat("a b c", ((2, 5),)))
-    >>> ids, mask.tolist()
-    ([0, 1, 2], [0, 1, 1])
-    """
-    encoding = _whole(tokenizer).encode(rendered.text, add_special_tokens=False)
-    return encoding.ids, assistant_mask(encoding, rendered.generation_spans)
-
-
-def encode_chats(
-    tokenizer: Tokenizer, rendered: Sequence[RenderedChat]
-) -> list[tuple[list[int], np.ndarray]]:
-    """`encode_chat` of each rendered conversation, tokenized together in one `encode_batch`.
-
-    >>> from tokenizers import Tokenizer, models, pre_tokenizers
-    >>> tokenizer = Tokenizer(models.WordLevel({"a": 0, "b": 1, "c": 2}, unk_token="a"))
-    >>> tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    >>> rendered = [RenderedChat("a b", ((2, 3),)), RenderedChat("c", ())]
-    >>> [mask.tolist() for _, mask in encode_chats(tokenizer, rendered)]
-    [[0, 1], [0]]
-    """
-    encodings = _whole(tokenizer).encode_batch([r.text for r in rendered], add_special_tokens=False)
-    return [(e.ids, assistant_mask(e, r.generation_spans)) for e, r in zip(encodings, rendered, strict=True)]
-
-
-def _whole(tokenizer: Tokenizer) -> Tokenizer:
-    """The tokenizer, or a copy without its truncation and padding: transformers tokenizes a conversation
-    whole whatever its `tokenizer.json` sets."""
-    if tokenizer.truncation is None and tokenizer.padding is None:
-        return tokenizer
-    copy = type(tokenizer).from_str(tokenizer.to_str())
-    copy.no_truncation()
-    copy.no_padding()
-    return copy
 
 
 def _template_message(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -70,10 +70,12 @@ def chat_prompt_ids(
     template: ChatTemplate, tokenizer: Tokenizer, messages: Sequence[Message], tools: Tools | None = None
 ) -> list[int]:
     """The ids of ``messages`` rendered by ``template`` (given ``tools`` when there are) with the assistant's
-    turn begun."""
-    given = {} if tools is None else {"tools": list(tools)}
-    rendered = template.render(list(messages), add_generation_prompt=True, **template.special_tokens, **given)
-    return tokenizer.encode(rendered.text, add_special_tokens=False).ids
+    turn begun: the chat room's one encode path (``encode_conversation``), as a store's conversations are."""
+    from meltemi.datastore.chat.build import encode_conversation
+    from meltemi.datastore.chat.recipe import ChatBuild
+
+    recipe = ChatBuild(template)
+    return encode_conversation(tokenizer, recipe, messages, tools=tools, add_generation_prompt=True).ids
 
 
 def reply(
