@@ -132,7 +132,6 @@ def test_a_data_sets_test_split_is_held_out_whole_and_its_train_split_trained_wh
     assert small.data.eval_steps["chat"] == 1  # one row, fewer than a batch of 4: one partial batch
 
 
-
 def test_a_subset_of_a_data_set_is_read_as_its_card_names_it_with_its_own_test_split_held_out(
     sft_config, chat_data, tmp_path
 ):
