@@ -21,7 +21,7 @@ from meltemi.datastore import TokenStore, build_store, corpora
 from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy
 from meltemi.datastore.chat.build import encode_conversation, encode_conversations
 from meltemi.datastore.chat.conversations import Conversation
-from meltemi.datastore.chat.recipe import ChatBuild
+from meltemi.datastore.chat.recipe import ChatRecipe
 from meltemi.datastore.chat.template import BEGIN_OF_TEXT, END_OF_TURN, ChatTemplate, assistant_mask
 from meltemi.datastore.errors import ChatTemplateError
 
@@ -126,7 +126,7 @@ def _same(hf_tokenizer, template, tokenizer, messages, add_generation_prompt=Fal
         )
         assert encoding.ids == list(theirs["input_ids"]) and mask.tolist() == list(theirs["assistant_masks"])
         with pytest.raises(ChatTemplateError, match=r"holds no <\|eot_id\|> \(first at the conversation"):
-            encode_conversation(tokenizer, ChatBuild(template), messages)
+            encode_conversation(tokenizer, ChatRecipe(template), messages)
         return rendered, encoding.ids, mask
     options = {"add_generation_prompt": add_generation_prompt, "chat_template": chat_template}
     text = hf_tokenizer.apply_chat_template(messages, tokenize=False, **options)
@@ -135,7 +135,7 @@ def _same(hf_tokenizer, template, tokenizer, messages, add_generation_prompt=Fal
     )
     rendered = template.render(messages, add_generation_prompt=add_generation_prompt)
     encoded = encode_conversation(
-        tokenizer, ChatBuild(template), messages, add_generation_prompt=add_generation_prompt
+        tokenizer, ChatRecipe(template), messages, add_generation_prompt=add_generation_prompt
     )
     assert rendered.text == encoded.text == text
     assert encoded.ids == list(theirs["input_ids"])
@@ -155,7 +155,7 @@ def test_the_shipped_template_matches_transformers(hf, tokenizer_file, name, add
 
 
 def test_a_stores_batched_encoding_is_the_one_at_a_time_encoding(tokenizer_file):
-    tokenizer, recipe = Tokenizer.from_file(tokenizer_file), ChatBuild(LLAMA3)
+    tokenizer, recipe = Tokenizer.from_file(tokenizer_file), ChatRecipe(LLAMA3)
     trained = {name: m for name, m in CONVERSATIONS.items() if any(x["content"] for x in m[1:])}
     conversations = [Conversation(tuple(m), name) for name, m in trained.items()]
     batched = encode_conversations(tokenizer, conversations, recipe, np.int32, ReadPolicy(), ReadNotes())
@@ -461,7 +461,7 @@ def test_a_published_template_encodes_as_transformers_does(library, path, name):
     directory, hf = library(path)
     messages, tools = LIBRARY_CONVERSATIONS[name]
     template = ChatTemplate.from_tokenizer_config(directory)
-    recipe = ChatBuild(template)
+    recipe = ChatRecipe(template)
     try:
         theirs = hf.apply_chat_template(
             messages, tools=tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True

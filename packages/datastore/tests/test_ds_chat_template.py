@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
 from meltemi.datastore.chat.build import encode_conversation
-from meltemi.datastore.chat.recipe import ChatBuild
+from meltemi.datastore.chat.recipe import ChatRecipe
 from meltemi.datastore.chat.template import (
     BEGIN_OF_TEXT,
     CHAT_SPECIAL_TOKENS,
@@ -290,7 +290,7 @@ def test_encoding_adds_no_special_tokens_and_ignores_truncation_and_padding():
     tokenizer.enable_truncation(2)
     tokenizer.enable_padding(length=8)
     template = ChatTemplate("<s>{% for m in messages %}{{ m.content }} {% endfor %}", "t.jinja", {})
-    recipe = ChatBuild(template, loss_on="all")
+    recipe = ChatRecipe(template, loss_on="all")
     encoded = encode_conversation(tokenizer, recipe, [{"role": "user", "content": "a b a"}])
     assert encoded.text == "<s>a b a " and encoded.ids == [0, 1, 2, 1]
     assert encoded.weights.tolist() == [1, 1, 1, 1]
@@ -321,5 +321,5 @@ def test_the_mask_is_exactly_the_tokens_of_the_assistants_words_and_ends_of_turn
     said = "".join(content.strip() + END_OF_TURN for role, content in turns if role == "assistant")
     assert tokenizer.decode(marked, skip_special_tokens=False) == said
     messages = [{"role": role, "content": content} for role, content in turns]
-    encoded = encode_conversation(tokenizer, ChatBuild(ChatTemplate.llama3()), messages)
+    encoded = encode_conversation(tokenizer, ChatRecipe(ChatTemplate.llama3()), messages)
     assert encoded.ids == encoding.ids and (encoded.weights == mask).all()  # the encode path's mask

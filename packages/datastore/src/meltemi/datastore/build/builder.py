@@ -95,6 +95,7 @@ from meltemi.datastore.progress import ProgressBar
 from meltemi.datastore.storage import Directory, Location
 
 SUMMARIES_PER_TASK = 1024  # finished parts' summaries one task reads, when a build resumes
+_NO_RECIPE = (SHIPPED_TEMPLATE, "assistant", None, "truncate", None)  # the chat options' defaults
 REBUILD = Remedy(
     "; rebuild the store ({})",
     (Way({"overwrite": True}),),
@@ -102,7 +103,7 @@ REBUILD = Remedy(
 )
 
 if TYPE_CHECKING:
-    from meltemi.datastore.chat.recipe import ChatBuild
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
 
 def build_store(
@@ -126,6 +127,7 @@ def build_store(
     max_tokens: int | None = None,
     overlong: Overlong = "truncate",
     end_of_turn: str | None = None,
+    recipe: ChatRecipe | None = None,
     split: str | None = None,
     subset: str | None = None,
     cluster: str | None = None,
@@ -174,6 +176,8 @@ def build_store(
     over `max_tokens` is cut to it or left out (`overlong`); one the build cannot train on (malformed, an
     unknown role, no assistant token) stops it naming its file and line, or with `skip_bad_lines` is
     skipped; all are counted in the manifest. No end-of-document token is added: the template ends turns.
+    A caller that has made the recipe already (`meltemi.datastore.chat.recipe.ChatRecipe`: the template
+    loaded once) gives it whole as `recipe`, instead of those five options.
     A data set's directory is read for its train split, or for `split` (its test split, say), of the subset
     its card's `configs` mark default, or of `subset`.
 
@@ -193,6 +197,10 @@ def build_store(
     """
     started = time.perf_counter()
     inputs = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)
+    if recipe is not None:  # the caller's, whole: the request names it as the options would
+        if (os.fspath(chat_template), loss_on, max_tokens, overlong, end_of_turn) != _NO_RECIPE:
+            raise ValueError("give a chat recipe or its options (chat_template, loss_on, ...), not both")
+        format, chat_template, loss_on, max_tokens, overlong, end_of_turn = "chat", *recipe.options()
     request = BuildRequest(
         inputs=tuple(os.fspath(i) for i in inputs),
         tokenizer=os.fspath(tokenizer),
@@ -217,7 +225,7 @@ def build_store(
         subset=subset,
         cluster=cluster,
     )
-    chat = request.chat_build()
+    chat = recipe if recipe is not None else request.chat_recipe()
     out, options = Directory(out), request.options(chat)
     if out.location.scheme == "memory" and (workers > 1 or cluster is not None):
         raise ValueError(f"{out.location}: memory:// lives in one process; build it with workers=1")
@@ -360,7 +368,7 @@ def _tokenize(
     info: TokenizerInfo,
     request: BuildRequest,
     progress: bool,
-    chat: ChatBuild | None,
+    chat: ChatRecipe | None,
     executor: Executor,
 ) -> list[PartSummary]:
     """Tokenize every unit without a part, and every part read under another `invalid_utf8` policy that
@@ -408,7 +416,7 @@ def _assemble(
     summaries: list[PartSummary],
     report: BuildReport,
     progress: bool,
-    chat: ChatBuild | None,
+    chat: ChatRecipe | None,
     executor: Executor,
 ) -> dict[str, tuple[ShardLayout, str]]:
     """Assemble the parts into `tokens`, `offsets` (and a chat store's `loss_weights`) as `executor`'s
@@ -467,7 +475,7 @@ def _manifest(
     info: TokenizerInfo,
     report: BuildReport,
     arrays: dict[str, tuple[ShardLayout, str]],
-    chat: ChatBuild | None,
+    chat: ChatRecipe | None,
 ) -> dict:
     """The store's manifest: what it was built from and how, its counts, and each array's layout and
     SHA-256 (format 3: composed from its blocks', `layout.array_digest`)."""
@@ -476,7 +484,7 @@ def _manifest(
     manifest["sources"] = [source.to_manifest() for source in plan.sources]
     if chat is not None:
         manifest["format"] = CHAT
-        manifest["chat"] = chat.record() | {
+        manifest["chat"] = chat.to_manifest() | {
             "end_of_turn_id": chat.check_tokenizer(tokenizer_of(info), info.name)
         }
     manifest["counts"] = {"documents": report.documents, "tokens": report.tokens} | report.counts

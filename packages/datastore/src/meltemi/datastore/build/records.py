@@ -34,7 +34,7 @@ class BuildOptions:
     chunk_tokens: int
     shard_tokens: int
     unit_bytes: int
-    chat: dict[str, Any] | None = None  # a chat store's template hash and choices (ChatBuild.identity)
+    chat: dict[str, Any] | None = None  # a chat store's template hash and choices (ChatRecipe.identity)
 
     def to_json(self) -> dict[str, Any]:
         record = dataclasses.asdict(self)

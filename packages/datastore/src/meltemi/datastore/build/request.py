@@ -19,7 +19,7 @@ from meltemi.datastore.chat.options import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, 
 from meltemi.datastore.layout import DEFAULT_CHUNK_TOKENS, DEFAULT_SHARD_TOKENS, default_shard_tokens
 
 if TYPE_CHECKING:
-    from meltemi.datastore.chat.recipe import ChatBuild
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
 UNIT_BYTES = 4 << 20
 FORMATS = ("text", "chat")
@@ -85,8 +85,8 @@ class BuildRequest:
                 f"shard_tokens must be a positive multiple of chunk_tokens ({self.chunk_tokens}), got {shard}"
             )
 
-    def options(self, chat: ChatBuild | None = None) -> BuildOptions:
-        """The options that decide the store's bytes (a chat store's: with `chat`, `chat_build()`'s)."""
+    def options(self, chat: ChatRecipe | None = None) -> BuildOptions:
+        """The options that decide the store's bytes (a chat store's: with `chat`, its recipe's)."""
         shard = default_shard_tokens(self.chunk_tokens) if self.shard_tokens is None else self.shard_tokens
         identity = None if chat is None else chat.identity()
         eos = self.eos and chat is None  # a chat template ends each turn itself
@@ -97,14 +97,14 @@ class BuildRequest:
         """The JSONL field or Parquet column read: `text_field`, whose default for chat is `messages`."""
         return CHAT_FIELD if self.format == "chat" and self.text_field == "text" else self.text_field
 
-    def chat_build(self) -> ChatBuild | None:
+    def chat_recipe(self) -> ChatRecipe | None:
         """How a chat store is made (its template loaded), or None for a text store."""
         if self.format != "chat":
             return None
-        from meltemi.datastore.chat.recipe import ChatBuild, load_template  # Jinja, only for a chat store
+        from meltemi.datastore.chat.recipe import ChatRecipe, load_template  # Jinja, only for a chat store
 
         template = load_template(self.chat_template)
-        return ChatBuild(template, self.loss_on, self.max_tokens, self.overlong, self.end_of_turn)
+        return ChatRecipe(template, self.loss_on, self.max_tokens, self.overlong, self.end_of_turn)
 
     def reading(self) -> ReadPolicy:
         """How this build reads documents.

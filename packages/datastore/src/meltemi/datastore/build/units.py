@@ -31,7 +31,7 @@ from meltemi.datastore.tokenizer_file import parse_tokenizer, read_tokenizer_tex
 
 if TYPE_CHECKING:
     from meltemi.datastore.chat.conversations import Conversation
-    from meltemi.datastore.chat.recipe import ChatBuild
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
 ENCODE_BATCH = 512  # documents read before they are tokenized together
 BATCH_CHARACTERS = 1 << 20  # about the characters tokenized at once (and read before tokenizing)
@@ -175,7 +175,7 @@ def tokenize_units(
     jobs: list[tuple[int, list[Piece]]],
     info: TokenizerInfo,
     policy: ReadPolicy,
-    chat: ChatBuild | None = None,
+    chat: ChatRecipe | None = None,
 ) -> list[PartSummary]:
     """Tokenize several units in one stream of `encode_batch` calls, then save each unit's part: documents,
     or with `chat` conversations (rendered by its template, each token with its loss weight).

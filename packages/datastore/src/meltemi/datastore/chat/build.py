@@ -9,7 +9,7 @@ A conversation (`conversations.Conversation`, or messages) is rendered with the 
 tokenizer's truncation and padding ignored), and each token weighed 1 where transformers'
 `return_assistant_tokens_mask` marks it (`loss_on="assistant"`) or everywhere (`loss_on="all"`); in a prompt
 and its completion, the assistant's tokens of the completion only. Each run of trained tokens must hold the
-end-of-turn token (`ChatBuild.turn_end`), so that a model learns to stop; it may go on after it (a newline
+end-of-turn token (`ChatRecipe.turn_end`), so that a model learns to stop; it may go on after it (a newline
 after `<|im_end|>` inside a generation block is trained, as transformers marks it). A template whose blocks
 leave it out is refused, naming the first conversation it renders so. In a store, a conversation longer
 than `max_tokens` is cut to it (`overlong="truncate"`) or left out (`"drop"`), counted either way.
@@ -26,7 +26,7 @@ from tokenizers import Encoding, Tokenizer
 
 from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy
 from meltemi.datastore.chat.conversations import Conversation, tool_call_names
-from meltemi.datastore.chat.recipe import ChatBuild
+from meltemi.datastore.chat.recipe import ChatRecipe
 from meltemi.datastore.chat.template import ChatTemplate, RenderedChat, assistant_mask
 from meltemi.datastore.chat.turns import NAME_IT, turns_by_beginnings
 from meltemi.datastore.errors import BadLineError, ChatTemplateError
@@ -55,7 +55,7 @@ class EncodedChats:
 
 def encode_conversation(
     tokenizer: Tokenizer,
-    recipe: ChatBuild,
+    recipe: ChatRecipe,
     messages: Sequence[Mapping[str, Any]],
     *,
     tools: Sequence[Mapping[str, Any]] | None = None,
@@ -71,7 +71,7 @@ def encode_conversation(
     >>> tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     >>> _ = tokenizer.add_special_tokens(["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
     ...                                   "<|eot_id|>"])
-    >>> recipe = ChatBuild(ChatTemplate.llama3())
+    >>> recipe = ChatRecipe(ChatTemplate.llama3())
     >>> chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}]
     >>> encoded = encode_conversation(tokenizer, recipe, chat)
     >>> [tokenizer.id_to_token(i) for i, w in zip(encoded.ids, encoded.weights) if w]
@@ -85,7 +85,7 @@ def encode_conversation(
 def encode_conversations(
     tokenizer: Tokenizer,
     conversations: Sequence[Conversation],
-    chat: ChatBuild,
+    chat: ChatRecipe,
     dtype: np.dtype,
     policy: ReadPolicy,
     notes: ReadNotes,
@@ -119,7 +119,7 @@ def encode_conversations(
 
 def _encoded(
     tokenizer: Tokenizer,
-    recipe: ChatBuild,
+    recipe: ChatRecipe,
     conversations: Sequence[Conversation],
     add_generation_prompt: bool = False,
 ) -> list[EncodedChat]:
@@ -158,7 +158,7 @@ def _whole(tokenizer: Tokenizer) -> Tokenizer:
     return copy
 
 
-def _rendered(recipe: ChatBuild, conversation: Conversation, add_generation_prompt: bool) -> RenderedChat:
+def _rendered(recipe: ChatRecipe, conversation: Conversation, add_generation_prompt: bool) -> RenderedChat:
     """A conversation rendered, with the spans of its assistant's turns (its completion's only when it has a
     prompt: the prompt's messages render to the start of the text, as they do alone, and no span before its
     end is kept); a prompt (`add_generation_prompt`) with its generation blocks' spans only."""
@@ -225,7 +225,7 @@ def _check_turn_ends(
     encoding: Encoding,
     weights: np.ndarray,
     stop_ids: Sequence[int],
-    recipe: ChatBuild,
+    recipe: ChatRecipe,
     conversation: Conversation,
 ) -> None:
     """Every run of trained tokens must hold a token generation stops at (`stop_ids`: the end of turn, or

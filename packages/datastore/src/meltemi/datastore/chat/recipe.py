@@ -1,29 +1,46 @@
-"""The recipe a chat store is built with: the template (named once: `load_template`), which tokens are
-trained, the end of a turn, and what becomes of an overlong conversation.
+"""The recipe a chat store is built with, as one typed object: the template (named once: `load_template`),
+the end of a turn, which tokens are trained, and the longest conversation kept with what becomes of a longer
+one. Its `identity()` is what decides a store's bytes (a cache of stores is named by `cache_key()`), and
+`to_manifest()` is the form a store's manifest records it in, which `from_manifest` reads back (and any
+other record of the same form: a trainer's checkpoint keeps it so).
 
->>> ChatBuild(load_template("llama3")).turn_end
-'<|eot_id|>'
+>>> recipe = ChatRecipe(load_template("llama3"), max_tokens=257)
+>>> recipe.turn_end, ChatRecipe.from_manifest(recipe.to_manifest(), "m.json") == recipe
+('<|eot_id|>', True)
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tokenizers import Tokenizer
 
 from meltemi.datastore.chat.options import LOSS_ON, OVERLONG, SHIPPED_TEMPLATE, LossOn, Overlong
-from meltemi.datastore.chat.template import END_OF_TURN, TOKENIZER_CONFIG, ChatTemplate, file_bytes
+from meltemi.datastore.chat.template import (
+    END_OF_TURN,
+    SHIPPED_SOURCE,
+    TOKENIZER_CONFIG,
+    ChatTemplate,
+    file_bytes,
+)
 from meltemi.datastore.chat.turns import FROM_BEGINNINGS, FROM_BLOCKS, written_end_of_turn
 from meltemi.datastore.errors import ChatTemplateError, InputError
 from meltemi.datastore.hub_cache import local_or_cached, not_cached
+from meltemi.datastore.layout import MANIFEST
 from meltemi.datastore.storage import Location
+
+RECORDED = "chat"  # the key of a manifest that records a recipe (a chat store's; a checkpoint's alike)
 
 
 def load_template(spec: str | os.PathLike) -> ChatTemplate:
     """The chat template `spec` names: `llama3` (the shipped one), a tokenizer directory or its
-    `tokenizer_config.json` (its `chat_template` and special tokens), or a Jinja file; a path, a URL of
+    `tokenizer_config.json` (its `chat_template` and special tokens), a Jinja file, or a directory whose
+    `manifest.json` records a chat recipe (a chat store: the template it was built with); a path, a URL of
     the storage seam (a tokenizer directory in a bucket, say), or a model's Hub name in this machine's
     Hugging Face cache (`hub_cache`).
 
@@ -38,12 +55,31 @@ def load_template(spec: str | os.PathLike) -> ChatTemplate:
         return ChatTemplate.from_tokenizer_config(text)
     if file_bytes(text) is not None:
         return ChatTemplate.from_file(text)
-    if file_bytes(f"{text.rstrip('/')}/{TOKENIZER_CONFIG}") is not None or _is_local_directory(text):
+    directory = text.rstrip("/")
+    if file_bytes(f"{directory}/{TOKENIZER_CONFIG}") is not None:
+        return ChatTemplate.from_tokenizer_config(text)
+    if (recorded := _recorded(f"{directory}/{MANIFEST}")) is not None:
+        return recorded.template
+    if _is_local_directory(text):
         return ChatTemplate.from_tokenizer_config(text)
     raise ChatTemplateError(
-        f"chat template {text!r}: no such file (give {SHIPPED_TEMPLATE}, a .jinja file, or a tokenizer "
-        f"directory or its tokenizer_config.json){not_cached(text, 'model')}"
+        f"chat template {text!r}: no such file (give {SHIPPED_TEMPLATE}, a .jinja file, a tokenizer "
+        f"directory or its tokenizer_config.json, or a chat store){not_cached(text, 'model')}"
     )
+
+
+def _recorded(manifest: str) -> ChatRecipe | None:
+    """The recipe the manifest at `manifest` records; None when there is no such file or it records none."""
+    data = file_bytes(manifest)
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ChatTemplateError(f"{manifest}: not valid JSON ({e})") from None
+    if not isinstance(record, dict) or record.get(RECORDED) is None:
+        return None
+    return ChatRecipe.from_manifest(record[RECORDED], manifest)
 
 
 def _is_local_directory(location: str) -> bool:
@@ -52,11 +88,18 @@ def _is_local_directory(location: str) -> bool:
 
 
 @dataclass(frozen=True)
-class ChatBuild:
-    """How a chat store is made: the template, which tokens are trained, and the longest conversation kept
-    (`max_tokens`, None: any) with what becomes of a longer one. `end_of_turn` is the token every
-    assistant turn ends with (default: the token the template writes after each assistant message,
-    `turns.written_end_of_turn`, else its `eos_token`, else `<|eot_id|>`)."""
+class ChatRecipe:
+    """How conversations become a chat store's tokens and loss weights: the template (its text, source and
+    special tokens), which tokens are trained (`loss_on`), the longest conversation kept (`max_tokens`,
+    None: any) with what becomes of a longer one (`overlong`), and `end_of_turn`, the token every assistant
+    turn ends with (None: the token the template writes after each assistant message,
+    `turns.written_end_of_turn`, else its `eos_token`, else `<|eot_id|>`; `turn_end` says which).
+
+    >>> ChatRecipe(ChatTemplate.llama3(), loss_on="some")
+    Traceback (most recent call last):
+    ...
+    ValueError: loss_on must be one of assistant, all, got 'some'
+    """
 
     template: ChatTemplate
     loss_on: LossOn = "assistant"
@@ -85,8 +128,12 @@ class ChatBuild:
         """How the assistant's tokens are found (`FROM_BLOCKS` or `FROM_BEGINNINGS`), the reason included."""
         return FROM_BLOCKS if self.template.has_generation_blocks else FROM_BEGINNINGS
 
-    def record(self) -> dict[str, Any]:
-        """What a plan and a manifest record of it (the template whole: a store says how it was made)."""
+    def to_manifest(self) -> dict[str, Any]:
+        """The recipe as a manifest records it (the template whole: a store says how it was made), JSON.
+
+        >>> sorted(ChatRecipe(ChatTemplate.llama3()).to_manifest())[:4]
+        ['assistant_tokens', 'end_of_turn', 'loss_on', 'max_tokens']
+        """
         return {
             "template": self.template.text,
             "template_sha256": self.template.sha256,
@@ -99,13 +146,81 @@ class ChatBuild:
             "overlong": self.overlong,
         }
 
+    @classmethod
+    def from_manifest(cls, record: Mapping[str, Any], where: str) -> ChatRecipe:
+        """The recipe a manifest's record holds (`to_manifest`'s form; what it derives, such as
+        `assistant_tokens`, is not read; an end of turn that is the template's own reads as None). A record
+        that holds only the template and its special tokens (a checkpoint written before the rest was
+        recorded) gets the defaults; the template's source is the one recorded, else `where`, the manifest
+        it was read from, which errors name.
+
+        >>> ChatRecipe.from_manifest({"template": "{{ bos_token }}", "special_tokens": {}}, "m.json").turn_end
+        '<|eot_id|>'
+        >>> ChatRecipe.from_manifest({"template": 1}, "m.json")
+        Traceback (most recent call last):
+        ...
+        meltemi.datastore.errors.ChatTemplateError: m.json: chat.template is int, not a template's text
+        """
+        if not isinstance(record, Mapping):
+            raise ChatTemplateError(f"{where}: chat is {type(record).__name__}, not a recipe's record")
+        text = record.get("template")
+        if not isinstance(text, str):
+            raise ChatTemplateError(f"{where}: chat.template is {type(text).__name__}, not a template's text")
+        special = record.get("special_tokens", {})
+        if not isinstance(special, Mapping):
+            kind = type(special).__name__
+            raise ChatTemplateError(f"{where}: chat.special_tokens is {kind}, not an object")
+        template = ChatTemplate(text, record.get("template_source") or where, special)
+        if record.get("template_sha256", template.sha256) != template.sha256:
+            raise ChatTemplateError(f"{where}: chat.template_sha256 is not the hash of chat.template")
+        end_of_turn = record.get("end_of_turn")  # recorded whole; None when it is the template's own
+        if end_of_turn == cls(template).turn_end:
+            end_of_turn = None
+        try:
+            return cls(
+                template,
+                record.get("loss_on", "assistant"),
+                record.get("max_tokens"),
+                record.get("overlong", "truncate"),
+                end_of_turn,
+            )
+        except ValueError as e:
+            raise ChatTemplateError(f"{where}: chat: {e}") from None
+
     def identity(self) -> dict[str, Any]:
-        """What decides the store's bytes (a different value, a different store): the record with the
-        template named by its hash, and without its source, which only says where the same text came from,
-        nor how the assistant's tokens are found, which the template decides."""
-        record = self.record()
+        """What decides the store's bytes (a different value, a different store), as a build's plan and
+        options record it: `to_manifest`'s record with the template named by its hash, and without its
+        source, which only says where the same text came from, nor how the assistant's tokens are found,
+        which the template decides.
+
+        >>> sorted(ChatRecipe(ChatTemplate.llama3()).identity())
+        ['end_of_turn', 'loss_on', 'max_tokens', 'overlong', 'special_tokens', 'template_sha256']
+        """
+        record = self.to_manifest()
         del record["template"], record["template_source"], record["assistant_tokens"]
         return record
+
+    def cache_key(self) -> str:
+        """`identity()` as one string, the SHA-256 of its canonical JSON: what a cache of chat stores names
+        a store by (with the inputs and the tokenizer), so that the same recipe finds the same store.
+
+        >>> ChatRecipe(ChatTemplate.llama3()).cache_key() == ChatRecipe(load_template("llama3")).cache_key()
+        True
+        """
+        canonical = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    def options(self) -> tuple[str, LossOn, int | None, Overlong, str | None]:
+        """The recipe as `build_store`'s chat options name it (`chat_template`, `loss_on`, `max_tokens`,
+        `overlong`, `end_of_turn`): the template by where it came from (`llama3` for the shipped one), so
+        that a build's command says how it was made.
+
+        >>> ChatRecipe(ChatTemplate.llama3(), max_tokens=9).options()
+        ('llama3', 'assistant', 9, 'truncate', None)
+        """
+        source = self.template.source
+        spec = SHIPPED_TEMPLATE if source == SHIPPED_SOURCE else source
+        return spec, self.loss_on, self.max_tokens, self.overlong, self.end_of_turn
 
     def check_tokenizer(self, tokenizer: Tokenizer, shown: str) -> int:
         """The end-of-turn token's id; an `InputError` when the tokenizer lacks a token the template writes

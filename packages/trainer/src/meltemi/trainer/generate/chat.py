@@ -72,9 +72,9 @@ def chat_prompt_ids(
     """The ids of ``messages`` rendered by ``template`` (given ``tools`` when there are) with the assistant's
     turn begun: the chat room's one encode path (``encode_conversation``), as a store's conversations are."""
     from meltemi.datastore.chat.build import encode_conversation
-    from meltemi.datastore.chat.recipe import ChatBuild
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
-    recipe = ChatBuild(template)
+    recipe = ChatRecipe(template)
     return encode_conversation(tokenizer, recipe, messages, tools=tools, add_generation_prompt=True).ids
 
 
