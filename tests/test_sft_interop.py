@@ -63,7 +63,7 @@ def test_the_export_carries_the_template_the_end_of_turn_as_eos_and_every_stop_i
     trained = load_model(fine_tuned / "sft")
     config = json.loads((fine_tuned / "hf" / "tokenizer_config.json").read_text())
     generation = json.loads((fine_tuned / "hf" / "generation_config.json").read_text())
-    assert config["chat_template"] == trained.chat.template and config["eos_token"] == "<|eot_id|>"
+    assert config["chat_template"] == trained.chat.template.text and config["eos_token"] == "<|eot_id|>"
     assert config["bos_token"] == "<|begin_of_text|>"
     eot = Tokenizer.from_file(str(trained.tokenizer)).token_to_id("<|eot_id|>")
     assert generation["eos_token_id"] == [eot, 0]  # the end of a turn, then the end of a text
@@ -77,9 +77,7 @@ def test_transformers_renders_our_ids_and_its_greedy_reply_is_apps_chats_both_en
     model = transformers.LlamaForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
     trained = load_model(fine_tuned / "sft")
     messages = conversation(ASKED)
-    ours = chat_prompt_ids(
-        trained.chat.chat_template(), Tokenizer.from_file(str(trained.tokenizer)), messages
-    )
+    ours = chat_prompt_ids(trained.chat.template, Tokenizer.from_file(str(trained.tokenizer)), messages)
     theirs = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=True
     )
@@ -113,7 +111,9 @@ def test_the_harness_renders_chat_prompts_as_transformers_renders_them_with_the_
     assert lm.apply_chat_template(prefilled, add_generation_prompt=False) == tokenizer.apply_chat_template(
         prefilled, tokenize=False, continue_final_message=True
     )
-    assert lm.prefix_token_id == tokenizer.bos_token_id and lm.chat_template(True) == trained.chat.template
+    assert (
+        lm.prefix_token_id == tokenizer.bos_token_id and lm.chat_template(True) == trained.chat.template.text
+    )
 
 
 def test_chatting_with_a_model_that_was_not_fine_tuned_is_one_line_naming_it(fine_tuned):
@@ -149,9 +149,9 @@ def test_the_export_loads_back_as_the_run_it_came_from_and_apps_chat_talks_with_
     ours, theirs = jax.tree_util.tree_leaves(run.model), jax.tree_util.tree_leaves(exported.model)
     assert all(on_host(a).tobytes() == on_host(b).tobytes() for a, b in zip(ours, theirs, strict=True))
     assert exported.end_of_text.stop_ids == run.end_of_text.stop_ids
-    assert exported.chat.template == run.chat.template
-    assert exported.chat.special_tokens["bos_token"] == run.chat.special_tokens["bos_token"]
-    assert exported.chat.special_tokens["eos_token"] == "<|eot_id|>"
+    assert exported.chat.template.text == run.chat.template.text
+    assert exported.chat.template.special_tokens["bos_token"] == run.chat.template.special_tokens["bos_token"]
+    assert exported.chat.template.special_tokens["eos_token"] == "<|eot_id|>"
     chatted = app("chat.py", "--checkpoint", str(fine_tuned / "hf"), "--message", ASKED, "--max-new-tokens",
                   "16", "--temperature", "0", cwd=fine_tuned)  # fmt: skip
     assert chatted.returncode == 0, chatted.stderr
@@ -172,5 +172,5 @@ def test_a_directory_transformers_saved_is_read_with_its_template_file_and_dtype
     assert "chat_template" not in json.loads((saved / "tokenizer_config.json").read_text())
     loaded, run = load_model(saved), load_model(fine_tuned / "sft")
     assert loaded.config.trainer.param_dtype == loaded.config.trainer.compute_dtype == "bfloat16"
-    assert loaded.chat.template == run.chat.template
+    assert loaded.chat.template.text == run.chat.template.text
     assert loaded.end_of_text.stop_ids == run.end_of_text.stop_ids

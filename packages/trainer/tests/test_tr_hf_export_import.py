@@ -477,13 +477,13 @@ def test_a_directory_s_model_files_are_read_as_transformers_writes_them_and_bad_
     (out / "tokenizer_config.json").write_text(json.dumps(fields))
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": [5, 7]}))
     files = read_model_files(out)
-    assert files.chat.template == template and files.chat.special_tokens == {
+    assert files.chat.template.text == template and files.chat.template.special_tokens == {
         "bos_token": "<s>",
         "eos_token": "</s>",
     }
     assert files.end_of_text.stop_ids == (5, 7)
     (out / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
-    assert read_model_files(out).chat.template == "{{ messages[0]['content'] }}"
+    assert read_model_files(out).chat.template.text == "{{ messages[0]['content'] }}"
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": "</s>"}))
     with pytest.raises(
         HfFormatError, match=r"generation_config.json: eos_token_id is '</s>', not a token id"

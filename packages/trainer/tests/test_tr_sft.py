@@ -56,7 +56,7 @@ def test_a_fine_tuning_run_starts_from_the_bases_parameters_bit_for_bit_with_a_f
     summary = trainer.run()
     assert summary.steps == 2 and summary.first_eval_step == 0
     manifest = inspect_checkpoint(tmp_path / "sft" / "checkpoints" / "step-2")
-    assert manifest.chat.template == trainer.data.chat.template and manifest.chat.added_tokens == ()
+    assert manifest.chat == trainer.data.chat and manifest.added_tokens == ()
     assert manifest.end_of_text.token == "<|eot_id|>"
     assert manifest.end_of_text.stop_ids == (4, 0)  # the end of a turn, then the end of a text
 
@@ -263,7 +263,7 @@ def test_a_base_without_the_templates_tokens_gets_them_appended_each_row_the_mea
         np.testing.assert_allclose(grown[380:], np.repeat(old.mean(0, keepdims=True), 4, 0), atol=1e-8)
     trainer.run()
     manifest = inspect_checkpoint(tmp_path / "sft" / "checkpoints" / "step-2")
-    assert manifest.chat.added_tokens == start.added_tokens
+    assert manifest.added_tokens == start.added_tokens
     assert manifest.end_of_text.token == "<|eot_id|>" and manifest.end_of_text.id == 383
 
 
@@ -366,7 +366,7 @@ def test_a_chat_base_is_fine_tuned_in_its_own_template_even_without_generation_b
     summary = train(sft_config(*cache, base=hf), tmp_path / "sft")
     assert f"chat template: the base's own ({hf}; data.chat.template auto)" in capsys.readouterr().err
     manifest = inspect_checkpoint(tmp_path / "sft" / "checkpoints" / "step-2")
-    assert manifest.chat.template == INSTRUCT_TEMPLATE and manifest.chat.added_tokens == ()
+    assert manifest.chat.template.text == INSTRUCT_TEMPLATE and manifest.added_tokens == ()
     assert manifest.end_of_text.token == "<|eot_id|>" and summary.steps == 2
     [store] = (tmp_path / "cache" / "corpora").iterdir()
     store = TokenStore.open(store)
@@ -386,16 +386,18 @@ def test_a_chat_base_is_fine_tuned_in_its_own_template_even_without_generation_b
     train(sft_config(*cache, base=tmp_path / "sft"), tmp_path / "second")  # a chat run as the base
     assert "chat template: the base's own (" in capsys.readouterr().err
     assert (
-        inspect_checkpoint(tmp_path / "second" / "checkpoints" / "step-2").chat.template == INSTRUCT_TEMPLATE
+        inspect_checkpoint(tmp_path / "second" / "checkpoints" / "step-2").chat.template.text
+        == INSTRUCT_TEMPLATE
     )
     shipped = train(sft_config(*cache, "--data.chat.template", "llama3", base=base), tmp_path / "shipped")
     assert (
-        inspect_checkpoint(tmp_path / "shipped" / "checkpoints" / "step-2").chat.template != INSTRUCT_TEMPLATE
+        inspect_checkpoint(tmp_path / "shipped" / "checkpoints" / "step-2").chat.template.text
+        != INSTRUCT_TEMPLATE
     )
     assert shipped.steps == 2
 
 
-def test_a_template_whose_turns_end_with_another_token_trains_and_stops_at_the_one_named(
+def test_a_template_whose_turns_end_with_another_token_trains_and_stops_at_the_one_it_writes(
     sft_config, tmp_path
 ):
     gemma = tmp_path / "gemma.jinja"  # Gemma's layout: turns end with <end_of_turn>, not the eos_token
@@ -404,13 +406,16 @@ def test_a_template_whose_turns_end_with_another_token_trains_and_stops_at_the_o
         "{% if add_generation_prompt %}<start_of_turn>assistant\n{% endif %}"
     )
     cache = ["--data.cache_dir", str(tmp_path / "cache"), "--data.chat.template", str(gemma)]
-    with pytest.raises(DatastoreError, match=r"renders without <\|eot_id\|> .* \(end_of_turn\)$"):
-        train(sft_config(*cache), tmp_path / "refused")
+    with pytest.raises(DatastoreError, match=r"<\|eot_id\|>.*\(end_of_turn"):
+        train(sft_config(*cache, "--data.chat.end_of_turn", "<|eot_id|>"), tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
-    summary = train(sft_config(*cache, "--data.chat.end_of_turn", "<end_of_turn>"), tmp_path / "sft")
+    summary = train(sft_config(*cache), tmp_path / "sft")  # the end of turn the template writes
     manifest = inspect_checkpoint(tmp_path / "sft" / "checkpoints" / "step-2")
     assert summary.steps == 2 and manifest.end_of_text.token == "<end_of_turn>"
-    assert "<end_of_turn>" in manifest.chat.added_tokens
+    assert "<end_of_turn>" in manifest.added_tokens and manifest.chat.turn_end == "<end_of_turn>"
+    named = train(sft_config(*cache, "--data.chat.end_of_turn", "<end_of_turn>"), tmp_path / "named")
+    built = [s for s in (tmp_path / "cache" / "corpora").iterdir() if (s / "manifest.json").exists()]
+    assert named.steps == 2 and len(built) == 1  # the same recipe, named or not: the same store
 
 
 def test_a_base_that_is_neither_a_run_a_checkpoint_nor_a_hugging_face_directory_is_named(

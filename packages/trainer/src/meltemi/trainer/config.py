@@ -728,7 +728,8 @@ class ChatConfig(Section):
         "auto",
         description="auto (the base's own: a Hugging Face base's chat template, or the one a chat base run "
         "was trained with; else llama3), llama3 (shipped: Llama 3's layout, generation blocks around each "
-        "assistant turn), a .jinja file, or a tokenizer directory or its tokenizer_config.json",
+        "assistant turn), a .jinja file, a tokenizer directory or its tokenizer_config.json, or a chat "
+        "store or a chat run's step-N checkpoint (the template its manifest records)",
     )
     loss_on: Literal["assistant", "all"] = Field(
         "assistant", description="train on the assistant's tokens (end of turn included) or on every token"

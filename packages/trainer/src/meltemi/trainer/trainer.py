@@ -392,9 +392,8 @@ class Trainer:
                     initialized_from=start.initialized_from,
                     tokenizer=tokenizer,
                     end_of_text=self.data.end_of_text,
-                    chat=None
-                    if self.data.chat is None
-                    else dataclasses.replace(self.data.chat, added_tokens=start.added_tokens),
+                    chat=self.data.chat,
+                    added_tokens=start.added_tokens,
                     process_index=jax.process_index(),
                     process_count=jax.process_count(),
                 )
@@ -507,7 +506,7 @@ class Trainer:
         if self.config.trainer.reply_to == "held_out" and all(x is not None for x in (chat, tokenizer, ids)):
             from meltemi.trainer.data.user_message import first_user_message
 
-            return first_user_message(ids, tokenizer_at(tokenizer), chat.chat_template()) or None
+            return first_user_message(ids, tokenizer_at(tokenizer), chat.template) or None
         return self.config.trainer.sample_prompt
 
     def _chat_reply(self, label: str, model) -> list[tuple[str, str]]:
@@ -522,7 +521,7 @@ class Trainer:
         completion = reply(
             model,
             tokenizer_at(tokenizer),
-            chat.chat_template(),
+            chat.template,
             conversation(prompt),
             SamplingConfig(max_new_tokens=reply_tokens(self.config.model.max_seq_len)),
             self.data.end_of_text.stop_ids,

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -37,11 +37,13 @@ from meltemi.trainer.checkpoint.format import (
     write_shards,
 )
 from meltemi.trainer.config import TrainerConfig
-from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, TokenizerRecord
 from meltemi.trainer.errors import CheckpointError
 from meltemi.trainer.run_directory import RunDirectory
 from meltemi.trainer.step.distributed import gather_rows, wait_for_every_process
+
+if TYPE_CHECKING:
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
 STEP_PREFIX = "step-"
 
@@ -162,7 +164,8 @@ class Checkpointer:
         initialized_from: str | None = None,
         tokenizer: TokenizerRecord | None = None,
         end_of_text: EndOfText | None = None,
-        chat: ChatRecord | None = None,
+        chat: ChatRecipe | None = None,
+        added_tokens: tuple[str, ...] = (),
         process_index: int = 0,
         process_count: int = 1,
     ):
@@ -174,6 +177,7 @@ class Checkpointer:
         self.seed, self.config_json = trainer.seed, config_json
         self.initialized_from = initialized_from
         self.tokenizer, self.end_of_text, self.chat = tokenizer, end_of_text, chat
+        self.added_tokens = added_tokens
         self._writer: threading.Thread | None = None
         self._written: _HostCopy | None = None  # the write in flight or awaiting its commit
         self._error: BaseException | None = None
@@ -283,6 +287,7 @@ class Checkpointer:
             tokenizer=self.tokenizer,
             end_of_text=self.end_of_text,
             chat=self.chat,
+            added_tokens=self.added_tokens,
         )
         step.write_text(MANIFEST, manifest.to_json())
         step.write_text(COMMITTED, f"step {copy.step}\n")
@@ -311,7 +316,7 @@ def inspect_checkpoint(step: str | os.PathLike | Location | Directory) -> Manife
     if text is None:
         raise CheckpointError(f"{step.where()}: {MANIFEST} is missing")
     try:
-        manifest = Manifest.from_json(text)
+        manifest = Manifest.from_json(text, step.where(MANIFEST))
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{step.where()}: {MANIFEST} is damaged ({e})") from None
     for record in manifest.arrays:

@@ -10,7 +10,8 @@
   the whole state, the data position (the step, and the hash of the global batch a resumption reads
   first), the run seed, the run's tokenizer (its copy in the run directory and that file's SHA-256), the
   end-of-text token (a chat run's: the end of a turn, and every id generation stops at), a chat run's
-  template (``chat``: what export and chat sampling render with, and the tokens the tokenizer gained),
+  recipe (``chat``: the datastore's ``ChatRecipe`` in a chat store's manifest form, its template what
+  export and chat sampling render with, and the tokens the tokenizer gained),
   where the run was initialised from, and the versions of jax and meltemi.
   ``meltemi.trainer.checkpoint.verify`` recomputes the digests.
 - A checkpoint is written straight into ``step-N/`` (a local directory or a bucket prefix, through the
@@ -29,15 +30,17 @@ import functools
 import json
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 import tensorstore as ts
 
 from meltemi.datastore.storage import Directory, Location, storage_context
-from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, TokenizerRecord
+
+if TYPE_CHECKING:  # the template engine is imported by a checkpoint that records a chat recipe
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -98,7 +101,10 @@ class DataPosition:
 @dataclasses.dataclass(frozen=True)
 class Manifest:
     """A checkpoint's ``manifest.json``, typed. The fields after ``versions`` are absent (None) in
-    checkpoints written before they were recorded."""
+    checkpoints written before they were recorded. A chat run's ``chat`` is its recipe, recorded as a chat
+    store records it, with ``added_tokens`` (the tokens its tokenizer gained) beside it in the same record;
+    a record of earlier checkpoints (the template and its special tokens) reads with the recipe's
+    defaults."""
 
     format_version: int
     step: int
@@ -111,7 +117,8 @@ class Manifest:
     data_position: DataPosition | None = None
     tokenizer: TokenizerRecord | None = None
     end_of_text: EndOfText | None = None
-    chat: ChatRecord | None = None
+    chat: ChatRecipe | None = None
+    added_tokens: tuple[str, ...] = ()
 
     @property
     def has_ema(self) -> bool:
@@ -119,10 +126,16 @@ class Manifest:
         return any(record.name.startswith(EMA_PREFIX) for record in self.arrays)
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=1)
+        record = dataclasses.asdict(dataclasses.replace(self, chat=None))
+        added = record.pop("added_tokens")
+        if self.chat is not None:
+            record["chat"] = self.chat.to_manifest() | {"added_tokens": added}
+        return json.dumps(record, indent=1)
 
     @staticmethod
-    def from_json(text: str) -> Manifest:
+    def from_json(text: str, where: str = MANIFEST) -> Manifest:
+        """The manifest in ``text``, read from ``where`` (which a chat template of an earlier checkpoint,
+        recorded without its source, is named by)."""
         raw = json.loads(text)
         if not isinstance(raw, dict) or raw.get("format_version") != FORMAT_VERSION:
             version = raw.get("format_version") if isinstance(raw, dict) else None
@@ -155,8 +168,23 @@ class Manifest:
             end_of_text=None
             if eot is None
             else EndOfText(eot["token"], eot["id"], tuple(eot.get("others", ()))),
-            chat=None if raw.get("chat") is None else ChatRecord.from_json(raw["chat"]),
+            chat=_recipe(raw.get("chat"), where),
+            added_tokens=tuple((raw.get("chat") or {}).get("added_tokens", ())),
         )
+
+
+def _recipe(record: dict[str, Any] | None, where: str) -> ChatRecipe | None:
+    """A manifest's ``chat`` record as the recipe it holds (None without one); a ``ValueError`` when it
+    cannot be read, as for the rest of the manifest."""
+    if record is None:
+        return None
+    from meltemi.datastore.chat.recipe import ChatRecipe
+    from meltemi.datastore.errors import ChatTemplateError
+
+    try:
+        return ChatRecipe.from_manifest(record, where)
+    except ChatTemplateError as e:
+        raise ValueError(str(e)) from None
 
 
 def as_directory(where: str | os.PathLike | Location | Directory) -> Directory:

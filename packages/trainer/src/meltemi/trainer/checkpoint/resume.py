@@ -172,7 +172,7 @@ def starting_state(
     found = _latest_good(run.run_dir, whole, "the run's checkpoint", config_json, warn, skipped)
     if found is not None:
         state, path, manifest = found
-        added = () if manifest.chat is None else manifest.chat.added_tokens
+        added = manifest.added_tokens
         position = manifest.data_position
         recorded = None if position is None else position.next_batch
         return Start(state, path, manifest.initialized_from, added, tuple(skipped), recorded)

@@ -17,7 +17,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +29,6 @@ from meltemi.trainer.checkpoint.checkpointer import STEP_PREFIX, find_checkpoint
 from meltemi.trainer.checkpoint.format import EMA_PREFIX, MANIFEST, MODEL_PREFIX, Manifest
 from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text, run_tokenizer
 from meltemi.trainer.errors import CheckpointError, HostMemoryError
 from meltemi.trainer.hf.layout import hf_tensors
@@ -41,6 +40,9 @@ from meltemi.trainer.run_directory import RunDirectory
 from meltemi.trainer.step.host_memory import HostMemory
 from meltemi.trainer.step.mesh import InferenceLayout, inference_layout
 
+if TYPE_CHECKING:
+    from meltemi.datastore.chat.recipe import ChatRecipe
+
 logger = logging.getLogger("meltemi.trainer")
 Weights = Literal["ema", "raw"]  # a run's moving average of its weights, or its weights as trained
 
@@ -50,7 +52,8 @@ class TrainedModel:
     """A checkpoint's (or a Hugging Face directory's) model and what using it needs: ``layout`` is the mesh
     its parameters lie on (and the axis mappings that run it); ``tokenizer`` where the run's copy lies, a
     path or a URL in the run's bucket (for checkpoints older than the copy, what their config names; None
-    without one); ``chat`` a chat run's template (None for a run that never saw a conversation);
+    without one); ``chat`` a chat run's recipe, its template what a chat renders with (None for a run that
+    never saw a conversation);
     ``hugging_face`` whether ``checkpoint`` is a Hugging Face directory rather than a run's checkpoint;
     ``weights`` which of a run's weights ``model`` holds: ``ema``, the moving average it kept
     (``optimizer.ema``), or ``raw``, its weights as trained (a Hugging Face model's are ``raw``)."""
@@ -61,7 +64,7 @@ class TrainedModel:
     checkpoint: Location
     tokenizer: str | None
     end_of_text: EndOfText
-    chat: ChatRecord | None = None
+    chat: ChatRecipe | None = None
     hugging_face: bool = False
     weights: Weights = "raw"
 

@@ -1,5 +1,6 @@
-"""A run's chat data, made concrete: the chat template it renders with, and a tokenizer that writes each of
-the template's special tokens as one token.
+"""A run's chat data, made concrete: the recipe its chat stores are built with (``data.chat`` resolved once
+into the datastore's ``ChatRecipe``: the template, the end of a turn, what is trained and how long a
+conversation may be), and a tokenizer that writes each of the template's special tokens as one token.
 
 A tokenizer that lacks them (a base pretrained before chat, a Hugging Face base tokenizer) gets them
 appended as special tokens, after its last id, so every id it had keeps its meaning; the extended copy is
@@ -8,11 +9,14 @@ finds the same file. The model's vocabulary then grows by as many rows (their st
 ``meltemi.trainer.phase.vocabulary``).
 
 >>> import tempfile
->>> from meltemi.datastore import corpora
+>>> from meltemi.trainer.config import RunConfig
 >>> from tokenizers import Tokenizer, models
 >>> plain = Path(tempfile.mkdtemp()) / "plain.json"
 >>> Tokenizer(models.BPE()).save(str(plain))
->>> extended = chat_tokenizer(str(plain), load_chat_template("llama3"), tempfile.mkdtemp())
+>>> recipe = chat_recipe(RunConfig())
+>>> recipe.template.source, recipe.max_tokens
+('the shipped llama3 template', 2049)
+>>> extended = chat_tokenizer(str(plain), recipe, tempfile.mkdtemp())
 >>> extended.added, extended.vocab_size
 (('<|begin_of_text|>', '<|start_header_id|>', '<|end_header_id|>', '<|eot_id|>'), 4)
 """
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,35 +32,17 @@ from typing import TYPE_CHECKING
 from tokenizers import AddedToken, Tokenizer
 
 from meltemi.datastore import DatastoreError
-from meltemi.datastore.build.request import SHIPPED_TEMPLATE
+from meltemi.datastore.chat.options import SHIPPED_TEMPLATE
 from meltemi.datastore.storage import Directory
+from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.run_tokenizer import tokenizer_bytes
 from meltemi.trainer.errors import ConfigError
 
 AUTO_TEMPLATE = "auto"  # data.chat.template: the base's own template, else the shipped one
 
 if TYPE_CHECKING:  # the template engine is imported by the runs that render chats, not by every run
+    from meltemi.datastore.chat.recipe import ChatRecipe
     from meltemi.datastore.chat.template import ChatTemplate
-
-
-@dataclasses.dataclass(frozen=True)
-class ChatRecord:
-    """A chat run's template as its checkpoints keep it: the Jinja text and its special tokens (what the
-    export writes into ``tokenizer_config.json`` and chat sampling renders with), and the tokens the run's
-    tokenizer gained for it (their embedding rows grew from the base's mean)."""
-
-    template: str
-    special_tokens: dict[str, str]
-    added_tokens: tuple[str, ...] = ()
-
-    def chat_template(self, source: str = "the run's checkpoint") -> ChatTemplate:
-        from meltemi.datastore.chat.template import ChatTemplate
-
-        return ChatTemplate(self.template, source, dict(self.special_tokens))
-
-    @staticmethod
-    def from_json(raw: dict) -> ChatRecord:
-        return ChatRecord(raw["template"], dict(raw["special_tokens"]), tuple(raw.get("added_tokens", ())))
 
 
 def concrete_template(spec: str, base_template: str | None = None) -> str:
@@ -83,36 +68,15 @@ def load_chat_template(spec: str) -> ChatTemplate:
         raise ConfigError(f"data.chat.template: {e}") from None
 
 
-def recorded_template(record: ChatRecord, named: str | None, cache_dir: str | os.PathLike) -> str:
-    """A template a run's checkpoint recorded, as ``data.chat.template`` names it: as the run ``named`` it
-    when that still reads as the same template (so a resumed run records the config an uninterrupted one
-    does), else a tokenizer directory under ``cache_dir/templates`` (named by the record's hash) whose
-    ``tokenizer_config.json`` holds the template and its special tokens, written once; so a run resumes with
-    the template it trained with, whether or not the file or base it came from is still there.
+def chat_recipe(config: RunConfig) -> ChatRecipe:
+    """``data.chat`` as the one recipe a run's chat stores are built with: ``data.chat.template`` loaded
+    (once: the stores, the tokenizer and the stores' cache keys all take this object), its end of turn,
+    ``loss_on`` and ``overlong``, and the longest conversation a row holds (``data.seq_len`` + 1 tokens)."""
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
-    >>> import tempfile
-    >>> from meltemi.datastore.chat.recipe import load_template
-    >>> record = ChatRecord("{{ bos_token }}{{ messages[0].content }}", {"bos_token": "<s>"})
-    >>> template = load_template(recorded_template(record, "/gone/chat.jinja", tempfile.mkdtemp()))
-    >>> template.render([{"role": "user", "content": "Hi"}]).text
-    '<s>Hi'
-    """
-    from meltemi.datastore.chat.recipe import load_template
-    from meltemi.datastore.chat.template import TOKENIZER_CONFIG
-
-    if named is not None and named != AUTO_TEMPLATE:
-        try:
-            same = load_template(named)
-        except DatastoreError:
-            same = None
-        if same is not None and (same.text, same.special_tokens) == (record.template, record.special_tokens):
-            return named
-
-    text = json.dumps({"chat_template": record.template, **record.special_tokens}, indent=1, sort_keys=True)
-    directory = Directory(Path(cache_dir) / "templates" / hashlib.sha256(text.encode()).hexdigest()[:16])
-    if directory.read_bytes(TOKENIZER_CONFIG) != text.encode():
-        directory.write_text(TOKENIZER_CONFIG, text)
-    return directory.where()
+    chat = config.data.chat
+    template = load_chat_template(chat.template)
+    return ChatRecipe(template, chat.loss_on, config.data.seq_len + 1, chat.overlong, chat.end_of_turn)
 
 
 def template_tokens(template: ChatTemplate) -> tuple[str, ...]:
@@ -135,18 +99,16 @@ class ChatTokenizer:
     added: tuple[str, ...]
 
 
-def chat_tokenizer(
-    tokenizer: str, template: ChatTemplate, cache_dir: str | os.PathLike, end_of_turn: str | None = None
-) -> ChatTokenizer:
-    """``tokenizer`` when it has every token of ``template`` (and ``end_of_turn``, when named) as one token,
-    else an extended copy (written once under ``cache_dir/tokenizers``) with the missing ones appended as
+def chat_tokenizer(tokenizer: str, recipe: ChatRecipe, cache_dir: str | os.PathLike) -> ChatTokenizer:
+    """``tokenizer`` when it has every token of ``recipe``'s template and its end of turn as one token, else
+    an extended copy (written once under ``cache_dir/tokenizers``) with the missing ones appended as
     special tokens."""
     data = tokenizer_bytes(tokenizer)
     try:
         parsed = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as error:  # tokenizers raises a bare Exception for what it cannot parse
         raise ConfigError(f"data.tokenizer: {tokenizer} is not a tokenizer.json ({error})") from None
-    wanted = dict.fromkeys([*template_tokens(template), *([end_of_turn] if end_of_turn else [])])
+    wanted = dict.fromkeys([*template_tokens(recipe.template), recipe.turn_end])
     missing = tuple(t for t in wanted if parsed.token_to_id(t) is None)
     if not missing:
         return ChatTokenizer(tokenizer, parsed.get_vocab_size(with_added_tokens=True), ())

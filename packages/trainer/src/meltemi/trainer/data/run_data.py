@@ -34,9 +34,9 @@ from meltemi.datastore import (
     hold_out_conversations,
     token_byte_lengths,
 )
+from meltemi.datastore.chat.recipe import ChatRecipe
 from meltemi.trainer.adapters import data_key
 from meltemi.trainer.config import RunConfig
-from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text
 from meltemi.trainer.data.sources import BUILD_A_STORE
 from meltemi.trainer.data.store_builds import BUILD_THEM
@@ -65,7 +65,7 @@ class RunData:
     source_names: list[str]
     token_bytes: np.ndarray | None
     end_of_text: EndOfText
-    chat: ChatRecord | None = None
+    chat: ChatRecipe | None = None
     chat_sources: tuple[str, ...] = ()
     packing: dict[str, str] = dataclasses.field(default_factory=dict)
     eval_set_tags: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
@@ -365,8 +365,9 @@ def _packed(name: str, store: TokenStore, eval_store: str | None, config: RunCon
         raise DataError(f"data.sources.{name}: {e}") from None
 
 
-def _one_template(chats: dict[str, dict]) -> ChatRecord | None:
-    """The chat template every chat source was rendered with (a ``DataError`` when two differ)."""
+def _one_template(chats: dict[str, dict]) -> ChatRecipe | None:
+    """The recipe of the chat sources' stores, whose template every one was rendered with (a ``DataError``
+    when two differ), read from the first store's manifest."""
     if not chats:
         return None
     (first, record), *others = chats.items()
@@ -376,7 +377,7 @@ def _one_template(chats: dict[str, dict]) -> ChatRecord | None:
                 f"data.sources: {first} and {name} were rendered with different chat templates "
                 f"({record['template_source']}, {other['template_source']}); rebuild one with the other's"
             )
-    return ChatRecord(record["template"], dict(record["special_tokens"]))
+    return ChatRecipe.from_manifest(record, f"data.sources.{first}")
 
 
 def _end_of_turn(chats: dict[str, dict]) -> str | None:

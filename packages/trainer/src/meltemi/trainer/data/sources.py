@@ -32,12 +32,13 @@ from meltemi.datastore.hub_cache import local_or_cached, not_cached
 from meltemi.datastore.storage import local_path_of
 from meltemi.trainer.config import ModelConfig, RunConfig, StoreOrCorpus, eval_set_clash
 from meltemi.trainer.data.build_words import in_command_words
-from meltemi.trainer.data.chat import chat_tokenizer, concrete_template, load_chat_template
+from meltemi.trainer.data.chat import chat_recipe, chat_tokenizer, concrete_template
 from meltemi.trainer.data.run_tokenizer import file_sha256
 from meltemi.trainer.errors import ConfigError
 
 if TYPE_CHECKING:
     from meltemi.datastore import BuildReport
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
 STDLIB = "stdlib"
 STDLIB_PARTS = "stdlib:"  # some of its files: stdlib:email/*,json/* (their paths under its root)
@@ -79,7 +80,8 @@ def resolve_data(
     corpora = any(each.corpus is not None for each in [*data.sources.values(), *data.eval_sets.values()])
     if not (data.stores or data.corpus is not None or data.tokenizer == STDLIB or corpora):
         return config  # concrete already: data.sources (checked when the run opens them)
-    tokenizer, model = tokenizer_for_stores(config, say)
+    recipe = chat_recipe(config) if _holds_chat(config) else None  # data.chat, resolved once
+    tokenizer, model = tokenizer_for_stores(config, say, recipe)
     if data.stores:
         for store in data.stores:
             if _missing(store, Path.is_dir):
@@ -100,7 +102,8 @@ def resolve_data(
         sources = {name: stores}
     else:
         sources = {
-            name: build_source(config, name, source, tokenizer, say) | {"weight": source.weight}
+            name: build_source(config, name, source, tokenizer, say, recipe=recipe)
+            | {"weight": source.weight}
             if source.corpus is not None
             else source.model_dump(exclude_defaults=True)
             for name, source in data.sources.items()
@@ -108,7 +111,8 @@ def resolve_data(
     if (clash := eval_set_clash(sources, data.eval_sets)) is not None:
         raise ConfigError(clash)
     eval_sets = {  # built as a source is, read whole: a data set's test split is not built for them
-        name: build_source(config, name, each, tokenizer, say, section="eval_sets") | {"tags": each.tags}
+        name: build_source(config, name, each, tokenizer, say, section="eval_sets", recipe=recipe)
+        | {"tags": each.tags}
         if each.corpus is not None
         else each.model_dump(exclude_defaults=True)
         for name, each in data.eval_sets.items()
@@ -126,10 +130,13 @@ def resolve_data(
     return RunConfig.model_validate(config.model_dump() | {"data": resolved, "model": model.model_dump()})
 
 
-def tokenizer_for_stores(config: RunConfig, say: Callable[[str], object]) -> tuple[str | None, ModelConfig]:
+def tokenizer_for_stores(
+    config: RunConfig, say: Callable[[str], object], recipe: ChatRecipe | None = None
+) -> tuple[str | None, ModelConfig]:
     """The tokenizer the run's stores are built with (``data.tokenizer``; ``stdlib``'s trained on first use),
-    given the chat template's tokens when a source holds chat, and the model config whose vocabulary fits
-    it; ``say`` tells the user what was trained or added.
+    given the chat template's tokens when a source holds chat (``recipe``: ``data.chat`` resolved, else
+    resolved here), and the model config whose vocabulary fits it; ``say`` tells the user what was trained
+    or added.
 
     >>> from meltemi.trainer.config import RunConfig
     >>> tokenizer_for_stores(RunConfig(data={"tokenizer": "gs://b/tokenizer.json"}), print)[0]
@@ -144,13 +151,12 @@ def tokenizer_for_stores(config: RunConfig, say: Callable[[str], object]) -> tup
             f"data.tokenizer: {tokenizer}: no such file (a tokenizer.json, a model directory holding one, or "
             f"stdlib){not_cached(tokenizer, 'model')}"
         )
-    if any(each.format == "chat" for each in [*data.sources.values(), *data.eval_sets.values()]):
+    if _holds_chat(config):
         if tokenizer is None:
             raise ConfigError(
                 "chat sources need a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)"
             )
-        template = load_chat_template(data.chat.template)
-        extended = chat_tokenizer(tokenizer, template, data.cache_dir, data.chat.end_of_turn)
+        extended = chat_tokenizer(tokenizer, recipe or chat_recipe(config), data.cache_dir)
         if extended.added:
             say(
                 f"the chat template's tokens {', '.join(extended.added)} were added to the tokenizer "
@@ -160,6 +166,12 @@ def tokenizer_for_stores(config: RunConfig, say: Callable[[str], object]) -> tup
             model = model.model_copy(update={"vocab_size": extended.vocab_size})
         tokenizer = extended.path
     return tokenizer, model
+
+
+def _holds_chat(config: RunConfig) -> bool:
+    """Whether a source or an eval set of ``config`` holds conversations."""
+    data = config.data
+    return any(each.format == "chat" for each in [*data.sources.values(), *data.eval_sets.values()])
 
 
 def _store_names(stores: list[str]) -> dict[str, str]:
@@ -202,6 +214,7 @@ def build_source(
     say: Callable[[str], object],
     *,
     section: str = "sources",
+    recipe: ChatRecipe | None = None,
 ) -> dict[str, str]:
     """The stores of ``data.sources.NAME.corpus``, built on first use under ``data.cache_dir``: text
     documents, or chat conversations rendered by ``data.chat.template`` (conversations longer than
@@ -210,8 +223,9 @@ def build_source(
     validation) split beside the one trained on, as ``data.held_out: split`` asks: its held-out documents
     or conversations, as TRL's ``eval_dataset`` and Levanter's validation sets would be. An eval set's
     corpus (``section`` ``eval_sets``: ``data.eval_sets.NAME``) is built the same way, whole: no split of it
-    is held out."""
-    data, chat = config.data, config.data.chat
+    is held out. A chat corpus is built with ``recipe`` (``data.chat`` resolved; else resolved here), whose
+    identity is part of the store's cache key."""
+    chat = config.data.chat
     corpus, field = source.corpus, f"data.{section}.{name}"
     if _is_stdlib(corpus) and source.format == "chat":
         raise ConfigError(
@@ -229,13 +243,12 @@ def build_source(
     else:
         inputs, identity = corpus, _resolved(corpus)
     key = "\0".join([source.format, identity, file_sha256(tokenizer)])  # a copy finds the same store
-    options = format_options(config, source)
     if source.format == "chat":
-        template = load_chat_template(chat.template)
-        key += "\0".join(["", template.sha256, chat.loss_on, chat.overlong, str(data.seq_len + 1)])
-        key += "" if chat.end_of_turn is None else f"\0{chat.end_of_turn}"  # unnamed: the keys stores had
+        recipe = recipe or chat_recipe(config)
+        key += f"\0{recipe.cache_key()}"  # what decides the store's bytes
         key += "" if chat.messages_field == "messages" else f"\0messages_field={chat.messages_field}"
     key += "" if source.subset is None else f"\0subset={source.subset}"
+    options = format_options(config, source, recipe)
     named = corpus if source.corpus == STDLIB_CHAT else source.corpus  # a Hub name, not its snapshot's hash
     stem = STDLIB if _is_stdlib(corpus) else Path(named.rstrip("/")).stem or "corpus"
     flags = SOURCE_FLAGS | {"subset": f"--{field}.subset {{}}"}
@@ -250,9 +263,12 @@ def build_source(
     return {"store": store} | held
 
 
-def format_options(config: RunConfig, source: StoreOrCorpus) -> dict[str, object]:
+def format_options(
+    config: RunConfig, source: StoreOrCorpus, recipe: ChatRecipe | None = None
+) -> dict[str, object]:
     """``build_store``'s options for what ``source`` holds (a corpus, or a store's ``build_from``): text read
-    from its ``text_field`` or ``data.text_field``, or conversations rendered by ``data.chat``.
+    from its ``text_field`` or ``data.text_field``, or conversations made by ``recipe`` (``data.chat``
+    resolved; else resolved here).
 
     >>> from meltemi.trainer.config import RunConfig
     >>> format_options(RunConfig(), StoreOrCorpus(store="s", build_from="raw/"))
@@ -264,11 +280,7 @@ def format_options(config: RunConfig, source: StoreOrCorpus) -> dict[str, object
     return {
         "subset": source.subset,
         "format": "chat",
-        "chat_template": concrete_template(chat.template),
-        "loss_on": chat.loss_on,
-        "max_tokens": data.seq_len + 1,
-        "overlong": chat.overlong,
-        "end_of_turn": chat.end_of_turn,
+        "recipe": recipe or chat_recipe(config),
         "text_field": chat.messages_field,
     }
 

@@ -30,12 +30,14 @@ from meltemi.datastore.layout import MANIFEST
 from meltemi.datastore.storage import Location, first_contact
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.build_words import in_command_words
+from meltemi.trainer.data.chat import chat_recipe
 from meltemi.trainer.data.run_tokenizer import tokenizer_file
 from meltemi.trainer.data.sources import MESSAGES_FLAG, SOURCE_FLAGS, format_options, tokenizer_for_stores
 from meltemi.trainer.errors import ConfigError, DataError, TrainerError
 
 if TYPE_CHECKING:
     from meltemi.datastore import BuildReport
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
 SHOWN_INPUTS = 3  # inputs a line names before "and N more"
 BUILD_THEM = (  # how a user builds the stores a run's sources name by their inputs
@@ -147,21 +149,25 @@ def build_missing_stores(
             outcomes[build.source] = BuildOutcome(build.source, f"{build.field}: {error}", failed=True)
         done(outcomes[build.source])
     if todo:
-        tokenizer = _run_tokenizer(config, todo, say)
-        run = _Builds(config, tokenizer, _builder(cluster), cluster is None, len(todo))
+        chats = any(getattr(config.data, one.section)[one.source].format == "chat" for one in todo)
+        recipe = chat_recipe(config) if chats else None  # data.chat, resolved once for every build
+        tokenizer = _run_tokenizer(config, todo, say, recipe)
+        run = _Builds(config, tokenizer, _builder(cluster), cluster is None, len(todo), recipe)
         outcomes |= _side_by_side(todo, run.build, say, done)
     return [outcomes[build.source] for build in store_builds(config)]
 
 
-def _run_tokenizer(config: RunConfig, todo: list[StoreBuild], say: Callable[[str], object]) -> str:
-    """The tokenizer the run trains with, which its stores are built with."""
+def _run_tokenizer(
+    config: RunConfig, todo: list[StoreBuild], say: Callable[[str], object], recipe: ChatRecipe | None
+) -> str:
+    """The tokenizer the run trains with, which its stores are built with (given ``recipe``'s tokens)."""
     if config.data.tokenizer is None:
         raise ConfigError(
             f"data.tokenizer: {todo[0].field}.build_from is tokenized with the run's tokenizer: name it "
             "(--data.tokenizer TOKENIZER_JSON, a model directory holding one, or stdlib)"
         )
     data = config.data.model_copy(update={"tokenizer": tokenizer_file(config.data.tokenizer)})
-    tokenizer, _ = tokenizer_for_stores(config.model_copy(update={"data": data}), say)
+    tokenizer, _ = tokenizer_for_stores(config.model_copy(update={"data": data}), say, recipe)
     return tokenizer
 
 
@@ -241,13 +247,15 @@ def _side_by_side(
 @dataclasses.dataclass(frozen=True)
 class _Builds:
     """How this command builds each store: the run's data options, its tokenizer, ``build_store`` (on a
-    cluster or not), and how many builds share this machine's processors (``local``: the units run here)."""
+    cluster or not), how many builds share this machine's processors (``local``: the units run here), and
+    the chat recipe (``data.chat`` resolved) when a store holds conversations."""
 
     config: RunConfig
     tokenizer: str
     build_store: Callable[..., BuildReport]
     local: bool
     count: int
+    recipe: ChatRecipe | None = None
 
     def build(self, one: StoreBuild) -> BuildOutcome:
         """One source's store built; a problem of its inputs, tokenizer or store is its failed outcome, said
@@ -271,7 +279,7 @@ class _Builds:
                 invalid_utf8=data.invalid_utf8,
                 workers=1 if in_memory else workers,
                 progress=self.count == 1,  # one bar; several would overwrite each other
-                **format_options(self.config, source),
+                **format_options(self.config, source, self.recipe),
             )
         except (DatastoreError, TrainerError) as error:
             said = str(in_command_words(error, flags) if isinstance(error, DatastoreError) else error)

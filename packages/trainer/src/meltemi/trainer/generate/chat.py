@@ -192,7 +192,7 @@ class ChatSession:
         if trained.tokenizer is None:
             raise no_tokenizer(trained.checkpoint)
         tokenizer = tokenizer_at(trained.tokenizer, GenerationError)
-        template = trained.chat.chat_template(str(trained.checkpoint))
+        template = trained.chat.template  # the recipe the run was trained with: its template, as recorded
         stops = trained.end_of_text.stop_ids
         return cls(
             trained.model,

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
@@ -39,7 +40,6 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tokenizers import Tokenizer
 
-from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import end_of_text, tokenizer_at
 from meltemi.trainer.generate.generation import generate
 from meltemi.trainer.generate.sampling import SamplingConfig
@@ -47,6 +47,9 @@ from meltemi.trainer.harness.errors import EvalError, NoTokenizerError
 from meltemi.trainer.harness.scoring import TokenScorer
 from meltemi.trainer.model.llama import Llama
 from meltemi.trainer.step.mesh import MeshPlan
+
+if TYPE_CHECKING:
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
 DEFAULT_MAX_GEN_TOKS = 256
 
@@ -84,7 +87,7 @@ class MeltemiLM(TemplateLM):
         *,
         model: Llama | None = None,
         tokenizer: Tokenizer | str | os.PathLike | None = None,
-        chat: ChatRecord | None = None,
+        chat: ChatRecipe | None = None,
         plan: MeshPlan | None = None,
         compute_dtype: str | None = None,
         dtype: str | None = None,
@@ -105,14 +108,14 @@ class MeltemiLM(TemplateLM):
             if not isinstance(tokenizer, Tokenizer):
                 tokenizer = read_tokenizer(tokenizer, "the model given")
             ending = end_of_text(
-                tokenizer, end_of_turn=None if chat is None else chat.special_tokens.get("eos_token")
+                tokenizer, end_of_turn=None if chat is None else chat.template.special_tokens.get("eos_token")
             )
         self.tokenizer_ = tokenizer
         if ending.id is None:
             raise NoTokenizerError("the tokenizer has no end-of-text token to start an empty context with")
         self._eot, self._stops, self.chat = ending.id, ending.stop_ids, chat
-        self.template = None if chat is None else chat.chat_template()
-        bos = None if chat is None else chat.special_tokens.get("bos_token")
+        self.template = None if chat is None else chat.template
+        bos = None if self.template is None else self.template.special_tokens.get("bos_token")
         self._prefix = self._eot if bos is None else tokenizer.token_to_id(bos)
         self.model, self.plan = model, plan
         self.max_gen_toks = int(max_gen_toks)

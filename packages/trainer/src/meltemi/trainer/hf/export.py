@@ -31,15 +31,18 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from meltemi.datastore.errors import StorageError
 from meltemi.datastore.storage import Directory, Location, check_writable
-from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.hf.config_map import HfFormatError, hf_config
 from meltemi.trainer.hf.layout import hf_tensors, our_tensor, parameter_names
 from meltemi.trainer.hf.safetensors_files import MAX_SHARD_BYTES, TensorPlan, write_safetensors
 from meltemi.trainer.hf.tokenizer_files import SpecialTokens, write_tokenizer_files
 from meltemi.trainer.model.llama import Llama
+
+if TYPE_CHECKING:
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
 DTYPES = ("float32", "bfloat16")
 
@@ -74,7 +77,7 @@ def export_hf(
     dtype: str = "float32",
     eos_token: str | None = None,
     stop_ids: Sequence[int] = (),
-    chat: ChatRecord | None = None,
+    chat: ChatRecipe | None = None,
     max_shard_bytes: int = MAX_SHARD_BYTES,
 ) -> Path | Location:
     """Write ``model`` as a Hugging Face Llama directory ``out_dir`` (a local path, new or empty, or an
@@ -85,7 +88,7 @@ def export_hf(
     ``tokenizer`` (its ``tokenizer.json``, a path or URL) also the tokenizer files, the end-of-text token
     being ``eos_token`` (a checkpoint's record of it) or else the run's rule (``run_tokenizer.end_of_text``).
     ``stop_ids`` are every id generation stops at (a chat model's end of turn and end of text: all of them
-    go into ``generation_config.json``'s ``eos_token_id``); ``chat`` (a chat run's record) puts its chat
+    go into ``generation_config.json``'s ``eos_token_id``); ``chat`` (a chat run's recipe) puts its chat
     template into ``tokenizer_config.json``.
 
     A failed export into a bucket leaves no ``config.json``; it deletes the objects it had written, and
@@ -152,7 +155,7 @@ def _write(
     dtype: str,
     eos_token: str | None,
     stop_ids: tuple[int, ...],
-    chat: ChatRecord | None,
+    chat: ChatRecipe | None,
     max_shard_bytes: int,
 ) -> None:
     """Every file of the export into ``out``, ``config.json`` last."""

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.config import ModelConfig
-from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text, tokenizer_at
 from meltemi.trainer.hf.config_map import HfFormatError, model_config_from_hf
 from meltemi.trainer.hf.load import config_fields, json_file
+
+if TYPE_CHECKING:
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
 CONFIG, TOKENIZER, TOKENIZER_CONFIG = "config.json", "tokenizer.json", "tokenizer_config.json"
 GENERATION_CONFIG = "generation_config.json"
@@ -38,13 +40,14 @@ DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}  #
 class HfModelFiles:
     """A Hugging Face directory's model shape, its weights' ``dtype`` (float32 when ``config.json`` names
     none, or one we do not compute in), where its ``tokenizer`` lies (None without ``tokenizer.json``), its
-    ``end_of_text`` and, for a chat model, its template (``chat``)."""
+    ``end_of_text`` and, for a chat model, its recipe (``chat``: its template, whose ``eos_token`` ends a
+    turn)."""
 
     model: ModelConfig
     dtype: str
     tokenizer: str | None
     end_of_text: EndOfText
-    chat: ChatRecord | None
+    chat: ChatRecipe | None
 
 
 def read_model_files(directory: str | os.PathLike | Location | Directory) -> HfModelFiles:
@@ -76,9 +79,10 @@ def _ids(value: Any, where: str) -> tuple[int, ...]:
     return tuple(values)
 
 
-def _chat(directory: Directory, tokenizer_config: dict[str, Any]) -> ChatRecord | None:
+def _chat(directory: Directory, tokenizer_config: dict[str, Any]) -> ChatRecipe | None:
     """The directory's chat template and the special tokens it may render, read as transformers reads them
-    (the datastore's ``ChatTemplate.from_tokenizer_config``); None when it has no template."""
+    (the datastore's ``ChatTemplate.from_tokenizer_config``), as a recipe; None when it has no template."""
+    from meltemi.datastore.chat.recipe import ChatRecipe
     from meltemi.datastore.chat.template import ChatTemplate
     from meltemi.datastore.errors import ChatTemplateError
 
@@ -88,7 +92,7 @@ def _chat(directory: Directory, tokenizer_config: dict[str, Any]) -> ChatRecord 
         template = ChatTemplate.from_tokenizer_config(directory.where())
     except ChatTemplateError as error:
         raise HfFormatError(str(error)) from None
-    return ChatRecord(template.text, dict(template.special_tokens))
+    return ChatRecipe(template)
 
 
 def has_chat_template(directory: Directory, tokenizer_config: dict[str, Any] | None = None) -> bool:
@@ -98,11 +102,11 @@ def has_chat_template(directory: Directory, tokenizer_config: dict[str, Any] | N
     return "chat_template" in config or directory.exists(CHAT_TEMPLATE_FILE)
 
 
-def _end_of_text(tokenizer: str | None, ids: tuple[int, ...], chat: ChatRecord | None) -> EndOfText:
+def _end_of_text(tokenizer: str | None, ids: tuple[int, ...], chat: ChatRecipe | None) -> EndOfText:
     """The ids generation stops at, the first named by the tokenizer; without any, the run's rule (a chat
     model's end of turn being its ``eos_token``)."""
     if not ids:
-        turn = None if chat is None else chat.special_tokens.get("eos_token")
+        turn = None if chat is None else chat.template.special_tokens.get("eos_token")
         return end_of_text(tokenizer, end_of_turn=turn)
     token = None if tokenizer is None else tokenizer_at(tokenizer, HfFormatError).id_to_token(ids[0])
     return EndOfText(token, ids[0], ids[1:])

@@ -20,13 +20,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 
 from meltemi.datastore.storage import Directory, Location, read_object
-from meltemi.trainer.data.chat import ChatRecord
 from meltemi.trainer.data.run_tokenizer import end_of_text, tokenizer_at
 from meltemi.trainer.hf.config_map import HfFormatError
+
+if TYPE_CHECKING:
+    from meltemi.datastore.chat.recipe import ChatRecipe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,17 +66,18 @@ def write_tokenizer_files(
     *,
     model_max_length: int,
     eos_token: str | None = None,
-    chat: ChatRecord | None = None,
+    chat: ChatRecipe | None = None,
 ) -> SpecialTokens:
     """Copy ``tokenizer.json`` (a path or URL) into ``out`` (a local directory or a bucket prefix) with
     ``tokenizer_config.json`` and ``special_tokens_map.json``; return the end-of-text token they name. With
-    ``chat`` (a chat run's record), ``tokenizer_config.json`` also holds its ``chat_template`` and the
-    special tokens the template renders (``bos_token``; ``eos_token`` is ``eos_token``, the end of a
-    turn)."""
+    ``chat`` (a chat run's recipe), ``tokenizer_config.json`` also holds its template (``chat_template``)
+    and the special tokens the template renders (``bos_token``; ``eos_token`` is ``eos_token``, the end of
+    a turn)."""
     tokenizer = tokenizer_at(tokenizer_path, HfFormatError)
     special = _special_tokens(tokenizer, eos_token, str(tokenizer_path))
     out.write_bytes("tokenizer.json", read_object(tokenizer_path))
-    tokens = {} if chat is None else {k: v for k, v in chat.special_tokens.items() if k != "eos_token"}
+    named = {} if chat is None else chat.template.special_tokens
+    tokens = {k: v for k, v in named.items() if k != "eos_token"}
     tokens |= {} if special.eos_token is None else {"eos_token": special.eos_token}
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -82,7 +86,7 @@ def write_tokenizer_files(
         "add_bos_token": False,
         "add_eos_token": False,
         **tokens,
-        **({} if chat is None else {"chat_template": chat.template}),
+        **({} if chat is None else {"chat_template": chat.template.text}),
     }
     out.write_text("tokenizer_config.json", json.dumps(config, indent=2) + "\n")
     out.write_text("special_tokens_map.json", json.dumps(tokens, indent=2) + "\n")

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Literal
 
-from meltemi.datastore.errors import StorageError
+from meltemi.datastore.errors import DatastoreError, StorageError
 from meltemi.datastore.hub_cache import not_cached
 from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.checkpoint.checkpointer import BREAKING_FIELDS, inspect_checkpoint
@@ -22,7 +22,7 @@ from meltemi.trainer.checkpoint.format import Manifest
 from meltemi.trainer.checkpoint.trained_model import checkpoint_tokenizer, locate_model
 from meltemi.trainer.config import ModelConfig, RunConfig
 from meltemi.trainer.config_io import validate
-from meltemi.trainer.data.chat import recorded_template
+from meltemi.trainer.data.chat import AUTO_TEMPLATE
 from meltemi.trainer.data.run_tokenizer import tokenizer_at
 from meltemi.trainer.errors import CheckpointError, ConfigError
 from meltemi.trainer.hf.config_map import HfFormatError
@@ -95,23 +95,36 @@ def locate_base(path: str, warn: Callable[[str], object] = lambda _: None) -> Ba
     )
 
 
-def base_template(base: Base, cache_dir: str) -> str | None:
+def base_template(base: Base) -> str | None:
     """The base's own chat template as ``data.chat.template`` names it: a Hugging Face directory that has
-    one, or the template a chat run's checkpoint records (written under ``cache_dir``: its file need not be
-    there any more); None when the base has none."""
+    one, or the template a chat run's checkpoint records (``recorded_template``); None when the base has
+    none."""
     if base.kind == "huggingface":
         return base.hf_dir.where() if has_chat_template(base.hf_dir) else None
-    return checkpoint_template(base.manifest, cache_dir)
+    return recorded_template(base.step, base.manifest)
 
 
-def checkpoint_template(manifest: Manifest, cache_dir: str) -> str | None:
-    """The chat template a checkpoint records (None for a run that saw no conversation), as
-    ``data.chat.template`` names it: as its run named it, or written under ``cache_dir``
-    (``data.chat.recorded_template``)."""
+def recorded_template(step: Directory, manifest: Manifest) -> str | None:
+    """The chat template the checkpoint ``step`` records (None for a run that saw no conversation), as
+    ``data.chat.template`` names it: as its run named it when that still reads as the same template (so a
+    resumed run records the config an uninterrupted one does), else the checkpoint itself, whose manifest
+    records the template whole in a chat store's form (``datastore.chat.recipe.load_template`` reads it
+    there): nothing is written to be named again, and a run goes on with the template it trained with
+    whether or not the file or base it came from is still there."""
+    from meltemi.datastore.chat.recipe import load_template
+
     if manifest.chat is None:
         return None
     named = manifest.config.get("data", {}).get("chat", {}).get("template")
-    return recorded_template(manifest.chat, named, cache_dir)
+    if named is not None and named != AUTO_TEMPLATE:
+        try:
+            same = load_template(named)
+        except DatastoreError:
+            same = None
+        recorded = manifest.chat.template
+        if same is not None and (same.text, same.special_tokens) == (recorded.text, recorded.special_tokens):
+            return named
+    return step.where()
 
 
 def check_shape(base: Base, config: RunConfig) -> None:

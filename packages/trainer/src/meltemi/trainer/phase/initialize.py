@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from meltemi.datastore.storage import Location
+from meltemi.datastore.storage import Directory, Location
 from meltemi.trainer.checkpoint.checkpointer import find_checkpoints, inspect_checkpoint
 from meltemi.trainer.checkpoint.format import EMA_PREFIX, MODEL_PREFIX, Manifest
 from meltemi.trainer.checkpoint.restore import restore
@@ -41,8 +41,8 @@ from meltemi.trainer.phase.base import (
     base_template,
     check_shape,
     check_tokenizer,
-    checkpoint_template,
     locate_base,
+    recorded_template,
 )
 from meltemi.trainer.phase.vocabulary import grow_vocabulary
 
@@ -61,9 +61,8 @@ def resolve_base(
     say = say or (lambda line: print(line, file=sys.stderr))
     own = None if run_dir is None else own_checkpoint(run_dir)
     if own is not None:
-        tokenizer, manifest = own
-        mine = checkpoint_template(manifest, config.data.cache_dir)
-        template = concrete_template(config.data.chat.template, mine)
+        tokenizer, manifest, step = own
+        template = concrete_template(config.data.chat.template, recorded_template(step, manifest))
         return _with_data(config, tokenizer=config.data.tokenizer or str(tokenizer), template=template)
     base = locate_base(source.path)
     check_shape(base, config)
@@ -79,7 +78,7 @@ def resolve_base(
     elif tokenizer == STDLIB:
         tokenizer = stdlib_tokenizer(config, say)
     check_tokenizer(base, tokenizer, config)
-    own_template = base_template(base, config.data.cache_dir)
+    own_template = base_template(base)
     template = concrete_template(config.data.chat.template, own_template)
     if template != config.data.chat.template and template == own_template:
         say(f"chat template: the base's own ({base.where}; data.chat.template auto)")
@@ -111,15 +110,15 @@ def resolve_run(
     return resolve_data(config, **kwargs)
 
 
-def own_checkpoint(run_dir: str | Location) -> tuple[str, Manifest] | None:
-    """The tokenizer copy and the manifest of the latest readable checkpoint of the run in ``run_dir``, or
-    None when it has none."""
+def own_checkpoint(run_dir: str | Location) -> tuple[str, Manifest, Directory] | None:
+    """The tokenizer copy, the manifest and the directory of the latest readable checkpoint of the run in
+    ``run_dir``, or None when it has none."""
     for step in find_checkpoints(run_dir):
         try:
             manifest = inspect_checkpoint(step)
         except CheckpointError:
             continue
-        return checkpoint_tokenizer(step, manifest)[0], manifest
+        return checkpoint_tokenizer(step, manifest)[0], manifest, step
     return None
 
 
