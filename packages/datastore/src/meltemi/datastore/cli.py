@@ -83,4 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DatastoreError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as stop:  # a build's says what it kept (build.interrupt.BuildInterrupted)
+        print(str(stop) or "interrupted", file=sys.stderr)
+        return 130
     return 0

@@ -95,8 +95,8 @@ def main(
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # a second Ctrl-C, over 2 s after the first: stop now, without a checkpoint
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as stop:  # a second Ctrl-C, over 2 s after the first: stop now, no checkpoint
+        print(str(stop) or "interrupted", file=sys.stderr)  # a store build's says what it kept
         return 130
 
 
@@ -130,8 +130,8 @@ def build_stores(argv: Sequence[str] | None = None, *, prog: str = "uv run apps/
     except (TrainerError, DatastoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # the builds' parts so far are kept: the same command resumes them
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as stop:  # the builds' parts so far are kept: the same command resumes them
+        print(str(stop) or "interrupted", file=sys.stderr)
         return 130
 
 

@@ -32,6 +32,7 @@ from meltemi.datastore.build.assembly import (
 from meltemi.datastore.build.executors import Executor, executor_for
 from meltemi.datastore.build.inputs.files import Source
 from meltemi.datastore.build.inputs.sources import InvalidUtf8, resolve_data_inputs
+from meltemi.datastore.build.interrupt import Interruption
 from meltemi.datastore.build.lease import Lease
 from meltemi.datastore.build.output import PLAN_KEY, only_build, prepare_directory, refuse_foreign
 from meltemi.datastore.build.plan import fingerprint, plan_units, unit_groups, unit_pieces
@@ -237,6 +238,7 @@ def build_store(
     )
     say = _on_stderr if progress else _nowhere
     with (
+        Interruption(str(out.location), say) as interruption,  # Ctrl-C: stop between units, keep them
         executor_for(request.workers, request.cluster) as executor,
         only_build(out, wait=wait, say=say),
         Lease(out, before=refuse_foreign) as lease,
@@ -247,8 +249,8 @@ def build_store(
         if out.exists(MANIFEST):
             return _already_built(out)
         try:
-            summaries = _tokenize(
-                out.location / BUILD_DIR, plan, sources, info, request, progress, chat, executor
+            summaries, kept = _tokenize(
+                out.location / BUILD_DIR, plan, sources, info, request, progress, chat, executor, interruption
             )
         except (BadLineError, InvalidUtf8Error) as error:
             raise _stopped(out, error, request) from None
@@ -272,6 +274,7 @@ def build_store(
             where=executor.where,
             nodes=executor.nodes,
             repeated_units=_repeated_units(out),
+            kept_units=kept,
         )
         if documents == 0:
             out.delete_prefix(f"{BUILD_DIR}/")
@@ -282,7 +285,7 @@ def build_store(
                 f"{given}{f' and {hidden} more' if hidden > 0 else ''}: no non-empty {item} to build from "
                 f"({files}: {report.notes()})"
             )
-        arrays = _assemble(out, plan, info, summaries, report, progress, chat, executor)
+        arrays = _assemble(out, plan, info, summaries, report, progress, chat, executor, interruption)
         if lease.lost is not None:
             raise BuildInProgressError(f"{out.location}: {lease.lost}; run the build again")
         out.write_json(
@@ -370,9 +373,11 @@ def _tokenize(
     progress: bool,
     chat: ChatRecipe | None,
     executor: Executor,
-) -> list[PartSummary]:
+    interruption: Interruption,
+) -> tuple[list[PartSummary], int]:
     """Tokenize every unit without a part, and every part read under another `invalid_utf8` policy that
-    it would change, as `executor`'s tasks; the summaries of all the parts, in unit order."""
+    it would change, as `executor`'s tasks; the summaries of all the parts, in unit order, and how many
+    an earlier build had made. Ctrl-C stops it between units (`interruption`), the parts made kept."""
     units, policy = plan.units, request.reading()
     summaries: dict[int, PartSummary] = {}
     parts = Directory(build_dir)
@@ -382,6 +387,8 @@ def _tokenize(
     for found in executor.run(read_summaries, reads):  # a resumed build's finished parts, read in parallel
         summaries.update((s.unit, s) for s in found if s.fits(policy.invalid_utf8))
     todo = [u for u in range(len(units)) if u not in summaries]
+    kept = len(summaries)
+    interruption.resuming(kept, len(units))
     if executor.workers == 1:  # one process: consecutive units in one stream of encode_batch calls
         groups = unit_groups(todo, units, sources, plan.options.unit_bytes)
     else:
@@ -406,7 +413,8 @@ def _tokenize(
             for summary in finished:
                 summaries[summary.unit] = summary
                 bar.advance(1, summary.documents, summary.tokens, invalid(summary))
-    return [summaries[u] for u in range(len(units))]
+            interruption.check(len(summaries), len(units))
+    return [summaries[u] for u in range(len(units))], kept
 
 
 def _assemble(
@@ -418,6 +426,7 @@ def _assemble(
     progress: bool,
     chat: ChatRecipe | None,
     executor: Executor,
+    interruption: Interruption,
 ) -> dict[str, tuple[ShardLayout, str]]:
     """Assemble the parts into `tokens`, `offsets` (and a chat store's `loss_weights`) as `executor`'s
     tasks, a segment of shards each, then `offsets_index` from what the offsets' tasks hand back; each
@@ -448,6 +457,7 @@ def _assemble(
             finished[segment.array].append(segment)
             bar.nodes = executor.nodes
             bar.advance(1)
+            interruption.check(len(summaries), len(summaries))  # the parts stay: the assembly starts over
     hashes: dict[str, str] = {}
     for name, layout in layouts.items():
         done = sorted(finished[name], key=lambda segment: segment.index)

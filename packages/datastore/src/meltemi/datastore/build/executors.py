@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol, TypeVar
@@ -67,8 +68,11 @@ class InProcess:
 
 
 def quiet_worker() -> None:
-    """Worker-process setup: one tokenizer thread each, since the processes are the parallelism."""
+    """Worker-process setup: one tokenizer thread each, since the processes are the parallelism; Ctrl-C
+    (sent to every process of the terminal's group) is the driver's to act on, so a worker finishes its
+    unit instead of printing a traceback."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class LocalProcesses:

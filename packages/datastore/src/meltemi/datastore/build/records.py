@@ -191,6 +191,7 @@ class BuildReport:
     where: str = "this process"  # what ran the tasks (`Executor.where`)
     nodes: int = 1  # the machines that ran them
     repeated_units: int = 0  # units started more than once: a worker lost, or the build run again
+    kept_units: int = 0  # units an earlier build, stopped, had tokenized: this one went on from them
 
     def items(self, count: float) -> str:
         """What the store's documents are called: ``docs``, or a chat store's ``conversations``."""
@@ -212,10 +213,13 @@ class BuildReport:
             f"{self.seconds:.1f}s "
             f"({human(rate)} tokens/s){notes}"
         )
+        kept = self.kept_units
+        if kept:
+            line += f"; went on from {kept} unit{'s' * (kept != 1)} an earlier build made"
         if self.nodes > 1 or self.repeated_units:
-            again = self.repeated_units
+            again, why = self.repeated_units, "a worker lost" + (", or the build stopped" if kept else "")
             line += f"\n  tasks ran on {self.nodes} node{'s' * (self.nodes != 1)} of {self.where}"
-            line += f"; {again} unit{'s' * (again != 1)} ran more than once (a worker lost)" if again else ""
+            line += f"; {again} unit{'s' * (again != 1)} ran more than once ({why})" if again else ""
         for what, where in (("invalid UTF-8 in", self.invalid_utf8_files), ("skipped", self.skipped_lines)):
             if where:
                 more = f" and {len(where) - SHOWN_FILES} more" if len(where) > SHOWN_FILES else ""
