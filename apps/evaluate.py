@@ -132,6 +132,7 @@ def main(argv: list[str]) -> int:
             max_length=args.max_length,
             dtype=args.dtype,
             weights=args.weights,
+            progress=True,  # a bar over the requests, on a terminal
         )
         if args.apply_chat_template:
             lm.chat_template(True)  # a model without a template is refused before any task runs

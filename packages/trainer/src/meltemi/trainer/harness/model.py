@@ -46,6 +46,7 @@ from meltemi.trainer.generate.sampling import SamplingConfig
 from meltemi.trainer.harness.errors import EvalError, NoTokenizerError
 from meltemi.trainer.harness.scoring import TokenScorer
 from meltemi.trainer.model.llama import Llama
+from meltemi.trainer.run.progress import WorkProgress
 from meltemi.trainer.step.mesh import MeshPlan
 
 if TYPE_CHECKING:
@@ -78,7 +79,8 @@ class MeltemiLM(TemplateLM):
     ``load_model`` does. ``batch_size`` rows are scored per
     compiled call; ``max_length`` (default: the model's ``max_seq_len``)
     bounds a row. A checkpoint is evaluated on every device, its parameters sharded over them as
-    ``load_model`` lays them out and each batch's rows split between them.
+    ``load_model`` lays them out and each batch's rows split between them. With ``progress`` a bar on a
+    terminal shows the requests scored or generated (``run.progress.WorkProgress``; ``apps/evaluate.py``).
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class MeltemiLM(TemplateLM):
         batch_size: int | str = 8,
         max_length: int | None = None,
         max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
+        progress: bool = False,
         **ignored,
     ):
         super().__init__()
@@ -119,6 +122,7 @@ class MeltemiLM(TemplateLM):
         self._prefix = self._eot if bos is None else tokenizer.token_to_id(bos)
         self.model, self.plan = model, plan
         self.max_gen_toks = int(max_gen_toks)
+        self.progress = progress is True or str(progress).lower() == "true"  # --model_args progress=True
         if str(batch_size).startswith("auto"):
             raise EvalError("batch_size auto is not supported: give a number of rows (default 8)")
         self.scorer = TokenScorer(
@@ -197,8 +201,15 @@ class MeltemiLM(TemplateLM):
     def tok_decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer_.decode(list(tokens))
 
+    def _bar(self, label: str, total: int, disable_tqdm: bool = False) -> WorkProgress:
+        """The progress of ``total`` requests, shown when this model was asked for it."""
+        return WorkProgress(label, total, enabled=self.progress and not disable_tqdm)
+
     def _loglikelihood_tokens(self, requests, disable_tqdm=False, **kwargs) -> list[tuple[float, bool]]:
-        scores = self.scorer.score([(context, continuation) for _, context, continuation in requests])
+        with self._bar("scoring", len(requests), disable_tqdm) as bar:
+            scores = self.scorer.score(
+                [(context, continuation) for _, context, continuation in requests], bar.advance
+            )
         for (key, _, _), score in zip(requests, scores, strict=True):
             self.cache_hook.add_partial("loglikelihood", key, (score.logprob, score.greedy))
         return [(s.logprob, s.greedy) for s in scores]
@@ -219,7 +230,9 @@ class MeltemiLM(TemplateLM):
                 windows.append((context, continuation))
                 owners.append(i)
         totals = [0.0] * len(requests)
-        for owner, score in zip(owners, self.scorer.score(windows), strict=True):
+        with self._bar("scoring windows", len(windows), disable_tqdm) as bar:
+            scored = self.scorer.score(windows, bar.advance)
+        for owner, score in zip(owners, scored, strict=True):
             totals[owner] += score.logprob
         for request, total in zip(requests, totals, strict=True):
             self.cache_hook.add_partial("loglikelihood_rolling", request.args, total)
@@ -233,33 +246,37 @@ class MeltemiLM(TemplateLM):
         for i, request in enumerate(requests):
             groups.setdefault(repr(sorted(request.args[1].items())), []).append(i)
         out: list[str] = [""] * len(requests)
-        for members in groups.values():
-            kwargs = normalize_gen_kwargs(requests[members[0]].args[1], self.max_gen_toks)
-            until = tuple(handle_stop_sequences(kwargs.pop("until", None), eos=eos_text))
-            max_new = kwargs.pop("max_gen_toks")
-            room = self.max_length - max_new
-            if room < 1:
-                raise EvalError(f"max_gen_toks {max_new} leaves no room for a context in {self.max_length}")
-            settings = SamplingConfig(
-                max_new_tokens=max_new,
-                temperature=float(kwargs.get("temperature", 0.0)) if kwargs.get("do_sample") else 0.0,
-                stop_strings=until,
-            )
-            prompts = {i: self.tok_encode(requests[i].args[0])[-room:] or [self._eot] for i in members}
-            ordered = sorted(members, key=lambda i: -len(prompts[i]))
-            for start in range(0, len(ordered), self.scorer.rows):
-                chunk = ordered[start : start + self.scorer.rows]
-                result = generate(
-                    self.model,
-                    [prompts[i] for i in chunk],
-                    settings,
-                    tokenizer=self.tokenizer_,
-                    eos_token_id=self._stops,
-                    plan=self.plan,
-                    prompt_multiple=PROMPT_MULTIPLE,
-                    min_rows=self.scorer.rows,
+        with self._bar("generating", len(requests), disable_tqdm) as bar:
+            for members in groups.values():
+                kwargs = normalize_gen_kwargs(requests[members[0]].args[1], self.max_gen_toks)
+                until = tuple(handle_stop_sequences(kwargs.pop("until", None), eos=eos_text))
+                max_new = kwargs.pop("max_gen_toks")
+                room = self.max_length - max_new
+                if room < 1:
+                    raise EvalError(
+                        f"max_gen_toks {max_new} leaves no room for a context in {self.max_length}"
+                    )
+                settings = SamplingConfig(
+                    max_new_tokens=max_new,
+                    temperature=float(kwargs.get("temperature", 0.0)) if kwargs.get("do_sample") else 0.0,
+                    stop_strings=until,
                 )
-                for i, completion in zip(chunk, result.completions, strict=True):
-                    out[i] = completion.text or ""
-                    self.cache_hook.add_partial("generate_until", requests[i].args, out[i])
+                prompts = {i: self.tok_encode(requests[i].args[0])[-room:] or [self._eot] for i in members}
+                ordered = sorted(members, key=lambda i: -len(prompts[i]))
+                for start in range(0, len(ordered), self.scorer.rows):
+                    chunk = ordered[start : start + self.scorer.rows]
+                    result = generate(
+                        self.model,
+                        [prompts[i] for i in chunk],
+                        settings,
+                        tokenizer=self.tokenizer_,
+                        eos_token_id=self._stops,
+                        plan=self.plan,
+                        prompt_multiple=PROMPT_MULTIPLE,
+                        min_rows=self.scorer.rows,
+                    )
+                    for i, completion in zip(chunk, result.completions, strict=True):
+                        out[i] = completion.text or ""
+                        self.cache_hook.add_partial("generate_until", requests[i].args, out[i])
+                    bar.advance(len(chunk))
         return out

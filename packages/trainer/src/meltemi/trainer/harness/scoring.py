@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import equinox as eqx
 import jax
@@ -128,8 +128,12 @@ class TokenScorer:
             raise EvalError("a request's continuation is empty: there is nothing to score")
         return whole, min(len(continuation), len(whole) - 1)
 
-    def score(self, requests: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[Score]:
-        """Each request's ``Score``, in the order given."""
+    def score(
+        self,
+        requests: Sequence[tuple[Sequence[int], Sequence[int]]],
+        advance: Callable[[int], object] | None = None,
+    ) -> list[Score]:
+        """Each request's ``Score``, in the order given; ``advance`` is told how many after each batch."""
         rows = [self._row(context, continuation) for context, continuation in requests]
         order = sorted(range(len(rows)), key=lambda i: (-len(rows[i][0]), i))
         scores: list[Score | None] = [None] * len(rows)
@@ -137,6 +141,8 @@ class TokenScorer:
             chunk = order[start : start + self.rows]
             for i, result in zip(chunk, self._score_batch([rows[i] for i in chunk]), strict=True):
                 scores[i] = result
+            if advance is not None:
+                advance(len(chunk))
         return scores  # type: ignore[return-value]
 
     def _score_batch(self, rows: list[tuple[list[int], int]]) -> list[Score]:

@@ -1,12 +1,20 @@
-"""The training progress display: a rich bar (step, loss, tokens/s, MFU or FLOP/s, ETA) on a terminal, and a
-plain line per log interval elsewhere (CI logs, files). Everything goes to stderr."""
+"""The progress display: training's rich bar (step, loss, tokens/s, MFU or FLOP/s, ETA) on a terminal, and a
+plain line per log interval elsewhere (CI logs, files); and a bar over any other long piece of work
+(``WorkProgress``: an evaluation's requests), drawn on a terminal only. Everything goes to stderr."""
 
 from __future__ import annotations
 
 import sys
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from meltemi.datastore.progress import human
 
@@ -53,3 +61,41 @@ class TrainingProgress:
     def note(self, message: str) -> None:
         if self.enabled:
             self.console.print(message, highlight=False)
+
+
+class WorkProgress:
+    """A bar over ``total`` items of one piece of work (an evaluation's requests, say), drawn on stderr as
+    training's is, when it is a terminal and ``enabled``; nothing otherwise, so logs and pipes stay as they
+    were. Use as a context manager; ``advance`` as items finish.
+
+    >>> with WorkProgress("scoring", 3) as bar:
+    ...     bar.advance(3)
+    >>> bar.done
+    3
+    """
+
+    def __init__(self, label: str, total: int, enabled: bool = True, console: Console | None = None):
+        self.console = console or Console(stderr=True, file=sys.stderr, soft_wrap=True)
+        self.shown = enabled and self.console.is_terminal
+        self.done = 0
+        self._progress = Progress(
+            TextColumn(label),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            disable=not self.shown,
+        )
+        self._task = self._progress.add_task(label, total=total)
+
+    def __enter__(self) -> WorkProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._progress.stop()
+
+    def advance(self, items: int = 1) -> None:
+        self.done += items
+        self._progress.update(self._task, completed=self.done)
