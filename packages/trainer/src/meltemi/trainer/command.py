@@ -217,8 +217,9 @@ def _not_this_commands(name: str, store_builds: bool) -> ConfigError:
 
 
 def _unknown_flag(name: str, fine_tuning: bool = False, flags: Iterable[Flag] = FLAGS) -> ConfigError:
-    """A word that is neither a flag of the command nor a config field, with the nearest of either, or what
-    it is here when another tool names a setting so (``other_names``).
+    """A word that is neither a flag of the command nor a config field, with what it likely meant
+    (``flag_guess``): its flag respelled (``--dry_run``), else what it is here when another tool names a
+    setting so, else the fields of its name in any section, else the nearest flag.
 
     >>> str(_unknown_flag("--dryrun"))
     '--dryrun: neither a flag of this command nor a config field (did you mean --dry-run?)'
@@ -228,17 +229,13 @@ def _unknown_flag(name: str, fine_tuning: bool = False, flags: Iterable[Flag] = 
     "--max_steps: neither a flag of this command nor a config field; max_steps (transformers' \
 TrainingArguments) is --trainer.num_train_steps here"
     """
-    import difflib
-
     from meltemi.trainer.config_io import describe_fields
-    from meltemi.trainer.other_names import elsewhere
+    from meltemi.trainer.flag_guess import Takes, guess
 
     leaf = name[2:].replace("-", "_")
-    known = elsewhere(name[2:], fine_tuning=fine_tuning)
     fields = [f"--{row[0]}" for row in describe_fields() if row[0].rsplit(".", 1)[-1] == leaf]
-    near = fields[:2] or difflib.get_close_matches(name, [flag.name for flag in flags], n=1, cutoff=0.6)
-    nearest = f" (did you mean {' or '.join(near)}?)" if near else ""
-    hint = f"{nearest}; {known}" if known else nearest or "; --help lists both"
+    takes = Takes(flags=tuple(flag.name for flag in flags), fields=True, fine_tuning=fine_tuning)
+    hint = guess(name, takes, near=fields[:2]).said(otherwise="; --help lists both")
     return ConfigError(f"{name}: neither a flag of this command nor a config field{hint}")
 
 

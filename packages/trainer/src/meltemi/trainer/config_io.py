@@ -26,7 +26,10 @@ from meltemi.datastore.errors import StorageError
 from meltemi.datastore.storage import Location, read_object
 from meltemi.trainer.config import RENAMED, RunConfig
 from meltemi.trainer.errors import ConfigError
-from meltemi.trainer.other_names import elsewhere
+from meltemi.trainer.flag_guess import Hint, Takes, guess
+
+OVERRIDES = Takes(fields=True)  # what a word of the command line, --section.field, is guessed against
+KEYS = Takes(fields=True, keys=True)  # and a config file's section.key, answered in keys
 
 
 def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = ()) -> RunConfig:
@@ -180,11 +183,12 @@ def check_field_name(dotted: str) -> None:
     unknown = _first_unknown(parts)
     if unknown is None:
         return
-    near = _suggestions(parts, *unknown)
-    what = f": there is no section {'.'.join(parts[: unknown[0] + 1])}" if unknown[0] < len(parts) - 1 else ""
-    hint = f" (did you mean {' or '.join(f'--{name}' for name in near)}?)" if near else "; --help lists them"
-    known = elsewhere(parts[-1]) if not what else None
-    raise ConfigError(f"--{dotted}: not a config field{what}{f'; {known}' if known else hint}")
+    near = [f"--{name}" for name in _suggestions(parts, *unknown)]
+    if unknown[0] < len(parts) - 1:  # a section: another tool's name for a field is no answer there
+        what, hint = f": there is no section {'.'.join(parts[: unknown[0] + 1])}", Hint(near=tuple(near))
+    else:
+        what, hint = "", guess(f"--{dotted}", OVERRIDES, near=near)
+    raise ConfigError(f"--{dotted}: not a config field{what}{hint.said(otherwise='; --help lists them')}")
 
 
 def _first_unknown(parts: Sequence[str]) -> tuple[int, list[str]] | None:
@@ -236,9 +240,7 @@ def _describe(error: dict, where: str) -> str:
     if error["type"] == "extra_forbidden":
         unknown = _first_unknown(loc)
         near = _suggestions(loc, *unknown) if unknown is not None else []
-        known = elsewhere(loc[-1], flags=False)
-        hint = f"; {known}" if known else f" (did you mean {' or '.join(near)}?)" if near else ""
-        return f"{field}: unknown key in {where}{hint}"
+        return f"{field}: unknown key in {where}{guess(field, KEYS, near=near).said()}"
     message = error["msg"].removeprefix("Value error, ")
     if not field:
         return message

@@ -1,19 +1,15 @@
-"""Other tools' names for the trainer's settings, so that a user who types the name they know (transformers'
-``--max_steps``, a Llama config's ``hidden_size``, TRL's ``max_length``) is told ours instead of a near
-spelling of something else.
+"""Other tools' names for the trainer's settings and the apps' flags, as data, so that a user who types the
+name they know (transformers' ``--max_steps``, a Llama config's ``hidden_size``, TRL's ``max_length``,
+llama.cpp's ``--n-predict``) is told ours instead of a near spelling of something else; ``flag_guess`` reads
+these tables for every command line.
 
->>> print(elsewhere("max_steps"))
-max_steps (transformers' TrainingArguments) is --trainer.num_train_steps here
->>> print(elsewhere("model_name_or_path", fine_tuning=True))
-model_name_or_path (transformers' run_clm.py) is --base here
->>> elsewhere("hidden_dim") is None  # ours
-True
+>>> OTHER_NAMES["max_steps"].ours, APP_FLAGS["n_predict"][0].ours
+('trainer.num_train_steps', '--max-new-tokens')
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection
 
 TRAINING_ARGUMENTS = "transformers' TrainingArguments"
 LLAMA_CONFIG = "transformers' LlamaConfig"
@@ -116,36 +112,3 @@ APP_FLAGS: dict[str, tuple[OtherName, ...]] = {
 """Other tools' names for the flags of the apps that read a trained model (``apps/sample.py``, ``chat.py``,
 ``evaluate.py``, ``export_hf.py``): for each, its flags here, of which an app has at most one; an entry
 counts only for an app that has its flag."""
-
-
-def elsewhere(name: str, *, fine_tuning: bool = False, flags: bool = True) -> str | None:
-    """What another tool's setting ``name`` (a flag's or a field's last word, ``-`` or ``_``) is here, in
-    words; None when no tool we know names a setting so. ``flags``: name a field as its flag
-    (``--trainer.seed``), not as a YAML key (``trainer.seed``)."""
-    other = OTHER_NAMES.get(name.replace("-", "_"))
-    if other is None:
-        return None
-    ours = other.fine_tuning if fine_tuning and other.fine_tuning else other.ours
-    if flags and not ours.startswith("--"):
-        ours = f"--{ours}"
-    differs = f" ({other.differs})" if other.differs else ""
-    return f"{name} ({other.whose}) is {ours} here{differs}"
-
-
-def elsewhere_in_app(name: str, app_flags: Collection[str]) -> str | None:
-    """What another tool's flag ``name`` (``-`` or ``_``, dashes before it or not) is among ``app_flags``, an
-    app's own flags, in words; None when no tool we know names one of them so.
-
-    >>> print(elsewhere_in_app("--n-predict", ["--max-new-tokens", "--prompt"]))
-    --n-predict (llama.cpp) is --max-new-tokens here
-    >>> elsewhere_in_app("--system-prompt", ["--prompt"]) is None  # the app has no --system
-    True
-    """
-    here = [
-        other for other in APP_FLAGS.get(name.lstrip("-").replace("-", "_"), ()) if other.ours in app_flags
-    ]
-    if not here:
-        return None
-    other = here[0]
-    differs = f" ({other.differs})" if other.differs else ""
-    return f"{name} ({other.whose}) is {other.ours} here{differs}"

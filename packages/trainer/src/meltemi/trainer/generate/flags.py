@@ -21,6 +21,8 @@ import re
 import sys
 from pathlib import Path
 
+from meltemi.trainer.flag_guess import Takes, guess, is_flag
+
 
 @dataclasses.dataclass(frozen=True)
 class DefaultRun:
@@ -144,9 +146,9 @@ def parse_app_args(
 
 def refuse_unknown(parser: argparse.ArgumentParser, words: list[str]) -> None:
     """A usage error (exit 2) for ``words`` that ``parser`` did not take (``parse_known_args``' rest), each
-    flag answered with what the user likely meant: our spelling of it (``--max_new_tokens``), our name
-    for another tool's flag (llama.cpp's ``--n-predict``), a near flag, or that config fields are set only
-    in a dry run; nothing when ``words`` is empty.
+    flag answered with what the user likely meant (``flag_guess``: our spelling of it, ``--max_new_tokens``;
+    our name for another tool's flag, llama.cpp's ``--n-predict``; a near flag; or that config fields are set
+    only in a dry run), a value without its flag with what it likely is; nothing when ``words`` is empty.
 
     >>> parser = argparse.ArgumentParser(prog="sample.py")
     >>> _ = parser.add_argument("--max-new-tokens")
@@ -155,58 +157,23 @@ def refuse_unknown(parser: argparse.ArgumentParser, words: list[str]) -> None:
     """
     if not words:
         return
-    flags = [word for word in words if word.startswith("-") and not _is_number(word)]
+    flags = [word for word in words if is_flag(word)]
     if not flags:
-        parser.error(f"unrecognized arguments: {' '.join(words)} ({_unflagged_hint(parser, words[0])})")
+        value = guess(words[0], _takes(parser)).said()
+        parser.error(f"unrecognized arguments: {' '.join(words)}{value}")
     parser.error("; ".join(_unknown_word_hint(parser, word) for word in flags))
 
 
 def _unknown_word_hint(parser: argparse.ArgumentParser, word: str) -> str:
     """What ``word``, a flag ``parser`` does not have, likely meant."""
-    import difflib
-
-    from meltemi.trainer.other_names import elsewhere_in_app
-
-    name = word.partition("=")[0]
-    ours = sorted(set(re.findall(r"--[\w-]+", parser.format_usage())))  # every flag the usage shows
-    spelled = "--" + name.lstrip("-").replace("_", "-").lower()
-    if spelled in ours and spelled != name:
-        return f"{name}: not a flag of this command; did you mean {spelled}?"
-    other = elsewhere_in_app(name, ours)
-    if other is not None:
-        return f"{name}: not a flag of this command; {other}"
-    if "." in name:
-        where = "with --dry-run" if "--dry-run" in ours else "by the commands that train"
-        return (
-            f"{name}: not a flag of this command (config fields are set only {where}; --help lists its flags)"
-        )
-    near = difflib.get_close_matches(spelled, ours, n=1, cutoff=0.8)
-    hint = f"did you mean {near[0]}?" if near else "--help lists them"
-    return f"{name}: not a flag of this command; {hint}"
+    hint = guess(word, _takes(parser)).said(otherwise="; --help lists them", parenthesized=False)
+    return f"{word.partition('=')[0]}: not a flag of this command{hint}"
 
 
-def _unflagged_hint(parser: argparse.ArgumentParser, word: str) -> str:
-    """What a value given without a flag likely is: a path that exists here, the checkpoint; other text,
-    an app's prompt or message."""
-    ours = parser.format_usage()
-    if Path(word).exists() and "--checkpoint" in ours:
-        meant = f"a model to read is --checkpoint {word}"
-    elif "--prompt" in ours:
-        meant = "the text to continue is --prompt TEXT"
-    elif "--message" in ours:
-        meant = "a message is --message TEXT"
-    else:
-        meant = "each value follows its flag"
-    return f"{meant}; --help lists the flags"
-
-
-def _is_number(word: str) -> bool:
-    """Whether ``word`` is a number (``-1`` is a value, not a flag)."""
-    try:
-        float(word)
-    except ValueError:
-        return False
-    return True
+def _takes(parser: argparse.ArgumentParser) -> Takes:
+    """What an app takes, for ``flag_guess``: every flag its usage shows (no config fields: a dry run's
+    overrides are the trainer's command line's to check)."""
+    return Takes(flags=tuple(sorted(set(re.findall(r"--[\w-]+", parser.format_usage())))))
 
 
 def positive(text: str) -> int:
