@@ -188,8 +188,7 @@ def _hidden(relative: str) -> bool:
 @dataclass(frozen=True)
 class ReadPolicy:
     """How a build reads documents: the JSONL field or Parquet column of the text, whether bad JSONL lines
-    are skipped, what becomes of documents that are not UTF-8, and how the caller's user names another
-    text field (`text_field_flag`, None when it cannot) in messages.
+    are skipped, and what becomes of documents that are not UTF-8.
 
     >>> ReadPolicy(invalid_utf8="skip").text_field, ReadPolicy().invalid_utf8
     ('text', 'error')
@@ -198,20 +197,11 @@ class ReadPolicy:
     text_field: str = "text"
     skip_bad_lines: bool = False
     invalid_utf8: InvalidUtf8 = "error"
-    text_field_flag: str | None = "--text-field FIELD"
 
     def __post_init__(self) -> None:
         if self.invalid_utf8 not in INVALID_UTF8:
             choices = ", ".join(repr(c) for c in INVALID_UTF8)
             raise ValueError(f"invalid_utf8 must be one of {choices}, got {self.invalid_utf8!r}")
-
-    def another_field(self, words: str) -> str:
-        """`words` saying how the user names another text field, or nothing when they cannot.
-
-        >>> ReadPolicy().another_field(" (pass {} to name another)")
-        ' (pass --text-field FIELD to name another)'
-        """
-        return words.format(self.text_field_flag) if self.text_field_flag else ""
 
 
 @dataclass
