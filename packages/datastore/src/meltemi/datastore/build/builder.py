@@ -96,12 +96,12 @@ from meltemi.datastore.progress import ProgressBar
 from meltemi.datastore.storage import Directory, Location
 
 SUMMARIES_PER_TASK = 1024  # finished parts' summaries one task reads, when a build resumes
-_NO_RECIPE = (SHIPPED_TEMPLATE, "assistant", None, "truncate", None)  # the chat options' defaults
 REBUILD = Remedy(
     "; rebuild the store ({})",
     (Way({"overwrite": True}),),
     otherwise="; build the store in another directory",
 )
+_NO_RECIPE = (SHIPPED_TEMPLATE, "assistant", None, "truncate", None)  # the chat options' defaults
 
 if TYPE_CHECKING:
     from meltemi.datastore.chat.recipe import ChatRecipe
