@@ -111,7 +111,7 @@ class MeltemiLM(TemplateLM):
             if not isinstance(tokenizer, Tokenizer):
                 tokenizer = read_tokenizer(tokenizer, "the model given")
             ending = end_of_text(
-                tokenizer, end_of_turn=None if chat is None else chat.template.special_tokens.get("eos_token")
+                tokenizer, end_of_turn=None if chat is None else chat.turn_end
             )
         self.tokenizer_ = tokenizer
         if ending.id is None:

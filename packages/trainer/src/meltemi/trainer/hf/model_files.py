@@ -104,9 +104,10 @@ def has_chat_template(directory: Directory, tokenizer_config: dict[str, Any] | N
 
 def _end_of_text(tokenizer: str | None, ids: tuple[int, ...], chat: ChatRecipe | None) -> EndOfText:
     """The ids generation stops at, the first named by the tokenizer; without any, the run's rule (a chat
-    model's end of turn being its ``eos_token``)."""
+    model's end of turn being the token its template ends an assistant's turn with, ``ChatRecipe.turn_end``).
+    """
     if not ids:
-        turn = None if chat is None else chat.template.special_tokens.get("eos_token")
+        turn = None if chat is None else chat.turn_end
         return end_of_text(tokenizer, end_of_turn=turn)
     token = None if tokenizer is None else tokenizer_at(tokenizer, HfFormatError).id_to_token(ids[0])
     return EndOfText(token, ids[0], ids[1:])
