@@ -524,17 +524,7 @@ def test_a_block_that_goes_on_after_the_end_of_turn_builds_a_store_with_transfor
         ASKED[:2],
         [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}],
     ]
-    data = tmp_path / "chat.jsonl"
-    data.write_text("".join(json.dumps({"messages": m}) + "\n" for m in conversations))
-    build_store(
-        data,
-        directory / "tokenizer.json",
-        tmp_path / "store",
-        chat_template=directory,
-        format="chat",
-        progress=False,
-    )
-    store = TokenStore.open(tmp_path / "store")
+    store = _chat_store(tmp_path, directory, conversations)
     for i, messages in enumerate(conversations):
         theirs = hf.apply_chat_template(
             messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
@@ -554,17 +544,7 @@ def test_phi3s_own_template_trains_no_users_turn_and_ends_each_turn_at_its_end_t
     [training] = [p for p in PUBLISHED if p.stem == "phi3_training"]
     directory, _ = library(path)
     _, trl = library(training)
-    data = tmp_path / "chat.jsonl"
-    data.write_text(json.dumps({"messages": ASKED}) + "\n")
-    build_store(
-        data,
-        directory / "tokenizer.json",
-        tmp_path / "store",
-        chat_template=directory,
-        format="chat",
-        progress=False,
-    )
-    store = TokenStore.open(tmp_path / "store")
+    store = _chat_store(tmp_path, directory, [ASKED])
     assert store.manifest["chat"]["end_of_turn"] == "<|end|>"
     ids, weights = store.doc(0).tolist(), store.doc_weights(0)
     said = library.tokenizer.decode(
@@ -576,3 +556,19 @@ def test_phi3s_own_template_trains_no_users_turn_and_ends_each_turn_at_its_end_t
     )
     assert list(theirs["input_ids"]) == ids  # the same text: what we train, TRL's template trains too
     assert all(theirs["assistant_masks"][i] for i in np.flatnonzero(weights))
+
+
+def _chat_store(tmp_path, directory, conversations) -> TokenStore:
+    """A chat store of `conversations` (lists of messages) built with the tokenizer and template of the
+    tokenizer `directory`."""
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps({"messages": m}) + "\n" for m in conversations))
+    build_store(
+        data,
+        directory / "tokenizer.json",
+        tmp_path / "store",
+        chat_template=directory,
+        format="chat",
+        progress=False,
+    )
+    return TokenStore.open(tmp_path / "store")

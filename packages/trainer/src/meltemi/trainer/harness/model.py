@@ -110,9 +110,7 @@ class MeltemiLM(TemplateLM):
         else:
             if not isinstance(tokenizer, Tokenizer):
                 tokenizer = read_tokenizer(tokenizer, "the model given")
-            ending = end_of_text(
-                tokenizer, end_of_turn=None if chat is None else chat.turn_end
-            )
+            ending = end_of_text(tokenizer, end_of_turn=None if chat is None else chat.turn_end)
         self.tokenizer_ = tokenizer
         if ending.id is None:
             raise NoTokenizerError("the tokenizer has no end-of-text token to start an empty context with")
