@@ -54,7 +54,7 @@ def test_an_eval_set_is_evaluated_beside_the_sources_and_never_trained_on(
     # no training batch holds a row of the eval set (which has more rows than the steps read)
     held = SequenceDataset(TokenStore.open(resolved.store), config.data.seq_len)
     unseen = {row.tobytes() for row in held.read(np.arange(held.num_sequences)).tokens}
-    trained = [trainer.train_batches.batch(step) for step in range(40)]
+    trained = [trainer.data.train.batch(step) for step in range(40)]
     rows = np.concatenate([np.concatenate([b["input_ids"], b["targets"][:, -1:]], axis=1) for b in trained])
     assert not {row.astype(held.read(np.arange(1)).tokens.dtype).tobytes() for row in rows} & unseen
     assert {int(s) for b in trained for s in b["source"]} == {0}  # the mixture has one source: py
@@ -103,13 +103,15 @@ def test_eval_batches_all_reads_every_sequence_of_the_held_out_split_once(make_c
     assert np.array_equal(inputs[:count], expected) and not mask[count:].any()
 
     state = trainer.initial_state()
-    metrics = trainer.evaluate(state)
+    metrics = trainer.evaluation(state)
     # the same sums over the whole split as one batch of all its rows
     whole = {name: np.concatenate([b[name] for b in read])[:count] for name in read[0]}
     table = np.asarray(trainer.data.token_bytes)
     lengths = jnp.asarray(np.pad(table, (0, config.model.vocab_size - len(table))))
-    with jax.set_mesh(trainer.mesh):
-        sums = trainer._eval_program()(state.model, trainer.global_batch(whole, count), lengths)
+    with jax.set_mesh(trainer.plan.mesh):
+        sums = trainer.evaluation.step_program()(
+            state.model, trainer.program.device_batch(whole, count), lengths
+        )
     assert float(sums.tokens) == mask.sum() > (trainer.data.eval_steps["py"] - 1) * batch * 0.9
     assert metrics["eval/py/loss"] == pytest.approx(float(sums.loss) / float(sums.tokens), rel=1e-5)
 
@@ -143,8 +145,8 @@ def test_tasks_have_their_own_cadence(make_config, tmp_path):
 
     config = make_config("--trainer.num_train_steps", "6", "--trainer.eval_every", "2", "--eval.every", "3")
     trainer = trainer_of(config, tmp_path / "run")
-    trainer.downstream = Tasks()
-    assert [s for s in range(1, 7) if trainer.evaluation_due(s)] == [2, 3, 4, 6]
+    trainer.evaluation.tasks = Tasks()
+    assert [s for s in range(1, 7) if trainer.evaluation.due(s)] == [2, 3, 4, 6]
     summary = trainer.run()
     records = records_of(tmp_path / "run")
     assert [r["step"] for r in records if "eval/loss" in r] == [0, 2, 4, 6]

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from meltemi.datastore import BatchLoader
 from meltemi.datastore.sequences import Rows
 from meltemi.trainer.data.run_data import MANY_EPOCHS, EveryRow
+from meltemi.trainer.generate.replies import reply_prompt
 from meltemi.trainer.trainer import Trainer
 
 
@@ -26,8 +27,10 @@ def eval_sums(trainer, state, batch: dict, rows: int):
     """The eval step's sums over one host batch of ``rows`` rows."""
     table = np.asarray(trainer.data.token_bytes)
     lengths = jnp.asarray(np.pad(table, (0, trainer.config.model.vocab_size - len(table))))
-    with jax.set_mesh(trainer.mesh):
-        return trainer._eval_program()(state.model, trainer.global_batch(batch, rows), lengths)
+    with jax.set_mesh(trainer.plan.mesh):
+        return trainer.evaluation.step_program()(
+            state.model, trainer.program.device_batch(batch, rows), lengths
+        )
 
 
 def test_a_held_out_split_smaller_than_a_batch_is_evaluated_as_one_partial_batch(make_config, tmp_path):
@@ -43,7 +46,7 @@ def test_a_held_out_split_smaller_than_a_batch_is_evaluated_as_one_partial_batch
     assert not padded["loss_mask"][count:].any() and padded["loss_mask"][:count].any()
 
     state = trainer.initial_state()
-    metrics = trainer.evaluate(state)
+    metrics = trainer.evaluation(state)
     alone = BatchLoader(split, count).batch(0)
     sums = eval_sums(trainer, state, alone, count)
     assert float(sums.tokens) == padded["loss_mask"].sum()
@@ -111,9 +114,9 @@ def test_the_summary_replies_to_the_first_user_message_of_the_held_out_conversat
     expected = next(m["content"] for m in first if m["role"] == "user")
     asked = trainer_of(sft_config("--trainer.reply_to", "held_out", "--trainer.sample_prompt", "Hi"),
                        tmp_path / "asked")  # fmt: skip
-    assert asked.reply_prompt() == expected.strip()
+    assert reply_prompt(asked.config, asked.data) == expected.strip()
     default = trainer_of(sft_config("--trainer.sample_prompt", "Hi"), tmp_path / "default")
-    assert default.reply_prompt() == "Hi"
+    assert reply_prompt(default.config, default.data) == "Hi"
 
 
 def test_a_user_message_is_read_back_from_its_rendered_tokens(sft_config, tmp_path):

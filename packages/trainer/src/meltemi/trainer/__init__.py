@@ -23,9 +23,10 @@ if TYPE_CHECKING:
     from meltemi.trainer.errors import ConfigError, DataError, MeshError, NonFiniteError, TrainerError
     from meltemi.trainer.model.llama import Llama
     from meltemi.trainer.plan.sharding_table import format_report, sharding_report
+    from meltemi.trainer.run.summary import RunSummary
     from meltemi.trainer.step.mesh import MeshPlan
     from meltemi.trainer.step.train_step import StepMetrics, TrainState, init_state, make_train_step
-    from meltemi.trainer.trainer import RunSummary, Trainer
+    from meltemi.trainer.trainer import Trainer
 
 # Each public name and the module that defines it. No module is named like a name it defines: importing
 # such a module would make the package attribute the module instead of the function.
@@ -37,7 +38,8 @@ _HOMES = {
     "meltemi.trainer.step.mesh": ("MeshPlan",),
     "meltemi.trainer.plan.sharding_table": ("format_report", "sharding_report"),
     "meltemi.trainer.step.train_step": ("StepMetrics", "TrainState", "init_state", "make_train_step"),
-    "meltemi.trainer.trainer": ("RunSummary", "Trainer"),
+    "meltemi.trainer.run.summary": ("RunSummary",),
+    "meltemi.trainer.trainer": ("Trainer",),
 }
 _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
 

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from meltemi.trainer.config import RunConfig
     from meltemi.trainer.data.store_builds import BuildOutcome
     from meltemi.trainer.plan.inference import InferencePlan
+    from meltemi.trainer.run.summary import RunSummary
     from meltemi.trainer.run_directory import RunDirectory
-    from meltemi.trainer.trainer import RunSummary
 
 
 def main(

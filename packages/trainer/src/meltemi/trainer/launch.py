@@ -28,7 +28,7 @@ from meltemi.trainer.config import RunConfig
 from meltemi.trainer.run_directory import RunDirectory
 
 if TYPE_CHECKING:
-    from meltemi.trainer.trainer import RunSummary
+    from meltemi.trainer.run.summary import RunSummary
 
 
 @dataclasses.dataclass(frozen=True)

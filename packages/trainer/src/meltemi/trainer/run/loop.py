@@ -13,54 +13,67 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 import jax
-from jax.sharding import Mesh
 
 from meltemi.datastore import BatchLoader
 from meltemi.datastore.storage import Appender, Location
+from meltemi.trainer.checkpoint.checkpointer import Checkpointer
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.errors import NonFiniteError
 from meltemi.trainer.run.hf_exports import HfExports
 from meltemi.trainer.run.profile_trace import ProfileTrace
+from meltemi.trainer.run.progress import TrainingProgress
+from meltemi.trainer.run.signals import StopSignals
 from meltemi.trainer.run.startup import StartupClock
-from meltemi.trainer.run.trackers import BUCKET_FLUSH_SECONDS
+from meltemi.trainer.run.trackers import BUCKET_FLUSH_SECONDS, Trackers
 from meltemi.trainer.run_directory import RunDirectory
 from meltemi.trainer.step.distributed import agree, batch_hash
+from meltemi.trainer.step.evaluation import Evaluation
 from meltemi.trainer.step.flops import flops_per_token, peak_flops_per_device
+from meltemi.trainer.step.program import TrainProgram
 from meltemi.trainer.step.train_step import StepMetrics, TrainState
 
 
-class LoopRun(Protocol):
-    """What the step loop needs of the run it drives, and nothing more (the ``Trainer`` is one): its
-    config, where it is, its training batches, its compiled step, its evaluation (everything, or at a step
-    what is due then) and its Hugging Face exports."""
+@dataclasses.dataclass(frozen=True)
+class LoopParts:
+    """What the step loop drives a run with, each typed, none of them the ``Trainer``: the run's ``config``,
+    where it is (``directory``; ``primary``: the first process, which writes the records), its training
+    ``batches`` (this process's rows), the compiled train step (``program``), its ``evaluation`` and its
+    Hugging Face ``exports``, and its startup ``clock``; and what this session records and says through:
+    ``trackers``, ``progress``, the ``checkpointer``, and the ``stop`` signals."""
 
     config: RunConfig
     directory: RunDirectory
-    is_primary: bool
-    clock: StartupClock
+    primary: bool
+    batches: BatchLoader
+    program: TrainProgram
+    evaluation: Evaluation
     exports: HfExports
+    clock: StartupClock
+    trackers: Trackers
+    progress: TrainingProgress
+    checkpointer: Checkpointer
+    stop: StopSignals
 
-    @property
-    def mesh(self) -> Mesh: ...
 
-    @property
-    def train_batches(self) -> BatchLoader: ...
+@dataclasses.dataclass(frozen=True)
+class LoopOutcome:
+    """How the loop ended: the ``state`` it reached, the ``stopped_by`` signal (None: it reached the last
+    step), the ``last_checkpoint`` saved (or restored from), this session's ``evaluations`` with their
+    steps, and its tokens and tokens per second (evaluations not counted)."""
 
-    def train_step(self, state: TrainState, local: dict, step: int) -> tuple[TrainState, StepMetrics]:
-        """Step ``step`` (its batch size and z-loss weight are the config's at it) on this process's rows
-        ``local`` of its global batch."""
-        ...
-
-    def evaluate(self, state: TrainState, at: int | None = None) -> dict[str, float]: ...
-
-    def evaluation_due(self, step: int) -> bool: ...
+    state: TrainState
+    stopped_by: str | None
+    last_checkpoint: Location | None
+    evaluations: list[tuple[int, dict[str, float]]]
+    session_tokens: int
+    tokens_per_second: float
 
 
 class StepLoop:
-    """Train ``job``'s state to the last step; ``stopped_by`` names the signal when it stopped early.
+    """Train from ``state`` to the last step with ``parts`` (``run`` returns a ``LoopOutcome``): it calls the
+    parts and never the run that made them, so the run and the loop meet in ``LoopParts`` alone.
 
     ``saved`` is the checkpoint the state was restored from (a stop before the first step saves nothing
     new); ``data_note`` says what to warn of, given the hash of a resumed run's first batch (the start's
@@ -68,19 +81,15 @@ class StepLoop:
 
     def __init__(
         self,
-        job: LoopRun,
+        parts: LoopParts,
         state: TrainState,
-        trackers,
-        progress,
-        checkpointer,
-        stop,
         saved: Location | None,
         data_note: Callable[[str], str | None] = lambda _: None,
     ):
-        self.job, self.state, self.trackers, self.progress = job, state, trackers, progress
-        self.data_note = data_note
-        self.checkpointer, self.stop = checkpointer, stop
-        self.rate = Throughput(job.config, job.mesh.devices.size)
+        self.parts, self.state, self.data_note = parts, state, data_note
+        self.trackers, self.progress = parts.trackers, parts.progress
+        self.checkpointer, self.stop = parts.checkpointer, parts.stop
+        self.rate = Throughput(parts.config, parts.program.plan.mesh.devices.size)
         self.first_eval: dict[str, float] = {}
         self.last_eval: dict[str, float] = {}
         self.evaluations: list[tuple[int, dict[str, float]]] = []  # this session's, with their steps
@@ -92,7 +101,7 @@ class StepLoop:
     def _evaluate(self, step: int, due_only: bool = False) -> dict[str, float]:
         """Evaluate the state of ``step``: everything, or ``due_only`` what is due at that step."""
         self.rate.pause()
-        metrics = self.job.evaluate(self.state, step if due_only else None)
+        metrics = self.parts.evaluation(self.state, step if due_only else None)
         self.trackers.log(metrics, step=step)
         self.evaluations.append((step, metrics))
         self.rate.resume()
@@ -101,7 +110,7 @@ class StepLoop:
     def _export(self, step: int) -> None:
         """Export the weights of ``step`` (``trainer.export_every``), its time not counted as training's."""
         self.rate.pause()
-        self.progress.note(self.job.exports.export(self.state, step))
+        self.progress.note(self.parts.exports.export(self.state, step))
         self.rate.resume()
 
     def _flush(self, force: bool = False) -> None:
@@ -112,7 +121,7 @@ class StepLoop:
     def _report(self, step: int, metrics: StepMetrics, rows: int, force: bool = False) -> None:
         """Check a finished step's metrics (one step behind the dispatch, so the device never waits); its
         ``rows`` count towards the throughput of the interval it is reported in."""
-        config = self.job.config.trainer
+        config = self.parts.config.trainer
         self.rate.add(rows)
         values = jax.device_get(dataclasses.replace(metrics, norms=None))
         norms = {}  # trainer.watch's, on the steps that computed them (only those are copied to the host)
@@ -153,9 +162,9 @@ class StepLoop:
     def _log_batch_hash(self, step: int, local: dict) -> None:
         """Append the global batch's hash to ``batches.jsonl``: the same for any number of processes."""
         digest = batch_hash(local)
-        if self.job.is_primary:
+        if self.parts.primary:
             if self.batches is None:
-                run = self.job.directory
+                run = self.parts.directory
                 self.batches = Appender(
                     run.files, run.BATCHES, flush_seconds=0.0 if run.is_local else BUCKET_FLUSH_SECONDS
                 )
@@ -179,7 +188,7 @@ class StepLoop:
     def _final_checkpoint(self) -> None:
         step = int(jax.device_get(self.state.step))
         try:
-            local = self.job.train_batches.batch(step)
+            local = self.parts.batches.batch(step)
         except IndexError:  # the data ends at the last step
             local = None
         self._checkpoint(local, wait=True)
@@ -215,35 +224,36 @@ class StepLoop:
             "run the same command again to resume"
         )
 
-    def run(self, on_ready: Callable[[], None] = lambda: None) -> None:
+    def run(self, on_ready: Callable[[], None] = lambda: None) -> LoopOutcome:
         """Train to the last step; ``on_ready`` is called once, just before the first step is dispatched."""
-        trainer = self.job.config.trainer
-        profiler = trainer.profiler
-        trace = ProfileTrace(self.job.directory.profile)
+        config, trainer = self.parts.config, self.parts.config.trainer
+        batches, program, profiler = self.parts.batches, self.parts.program, trainer.profiler
+        trace = ProfileTrace(self.parts.directory.profile)
         start = int(jax.device_get(self.state.step))
-        self.stop.boundary = start
+        self.stop.begin(start, abandoned=self.abandoned)
         self.progress.update_total(trainer.num_train_steps, start)
         if start == 0:
             self.first_eval = self._evaluate(0)
-            self.job.clock.lap("first evaluation")
+            self.parts.clock.lap("first evaluation")
         on_ready()
         self.rate.resume()
-        with jax.set_mesh(self.job.mesh):
-            for step, local in self.job.train_batches.iterate(start, trainer.num_train_steps):
+        with jax.set_mesh(program.plan.mesh):
+            for step, local in batches.iterate(start, trainer.num_train_steps):
                 if step == start and start > 0 and (changed := self.data_note(batch_hash(local))):
                     self.progress.note(changed)  # the first batch is not the one the checkpoint recorded
                 stop, due = self._decide(step, start)
                 if stop is not None:
                     self._stop_at(step, start, stop, local)
-                    return
+                    return self._outcome()
                 if due:
                     self._checkpoint(local)
                 if profiler is not None and step == profiler.start_step:
                     trace.start()
-                rows = self.job.train_batches.schedule.size(step)
+                rows = batches.schedule.size(step)
                 if trainer.log_batch_hashes:
                     self._log_batch_hash(step, local)
-                self.state, metrics = self.job.train_step(self.state, local, step)
+                batch = program.device_batch(local, rows)
+                self.state, metrics = program.step(self.state, batch, rows, config.model.z_loss_at(step))
                 self._flush()
                 self.pending = (step, metrics, rows)
                 if profiler is not None and step == profiler.start_step + profiler.num_steps - 1:
@@ -252,10 +262,10 @@ class StepLoop:
                 done = step + 1
                 if done == trainer.num_train_steps:
                     break
-                if self.job.evaluation_due(done):
+                if self.parts.evaluation.due(done):
                     self._flush()
                     self.last_eval = self._evaluate(done, due_only=True)
-                if self.job.exports.due(done):
+                if self.parts.exports.due(done):
                     self._export(done)
             # Under the mesh like every other save: the mesh is part of a trace's context, so a save outside
             # it traced and compiled the checkpoint's fingerprints again (0.27 s for the tests' small model).
@@ -263,9 +273,20 @@ class StepLoop:
             self._final_checkpoint()
         last = int(jax.device_get(self.state.step))
         self.last_eval = self._evaluate(last)
-        if self.job.exports.due(last):
+        if self.parts.exports.due(last):
             self._export(last)
         self.first_eval = self.first_eval or self.last_eval
+        return self._outcome()
+
+    def _outcome(self) -> LoopOutcome:
+        return LoopOutcome(
+            self.state,
+            self.stopped_by,
+            self.last_checkpoint,
+            self.evaluations,
+            self.rate.total_tokens,
+            self.rate.overall(),
+        )
 
 
 @dataclasses.dataclass

@@ -31,8 +31,8 @@ class StopSignals:
     (``signal.set_wakeup_fd``) says ``stopping after step N: saving a checkpoint (press Ctrl-C again to
     abandon it)``, and for a second Ctrl-C what ``abandoned`` describes (what was and was not saved, and
     how to resume); with ``grace_s`` the process then ends within that many seconds even if the step does
-    not return. The run's loop asks ``check(step)`` at each step boundary, which keeps ``boundary`` (the
-    step a stop asked now saves after) current.
+    not return. The run's loop says where it starts (``begin``) and asks ``check(step)`` at each step
+    boundary, which keeps ``boundary`` (the step a stop asked now saves after) current.
 
     Outside the main thread (where Python cannot install handlers) it records nothing and changes nothing.
     """
@@ -81,6 +81,12 @@ class StopSignals:
                 ending = threading.Timer(self.grace_s, os._exit, args=(130,))
                 ending.daemon = True
                 ending.start()
+
+    def begin(self, step: int, *, abandoned: Callable[[], str]) -> None:
+        """The run's loop starts at the boundary ``step``; from then on a second Ctrl-C is answered with
+        what ``abandoned`` says (the loop knows what it has saved)."""
+        with self._lock:
+            self.boundary, self.abandoned = step, abandoned
 
     def check(self, step: int) -> str | None:
         """The signal asking the run to stop at the boundary ``step`` (None: go on); what the answer said

@@ -31,9 +31,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from meltemi.datastore.errors import DatastoreError
 from meltemi.datastore.storage import Directory, Location, first_contact, url_scheme
+from meltemi.trainer.step.compile_cache import CacheChoice, CacheCounter
 
 ENTRY = "-cache"  # JAX's suffix for a cached program; its "-atime" files are local bookkeeping
 ACCESS_TIME = "-atime"
@@ -141,3 +144,41 @@ def open_mirror(
 
     portable_keys()
     return CacheMirror(cache_directory, Directory(choice.where))
+
+
+class RunMirror:
+    """A run's mirror as the run uses it: ``pull`` on every process before anything compiles, ``push`` on the
+    first once its programs are compiled; a storage failure only costs the mirror, said once with ``note``,
+    and the run goes on without it. ``line`` says what the compilation cache did this session.
+
+    >>> RunMirror(None, primary=True).line(CacheChoice(None, "trainer.compile_cache_dir is off"), None)
+    'compilation cache off (trainer.compile_cache_dir is off)'
+    """
+
+    def __init__(self, mirror: CacheMirror | None, *, primary: bool):
+        self.mirror, self.primary = mirror, primary
+
+    def pull(self, note: Callable[[str], None]) -> None:
+        """Fetch the bucket's compiled programs the local cache lacks (every process)."""
+        self._sync(lambda mirror: mirror.pull(), note)
+
+    def push(self, note: Callable[[str], None]) -> None:
+        """Upload the programs this run used that the bucket lacks (the first process)."""
+        if self.primary:
+            self._sync(lambda mirror: mirror.push(), note)
+
+    def _sync(self, direction: Callable[[CacheMirror], int], note: Callable[[str], None]) -> None:
+        if self.mirror is None:
+            return
+        try:
+            direction(self.mirror)
+        except DatastoreError as e:
+            note(f"compilation cache mirror off: {e}")
+            self.mirror = None
+
+    def line(self, choice: CacheChoice, counter: CacheCounter | None) -> str:
+        """The compilation cache's choice, the mirror's, and what the session found in them (``counter``)."""
+        if not choice.enabled or counter is None:
+            return choice.describe()
+        mirror = "" if self.mirror is None else f", {self.mirror.describe()}"
+        return f"{choice.describe()}{mirror}: {counter.describe()}"

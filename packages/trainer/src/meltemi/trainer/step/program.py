@@ -21,11 +21,14 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import haliax_lite as hax
 from meltemi.trainer import adapters
 from meltemi.trainer.config import RunConfig
+from meltemi.trainer.errors import HostMemoryError
 from meltemi.trainer.step.distributed import wait_for_every_process
+from meltemi.trainer.step.host_memory import HostMemory
 from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.step.train_step import TrainState, copy_weights, init_state, make_train_step
 
@@ -58,6 +61,19 @@ class CompileReport:
             temp_bytes=int(getattr(memory, "temp_size_in_bytes", 0)),
         )
 
+    def line(self, what: str, mesh_shape: object) -> str:
+        """What compiling ``what`` cost, in one line.
+
+        >>> print(CompileReport(1.25, 2**30, 0, 0, 2**29).line("the step", {"data": 8}))
+        compiled the step in 1.2 s; per device: arguments 1.00 GiB, temporaries 0.50 GiB; mesh {'data': 8}
+        """
+        gib = 2**30
+        arguments, temporaries = self.argument_bytes / gib, self.temp_bytes / gib
+        return (
+            f"compiled {what} in {self.seconds:.1f} s; per device: arguments {arguments:.2f} GiB, "
+            f"temporaries {temporaries:.2f} GiB; mesh {mesh_shape}"
+        )
+
 
 class TrainProgram:
     """The jitted train step of ``config`` on ``plan``'s mesh, compiled once per global batch size."""
@@ -68,6 +84,7 @@ class TrainProgram:
         self._compiled: dict[tuple[int, float], jax.stages.Compiled] = {}
         self._abstract_state: TrainState | None = None
         self._state_shardings = None
+        self._batch_layouts: dict[int, dict[str, tuple[jax.sharding.Sharding, tuple[int, ...]]]] = {}
 
     def abstract_state(self) -> TrainState:
         """The train state's shapes and dtypes (nothing allocated; traced once per program)."""
@@ -94,6 +111,23 @@ class TrainProgram:
             "source": jax.ShapeDtypeStruct(shape[:1], jnp.int32),
         }
         return jax.eval_shape(adapters.named_batch, host)
+
+    def device_batch(self, local: dict[str, np.ndarray], global_rows: int) -> adapters.NamedBatch:
+        """This process's rows of a batch (the data's host arrays: the train batches', the held-out sets'
+        alike), assembled with the other processes' into one global named batch of ``global_rows`` rows laid
+        out as the step computes on it. The layout is traced once per batch size, not once per step."""
+        host = adapters.batch_host_arrays(local)
+        if global_rows not in self._batch_layouts:
+            shapes = self.abstract_batch(global_rows)
+            shardings = self.plan.compute_shardings(shapes)
+            self._batch_layouts[global_rows] = {
+                name: (getattr(shardings, name).array, getattr(shapes, name).array.shape) for name in host
+            }
+        arrays = {
+            name: jax.make_array_from_process_local_data(sharding, host[name], shape)
+            for name, (sharding, shape) in self._batch_layouts[global_rows].items()
+        }
+        return adapters.named_batch(arrays)
 
     def initial_state(self) -> TrainState:
         """The step-0 state, created directly in its sharded layout."""
@@ -153,10 +187,31 @@ class TrainProgram:
     def step(
         self, state: TrainState, batch: adapters.NamedBatch, rows: int, z_loss_weight: float | None = None
     ):
-        """Run the step compiled for this batch size and z-loss weight (compiling it first when it is new,
-        and then waiting for the other processes to have compiled it too)."""
+        """The train step (``step.train_step``'s, jitted and compiled for this batch size and z-loss weight;
+        compiled first when it is new, then waiting for the other processes to have compiled it too) on
+        ``state`` and a global ``batch`` (``device_batch``): the new state and the step's metrics."""
         rows, weight = self._variant(rows, z_loss_weight)
         if (rows, weight) not in self._compiled:
             self.compile(rows, weight)
             wait_for_every_process(f"train step compiled for {rows} rows and z-loss weight {weight}")
         return self._compiled[rows, weight](state, batch)
+
+    def check_host_memory(self, report: CompileReport) -> None:
+        """On a CPU, refuse a train step (compiled with ``report``) larger than the memory this machine has
+        (its devices share it): such a run would be killed by the system at its first step, or swap for
+        hours, after making its state. A ``HostMemoryError`` says how to fit."""
+        devices = [d for d in self.plan.mesh.devices.flat if d.process_index == jax.process_index()]
+        memory = HostMemory.now() if devices[0].platform == "cpu" else None
+        shortfall = (
+            None if memory is None else memory.shortfall(report.peak_bytes, len(devices), "the train step")
+        )
+        if shortfall is None:
+            return
+        ways = ["lower trainer.global_batch_size or data.seq_len",
+                "set trainer.microbatch_size (each step in several passes)"]  # fmt: skip
+        if self.config.model.remat != "full":
+            ways.append("set model.remat full")
+        raise HostMemoryError(
+            f"{shortfall}: it would be killed at its first step. To fit, {', '.join(ways)}, or train a "
+            "smaller model (--config configs/tiny.yaml); --dry-run plans a config without training it"
+        )
