@@ -104,13 +104,13 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
         eos_ids.append(store.manifest["tokenizer"].get("eos_id"))
         if data.held_out == "none":  # trained on whole; the eval sets are what is evaluated
             if store.is_chat:
-                chats[name] = store.manifest["chat"]
+                chats[name] = _recipe(store, f"data.sources.{name}.store")
             trains[name] = _whole(name, store, config)
             if store.is_chat:
                 packing[name] = trains[name].report() + _epochs(name, trains[name].num_sequences, config)
             continue
         if store.is_chat:
-            chats[name] = store.manifest["chat"]
+            chats[name] = _recipe(store, f"data.sources.{name}.store")
             trains[name], held[name] = _packed(name, store, source.eval_store, config)
             packing[name] = trains[name].report() + _epochs(name, trains[name].num_sequences, config)
             if source.eval_store is not None:
@@ -165,7 +165,7 @@ def open_data(config: RunConfig, process_index: int = 0, process_count: int = 1)
     )
 
 
-def _eval_sets(config: RunConfig, chats: dict[str, dict], packing: dict[str, str]) -> dict[str, object]:
+def _eval_sets(config: RunConfig, chats: dict[str, ChatRecipe], packing: dict[str, str]) -> dict[str, object]:
     """Each eval set's rows, read whole: a text store's as rows of ``data.seq_len + 1`` tokens across
     documents, a chat store's conversations packed whole into rows (rendered with the chat sources' template,
     when the run has chat sources; how they packed goes into ``packing``)."""
@@ -175,12 +175,12 @@ def _eval_sets(config: RunConfig, chats: dict[str, dict], packing: dict[str, str
         store = _open_store(name, eval_set.store, data.tokenizer, built_from=eval_set.build_from is not None,
                             section="eval_sets", vocab_size=config.model.vocab_size)  # fmt: skip
         if store.is_chat:
-            mine = store.manifest["chat"]
-            trained = next(iter(chats.values()), mine)
-            if mine.get("template_sha256") != trained.get("template_sha256"):
+            mine = _recipe(store, field).template
+            trained = next(iter(chats.values())).template if chats else mine
+            if mine.sha256 != trained.sha256:
                 raise DataError(
                     f"{field}: {store.path} was rendered with another chat template "
-                    f"({mine['template_source']}) than the chat sources ({trained['template_source']})"
+                    f"({mine.source}) than the chat sources ({trained.source})"
                 )
             try:
                 opened[name] = PackedDataset(store, data.seq_len)
@@ -292,7 +292,9 @@ def reply_tokens(max_seq_len: int) -> int:
     return min(96, max_seq_len // 2)
 
 
-def _held_out_prompt(held: dict[str, object], chats: dict[str, dict], longest: int) -> np.ndarray | None:
+def _held_out_prompt(
+    held: dict[str, object], chats: dict[str, ChatRecipe], longest: int
+) -> np.ndarray | None:
     """The token ids of the first chat source's first held-out conversation (of its first ``LOOKED_AT``)
     whose prompt, its tokens up to its first trained one (the system's and the user's turns and the
     assistant's header, as training rendered them), is at most ``longest`` tokens; None when no chat source
@@ -354,7 +356,11 @@ def _packed(name: str, store: TokenStore, eval_store: str | None, config: RunCon
     for field, opened in (("store", store), ("eval_store", held)):
         if not opened.is_chat:
             raise DataError(f"data.sources.{name}.{field}: {opened.path} is a text store, not a chat one")
-    if held.manifest["chat"].get("template_sha256") != store.manifest["chat"].get("template_sha256"):
+    field = f"data.sources.{name}"
+    if (
+        _recipe(held, f"{field}.eval_store").template.sha256
+        != _recipe(store, f"{field}.store").template.sha256
+    ):
         raise DataError(
             f"data.sources.{name}.eval_store: {eval_store} was rendered with another chat template than "
             f"{store.path}"
@@ -365,23 +371,32 @@ def _packed(name: str, store: TokenStore, eval_store: str | None, config: RunCon
         raise DataError(f"data.sources.{name}: {e}") from None
 
 
-def _one_template(chats: dict[str, dict]) -> ChatRecipe | None:
+def _recipe(store: TokenStore, field: str) -> ChatRecipe:
+    """The chat recipe a chat store's manifest records, typed; a ``DataError`` naming ``field`` when the
+    record cannot be read."""
+    try:
+        return ChatRecipe.from_manifest(store.manifest["chat"], f"{field}: {store.path}")
+    except DatastoreError as e:
+        raise DataError(str(e)) from None
+
+
+def _one_template(chats: dict[str, ChatRecipe]) -> ChatRecipe | None:
     """The recipe of the chat sources' stores, whose template every one was rendered with (a ``DataError``
-    when two differ), read from the first store's manifest."""
+    when two differ): the first store's."""
     if not chats:
         return None
-    (first, record), *others = chats.items()
+    (first, recipe), *others = chats.items()
     for name, other in others:
-        if other["template_sha256"] != record["template_sha256"]:
+        if other.template.sha256 != recipe.template.sha256:
             raise DataError(
                 f"data.sources: {first} and {name} were rendered with different chat templates "
-                f"({record['template_source']}, {other['template_source']}); rebuild one with the other's"
+                f"({recipe.template.source}, {other.template.source}); rebuild one with the other's"
             )
-    return ChatRecipe.from_manifest(record, f"data.sources.{first}")
+    return recipe
 
 
-def _end_of_turn(chats: dict[str, dict]) -> str | None:
-    return next((record["end_of_turn"] for record in chats.values()), None)
+def _end_of_turn(chats: dict[str, ChatRecipe]) -> str | None:
+    return next((recipe.turn_end for recipe in chats.values()), None)
 
 
 def _stages(config: RunConfig, schedule: BatchSchedule) -> list[tuple[int, dict[str, float]]]:
