@@ -57,6 +57,38 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(ROOT / ".cache" / "meltem
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 * 2**30))  # also makes JAX lock the directory
 
+
+# Python's bytecode, where the environment says not to write it (PYTHONDONTWRITEBYTECODE=1, as on this
+# project's machines): a virtual environment that `uv sync` made holds none (uv compiles none unless told,
+# so a fresh clone's has none), and every process of the run (xdist workers, the trainers and apps the
+# tests start, Ray's workers, a hundred and more) would compile each module it imports from source again:
+# `import jax, meltemi.trainer.trainer` took 3.4 CPU-s from source and 1.2 from bytecode, and a fresh
+# clone's test_tr_preemption.py (12 trainer processes) 113 CPU-s against 83. The run's processes write it
+# under the ignored .cache/ (PYTHONPYCACHEPREFIX, so nothing lands beside the sources), where
+# the first process to import a module compiles it and the others load it; pytest keeps its rewritten test
+# modules there too. A prefix the user sets is kept, and without PYTHONDONTWRITEBYTECODE Python caches as
+# usual. The prefix replaces `__pycache__` for every module, so an environment compiled at install
+# (`uv sync --compile-bytecode`, as .ci/run does) is left as it is.
+def _environment_holds_bytecode() -> bool:
+    """Whether the installed JAX was compiled to bytecode (found without importing it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("jax")
+    if spec is None or not spec.origin:
+        return True
+    return os.path.exists(importlib.util.cache_from_source(spec.origin))
+
+
+if (
+    os.environ.get("PYTHONDONTWRITEBYTECODE")
+    and "PYTHONPYCACHEPREFIX" not in os.environ
+    and not _environment_holds_bytecode()
+):
+    _PYCACHE = str(Path(__file__).resolve().parent / ".cache" / "meltemi" / "pycache")
+    os.environ["PYTHONPYCACHEPREFIX"] = _PYCACHE
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    sys.pycache_prefix, sys.dont_write_bytecode = _PYCACHE, False  # this process's later imports too
+
 # Tests talk only to loopback: the harness reads only cached task data, and never probes the Hugging Face
 # Hub (a test that wants the probe names an unreachable loopback HF_ENDPOINT and clears these itself).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -469,6 +501,29 @@ def google_oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator["GoogleOA
     )
     yield oauth
     oauth.stop()
+
+
+@pytest.fixture
+def quick_retries() -> Iterator[None]:
+    """For one test, this process's TensorStore requests to S3 and GCS retry a transient error after
+    milliseconds instead of seconds: the default retry policy (``DEFAULT_RETRIES``: 16 attempts, backoff
+    from 0.5 s doubling to 32 s) with its backoff from 0.01 s doubling to 0.1 s, its attempts kept.
+
+    A test of a flaky store (a proxy failing 5 or 10% of requests) otherwise spends most of its time
+    asleep: 17 s of the datastore's 18 s build and read. What is retried, and how often, is the library's
+    own policy still: a client that did not retry fails the test as before (an error, or no retries counted).
+    """
+    from meltemi.datastore.storage import DEFAULT_RETRIES
+
+    saved = (DEFAULT_RETRIES.initial_delay_s, DEFAULT_RETRIES.max_delay_s)
+    # The one policy object every `Directory` and `kvstore_spec` takes by default (a frozen dataclass).
+    object.__setattr__(DEFAULT_RETRIES, "initial_delay_s", 0.01)
+    object.__setattr__(DEFAULT_RETRIES, "max_delay_s", 0.1)
+    try:
+        yield
+    finally:
+        object.__setattr__(DEFAULT_RETRIES, "initial_delay_s", saved[0])
+        object.__setattr__(DEFAULT_RETRIES, "max_delay_s", saved[1])
 
 
 @pytest.fixture

@@ -60,7 +60,7 @@ def test_a_store_built_into_a_bucket_is_the_local_store_object_for_object(
 
 @pytest.mark.parametrize("server", ["s3", "gcs"])
 def test_a_build_into_and_reads_from_a_flaky_bucket_retry_to_the_local_stores_bytes(
-    request, server, stdlib_files, tokenizer_path, local_reference, tree_bytes, monkeypatch
+    request, server, stdlib_files, tokenizer_path, local_reference, tree_bytes, monkeypatch, quick_retries
 ):
     """A store under load: one request in ten fails with a 503 on its way to the bucket (a proxy in front
     of the server). TensorStore retries them with backoff; the store built is the local one object for

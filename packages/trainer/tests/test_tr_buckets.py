@@ -174,7 +174,7 @@ def test_a_bad_run_url_is_one_line_naming_it_before_anything_is_written(
 
 
 @pytest.fixture
-def flaky(request, monkeypatch):
+def flaky(request, monkeypatch, quick_retries):
     """A bucket behind a proxy that fails 5% of requests with a 503 (a store under load), as the
     standard environment's endpoint: each test's own server, proxy and bucket URL."""
     from meltemi.datastore.testing import start_faulty_proxy

@@ -91,7 +91,8 @@ def start_faulty_proxy(target: str, rate: float = 0.0, seed: int = 0) -> FaultyP
                 self.send_header("Content-Type", "application/xml")
                 self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
-                self.wfile.write(reply)
+                if self.command != "HEAD":  # a HEAD's reply has no body: bytes sent would start the next
+                    self.wfile.write(reply)
                 return
             connection = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
             headers = {k: v for k, v in self.headers.items() if k.lower() not in hop_by_hop}
