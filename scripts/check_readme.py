@@ -92,7 +92,7 @@ FIGURES = (
         "the standard library's files and tokens",
         "first",
         r"\(([\d,]+) files, ([\d.]+)M tokens:\s+the\s+library",
-        r"built ([\d,]+) documents, ([\d,]+) tokens",
+        r"built ([\d,]+) docs, ([\d,]+) tokens",
         value=lambda m: (
             f"{m[1]} files, {float(m[2].replace(',', '')) / (1e6 if ',' in m[2] else 1):.1f}M tokens"
         ),

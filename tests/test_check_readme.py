@@ -5,21 +5,26 @@ themselves are not run here (minutes each): the script is run by hand, its outpu
 import runpy
 from pathlib import Path
 
+from meltemi.datastore import BuildReport
+
 ROOT = Path(__file__).parents[1]
 SCRIPT = runpy.run_path(str(ROOT / "scripts" / "check_readme.py"))
 
 
 def _printed(figures: dict[str, str]) -> dict[str, str]:
     """What the commands would print for these figures (the summary lines, as the apps print them)."""
+    built = BuildReport(
+        ".cache/meltemi/stdlib", 665, 2_812_345, seconds=4.1
+    ).summary()  # as the datastore says it
     first = (
-        f"built 665 documents, 2,812,345 tokens in 4.1s\n"
+        f"{built}\n"
         f"compiled the train step in 3.1 s; per device: ...\n"
         f"step 240/240  loss {figures['loss240']}  4.8k tok/s\n"
         "steps: 240   tokens: 983,040   4,700 tokens/s\n"
         f"held-out loss: 9.031 at step 0 -> {figures['held240']} at step 240\ntook 230.0 s\n"
     )
     sft = (
-        "built 4,157 conversations, 500,000 tokens in 2.0s\n"
+        f"{BuildReport('.cache/meltemi/chat', 4_157, 500_000, seconds=2.0, format='chat').summary()}\n"
         "stdlib_chat: 3,949 conversations in 697 rows of 513 tokens, 97.1% filled; 120 steps of 8 rows read "
         "960 of them: 1.38 epochs\n"
         f"held-out assistant loss: 7.186 at step 0 -> {figures['chat120']} at step 120\n"
