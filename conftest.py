@@ -171,14 +171,16 @@ def _available_accelerators() -> set[str]:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker more than the cores once the compilation cache holds programs (the longest
-    tests then mostly wait on the processes they start, a Ray cluster or gloo's deadline: a third worker
-    on 2 cores ran the suite in 622.7 s instead of 714.7 s); one per core while it is empty (a fresh
-    clone's tests mostly compile, and there a third worker showed no gain: CI's pytest took 1,051.5 s with
-    three, 956.8 s and 1,065.4 s with two). Figures: benchmarks/RESULTS.md."""
+    """``-n auto``: one worker more than the cores. The longest tests mostly wait on the processes they
+    start (a Ray cluster's slices, gloo's deadline, killed and restarted trainers): the Ray group alone
+    holds a worker for 5 to 6 minutes on 2 cores, and with one worker per core the other core then has
+    half the suite's work to itself. On 2 cores, with the compilation cache warm, a third worker ran the
+    suite in 622.7 s instead of 714.7 s; in a fresh clone (an empty cache, bytecode cached under .cache/),
+    941 s with three workers against 1,314 s with two (both beside other work), the cores 96% busy with
+    three. (Before bytecode was cached, CI's fresh run showed no gain: 1,051.5 s with three, 956.8 s and
+    1,065.4 s with two.) Figures: benchmarks/RESULTS.md."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    cache = Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
-    return cores + 1 if cache.is_dir() and any(cache.iterdir()) else cores
+    return cores + 1
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
