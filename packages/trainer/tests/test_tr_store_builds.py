@@ -51,6 +51,10 @@ def test_a_source_names_its_stores_inputs_as_one_or_several_with_a_text_field_an
         ({"store": "s", "build_from": ["raw/", " "]}, r"build_from \['raw/', ' '\]: name each input"),
         ({"store": "s", "text_field": "content"}, r"text_field names where a corpus's text is: give it with"),
         ({"store": "s", "subset": "all"}, r"subset names the part of a corpus's data set to read: give it"),
+        (
+            {"corpus": "c.jsonl", "format": "chat", "text_field": "dialog"},
+            r"text_field names where a text corpus's text is, .* with data.chat.messages_field$",
+        ),
     ],
 )
 def test_a_nonsense_combination_is_one_line_naming_the_source(source, message):

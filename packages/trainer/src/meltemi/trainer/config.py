@@ -677,6 +677,11 @@ class StoreOrCorpus(Section):
             raise ValueError(
                 "text_field names where a corpus's text is: give it with a corpus (or build_from)"
             )
+        if self.text_field is not None and self.format == "chat":
+            raise ValueError(
+                "text_field names where a text corpus's text is, and a chat corpus is read for its "
+                "messages: name their field with data.chat.messages_field"
+            )
         return self
 
 
