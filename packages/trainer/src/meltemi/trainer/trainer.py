@@ -125,9 +125,9 @@ class Trainer:
                 self.clock.lap("run directory")
                 checkpointer = self._checkpointer(start, files)
                 self._announce(start, progress)
-                replies = []
+                replies, prompt = [], reply_prompt(config, self.data)
                 if start_step == 0 and start.initialized_from is not None:  # before its buffers are donated
-                    replies += chat_replies("before", start.state.model, config, self.data, self.plan)
+                    replies += chat_replies("before", start.state.model, prompt, config, self.data, self.plan)
                 parts = LoopParts(config, self.directory, self.is_primary, self.data.train, self.program,
                                   self.evaluation, self.exports, self.clock, files.trackers, progress,
                                   checkpointer, stop)  # fmt: skip
@@ -135,7 +135,9 @@ class Trainer:
                 ended = loop.run(on_ready=lambda: progress.note(self.clock.line(self.cache_mirror.line(
                     self.compile_cache, cached))))  # fmt: skip
                 if ended.stopped_by is None:  # the trained model: the average of the weights when kept
-                    replies += chat_replies("after", ended.state.trained, config, self.data, self.plan)
+                    replies += chat_replies(
+                        "after", ended.state.trained, prompt, config, self.data, self.plan
+                    )
                 self.cache_mirror.push(progress.note)  # the eval and sampling programs too
         finally:
             files.close()
@@ -152,7 +154,7 @@ class Trainer:
             session_tokens=ended.session_tokens,
             replies=tuple(replies),
             storage_retries=retried_requests() - retried_before,
-            reply_prompt=reply_prompt(config, self.data) if replies else None,
+            reply_prompt=prompt if replies else None,
         )
 
     def _start(self, state: TrainState | None, progress: TrainingProgress) -> Start:

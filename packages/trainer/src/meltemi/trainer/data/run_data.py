@@ -234,15 +234,27 @@ def _epochs(name: str, rows: int, config: RunConfig) -> str:
     >>> _epochs("chat", 735, config)
     '; 45 steps of 8 rows read 360 of them: 0.49 epochs'
     """
-    data, trainer = config.data, config.trainer
-    weights = sum(source.weight for source in data.sources.values())
-    if data.stages or not weights:  # (weights that are all 0: the mixture's own error says so)
+    read, trainer = _rows_read(name, config), config.trainer
+    if read is None:
         return ""
-    total = BatchSchedule(trainer.global_batch_size).first_row(trainer.num_train_steps)
-    share = data.sources[name].weight / weights
-    read, about = total * share, "" if share == 1 else "about "
+    about = "" if read == _rows_read_in_all(config) else "about "
     steps = f"{trainer.num_train_steps:,} steps of {trainer.global_batch_size:,} rows"
     return f"; {steps} read {about}{read:,.0f} of them: {read / rows:.2f} epochs"
+
+
+def _rows_read_in_all(config: RunConfig) -> int:
+    """The rows of every batch of the run, by its batch schedule."""
+    return BatchSchedule(config.trainer.global_batch_size).first_row(config.trainer.num_train_steps)
+
+
+def _rows_read(name: str, config: RunConfig) -> float | None:
+    """The rows the run reads from source ``name``: its share of every batch's rows by its mixture weight;
+    None when stages change the weights (or they are all 0: the mixture's own error says so)."""
+    data = config.data
+    weights = sum(source.weight for source in data.sources.values())
+    if data.stages or not weights:
+        return None
+    return _rows_read_in_all(config) * data.sources[name].weight / weights
 
 
 def training_notes(trains: dict[str, object], config: RunConfig) -> tuple[str, ...]:
@@ -259,10 +271,8 @@ def training_notes(trains: dict[str, object], config: RunConfig) -> tuple[str, .
     >>> training_notes({"mine": SimpleNamespace(num_sequences=400)}, config)
     ()
     """
-    data, trainer = config.data, config.trainer
+    trainer = config.trainer
     batch = min(trainer.batch_sizes())
-    weights = sum(source.weight for source in data.sources.values())
-    total = BatchSchedule(trainer.global_batch_size).first_row(trainer.num_train_steps)
     notes = []
     for name, rows in ((name, train.num_sequences) for name, train in trains.items()):
         said = []
@@ -270,7 +280,8 @@ def training_notes(trains: dict[str, object], config: RunConfig) -> tuple[str, .
             plural = "s" * (rows != 1)
             repeats = "each batch repeats them"
             said.append(f"trains on {rows} row{plural}, fewer than a batch of {batch} ({repeats})")
-        epochs = 0.0 if data.stages or not weights else total * data.sources[name].weight / weights / rows
+        read = _rows_read(name, config)
+        epochs = 0.0 if read is None else read / rows
         if epochs > MANY_EPOCHS:
             what = "them" if said else f"its {rows:,} rows"
             said.append(

@@ -34,11 +34,11 @@ def reply_prompt(config: RunConfig, data: RunData) -> str | None:
 
 
 def chat_replies(
-    label: str, model: Llama, config: RunConfig, data: RunData, plan: MeshPlan
+    label: str, model: Llama, prompt: str | None, config: RunConfig, data: RunData, plan: MeshPlan
 ) -> list[tuple[str, str]]:
-    """``[(label, the model's greedy reply to reply_prompt)]`` in a chat run (the prompt as the user's
+    """``[(label, the model's greedy reply to prompt)]`` in a chat run (``reply_prompt``'s, as the user's
     message, rendered by the run's template), else nothing."""
-    prompt, chat, tokenizer = reply_prompt(config, data), data.chat, config.data.tokenizer
+    chat, tokenizer = data.chat, config.data.tokenizer
     if prompt is None or chat is None or tokenizer is None:
         return []
     completion = reply(
