@@ -24,6 +24,7 @@ def small_config(small_corpus):
         "--trainer.num_train_steps", "6", "--trainer.global_batch_size", "16", "--trainer.log_every", "1",
         "--trainer.eval_every", "0", "--trainer.eval_batches", "1", "--trainer.compute_dtype", "float32",
         "--trainer.checkpoint_every", "2", "--trainer.log_batch_hashes", "true", "--trainer.watch.every", "0",
+        "--trainer.plots", "false",  # matplotlib: 0.5 CPU-s a process; the apps' runs plot
     ])  # fmt: skip
 
 

@@ -105,9 +105,11 @@ def read_events(run_dir: Path | str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(cluster, config, tmp_path_factory) -> tuple[Path, list]:
-    """The run on two slices with nothing in its way: its run directory and each host's result."""
+    """The run on two slices with nothing in its way (plotting its loss, as a user's run does): its run
+    directory and each host's result."""
     run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
-    return run_dir, launch(config, run_dir, slices=2)
+    plotted = config.model_copy(update={"trainer": config.trainer.model_copy(update={"plots": True})})
+    return run_dir, launch(plotted, run_dir, slices=2)
 
 
 def test_two_slices_train_like_one_process(uninterrupted, reference):

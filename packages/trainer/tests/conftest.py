@@ -33,6 +33,7 @@ def make_config(corpus):
             "--trainer.eval_every", "0", "--trainer.eval_batches", "2", "--trainer.compute_dtype", "float32",
             "--trainer.mesh.data", "1", "--optimizer.learning_rate", "1e-2", "--optimizer.warmup_steps", "1",
             "--trainer.watch.every", "0",  # the norms cost every compile; test_tr_norms turns them on
+            "--trainer.plots", "false",  # matplotlib: 0.1-0.5 CPU-s a run; the plots' tests turn it on
         ]  # fmt: skip
         return load_config(None, [*base, *overrides])
 

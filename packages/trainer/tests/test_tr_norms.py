@@ -109,7 +109,7 @@ def test_steps_off_the_cadence_compute_nothing_and_a_skipped_update_is_zero(make
 def test_a_run_logs_the_norms_every_n_steps_and_at_the_end_and_plots_them(make_config, run_dir):
     config = make_config(
         "--trainer.num_train_steps", "7", "--trainer.log_every", "2", "--trainer.watch.every", "3",
-        "--trainer.checkpoint_every", "100",
+        "--trainer.checkpoint_every", "100", "--trainer.plots", "true",
     )  # fmt: skip
     Trainer(config, run_dir, devices=jax.devices()[:1], progress=False).run()
     records = [r for r in read_metrics(run_dir / "metrics.jsonl") if "eval/loss" not in r]
@@ -134,7 +134,9 @@ def test_a_run_logs_the_norms_every_n_steps_and_at_the_end_and_plots_them(make_c
 
 
 def test_with_the_watch_off_nothing_is_computed_logged_or_plotted(make_config, run_dir):
-    config = make_config("--trainer.num_train_steps", "2", "--trainer.watch.every", "0")
+    config = make_config(
+        "--trainer.num_train_steps", "2", "--trainer.watch.every", "0", "--trainer.plots", "true"
+    )  # fmt: skip
     trainer = Trainer(config, run_dir, devices=jax.devices()[:1], progress=False)
     _, metrics = jax.jit(make_train_step(config))(
         init_state(config, adapters.jax_key(0, "init")), first_batch(trainer)

@@ -259,6 +259,8 @@ def test_the_command_line_summary_of_a_resumed_run_speaks_of_the_run_and_of_this
     whole = f"steps: 8   tokens: {8 * TOKENS_PER_STEP:,} in all\n"  # the run, then this session
     assert whole + "resumed at step 6: this session trained 2 steps (1,024 tokens, " in out, out
     assert f"held-out loss: {first:.3f} at step 0 -> " in out and " at step 8" in out, out
+    # make_config's trainer.plots false: nothing drawn, so no plot named
+    assert "loss curve" not in out and not (finished / "loss.png").exists(), out
 
 
 # ---- structure -------------------------------------------------------------------------------------------

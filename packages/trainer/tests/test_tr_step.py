@@ -80,7 +80,9 @@ def test_nan_policy_skip_runs_to_the_end_counting_skips(make_config, run_dir):
 
 
 def test_two_runs_of_one_config_are_bitwise_equal_and_learn(make_config, tmp_path):
-    config = make_config("--trainer.num_train_steps", "8", "--trainer.eval_every", "4")
+    config = make_config(
+        "--trainer.num_train_steps", "8", "--trainer.eval_every", "4", "--trainer.plots", "true"
+    )  # fmt: skip
     states = []
     for name in ("a", "b"):
         trainer = Trainer(config, tmp_path / name, devices=jax.devices()[:1], progress=False)

@@ -16,7 +16,8 @@ def test_a_run_logs_to_every_configured_tracker(make_config, run_dir, monkeypatc
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     config = make_config("--trainer.num_train_steps", "4", "--trainer.trackers.tensorboard", "true",
-                         "--trainer.trackers.wandb", "{mode: offline, project: test}")  # fmt: skip
+                         "--trainer.trackers.wandb", "{mode: offline, project: test}",
+                         "--trainer.plots", "true")  # fmt: skip
     Trainer(config, run_dir, devices=jax.devices()[:1], progress=False).run()
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if "train/loss" in r]
@@ -34,7 +35,8 @@ def test_a_run_logs_to_every_configured_tracker(make_config, run_dir, monkeypatc
 
 def test_progress_lines_go_to_stderr_off_a_terminal(make_config, run_dir, capsys):
     config = make_config("--trainer.num_train_steps", "2")
-    Trainer(config, run_dir, devices=jax.devices()[:1], progress=True).run()
+    summary = Trainer(config, run_dir, devices=jax.devices()[:1], progress=True).run()
+    assert summary.plot_path is None and not (run_dir / "loss.png").exists()  # trainer.plots false
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "compiled the train step" in captured.err and "step 2/2  loss" in captured.err

@@ -211,7 +211,9 @@ def report(summary: RunSummary, config: RunConfig, run_dir: str) -> int:
         print(f"steps: {summary.steps}   tokens: {summary.tokens:,} in all")
         print(summary.session_line())
     print(summary.held_out_line() or "held-out loss: not evaluated")
-    print(f"metrics: {summary.metrics_path}\nloss curve: {summary.plot_path}")
+    print(f"metrics: {summary.metrics_path}")
+    if summary.plot_path is not None:
+        print(f"loss curve: {summary.plot_path}")
     print(f"last checkpoint: {summary.last_checkpoint}")
     if summary.storage_retries:
         print(f"storage: {summary.storage_retries} request(s) retried after transient errors")

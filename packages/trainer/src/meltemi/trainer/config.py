@@ -533,6 +533,11 @@ class TrainerConfig(Section):
     watch: WatchConfig = Field(
         default_factory=WatchConfig, description="norms of parameters, gradients and updates, per parameter"
     )
+    plots: bool = Field(
+        True,
+        description="draw loss.png (and norms.png, downstream.png) in the run directory as the run ends; "
+        "false: none (matplotlib is not imported)",
+    )
     log_batch_hashes: bool = Field(
         False, description="append each step's global batch hash to <run dir>/batches.jsonl (to compare runs)"
     )

@@ -199,12 +199,13 @@ class Trainer:
             process_count=jax.process_count(),
         )
 
-    def _plot(self, ended: LoopOutcome) -> tuple[str, list[tuple[int, dict[str, float]]]]:
-        """The loss plot (and the tasks' and norms' beside it, the first process's) and the run's held-out
-        evaluations through the step the loop reached, read back from the metrics."""
+    def _plot(self, ended: LoopOutcome) -> tuple[str | None, list[tuple[int, dict[str, float]]]]:
+        """The loss plot (and the tasks' and norms' beside it, the first process's; None with
+        ``trainer.plots`` off) and the run's held-out evaluations through the step the loop reached, read
+        back from the metrics."""
         records = read_metrics(self.run_dir / RunDirectory.METRICS)
-        plot = self.directory.where(RunDirectory.LOSS_PLOT)
-        if self.is_primary:
+        plot = self._plot_path()
+        if self.is_primary and plot is not None:
             plot = plot_loss(records, self.run_files, RunDirectory.LOSS_PLOT)
             if self.evaluation.tasks is not None:  # eval.tasks: their metrics by step, beside it
                 plot_downstream(records, self.run_files)
@@ -214,13 +215,17 @@ class Trainer:
             records, steps
         ) or ended.evaluations  # another process may not see the record
 
+    def _plot_path(self) -> str | None:
+        """Where the loss plot goes, or None when ``trainer.plots`` is off."""
+        return self.directory.where(RunDirectory.LOSS_PLOT) if self.config.trainer.plots else None
+
     @property
     def run_files(self):
         """The run directory's small objects: config, metrics, plots."""
         return self.directory.files
 
     def _summary(
-        self, state: TrainState, plotted: tuple[str, list[tuple[int, dict[str, float]]]], **session
+        self, state: TrainState, plotted: tuple[str | None, list[tuple[int, dict[str, float]]]], **session
     ) -> RunSummary:
         """A ``RunSummary`` of the run at ``state`` with its plot and held-out evaluations; ``session``
         holds what this invocation did."""
@@ -251,7 +256,7 @@ class Trainer:
         records = evaluations(read_metrics(self.run_dir / RunDirectory.METRICS), step)
         return self._summary(
             start.state,
-            (self.directory.where(RunDirectory.LOSS_PLOT), records),
+            (self._plot_path(), records),
             tokens_per_second=0.0,
             last_checkpoint=start.resumed_from,
             stopped_by=None,

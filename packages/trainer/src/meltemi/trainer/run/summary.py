@@ -34,8 +34,9 @@ class RunSummary:
     every process of the run, whichever one it reached); ``exit_status`` the process's status for it.
     ``already_trained``: the run directory held the finished run, so nothing was compiled or trained.
     ``storage_retries``: this session's requests to buckets that met a transient error and were retried.
-    ``data_notes``: what the run should know of its data (a source smaller than a batch, or read for many
-    epochs: ``RunData.notes``). ``reply_prompt``: the user's message ``replies`` answer."""
+    ``plot_path``: the loss plot (None with ``trainer.plots`` off). ``data_notes``: what the run should know
+    of its data (a source smaller than a batch, or read for many epochs: ``RunData.notes``).
+    ``reply_prompt``: the user's message ``replies`` answer."""
 
     run_dir: Location
     steps: int
@@ -45,7 +46,7 @@ class RunSummary:
     last_eval: dict[str, float]
     tokens_per_second: float
     metrics_path: str
-    plot_path: str
+    plot_path: str | None
     last_checkpoint: Location | None
     stopped_by: str | None
     checkpoint_seconds_blocked: float
