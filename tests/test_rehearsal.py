@@ -18,6 +18,8 @@ from meltemi.trainer.plan.phases import phases
 from meltemi.trainer.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
+# Both tests read one 120-step run (a module fixture): on one worker it trains once, and early: it is long.
+pytestmark = [pytest.mark.xdist_group("rehearsal"), pytest.mark.slow]
 BOUNDARY = 96  # Starling begins: z-loss on here, the batch raised at the next step, a new mixture
 
 

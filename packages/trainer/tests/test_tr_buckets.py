@@ -26,15 +26,18 @@ from meltemi.trainer.hf import export_hf
 from meltemi.trainer.run.trackers import read_metrics
 from meltemi.trainer.trainer import Trainer
 
+# The tests compare against one local reference run (a module fixture, two trainings): one worker trains it.
+pytestmark = pytest.mark.xdist_group("trainer-buckets")
+
 
 def train(config, run_dir, **kwargs):
     return Trainer(config, run_dir, devices=jax.devices()[:1], progress=kwargs.pop("progress", False)).run()
 
 
-def checkpointed(make_config, steps: int):
+def checkpointed(make_config, steps: int, *extra: str):
     return make_config("--trainer.num_train_steps", str(steps), "--trainer.checkpoint_every", "2",
                        "--trainer.log_every", "1", "--trainer.log_batch_hashes", "true",
-                       "--trainer.keep_every", "2", "--optimizer.extension", "tail")  # fmt: skip
+                       "--trainer.keep_every", "2", "--optimizer.extension", "tail", *extra)  # fmt: skip
 
 
 def arrays(step) -> dict[str, bytes]:
@@ -76,7 +79,7 @@ def test_a_run_in_a_bucket_trains_resumes_exports_and_samples_like_a_local_one(
 ):
     fake = request.getfixturevalue(server)
     url = f"{fake.bucket_url()}/runs/tiny"
-    first = train(checkpointed(make_config, 4), url)
+    first = train(checkpointed(make_config, 4, "--trainer.plots", "true"), url)
     assert first.steps == 4 and first.last_checkpoint == Location.parse(f"{url}/checkpoints/step-4")
     run = Directory(url)
     names = set(run.list())
