@@ -26,6 +26,7 @@ from meltemi.trainer.step.distributed import wait_for_every_process
 from meltemi.trainer.step.eval_step import BatchSums, make_eval_step, summarize
 from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.step.program import TrainProgram
+from meltemi.trainer.step.reuse import PROGRAMS, program_key
 from meltemi.trainer.step.train_step import TrainState
 
 
@@ -56,7 +57,8 @@ class Evaluation:
                 with hax.axis_mapping(compute):
                     return step(model, batch, byte_lengths)
 
-            self._jitted = jax.jit(in_mapping, out_shardings=self.plan.replicated())
+            key, replicated = program_key("eval step", self.config, self.plan), self.plan.replicated()
+            self._jitted = PROGRAMS.get(key, lambda: jax.jit(in_mapping, out_shardings=replicated))
         return self._jitted
 
     def __call__(self, state: TrainState, at: int | None = None) -> dict[str, float]:

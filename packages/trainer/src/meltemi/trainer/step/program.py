@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from functools import partial
 
 import equinox as eqx
 import jax
@@ -30,6 +31,7 @@ from meltemi.trainer.errors import HostMemoryError
 from meltemi.trainer.step.distributed import wait_for_every_process
 from meltemi.trainer.step.host_memory import HostMemory
 from meltemi.trainer.step.mesh import MeshPlan
+from meltemi.trainer.step.reuse import PROGRAMS, program_key
 from meltemi.trainer.step.train_step import TrainState, copy_weights, init_state, make_train_step
 
 
@@ -87,11 +89,19 @@ class TrainProgram:
         self._batch_layouts: dict[int, dict[str, tuple[jax.sharding.Sharding, tuple[int, ...]]]] = {}
 
     def abstract_state(self) -> TrainState:
-        """The train state's shapes and dtypes (nothing allocated; traced once per program)."""
+        """The train state's shapes and dtypes (nothing allocated; traced once per config in a process)."""
         if self._abstract_state is None:
-            key = jax.eval_shape(lambda: adapters.jax_key(self.config.trainer.seed, "init"))
-            self._abstract_state = eqx.filter_eval_shape(init_state, self.config, key)
+
+            def trace() -> TrainState:
+                key = jax.eval_shape(lambda: adapters.jax_key(self.config.trainer.seed, "init"))
+                return eqx.filter_eval_shape(init_state, self.config, key)
+
+            self._abstract_state = PROGRAMS.get(self._key("state shapes"), trace)
         return self._abstract_state
+
+    def _key(self, kind: str, *extra) -> tuple:
+        """What a program of this config and mesh is kept under in the process (``step.reuse``)."""
+        return program_key(kind, self.config, self.plan, *extra)
 
     def state_shardings(self):
         """Where each leaf of the state lives: the parameter axis mapping on the mesh."""
@@ -132,15 +142,21 @@ class TrainProgram:
     def initial_state(self) -> TrainState:
         """The step-0 state, created directly in its sharded layout."""
         key = adapters.jax_key(self.config.trainer.seed, "init")
+        config, shardings = self.config, self.state_shardings()
+        make = PROGRAMS.get(
+            self._key("initial state"), lambda: jax.jit(partial(init_state, config), out_shardings=shardings)
+        )
         with jax.set_mesh(self.plan.mesh):
-            make = jax.jit(lambda k: init_state(self.config, k), out_shardings=self.state_shardings())
             return make(key)
 
     def with_average_started(self, state: TrainState) -> TrainState:
         """``state`` with its average of the weights (``optimizer.ema``) started afresh as a copy of its
         weights, laid out as they are: a run whose checkpoint or base has no average begins one there."""
+        shardings = self.state_shardings().ema
+        key = self._key("average started")
+        copy = PROGRAMS.get(key, lambda: jax.jit(copy_weights, out_shardings=shardings))
         with jax.set_mesh(self.plan.mesh):
-            ema = jax.jit(copy_weights, out_shardings=self.state_shardings().ema)(state.model)
+            ema = copy(state.model)
         return dataclasses.replace(state, ema=ema)
 
     def _variant(self, rows: int | None, z_loss_weight: float | None) -> tuple[int, float]:
@@ -154,21 +170,27 @@ class TrainProgram:
         (``model.z_loss_weight`` by step); by default the first of each."""
         rows, weight = self._variant(global_batch_size, z_loss_weight)
         if (rows, weight) not in self._jitted:
-            step = make_train_step(self.config, self.abstract_state().model, weight)
-            compute = self.plan.compute_mapping
-
-            def in_mapping(state, batch):
-                with hax.axis_mapping(compute):
-                    return step(state, batch)
-
-            batch = self.abstract_batch(rows)
-            self._jitted[rows, weight] = jax.jit(
-                in_mapping,
-                in_shardings=(self.state_shardings(), self.plan.compute_shardings(batch)),
-                out_shardings=(self.state_shardings(), self.plan.replicated()),
-                donate_argnums=0,
+            self._jitted[rows, weight] = PROGRAMS.get(
+                self._key("train step", rows, weight), lambda: self._jit_step(rows, weight)
             )
         return self._jitted[rows, weight]
+
+    def _jit_step(self, rows: int, weight: float):
+        """The step jitted for ``rows`` rows and z-loss ``weight``, under the compute mapping."""
+        step = make_train_step(self.config, self.abstract_state().model, weight)
+        compute = self.plan.compute_mapping
+
+        def in_mapping(state, batch):
+            with hax.axis_mapping(compute):
+                return step(state, batch)
+
+        batch = self.abstract_batch(rows)
+        return jax.jit(
+            in_mapping,
+            in_shardings=(self.state_shardings(), self.plan.compute_shardings(batch)),
+            out_shardings=(self.state_shardings(), self.plan.replicated()),
+            donate_argnums=0,
+        )
 
     def compile(
         self, global_batch_size: int | None = None, z_loss_weight: float | None = None

@@ -1,0 +1,57 @@
+"""The programs of a config on a mesh, kept for the life of the process: a second run of the same config in
+one process (a notebook's, a sweep's, an app that trains and then evaluates) reuses the jitted train step,
+eval step and initialization, which JAX then neither traces, lowers nor compiles again.
+
+A program's key is everything its trace reads: the whole config (frozen, so its JSON is its value), the
+mesh and both axis mappings, and what the program adds (a batch size, a z-loss weight). JAX's own caches
+take it from there, keyed on the abstract arguments and its configuration, so a changed ``jax.config``
+still retraces. The newest few programs are kept (``ProgramCache.size``), so a long-lived process does not
+hold every executable it ever made.
+
+>>> cache = ProgramCache(size=2)
+>>> built = []
+>>> make = lambda: built.append(1) or (lambda x: x)
+>>> first = cache.get(("step", 1), make)
+>>> cache.get(("step", 1), make) is first, len(built)
+(True, 1)
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Hashable
+from typing import TypeVar
+
+from meltemi.trainer.config import RunConfig
+from meltemi.trainer.step.mesh import MeshPlan
+
+Program = TypeVar("Program")
+
+
+class ProgramCache:
+    """The ``size`` most recently used programs, by key."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._programs: collections.OrderedDict[Hashable, object] = collections.OrderedDict()
+
+    def get(self, key: Hashable, build: Callable[[], Program]) -> Program:
+        """The program kept under ``key``, else ``build()``'s, kept."""
+        if key in self._programs:
+            self._programs.move_to_end(key)
+        else:
+            self._programs[key] = build()
+            while len(self._programs) > self.size:
+                self._programs.popitem(last=False)
+        return self._programs[key]  # type: ignore[return-value]
+
+
+PROGRAMS = ProgramCache(size=16)
+"""The process's programs: a run keeps four or five (train and eval steps, initialization, state shapes)."""
+
+
+def program_key(kind: str, config: RunConfig, plan: MeshPlan, *extra: Hashable) -> tuple:
+    """What a program of ``kind`` for ``config`` on ``plan`` is kept under (``extra``: what else its trace
+    reads)."""
+    mappings = tuple(repr(sorted(m.items())) for m in (plan.parameter_mapping, plan.compute_mapping))
+    return (kind, config.model_dump_json(), plan.mesh, *mappings, *extra)
