@@ -138,7 +138,7 @@ def test_steps_rolled_back_from_a_damaged_checkpoint_leave_the_record_and_the_pl
     monkeypatch.setattr(trainer_module, "plot_loss", plot_and_keep)
     capsys.readouterr()
 
-    summary = train(recorded(make_config), finished)
+    summary = train(recorded(make_config, "--trainer.plots", "true"), finished)
 
     err = capsys.readouterr().err
     assert "resuming from" in err and "step-4" in err
