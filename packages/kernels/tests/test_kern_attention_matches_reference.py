@@ -123,6 +123,25 @@ def test_splash_interpreted_matches_reference():
     assert_matches_reference("splash", problem)
 
 
+@functools.partial(jax.jit, static_argnames=("implementation", "window"))
+def blocked_and_reference(q, k, v, segment_ids, d_out, *, implementation, window):
+    """Outputs and gradients of the reference and of the blocked version in small tiles. One program per
+    version, window and segment layout (``None`` or ids), with the arrays as arguments: the parameters that
+    share a version and window share its programs, lowered once (the Pallas kernels' lowering is most of
+    their time)."""
+    spec = MaskSpec(causal=True, sliding_window=window, softmax_scale=0.25)
+    if implementation == "xla":
+        blocked = functools.partial(xla_attention, block_size=16)
+    else:
+        config = PallasAttentionConfig(block_q=16, block_k=32, backward_block_q=32, backward_block_k=16)
+        blocked = functools.partial(pallas_attention, config=config)
+    results = []
+    for function in (reference_attention, blocked):
+        out, vjp = jax.vjp(functools.partial(function, segment_ids=segment_ids, spec=spec), q, k, v)
+        results.append((out, *vjp(d_out)))
+    return results
+
+
 @pytest.mark.parametrize(
     ("implementation", "layout", "window"),
     [("xla", "documents", 29), ("pallas", "documents", 29), ("pallas", "long documents+padding", None),
@@ -134,22 +153,9 @@ def test_blockwise_versions_cross_many_blocks(implementation, layout, window):
     q, k, v, segment_ids, d_out = make_inputs(
         dict(shape=(2, 75, 1, 2, 16), dtype=jnp.float32, causal=True, window=None, layout=layout, seed=3)
     )
-    spec = MaskSpec(causal=True, sliding_window=window, softmax_scale=0.25)
-    if implementation == "xla":
-        blocked = functools.partial(xla_attention, block_size=16)
-    else:
-        config = PallasAttentionConfig(block_q=16, block_k=32, backward_block_q=32, backward_block_k=16)
-        blocked = functools.partial(pallas_attention, config=config)
-
-    @jax.jit
-    def outputs_and_gradients(segments):
-        results = []
-        for function in (reference_attention, blocked):
-            out, vjp = jax.vjp(functools.partial(function, segment_ids=segments, spec=spec), q, k, v)
-            results.append((out, *vjp(d_out)))
-        return results
-
     for segments in (None, segment_ids):
-        expected, actual = outputs_and_gradients(segments)
+        expected, actual = blocked_and_reference(
+            q, k, v, segments, d_out, implementation=implementation, window=window
+        )
         for want, got in zip(expected, actual, strict=True):
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * max(1.0, float(np.max(np.abs(want)))))
