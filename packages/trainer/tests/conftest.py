@@ -16,9 +16,10 @@ def corpus(small_corpus) -> dict[str, str]:
     return small_corpus
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def make_config(corpus):
-    """A tiny run config over the test store, with overrides as dotted command-line words."""
+    """A tiny run config over the test store, with overrides as dotted command-line words (a session
+    fixture, so that a module's fixtures can build their model or run once)."""
 
     def make(*overrides: str):
         base = [

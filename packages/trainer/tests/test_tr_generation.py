@@ -24,9 +24,17 @@ from meltemi.trainer.trainer import Trainer
 PROMPTS = [[5, 17, 200, 33, 91, 7, 64], [250, 3], [12, 13, 14, 15]]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def model(make_config):
+    """Initialized once for the module (0.1-0.2 CPU-s each time); a model is immutable, and generation
+    donates no parameter."""
     return Llama.init(make_config().model, key=jax.random.key(3))
+
+
+@pytest.fixture(scope="module")
+def tools_model(make_config):
+    """The chat tests' model with room for a template's tool definitions, initialized once."""
+    return Llama.init(make_config("--model.max_seq_len", "512").model, key=jax.random.key(5))
 
 
 @pytest.fixture
@@ -388,7 +396,7 @@ ADD = {"type": "function", "function": {"name": "add_numbers", "parameters": {"t
 
 
 def test_a_chat_shows_the_model_its_tools_at_every_turn_and_a_template_without_them_is_refused(
-    make_config, tokenizer, tmp_path, s3
+    tools_model, tokenizer, tmp_path, s3
 ):
     from meltemi.datastore.chat.template import ChatTemplate
     from meltemi.datastore.storage import Directory
@@ -400,7 +408,7 @@ def test_a_chat_shows_the_model_its_tools_at_every_turn_and_a_template_without_t
     Directory(bucket).write_text("tools.json", json.dumps([ADD]))
     tools = read_tools(tmp_path / "tools.json")
     assert tools == read_tools(f"{bucket}/tools.json") == (ADD,)
-    model = Llama.init(make_config("--model.max_seq_len", "512").model, key=jax.random.key(5))
+    model = tools_model
     template, settings = ChatTemplate(TOOLS_TEMPLATE, "tools.jinja"), SamplingConfig(max_new_tokens=3)
     with_tools = ChatSession(model, tokenizer, template, [], settings, tools=tools)
     without = ChatSession(model, tokenizer, template, [], settings)
@@ -440,7 +448,7 @@ def test_a_tools_file_that_is_not_a_list_of_tool_definitions_is_one_line_naming_
 
 
 def test_a_chat_goes_on_with_a_saved_conversation_and_answers_a_tools_result(
-    make_config, tokenizer, tmp_path
+    tools_model, tokenizer, tmp_path
 ):
     from meltemi.datastore.chat.template import ChatTemplate
     from meltemi.trainer.generate.chat import ChatSession, chat_prompt_ids
@@ -456,7 +464,7 @@ def test_a_chat_goes_on_with_a_saved_conversation_and_answers_a_tools_result(
     (tmp_path / "chat.json").write_text(json.dumps({"messages": said, "tools": [ADD]}))
     saved = read_conversation(tmp_path / "chat.json")
     assert saved.messages == tuple(said) and saved.tools == (ADD,)
-    model = Llama.init(make_config("--model.max_seq_len", "512").model, key=jax.random.key(5))
+    model = tools_model
     template, settings = ChatTemplate(TOOLS_TEMPLATE, "tools.jinja"), SamplingConfig(max_new_tokens=3)
     session = ChatSession(model, tokenizer, template, [], settings, tools=saved.tools)
     session.go_on(saved.messages)
