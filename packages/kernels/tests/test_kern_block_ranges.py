@@ -4,7 +4,6 @@ the documents). The ranges visible whole, where the kernels skip the mask: every
 and every block whose pairs all are is in them."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given
@@ -19,10 +18,11 @@ from meltemi.kernels._masking import (
 
 blocks = st.sampled_from([1, 2, 4, 8])
 
-# One program per shape and pair of blocks, as the kernels run it (inside their jit), reused by the examples
-# that repeat one. Eagerly, each of its operations compiles alone for every new shape: about 0.2 CPU-s a new
-# call against 0.08 for the one program, and most of these properties' time.
+# One program per shape and settings, as the kernels run these (inside their jit), reused by the examples
+# that repeat one. Eagerly, each of their operations compiles alone for every new shape: for the ranges about
+# 0.2 CPU-s a new call against 0.08 for the one program, and most of these properties' time.
 ranges_of = jax.jit(segment_block_ranges, static_argnums=(1, 2))
+mask_of = jax.jit(allowed, static_argnums=(2, 3), static_argnames=("causal", "sliding_window", "seq_len"))
 
 
 def meeting_blocks(ids: np.ndarray, row_block: int, column_block: int) -> list[list[set[int]]]:
@@ -111,11 +111,8 @@ def test_the_blocks_visible_whole_by_position_are_exactly_those_without_a_hidden
     """Queries against keys and keys against queries, with a true length ``cut`` short of the padded one."""
     length = blocks * max(block_q, block_k) * 2
     seq_len = max(length - cut, 1) if cut else None
-    mask = np.asarray(
-        allowed(jnp.arange(length), jnp.arange(length), None, None, causal=causal, sliding_window=window,
-                seq_len=seq_len)
-    )  # fmt: skip
     settings = {"causal": causal, "sliding_window": window, "seq_len": seq_len}
+    mask = np.asarray(mask_of(np.arange(length), np.arange(length), None, None, **settings))
     for i in range(length // block_q):
         lo, hi = whole_key_block_range(i, block_q, block_k, length // block_k, **settings)
         rows = mask[i * block_q : (i + 1) * block_q]
