@@ -22,6 +22,19 @@ def arrays(draw, min_axes=1):
     return hax.NamedArray(jnp.asarray(raw), axes), raw
 
 
+# One program per drawn axes, axis and count (shared by examples drawing the same): eager calls would
+# compile each primitive for every drawn shape.
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def repeat_tile_pad_nanargs(axis, n, x, with_nan):
+    named_nan = hax.NamedArray(with_nan, x.axes)
+    return (
+        hax.repeat(x, n, axis.name),
+        hax.tile(x, {axis.name: n}),
+        hax.pad_left(x, axis.name, axis.resize(axis.size + n), value=7.0),
+        (hax.nanargmax(named_nan, axis.name), hax.nanargmin(named_nan, axis.name)),
+    )
+
+
 @settings(max_examples=25)
 @given(arrays(), st.data())
 def test_repeat_tile_pad_left_nanargmax_equal_jnp(xr, data):
@@ -30,18 +43,7 @@ def test_repeat_tile_pad_left_nanargmax_equal_jnp(xr, data):
     i = x.axes.index(axis)
     n = data.draw(st.integers(1, 3))
     with_nan = np.where(raw > 1.5, np.nan, raw)
-
-    @jax.jit  # one program per example: eager calls would compile each primitive for every drawn shape
-    def run(x, with_nan):
-        named_nan = hax.NamedArray(with_nan, x.axes)
-        return (
-            hax.repeat(x, n, axis.name),
-            hax.tile(x, {axis.name: n}),
-            hax.pad_left(x, axis.name, axis.resize(axis.size + n), value=7.0),
-            (hax.nanargmax(named_nan, axis.name), hax.nanargmin(named_nan, axis.name)),
-        )
-
-    rep, tiled, padded, (nanargmax, nanargmin) = run(x, with_nan)
+    rep, tiled, padded, (nanargmax, nanargmin) = repeat_tile_pad_nanargs(axis, n, x, with_nan)
     assert rep.axes[i] == axis.resize(axis.size * n)
     np.testing.assert_array_equal(np.asarray(rep.array), np.repeat(raw, n, axis=i))
     np.testing.assert_array_equal(
@@ -55,24 +57,24 @@ def test_repeat_tile_pad_left_nanargmax_equal_jnp(xr, data):
     assert hax.ndim(x) == raw.ndim and hax.product is hax.prod
 
 
+@functools.partial(jax.jit, static_argnums=0)  # one program per drawn axes and order, as above
+def comparisons(order, x):
+    permuted = x.rearrange(order)
+    same = (hax.allclose(x, permuted), hax.array_equal(x, permuted), hax.array_equiv(x, permuted))
+    bumped = permuted + 1e-3
+    near = (hax.array_equal(x, bumped), hax.allclose(x, bumped, atol=1e-2))
+    renamed = hax.array_equal(x, x.rename({x.axes[0].name: "zz"}))
+    first = x[x.axes[0].name, 0]
+    broadcast = hax.array_equiv(hax.broadcast_axis(first, x.axes[0]), first) if x.ndim > 1 else True
+    return same, near, renamed, broadcast
+
+
 @settings(max_examples=25)
 @given(arrays(), st.data())
 def test_whole_array_comparisons_align_by_name(xr, data):
     x, raw = xr
     order = tuple(data.draw(st.permutations(x.axes)))
-
-    @jax.jit  # one program per example: eager calls would compile each primitive for every drawn shape
-    def run(x):
-        permuted = x.rearrange(order)
-        same = (hax.allclose(x, permuted), hax.array_equal(x, permuted), hax.array_equiv(x, permuted))
-        bumped = permuted + 1e-3
-        near = (hax.array_equal(x, bumped), hax.allclose(x, bumped, atol=1e-2))
-        renamed = hax.array_equal(x, x.rename({x.axes[0].name: "zz"}))
-        first = x[x.axes[0].name, 0]
-        broadcast = hax.array_equiv(hax.broadcast_axis(first, x.axes[0]), first) if x.ndim > 1 else True
-        return same, near, renamed, broadcast
-
-    same, (bumped_equal, bumped_close), renamed_equal, broadcast_equiv = run(x)
+    same, (bumped_equal, bumped_close), renamed_equal, broadcast_equiv = comparisons(order, x)
     assert all(bool(s) for s in same)
     assert not bool(bumped_equal) and bool(bumped_close)
     assert not bool(renamed_equal)
@@ -193,25 +195,34 @@ def test_shape_checks_can_be_turned_off_and_util_helpers():
     assert hax.nn.scan.ScanCheckpointPolicy is hax.ScanCheckpointPolicy
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))  # one program per drawn order and size, for speed
+def unique_family(order, n_unique, raw):
+    x = hax.named(raw, tuple(POOL[:2])).rearrange(order)
+    U = hax.Axis("u", n_unique)
+    return (
+        x,
+        hax.unique_counts(x, U, fill_value=-1),
+        jnp.unique_counts(x.array, size=n_unique, fill_value=-1),
+        hax.unique_inverse(x, hax.Axis("u", 5)),
+        hax.unique(x, U, return_index=True, return_inverse=True, return_counts=True, fill_value=-1),
+        hax.unique(x, U, fill_value=-1),
+    )
+
+
 @settings(max_examples=25)
 @given(st.permutations(POOL[:2]), st.integers(0, 2**16), st.integers(1, 8))
 def test_unique_family_equals_jnp(order, seed, n_unique):
     raw = np.random.default_rng(seed).integers(0, 5, size=(2, 3))
-    x = hax.named(jnp.asarray(raw), tuple(POOL[:2])).rearrange(tuple(order))
+    x, (values, counts), ref, (distinct, inverse), (v, idx, inv, cnt), plain = unique_family(
+        tuple(order), n_unique, jnp.asarray(raw)
+    )
     flat = np.asarray(x.array)
-    U = hax.Axis("u", n_unique)
-    values, counts = hax.unique_counts(x, U, fill_value=-1)
-    ref = jnp.unique_counts(flat, size=n_unique, fill_value=-1)
     np.testing.assert_array_equal(np.asarray(values.array), np.asarray(ref.values))
     np.testing.assert_array_equal(np.asarray(counts.array), np.asarray(ref.counts))
-    values, inverse = hax.unique_inverse(x, hax.Axis("u", 5))
     assert inverse.axes == x.axes
-    np.testing.assert_array_equal(np.asarray(values.array)[np.asarray(inverse.array)], flat)
-    v, idx, inv, cnt = hax.unique(
-        x, U, return_index=True, return_inverse=True, return_counts=True, fill_value=-1
-    )
+    np.testing.assert_array_equal(np.asarray(distinct.array)[np.asarray(inverse.array)], flat)
     np.testing.assert_array_equal(np.asarray(cnt.array), np.asarray(ref.counts))
-    assert hax.unique(x, U, fill_value=-1).axes == (U,)
+    assert plain.axes == (hax.Axis("u", n_unique),)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))  # one program per drawn order and bit order, for speed

@@ -1,6 +1,8 @@
 """The polynomial family equals its jnp meaning, with the coefficient axis Haliax gives it: the named
 input's axis resized (the first named argument's), else ``degree``."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -83,25 +85,40 @@ def test_roots_of_poly_are_the_zeros(zeros, name, named):
     np.testing.assert_allclose(np.sort_complex(np.asarray(found.array)), np.sort(zeros), atol=1e-3)
 
 
+# One program per drawn degree, length and naming (shared by examples drawing the same), where eager each
+# of the three fits compiled a program of its own (hax's and jnp's share it) for every drawn shape.
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def fits(deg, named_x, x_raw, y_raw):
+    x = hax.named(x_raw, "x") if named_x else x_raw
+    y = hax.named(y_raw, "y")
+    fitted = (
+        hax.polyfit(x, y, deg),
+        hax.polyfit(x, y, deg, full=True),
+        hax.polyfit(x, y, deg, cov=True) if len(x_raw) > deg + 3 else None,
+    )
+    expected = (
+        jnp.polyfit(x_raw, y_raw, deg),
+        jnp.polyfit(x_raw, y_raw, deg, full=True),
+        jnp.polyfit(x_raw, y_raw, deg, cov=True) if len(x_raw) > deg + 3 else None,
+    )
+    return fitted, expected
+
+
 @settings(max_examples=20)
 @given(st.integers(0, 3), st.integers(4, 7), st.booleans(), st.integers(0, 2**16))
 def test_polyfit_equals_jnp_and_names_the_covariance(deg, n, named_x, seed):
     rng = np.random.default_rng(seed)
-    x_raw = jnp.asarray(np.linspace(-1.0, 1.0, n), jnp.float32)
-    y_raw = jnp.asarray(rng.normal(size=n), jnp.float32)
-    x = hax.named(x_raw, "x") if named_x else x_raw
-    y = hax.named(y_raw, "y")
+    x_raw = np.linspace(-1.0, 1.0, n, dtype=np.float32)
+    y_raw = rng.normal(size=n).astype(np.float32)
+    (coefficients, full, with_cov), (expected, expected_full, expected_cov) = fits(deg, named_x, x_raw, y_raw)
     name = "x" if named_x else "y"
-    check(hax.polyfit(x, y, deg), jnp.polyfit(x_raw, y_raw, deg), name)
-    full = hax.polyfit(x, y, deg, full=True)
-    expected_full = jnp.polyfit(x_raw, y_raw, deg, full=True)
+    check(coefficients, expected, name)
     check(full[0], expected_full[0], name)
     assert len(full) == 5 and all(isinstance(v, jax.Array) for v in full[1:])
     if n > deg + 3:
-        coefficients, cov = hax.polyfit(x, y, deg, cov=True)
-        _, expected_cov = jnp.polyfit(x_raw, y_raw, deg, cov=True)
+        cov = with_cov[1]
         assert cov.axes == (hax.Axis(name, deg + 1), hax.Axis(f"{name}_cov", deg + 1))
-        np.testing.assert_allclose(np.asarray(cov.array), np.asarray(expected_cov), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(cov.array), np.asarray(expected_cov[1]), rtol=1e-4, atol=1e-6)
 
 
 @settings(max_examples=20)
