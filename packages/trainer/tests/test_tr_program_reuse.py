@@ -2,14 +2,20 @@
 process traces nothing again and ends bitwise as the first; a change to the config, the mesh, the batch size
 or the z-loss weight is another program; and the cache keeps only its newest programs."""
 
+from functools import partial
+
 import jax
+import jax.numpy as jnp
 import pytest
 
+from meltemi.trainer import adapters
 from meltemi.trainer.run.trackers import read_metrics
 from meltemi.trainer.step import program as program_module
+from meltemi.trainer.step.eval_step import make_eval_step
 from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.step.program import TrainProgram
-from meltemi.trainer.step.reuse import ProgramCache
+from meltemi.trainer.step.reuse import NOT_READ, ProgramCache, program_key
+from meltemi.trainer.step.train_step import init_state
 from meltemi.trainer.trainer import Trainer
 
 
@@ -34,6 +40,33 @@ def test_a_change_to_the_config_the_mesh_the_batch_or_the_z_loss_is_another_prog
     ]
     assert all(other is not jitted for other in others)
     assert len({id(other) for other in others}) == len(others)
+
+
+def test_no_program_reads_the_fields_left_out_of_its_key(make_config, monkeypatch):
+    """Every field of ``NOT_READ`` set to a value no program could use (a string naming it) lowers the train
+    step, the eval step and the initialization to the same text: so a run differing only there may share
+    them. A program that read one would fail to trace, or lower to other text."""
+    config = make_config("--trainer.num_train_steps", "5")
+    elsewhere = config.model_copy(update={
+        section: getattr(config, section).model_copy(update={name: f"unread {name}" for name in names})
+        for section, names in NOT_READ.items()
+    })  # fmt: skip
+    plan = MeshPlan.of(config, jax.devices()[:1])
+    assert program_key("train step", elsewhere, plan) == program_key("train step", config, plan)
+
+    def lowered(config) -> list[str]:
+        monkeypatch.setattr(program_module, "PROGRAMS", ProgramCache(16))  # traced afresh, nothing kept
+        program = TrainProgram(config, plan)
+        state, batch = program.abstract_state(), program.abstract_batch(16)
+        lengths = jax.ShapeDtypeStruct((config.model.vocab_size,), jnp.int32)
+        with jax.set_mesh(plan.mesh):
+            return [
+                program.jitted().lower(state, batch).as_text(),
+                jax.jit(make_eval_step(config)).lower(state.model, batch, lengths).as_text(),
+                jax.jit(partial(init_state, config)).lower(adapters.jax_key(0, "init")).as_text(),
+            ]
+
+    assert lowered(elsewhere) == lowered(config)
 
 
 def test_a_rerun_in_one_process_traces_no_step_and_ends_bitwise_as_the_first(

@@ -2,11 +2,15 @@
 one process (a notebook's, a sweep's, an app that trains and then evaluates) reuses the jitted train step,
 eval step and initialization, which JAX then neither traces, lowers nor compiles again.
 
-A program's key is everything its trace reads: the whole config (frozen, so its JSON is its value), the
-mesh and both axis mappings, and what the program adds (a batch size, a z-loss weight). JAX's own caches
-take it from there, keyed on the abstract arguments and its configuration, so a changed ``jax.config``
-still retraces. The newest few programs are kept (``ProgramCache.size``), so a long-lived process does not
-hold every executable it ever made.
+A program's key is everything its trace may read: the config's JSON (frozen, so that is its value) less
+the fields no program reads (``NOT_READ``: where the data, the base and the run's files are, and what the
+run logs, keeps and reports, so runs of one model on other data or directories share their programs), the
+mesh and both axis mappings, and what the program adds (a batch size, a z-loss weight). A field not named
+there is part of the key, so a new one is safe by default; tests/test_tr_program_reuse.py lowers every
+program with all of ``NOT_READ`` changed and finds the same text. JAX's own caches take it from there,
+keyed on the abstract arguments and its configuration, so a changed ``jax.config`` still retraces. The
+newest few programs are kept (``ProgramCache.size``), so a long-lived process does not hold every
+executable it ever made.
 
 >>> cache = ProgramCache(size=2)
 >>> built = []
@@ -50,8 +54,21 @@ PROGRAMS = ProgramCache(size=16)
 """The process's programs: a run keeps four or five (train and eval steps, initialization, state shapes)."""
 
 
+NOT_READ: dict[str, set[str]] = {
+    "data": {"tokenizer", "stores", "corpus", "rebuild_corpus", "cache_dir", "sources", "eval_sets",
+             "stages", "eval_fraction", "held_out", "mixture_block_size", "text_field", "skip_bad_lines",
+             "invalid_utf8", "chat", "reset_positions"},
+    "trainer": {"log_every", "eval_every", "eval_batches", "export_every", "export_dtype", "checkpoint_every",
+                "checkpoint_every_minutes", "keep_every", "keep_last", "initialize_from", "nan_policy",
+                "profiler", "plots", "log_batch_hashes", "trackers", "sample_prompt", "reply_to",
+                "compile_cache", "compile_cache_dir", "compile_cache_mirror"},
+}  # fmt: skip
+"""The config's fields no program reads: the data's files and how rows are drawn (the programs see batches),
+the base a run starts from (they see its state), and what a run logs, keeps and reports."""
+
+
 def program_key(kind: str, config: RunConfig, plan: MeshPlan, *extra: Hashable) -> tuple:
     """What a program of ``kind`` for ``config`` on ``plan`` is kept under (``extra``: what else its trace
     reads)."""
     mappings = tuple(repr(sorted(m.items())) for m in (plan.parameter_mapping, plan.compute_mapping))
-    return (kind, config.model_dump_json(), plan.mesh, *mappings, *extra)
+    return (kind, config.model_dump_json(exclude=NOT_READ), plan.mesh, *mappings, *extra)
