@@ -214,27 +214,32 @@ def test_conv_transpose_is_the_transpose_of_a_strided_conv(data):
 
 def test_conv_transpose_equals_lax_conv_transpose():
     Time, In, Out = hax.Axis("time", 7), hax.Axis("in", 3), hax.Axis("out", 2)
-    layer = hnn.ConvTranspose.init(
-        Time,
-        In,
-        Out,
-        4,
-        stride=3,
-        padding=((1, 2),),
-        output_padding=1,
-        use_bias=False,
-        key=jax.random.PRNGKey(0),
-    )
-    x = hax.random.normal(jax.random.PRNGKey(1), (In, Time))
-    k, d, (lo, hi), o = 4, 1, (1, 2), 1
-    expected = jax.lax.conv_transpose(
-        x.array[None],
-        layer.weight.array,
-        (3,),
-        [(d * (k - 1) - lo, d * (k - 1) - hi + o)],
-        dimension_numbers=("NCH", "OIH", "NCH"),
-    )[0]
-    out = layer(x)
+
+    @jax.jit  # one program: eagerly the init, the input and both convolutions compiled op by op
+    def run():
+        layer = hnn.ConvTranspose.init(
+            Time,
+            In,
+            Out,
+            4,
+            stride=3,
+            padding=((1, 2),),
+            output_padding=1,
+            use_bias=False,
+            key=jax.random.PRNGKey(0),
+        )
+        x = hax.random.normal(jax.random.PRNGKey(1), (In, Time))
+        k, d, (lo, hi), o = 4, 1, (1, 2), 1
+        expected = jax.lax.conv_transpose(
+            x.array[None],
+            layer.weight.array,
+            (3,),
+            [(d * (k - 1) - lo, d * (k - 1) - hi + o)],
+            dimension_numbers=("NCH", "OIH", "NCH"),
+        )[0]
+        return expected, layer(x)
+
+    expected, out = run()
     assert out.axes == (Out, Time.resize((7 - 1) * 3 - 3 + 3 + 1 + 1))
     np.testing.assert_allclose(out.array, expected, rtol=1e-5, atol=1e-5)
 
@@ -268,13 +273,19 @@ def test_gradients_flow_and_jit_gives_the_same_values(cls):
 def test_weight_layout_and_init_bounds_follow_haliax():
     H, W = hax.Axis("h", 9), hax.Axis("w", 9)
     In, Out = hax.Axis("in", 6), hax.Axis("out", 4)
-    layer = hnn.Conv.init((H, W), In, Out, (3, 5), groups=2, key=jax.random.PRNGKey(0))
+    # both layers in one program: eagerly each init's random draws compiled op by op
+    layer, unbiased = jax.jit(
+        lambda: (
+            hnn.Conv.init((H, W), In, Out, (3, 5), groups=2, key=jax.random.PRNGKey(0)),
+            hnn.Conv.init((H, W), In, Out, 3, use_bias=False, key=jax.random.PRNGKey(0)),
+        )
+    )()
     assert layer.weight.axes == (Out, In.resize(3), H.resize(3), W.resize(5))
     assert layer.bias.axes == (Out,)
     limit = 1 / math.sqrt(3 * 5 * 3)
     for p in (layer.weight.array, layer.bias.array):
         assert np.abs(p).max() <= limit and np.abs(p).max() > limit / 2
-    assert hnn.Conv.init((H, W), In, Out, 3, use_bias=False, key=jax.random.PRNGKey(0)).bias is None
+    assert unbiased.bias is None
     assert (layer.kernel_size, layer.stride, layer.padding, layer.dilation) == (
         (3, 5),
         (1, 1),
@@ -285,15 +296,20 @@ def test_weight_layout_and_init_bounds_follow_haliax():
 
 def test_spatial_given_by_name_and_an_input_without_batch_axes():
     In, Out, T = hax.Axis("in", 2), hax.Axis("out", 3), hax.Axis("t", 6)
-    by_name = hnn.Conv.init("t", In, Out, 3, padding=[(2, 0)], key=jax.random.PRNGKey(0))
-    by_axis = hnn.Conv.init(T, In, Out, 3, padding=((2, 0),), key=jax.random.PRNGKey(0))
-    x = hax.random.normal(jax.random.PRNGKey(1), (T, In))
-    out = by_name(x)
+
+    @jax.jit  # one program: eagerly the inits, the input and each call compiled op by op
+    def run():
+        by_name = hnn.Conv.init("t", In, Out, 3, padding=[(2, 0)], key=jax.random.PRNGKey(0))
+        by_axis = hnn.Conv.init(T, In, Out, 3, padding=((2, 0),), key=jax.random.PRNGKey(0))
+        x = hax.random.normal(jax.random.PRNGKey(1), (T, In))
+        x2 = x.at["t", 4].set(100.0)
+        return by_name, x, by_name(x), by_axis(x), by_name(x2)
+
+    by_name, x, out, out_by_axis, out2 = run()
     assert out.axes == (T, Out)  # causal padding keeps the length
-    np.testing.assert_allclose(out.array, by_axis(x).array)
+    np.testing.assert_allclose(out.array, out_by_axis.array)
     # causal: output position i sees inputs up to i only
-    x2 = x.at["t", 4].set(100.0)
-    np.testing.assert_allclose(by_name(x2)["t", :4].array, out["t", :4].array)
+    np.testing.assert_allclose(out2["t", :4].array, out["t", :4].array)
     assert jax.jit(lambda m, x: m(x))(by_name, x).axes == out.axes
 
 
