@@ -3,6 +3,7 @@ evaluation, the apps' --weights and a new phase's base."""
 
 import json
 import shutil
+from functools import partial
 from pathlib import Path
 
 import jax
@@ -41,6 +42,11 @@ def train(config, run_dir, devices=1):
     return Trainer(config, run_dir, devices=jax.devices()[:devices], progress=False).run()
 
 
+def initial_state(config):
+    """The step-0 state, jitted as the trainer makes it (eagerly, each op of the init compiled on its own)."""
+    return jax.jit(partial(init_state, config))(adapters.jax_key(0, "init"))
+
+
 def arrays(step_dir: Path, prefix: str) -> dict[str, np.ndarray]:
     manifest = inspect_checkpoint(step_dir)
     return {r.name: read_array(step_dir, r) for r in manifest.arrays if r.name.startswith(prefix)}
@@ -65,7 +71,7 @@ def test_the_average_is_the_numpy_reference_after_every_step(make_config, run_di
     start = 2
     config = averaged(make_config, start=start)
     trainer = Trainer(config, run_dir, devices=jax.devices()[:1], progress=False)
-    state = init_state(config, adapters.jax_key(0, "init"))
+    state = initial_state(config)
     assert all((a == b).all() for a, b in zip(leaves(state.ema), leaves(state.model), strict=True))
     step = jax.jit(make_train_step(config))
     reference = leaves(state.model)
@@ -92,7 +98,7 @@ def test_a_skipped_step_leaves_the_average_as_it_was(make_config, run_dir):
     trainer = Trainer(config, run_dir, devices=jax.devices()[:1], progress=False)
     batch = adapters.named_batch(adapters.batch_host_arrays(trainer.data.train.batch(0)))
     step = jax.jit(make_train_step(config))
-    state, _ = step(init_state(config, adapters.jax_key(0, "init")), batch)  # the average moved once
+    state, _ = step(initial_state(config), batch)  # the average moved once
     before = leaves(state.ema)
     weight = state.model.embed_tokens.weight
     poisoned = jax.tree_util.tree_map(

@@ -14,24 +14,41 @@ import haliax_lite as hax
 from meltemi.trainer import adapters
 from meltemi.trainer.checkpoint.resume import starting_state
 from meltemi.trainer.phase.initialize import initialize_from_base
+from meltemi.trainer.step.reuse import NOT_READ
 from meltemi.trainer.step.schedules import learning_rate_schedule
 from meltemi.trainer.step.train_step import init_state, make_train_step
 from meltemi.trainer.trainer import Trainer
+
+pytestmark = pytest.mark.xdist_group("trainer-learning-rate")  # one worker: the tests share their steps
 
 WARMUP = ("--optimizer.warmup_steps", "4")  # the rate differs at every one of the first steps
 
 
 def unit_rate(config):
-    """``config`` with a learning rate of 1 at every step."""
+    """``config`` with a learning rate of 1 at every step (whatever the run's length: pinned to 6 steps, so
+    that both tests' unit steps are one program)."""
     optimizer = config.optimizer.model_copy(update={"learning_rate": 1.0, "schedule": "constant",
                                                     "warmup_steps": 0})  # fmt: skip
-    return config.model_copy(update={"optimizer": optimizer})
+    trainer = config.trainer.model_copy(update={"num_train_steps": 6})
+    return config.model_copy(update={"optimizer": optimizer, "trainer": trainer})
+
+
+_STEPS: dict[str, object] = {}
+
+
+def jitted_step(config):
+    """``config``'s train step, jitted once per program in this module (keyed as the trainer keys its own,
+    without the fields no program reads): each new jit traced, lowered and compiled it again."""
+    key = config.model_dump_json(exclude=NOT_READ)
+    if key not in _STEPS:
+        _STEPS[key] = jax.jit(make_train_step(config))
+    return _STEPS[key]
 
 
 def applied_and_logged_rate(config, state, batch) -> tuple[float, float]:
     """The rate the step applies to ``state`` on ``batch`` (measured) and the one it reports."""
-    after, metrics = jax.jit(make_train_step(config))(state, batch)
-    unit, _ = jax.jit(make_train_step(unit_rate(config)))(state, batch)
+    after, metrics = jitted_step(config)(state, batch)
+    unit, _ = jitted_step(unit_rate(config))(state, batch)
     before = np.asarray(state.model.layers.stacked.mlp.up_proj.weight.array, np.float64)
     moved = np.asarray(after.model.layers.stacked.mlp.up_proj.weight.array, np.float64) - before
     moved_by_one = np.asarray(unit.model.layers.stacked.mlp.up_proj.weight.array, np.float64) - before
@@ -55,7 +72,7 @@ def test_after_a_skipped_step_the_applied_rate_is_the_logged_one(make_config, ru
     weight = state.model.embed_tokens.weight
     poisoned = jax.tree_util.tree_map(lambda x: weight.array.at[bad].set(jnp.nan) if x is weight.array else x,
                                       state, is_leaf=lambda x: x is weight.array)  # fmt: skip
-    skipped, metrics = jax.jit(make_train_step(config))(poisoned, batch)
+    skipped, metrics = jitted_step(config)(poisoned, batch)
     assert not bool(metrics.applied) and int(skipped.step) == 1
     ids = jnp.where(batch.input_ids.array == bad, (bad + 1) % config.model.vocab_size, batch.input_ids.array)
     clean = eqx.tree_at(lambda b: b.input_ids, batch, hax.named(ids, batch.input_ids.axes))
@@ -70,12 +87,13 @@ def test_a_new_phase_with_reset_step_restarts_the_applied_schedule(make_config, 
         Trainer(config, root / "run", devices=jax.devices()[:1], progress=False).run()
 
     source = shared.get("learning-rate-phase-1", four_steps) / "run"
-    config = make_config("--trainer.num_train_steps", "8", *WARMUP,
+    # 6 steps, as the test above: the same program (a phase longer than the first's 4 is what matters).
+    config = make_config("--trainer.num_train_steps", "6", *WARMUP,
                          "--trainer.initialize_from", f"{{path: {source}, reset_step: true}}")  # fmt: skip
     trainer = Trainer(config, tmp_path / "phase2", devices=jax.devices()[:1], progress=False)
     start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
     assert int(start.state.step) == 0
     applied, logged = applied_and_logged_rate(config, start.state, batch_of(trainer))
-    schedule = learning_rate_schedule(config.optimizer, 8)
+    schedule = learning_rate_schedule(config.optimizer, 6)
     np.testing.assert_allclose(logged, float(schedule(0)), rtol=1e-6)
     np.testing.assert_allclose(applied, logged, rtol=1e-4)

@@ -1,6 +1,8 @@
 """trainer.watch: each parameter's, gradient's and update's norm, computed inside the train step, against the
 same norms computed outside it; the names; the cadence in metrics.jsonl; and norms.png."""
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +19,11 @@ from meltemi.trainer.trainer import Trainer
 
 def first_batch(trainer):
     return adapters.named_batch(adapters.batch_host_arrays(trainer.data.train.batch(0)))
+
+
+def initial_state(config):
+    """The step-0 state, jitted as the trainer makes it (eagerly, each op of the init compiled on its own)."""
+    return jax.jit(partial(init_state, config))(adapters.jax_key(0, "init"))
 
 
 def outside_norms(tree, prefix: str, per_layer: bool = True) -> dict[str, float]:
@@ -57,12 +64,12 @@ def test_the_steps_norms_are_those_of_the_new_parameters_the_gradient_and_the_up
     )  # fmt: skip
     trainer = Trainer(config, run_dir, devices=jax.devices()[:1], progress=False)
     batch = first_batch(trainer)
-    before = init_state(config, adapters.jax_key(0, "init"))
+    before = initial_state(config)
     after, metrics = jax.jit(make_train_step(config))(before, batch)
     assert bool(metrics.applied) and bool(metrics.norms.computed)
     reported = jax.device_get(metrics.norms).named()
 
-    _, _, grads = make_gradients(config)(before.model, batch)
+    _, _, grads = jax.jit(make_gradients(config))(before.model, batch)  # one program, not op by op
     grads = cast_floating(grads, jnp.float32)
     update = jax.tree_util.tree_map(lambda new, old: new - old, after.model, before.model)
     expected = {
@@ -90,7 +97,7 @@ def test_steps_off_the_cadence_compute_nothing_and_a_skipped_update_is_zero(make
     trainer = Trainer(config, run_dir, devices=jax.devices()[:1], progress=False)
     batch = first_batch(trainer)
     step = jax.jit(make_train_step(config))
-    state, metrics = step(init_state(config, adapters.jax_key(0, "init")), batch)  # ends at step 1
+    state, metrics = step(initial_state(config), batch)  # ends at step 1
     assert not bool(metrics.norms.computed) and metrics.norms.params is None
     assert all(v == 0.0 for v in jax.device_get(metrics.norms).named().values())
     weight = state.model.embed_tokens.weight
@@ -138,9 +145,12 @@ def test_with_the_watch_off_nothing_is_computed_logged_or_plotted(make_config, r
         "--trainer.num_train_steps", "2", "--trainer.watch.every", "0", "--trainer.plots", "true"
     )  # fmt: skip
     trainer = Trainer(config, run_dir, devices=jax.devices()[:1], progress=False)
-    _, metrics = jax.jit(make_train_step(config))(
-        init_state(config, adapters.jax_key(0, "init")), first_batch(trainer)
-    )
+    # The run's own step, traced for its output's structure (norms or None): the run below reuses that
+    # trace, where a step jitted apart (and a state made for it) was traced and compiled again.
+    program = trainer.program
+    with jax.set_mesh(trainer.plan.mesh):
+        shapes = (program.abstract_state(), program.abstract_batch(config.trainer.global_batch_size))
+        _, metrics = jax.eval_shape(program.jitted(), *shapes)
     assert metrics.norms is None
     trainer.run()
     assert not any("/norm/" in k for r in read_metrics(run_dir / "metrics.jsonl") for k in r)
