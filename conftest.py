@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -276,6 +277,17 @@ def _source_module(path: Path) -> str | None:
             names = [*parts[i + 1 : -1], path.stem]
             return ".".join(names[:-1] if names[-1] == "__init__" else names)
     return None
+
+
+@pytest.fixture(autouse=True)
+def _doctest_temporary_files(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A docstring example's temporary files (``tempfile.mkdtemp()``, as a user would write it) land in this
+    run's temporary directory, which pytest prunes, not in the machine's for good: the examples left about 40
+    directories in /tmp each run."""
+    if isinstance(request.node, pytest.DoctestItem):
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("doctest")))
 
 
 def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport | None:
