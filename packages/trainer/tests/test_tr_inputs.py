@@ -144,3 +144,26 @@ def test_parts_of_the_standard_library_are_sources_of_their_own(make_config, cor
                           "--data.cache_dir", str(tmp_path / "cache"))  # fmt: skip
     with pytest.raises(ConfigError, match=r"data.sources.web.corpus: stdlib:no_such_dir/\* matches none of"):
         resolve_data(missing, say=lambda line: None)
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        (["--data.corpus", "{missing}"], "data.corpus"),
+        (["--data.sources", "{{web: {{corpus: {missing}}}}}"], "data.sources.web.corpus"),
+        (["--data.corpus", "stdlib", "--data.eval_sets", "{{held: {{corpus: {missing}}}}}"],
+         "data.eval_sets.held.corpus"),
+    ],
+)  # fmt: skip
+def test_a_missing_corpus_is_named_before_the_default_tokenizer_is_trained(flags, field, tmp_path):
+    """The standard library's tokenizer (the default one) takes seconds to train on first use: a corpus that
+    is not there is refused first, and nothing is written to the cache."""
+    from meltemi.trainer.config_io import load_config
+    from meltemi.trainer.data.sources import resolve_data
+
+    missing, cache = tmp_path / "nowhere.txt", tmp_path / "cache"
+    config = load_config(None, [*(f.format(missing=missing) for f in flags), "--data.cache_dir", str(cache)])
+    said = []
+    with pytest.raises(ConfigError, match=rf"^{re.escape(field)}: {re.escape(str(missing))}: no such file"):
+        resolve_data(config, say=said.append)
+    assert said == [] and not cache.exists()

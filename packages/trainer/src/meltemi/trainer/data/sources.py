@@ -81,19 +81,11 @@ def resolve_data(
     if not (data.stores or data.corpus is not None or data.tokenizer == STDLIB or corpora):
         return config  # concrete already: data.sources (checked when the run opens them)
     recipe = chat_recipe(config) if _holds_chat(config) else None  # data.chat, resolved once
+    refuse_missing_inputs(config)  # before a tokenizer is trained or a store built for the others
     tokenizer, model = tokenizer_for_stores(config, say, recipe)
     if data.stores:
-        for store in data.stores:
-            if _missing(store, Path.is_dir):
-                raise ConfigError(
-                    f"data.stores: {store}: no such token store (the directory does not exist): "
-                    f"{BUILD_A_STORE.format(path=store)}"
-                )
         sources = {name: {"store": store} for name, store in _store_names(data.stores).items()}
     elif data.corpus is not None:
-        if data.corpus != STDLIB and _missing(local_or_cached(data.corpus, "dataset"), Path.exists):
-            missing = f"no such file or directory{not_cached(data.corpus, 'dataset')}"
-            raise ConfigError(f"data.corpus: {data.corpus}: {missing}")
         if tokenizer is None:
             raise ConfigError(
                 "--data.corpus needs a tokenizer: pass --data.tokenizer TOKENIZER_JSON (or stdlib)"
@@ -146,11 +138,8 @@ def tokenizer_for_stores(
     tokenizer = data.tokenizer
     if tokenizer == STDLIB:
         tokenizer = stdlib_tokenizer(config, say)
-    elif tokenizer is not None and _missing(tokenizer, Path.is_file):
-        raise ConfigError(
-            f"data.tokenizer: {tokenizer}: no such file (a tokenizer.json, a model directory holding one, or "
-            f"stdlib){not_cached(tokenizer, 'model')}"
-        )
+    elif (missing := _missing_tokenizer(tokenizer)) is not None:
+        raise missing
     if _holds_chat(config):
         if tokenizer is None:
             raise ConfigError(
@@ -237,10 +226,10 @@ def build_source(
     elif corpus == STDLIB_CHAT:
         corpus = stdlib_chat_corpus(config, say)
         inputs, identity = corpus, _resolved(corpus)
-    elif _missing(corpus := local_or_cached(corpus, "dataset"), Path.exists):
-        missing = f"{corpus}: no such file or directory{not_cached(corpus, 'dataset')}"
-        raise ConfigError(f"{field}.corpus: {missing}")
+    elif (missing := _missing_corpus(corpus, f"{field}.corpus")) is not None:
+        raise missing
     else:
+        corpus = local_or_cached(corpus, "dataset")
         inputs, identity = corpus, _resolved(corpus)
     key = "\0".join([source.format, identity, file_sha256(tokenizer)])  # a copy finds the same store
     if source.format == "chat":
@@ -375,6 +364,62 @@ def _resolved(path: str) -> str:
     """A path made absolute (a URL as it is), so the same file names the same cached store."""
     local = local_path_of(path)
     return path if local is None else local.resolve().as_posix()
+
+
+def refuse_missing_inputs(config: RunConfig) -> None:
+    """A ``ConfigError`` naming the first of the run's tokenizer and token stores or corpora (``data.stores``,
+    else ``data.corpus``, else each source's; each eval set's) that is not there, a local path or a data set
+    not in the cache (a bucket URL is checked when read): said before anything is trained or built.
+
+    >>> from meltemi.trainer.config import RunConfig
+    >>> refuse_missing_inputs(RunConfig(data={"corpus": "no/such/file.txt"}))
+    Traceback (most recent call last):
+    ...
+    meltemi.trainer.errors.ConfigError: data.corpus: no/such/file.txt: no such file or directory
+    """
+    data = config.data
+    if (missing := _missing_tokenizer(data.tokenizer)) is not None:
+        raise missing
+    if data.stores:
+        for store in data.stores:
+            if _missing(store, Path.is_dir):
+                raise ConfigError(
+                    f"data.stores: {store}: no such token store (the directory does not exist): "
+                    f"{BUILD_A_STORE.format(path=store)}"
+                )
+    elif data.corpus is not None:
+        if data.corpus != STDLIB and (missing := _missing_corpus(data.corpus, "data.corpus")) is not None:
+            raise missing
+    else:
+        _refuse_missing_corpora(data.sources, "sources")
+    _refuse_missing_corpora(data.eval_sets, "eval_sets")
+
+
+def _refuse_missing_corpora(sources: dict[str, StoreOrCorpus], section: str) -> None:
+    for name, source in sources.items():
+        corpus = source.corpus
+        if corpus is None or _is_stdlib(corpus) or corpus == STDLIB_CHAT:
+            continue
+        if (missing := _missing_corpus(corpus, f"data.{section}.{name}.corpus")) is not None:
+            raise missing
+
+
+def _missing_tokenizer(tokenizer: str | None) -> ConfigError | None:
+    """The error for a ``data.tokenizer`` that is not there (not ``stdlib``, a local path); else None."""
+    if tokenizer is None or tokenizer == STDLIB or not _missing(tokenizer, Path.is_file):
+        return None
+    return ConfigError(
+        f"data.tokenizer: {tokenizer}: no such file (a tokenizer.json, a model directory holding one, or "
+        f"stdlib){not_cached(tokenizer, 'model')}"
+    )
+
+
+def _missing_corpus(corpus: str, field: str) -> ConfigError | None:
+    """The error for a corpus (a local path or a data set's name) that is neither a file or directory here
+    nor a data set in the cache, naming ``field``; None when it is there."""
+    if not _missing(local_or_cached(corpus, "dataset"), Path.exists):
+        return None
+    return ConfigError(f"{field}: {corpus}: no such file or directory{not_cached(corpus, 'dataset')}")
 
 
 def _missing(path: str, there: Callable[[Path], bool]) -> bool:
