@@ -37,7 +37,7 @@ COMMANDS = {  # the README's commands, in the order they run (sft starts from fi
     "first": ["apps/pretrain.py"],
     "sft": ["apps/sft.py"],
     "marin": ["--group", "eval", "apps/pretrain.py", "--config", "configs/tiny_marin.yaml"],
-    "marin_sft": ["apps/sft.py", "--base", "runs/tiny_marin"],
+    "marin_sft": ["apps/sft.py", "--base", "runs/tiny_marin", "--run-dir", "runs/tiny_marin_sft"],
 }
 GROUPS = {"first": ["first"], "sft": ["first", "sft"], "marin": ["marin", "marin_sft"]}
 
@@ -142,7 +142,7 @@ FIGURES = (
     Figure(
         "rehearsal fine-tuning held-out assistant loss",
         "marin_sft",
-        r"--base runs/tiny_marin +# held-out assistant loss ([\d.]+ -> [\d.]+)",
+        r"--base runs/tiny_marin --run-dir runs/tiny_marin_sft +# held-out assistant loss ([\d.]+ -> [\d.]+)",
         r"held-out assistant loss: ([\d.]+) at step 0 -> ([\d.]+) at step \d+",
         value=lambda m: m[1] if m.lastindex == 1 else f"{m[1]} -> {m[2]}",
     ),

@@ -438,12 +438,23 @@ def test_a_base_of_another_shape_than_the_config_is_named_by_field(sft_config, b
 
 
 def test_a_resumed_fine_tuning_run_needs_only_its_own_directory(sft_config, base, tmp_path):
-    """Once a run has checkpoints, its base is not read again: a base moved away does not stop a resume."""
+    """Once a run has checkpoints, its base is not read again: a base moved away does not stop a resume.
+    Another base named for that directory is refused, writing nothing: the run would otherwise report
+    (or go on with) the first base's fine-tuning as the other's."""
     moved = tmp_path / "base"
     shutil.copytree(base, moved)
     config = sft_config("--trainer.num_train_steps", "4", "--optimizer.extension", "tail", base=moved)
     first = train(sft_config(base=moved), tmp_path / "sft")
     assert first.steps == 2
+    before = {path: path.stat().st_mtime_ns for path in (tmp_path / "sft").rglob("*")}
+    with pytest.raises(
+        ConfigError,
+        match=rf"^trainer.initialize_from: .*sft/checkpoints/step-2 was started from {moved}, not from {base}: "
+        rf"train in another directory \(--run-dir DIR\) to start from {base}, or go on with this run from "
+        rf"{moved} \(as the base\)$",
+    ):
+        train(sft_config(base=base), tmp_path / "sft")
+    assert {path: path.stat().st_mtime_ns for path in (tmp_path / "sft").rglob("*")} == before
     shutil.rmtree(moved)
     resumed = train(config, tmp_path / "sft")
     assert resumed.steps == 4 and resumed.resumed_from is not None

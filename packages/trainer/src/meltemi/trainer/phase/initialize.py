@@ -39,6 +39,7 @@ from meltemi.trainer.phase.base import (
     FIELD,
     Base,
     base_template,
+    check_resumed_base,
     check_shape,
     check_tokenizer,
     locate_base,
@@ -62,6 +63,7 @@ def resolve_base(
     own = None if run_dir is None else own_checkpoint(run_dir)
     if own is not None:
         tokenizer, manifest, step = own
+        check_resumed_base(step, manifest, source.path)
         template = concrete_template(config.data.chat.template, recorded_template(step, manifest))
         return _with_data(config, tokenizer=config.data.tokenizer or str(tokenizer), template=template)
     base = locate_base(source.path)
