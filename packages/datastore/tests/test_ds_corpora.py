@@ -71,10 +71,14 @@ def test_the_stdlib_corpus_is_built_once_and_reused(tmp_path):
     from meltemi.datastore import TokenStore
     from meltemi.datastore.corpora import stdlib_corpus, stdlib_tokenizer
 
-    tokenizer, store = stdlib_corpus(tmp_path / "stdlib", 300)
+    said: list[str] = []
+    tokenizer, store = stdlib_corpus(tmp_path / "stdlib", 300, say=said.append)
     manifest = Path(store) / "manifest.json"
     built = (Path(tokenizer).read_bytes(), manifest.stat().st_mtime_ns)
-    assert stdlib_corpus(tmp_path / "stdlib", 300) == (tokenizer, store)
+    docs = TokenStore.open(store, tokenizer=tokenizer).num_docs
+    assert len(said) == 1 and said[0].startswith(f"{store}: built {docs:,} docs, "), said
+    assert stdlib_corpus(tmp_path / "stdlib", 300, say=said.append) == (tokenizer, store)
+    assert len(said) == 1, "a store already built is reused silently"
     assert stdlib_tokenizer(tmp_path / "stdlib", 300) == tokenizer == f"{tmp_path}/stdlib/tokenizer.json"
     assert (Path(tokenizer).read_bytes(), manifest.stat().st_mtime_ns) == built
     assert TokenStore.open(store, tokenizer=tokenizer).num_docs > 500

@@ -4,7 +4,7 @@ import fnmatch
 import os
 import re
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from meltemi.datastore.build import build_store
@@ -134,13 +134,19 @@ def stdlib_tokenizer(directory: str | os.PathLike, vocab_size: int) -> str:
     return str(tokenizer)
 
 
-def stdlib_corpus(directory: str | os.PathLike, vocab_size: int, progress: bool = False) -> tuple[str, str]:
+def stdlib_corpus(
+    directory: str | os.PathLike,
+    vocab_size: int,
+    progress: bool = False,
+    say: Callable[[str], object] | None = None,
+) -> tuple[str, str]:
     """`(tokenizer.json, token store)` of the standard library under `directory`, built on first use.
 
     A later call reuses both; a build that was killed is finished, and a half-written tokenizer is never
     left behind (it is written aside and renamed). The directory should name the vocabulary size and the
     Python version, since both change the result. A module that is not UTF-8 (none is, in CPython's
-    library outside its tests) is left out, counted in the store's manifest.
+    library outside its tests) is left out, counted in the store's manifest. `say` is told the build's
+    summary line (``...: built 665 docs, 2,833,046 tokens in ...``) when this call builds the store.
 
     >>> import tempfile
     >>> tokenizer, store = stdlib_corpus(tempfile.mkdtemp(), 300)  # doctest: +SKIP
@@ -151,5 +157,7 @@ def stdlib_corpus(directory: str | os.PathLike, vocab_size: int, progress: bool 
     try:
         TokenStore.open(store, tokenizer=tokenizer)
     except DatastoreError:  # not built yet, or a build that stopped: (finish) building it
-        build_store(python_stdlib(), tokenizer, store, invalid_utf8="skip", progress=progress)
+        report = build_store(python_stdlib(), tokenizer, store, invalid_utf8="skip", progress=progress)
+        if say is not None:
+            say(report.summary())
     return tokenizer, str(store)

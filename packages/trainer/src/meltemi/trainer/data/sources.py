@@ -444,7 +444,7 @@ def build_corpus(
             if not (directory / "store" / "manifest.json").exists():
                 say(f"building the standard-library corpus in {directory} (first run only)")
             return STDLIB, {
-                "store": corpora.stdlib_corpus(directory, config.model.vocab_size, progress=True)[1]
+                "store": corpora.stdlib_corpus(directory, config.model.vocab_size, progress=True, say=say)[1]
             }
         (inputs, key), name = _stdlib_inputs(), STDLIB
     else:
