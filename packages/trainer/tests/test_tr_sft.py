@@ -449,9 +449,9 @@ def test_a_resumed_fine_tuning_run_needs_only_its_own_directory(sft_config, base
     before = {path: path.stat().st_mtime_ns for path in (tmp_path / "sft").rglob("*")}
     with pytest.raises(
         ConfigError,
-        match=rf"^trainer.initialize_from: .*sft/checkpoints/step-2 was started from {moved}, not from {base}: "
-        rf"train in another directory \(--run-dir DIR\) to start from {base}, or go on with this run from "
-        rf"{moved} \(as the base\)$",
+        match=rf"^trainer.initialize_from: .*sft/checkpoints/step-2 was started from {moved}, "
+        rf"not from {base}: train in another directory \(--run-dir DIR\) to start from {base}, "
+        rf"or go on with this run from {moved} \(as the base\)$",
     ):
         train(sft_config(base=base), tmp_path / "sft")
     assert {path: path.stat().st_mtime_ns for path in (tmp_path / "sft").rglob("*")} == before
