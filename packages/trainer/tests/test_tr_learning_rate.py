@@ -14,7 +14,7 @@ import haliax_lite as hax
 from meltemi.trainer import adapters
 from meltemi.trainer.checkpoint.resume import starting_state
 from meltemi.trainer.phase.initialize import initialize_from_base
-from meltemi.trainer.step.reuse import NOT_READ
+from meltemi.trainer.step.reuse import PROGRAMS, program_key
 from meltemi.trainer.step.schedules import learning_rate_schedule
 from meltemi.trainer.step.train_step import init_state, make_train_step
 from meltemi.trainer.trainer import Trainer
@@ -33,22 +33,19 @@ def unit_rate(config):
     return config.model_copy(update={"optimizer": optimizer, "trainer": trainer})
 
 
-_STEPS: dict[str, object] = {}
+def jitted_step(config, plan):
+    """``config``'s train step, jitted once per program and kept as the trainer keeps its own
+    (``step.reuse``): each new jit traced, lowered and compiled it again. Its state is not donated (the
+    trainer's is), since the tests step one state twice."""
+    key = program_key("train step, state not donated", config, plan)
+    return PROGRAMS.get(key, lambda: jax.jit(make_train_step(config)))
 
 
-def jitted_step(config):
-    """``config``'s train step, jitted once per program in this module (keyed as the trainer keys its own,
-    without the fields no program reads): each new jit traced, lowered and compiled it again."""
-    key = config.model_dump_json(exclude=NOT_READ)
-    if key not in _STEPS:
-        _STEPS[key] = jax.jit(make_train_step(config))
-    return _STEPS[key]
-
-
-def applied_and_logged_rate(config, state, batch) -> tuple[float, float]:
+def applied_and_logged_rate(trainer, config, state, batch) -> tuple[float, float]:
     """The rate the step applies to ``state`` on ``batch`` (measured) and the one it reports."""
-    after, metrics = jitted_step(config)(state, batch)
-    unit, _ = jitted_step(unit_rate(config))(state, batch)
+    plan = trainer.program.plan
+    after, metrics = jitted_step(config, plan)(state, batch)
+    unit, _ = jitted_step(unit_rate(config), plan)(state, batch)
     before = np.asarray(state.model.layers.stacked.mlp.up_proj.weight.array, np.float64)
     moved = np.asarray(after.model.layers.stacked.mlp.up_proj.weight.array, np.float64) - before
     moved_by_one = np.asarray(unit.model.layers.stacked.mlp.up_proj.weight.array, np.float64) - before
@@ -72,11 +69,11 @@ def test_after_a_skipped_step_the_applied_rate_is_the_logged_one(make_config, ru
     weight = state.model.embed_tokens.weight
     poisoned = jax.tree_util.tree_map(lambda x: weight.array.at[bad].set(jnp.nan) if x is weight.array else x,
                                       state, is_leaf=lambda x: x is weight.array)  # fmt: skip
-    skipped, metrics = jitted_step(config)(poisoned, batch)
+    skipped, metrics = jitted_step(config, trainer.program.plan)(poisoned, batch)
     assert not bool(metrics.applied) and int(skipped.step) == 1
     ids = jnp.where(batch.input_ids.array == bad, (bad + 1) % config.model.vocab_size, batch.input_ids.array)
     clean = eqx.tree_at(lambda b: b.input_ids, batch, hax.named(ids, batch.input_ids.axes))
-    applied, logged = applied_and_logged_rate(config, skipped, clean)
+    applied, logged = applied_and_logged_rate(trainer, config, skipped, clean)
     np.testing.assert_allclose(logged, float(schedule(1)), rtol=1e-6)
     np.testing.assert_allclose(applied, logged, rtol=1e-4)
 
@@ -93,7 +90,7 @@ def test_a_new_phase_with_reset_step_restarts_the_applied_schedule(make_config, 
     trainer = Trainer(config, tmp_path / "phase2", devices=jax.devices()[:1], progress=False)
     start = starting_state(trainer, warn=pytest.fail, initialize=initialize_from_base)
     assert int(start.state.step) == 0
-    applied, logged = applied_and_logged_rate(config, start.state, batch_of(trainer))
+    applied, logged = applied_and_logged_rate(trainer, config, start.state, batch_of(trainer))
     schedule = learning_rate_schedule(config.optimizer, 6)
     np.testing.assert_allclose(logged, float(schedule(0)), rtol=1e-6)
     np.testing.assert_allclose(applied, logged, rtol=1e-4)
