@@ -226,10 +226,8 @@ def build_source(
     elif corpus == STDLIB_CHAT:
         corpus = stdlib_chat_corpus(config, say)
         inputs, identity = corpus, _resolved(corpus)
-    elif (missing := _missing_corpus(corpus, f"{field}.corpus")) is not None:
-        raise missing
     else:
-        corpus = local_or_cached(corpus, "dataset")
+        corpus = present_corpus(corpus, f"{field}.corpus")
         inputs, identity = corpus, _resolved(corpus)
     key = "\0".join([source.format, identity, file_sha256(tokenizer)])  # a copy finds the same store
     if source.format == "chat":
@@ -388,8 +386,8 @@ def refuse_missing_inputs(config: RunConfig) -> None:
                     f"{BUILD_A_STORE.format(path=store)}"
                 )
     elif data.corpus is not None:
-        if data.corpus != STDLIB and (missing := _missing_corpus(data.corpus, "data.corpus")) is not None:
-            raise missing
+        if data.corpus != STDLIB:
+            present_corpus(data.corpus, "data.corpus")
     else:
         _refuse_missing_corpora(data.sources, "sources")
     _refuse_missing_corpora(data.eval_sets, "eval_sets")
@@ -400,8 +398,7 @@ def _refuse_missing_corpora(sources: dict[str, StoreOrCorpus], section: str) -> 
         corpus = source.corpus
         if corpus is None or _is_stdlib(corpus) or corpus == STDLIB_CHAT:
             continue
-        if (missing := _missing_corpus(corpus, f"data.{section}.{name}.corpus")) is not None:
-            raise missing
+        present_corpus(corpus, f"data.{section}.{name}.corpus")
 
 
 def _missing_tokenizer(tokenizer: str | None) -> ConfigError | None:
@@ -414,12 +411,20 @@ def _missing_tokenizer(tokenizer: str | None) -> ConfigError | None:
     )
 
 
-def _missing_corpus(corpus: str, field: str) -> ConfigError | None:
-    """The error for a corpus (a local path or a data set's name) that is neither a file or directory here
-    nor a data set in the cache, naming ``field``; None when it is there."""
-    if not _missing(local_or_cached(corpus, "dataset"), Path.exists):
-        return None
-    return ConfigError(f"{field}: {corpus}: no such file or directory{not_cached(corpus, 'dataset')}")
+def present_corpus(corpus: str, field: str) -> str:
+    """``corpus`` (a local path, a URL or a data set's name) as it is read: the path, the URL, or the data
+    set's snapshot in the cache; a ``ConfigError`` naming ``field`` when it is neither a file or directory
+    here nor a data set in the cache (a URL is checked when read).
+
+    >>> present_corpus("no/such/file.txt", "data.corpus")
+    Traceback (most recent call last):
+    ...
+    meltemi.trainer.errors.ConfigError: data.corpus: no/such/file.txt: no such file or directory
+    """
+    found = local_or_cached(corpus, "dataset")
+    if _missing(found, Path.exists):
+        raise ConfigError(f"{field}: {corpus}: no such file or directory{not_cached(corpus, 'dataset')}")
+    return found
 
 
 def _missing(path: str, there: Callable[[Path], bool]) -> bool:
