@@ -55,6 +55,28 @@ def test_training_twice_in_fresh_processes_gives_the_same_tokenizer(tmp_path):
     assert digests[0] == digests[1]
 
 
+def test_a_tokenizer_is_written_into_a_bucket_as_into_a_file_and_urls_it_cannot_use_are_refused(
+    tmp_path, monkeypatch
+):
+    """Through the storage layer: the object holds the local file's bytes; a URL among the files (the
+    trainer reads local files) and a bucket as the stdlib cache are refused before any training, leaving
+    nothing behind (a path spelled ``gs:/...`` made a local directory named ``gs:``)."""
+    from meltemi.datastore.storage import read_object
+
+    monkeypatch.chdir(tmp_path)
+    files = corpora.python_stdlib()[:3]
+    local = corpora.train_tokenizer(files, 300, tmp_path / "t.json")
+    assert corpora.train_tokenizer(files, 300, "memory://tok-test/t/tokenizer.json").startswith("memory://")
+    assert read_object("memory://tok-test/t/tokenizer.json") == Path(local).read_bytes()
+    with pytest.raises(InputError, match=r"'gs://b/a.py': a URL; it trains on local files"):
+        corpora.train_tokenizer([*files, "gs://b/a.py"], 300, tmp_path / "u.json")
+    with pytest.raises(
+        InputError, match=r"^gs://b/cache: the standard library's corpus is cached in a local"
+    ):
+        corpora.stdlib_corpus("gs://b/cache", 300)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["t.json"]
+
+
 def test_training_needs_files_and_room_for_the_bytes(tmp_path):
     with pytest.raises(InputError, match="at least one file"):
         corpora.train_tokenizer([], 300, tmp_path / "t.json")

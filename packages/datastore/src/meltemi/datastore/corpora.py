@@ -10,6 +10,7 @@ from pathlib import Path
 from meltemi.datastore.build import build_store
 from meltemi.datastore.chat.template import CHAT_SPECIAL_TOKENS
 from meltemi.datastore.errors import DatastoreError, InputError
+from meltemi.datastore.storage import file_to_write, local_path_of, url_scheme
 from meltemi.datastore.store import TokenStore
 
 EOS_TOKEN = "<|endoftext|>"
@@ -73,7 +74,8 @@ def train_tokenizer(
     out: str | os.PathLike,
     special_tokens: Sequence[str] = SPECIAL_TOKENS,
 ) -> str:
-    """Train a byte-level BPE on `files` and write it to `out` (a `tokenizer.json`); returns `out`.
+    """Train a byte-level BPE on `files` (local files) and write it to `out` (a `tokenizer.json`, local or
+    in a bucket); returns `out`.
 
     The same files give the same tokenizer. Its special tokens come first, in order, at ids 0, 1, ...: by
     default `<|endoftext|>`, which ends each document, then the chat template's (`CHAT_SPECIAL_TOKENS`), so
@@ -92,8 +94,11 @@ def train_tokenizer(
     if not files:
         raise InputError("train_tokenizer needs at least one file")
     for path in files:
+        if local_path_of(path) is None:
+            raise InputError(f"train_tokenizer: {path!r}: a URL; it trains on local files (copy them here)")
         if not os.path.isfile(path):
             raise InputError(f"train_tokenizer: {path!r}: no such file")
+    folder, key = file_to_write(out, "tokenizer.json")
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     special_tokens = list(dict.fromkeys(special_tokens))
     least = len(alphabet) + len(special_tokens)
@@ -109,9 +114,23 @@ def train_tokenizer(
         vocab_size=vocab_size, special_tokens=special_tokens, initial_alphabet=alphabet, show_progress=False
     )
     tokenizer.train(sorted(files), trainer)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(os.fspath(out))
+    folder.write_text(key, tokenizer.to_str(pretty=True))  # the bytes `Tokenizer.save` writes
     return os.fspath(out)
+
+
+def _local_cache(directory: str | os.PathLike) -> Path:
+    """The local directory the standard library's tokenizer and store are cached in (a `file://` URL
+    names one too); an `InputError` for a bucket's URL, before anything is trained. A plain path is kept
+    as given (relative stays relative)."""
+    if url_scheme(directory) is None:
+        return Path(directory)
+    local = local_path_of(directory)
+    if local is None:
+        raise InputError(
+            f"{os.fspath(directory)}: the standard library's corpus is cached in a local directory, not at a "
+            "URL; build_store writes a store of it into a bucket"
+        )
+    return local
 
 
 def stdlib_tokenizer(directory: str | os.PathLike, vocab_size: int) -> str:
@@ -124,7 +143,7 @@ def stdlib_tokenizer(directory: str | os.PathLike, vocab_size: int) -> str:
     >>> tokenizer == stdlib_tokenizer(directory, 300) == f"{directory}/tokenizer.json"  # doctest: +SKIP
     True
     """
-    root = Path(directory)
+    root = _local_cache(directory)
     tokenizer = root / "tokenizer.json"
     if not tokenizer.exists():
         root.mkdir(parents=True, exist_ok=True)
@@ -153,7 +172,7 @@ def stdlib_corpus(
     >>> stdlib_corpus(Path(store).parent, 300) == (tokenizer, store)  # doctest: +SKIP
     True
     """
-    tokenizer, store = stdlib_tokenizer(directory, vocab_size), Path(directory) / "store"
+    tokenizer, store = stdlib_tokenizer(directory, vocab_size), _local_cache(directory) / "store"
     try:
         TokenStore.open(store, tokenizer=tokenizer)
     except DatastoreError:  # not built yet, or a build that stopped: (finish) building it
