@@ -192,6 +192,19 @@ def test_the_same_files_give_the_same_bytes_in_a_fixed_layout(tmp_path, library_
     assert len(phrasings) == 4 and all(p.count("CODE") == 1 for p in phrasings)
 
 
+def test_a_bucket_gets_the_local_files_bytes_and_a_url_among_the_files_is_refused(tmp_path, library_files):
+    from meltemi.datastore import InputError
+    from meltemi.datastore.storage import read_object
+
+    files = library_files[:20]
+    local = Path(stdlib_chat(tmp_path / "a.jsonl", files=files)).read_bytes()
+    assert stdlib_chat("memory://chat-test/out/a.jsonl", files=files) == "memory://chat-test/out/a.jsonl"
+    assert read_object("memory://chat-test/out/a.jsonl") == local
+    with pytest.raises(InputError, match=r"^stdlib_chat: 'gs://b/x.py': a URL; it reads local Python files"):
+        stdlib_chat(tmp_path / "b.jsonl", files=[*files, "gs://b/x.py"])
+    assert not (tmp_path / "b.jsonl").exists() and not list(tmp_path.glob("gs:*"))
+
+
 def test_every_answer_follows_the_format_and_the_source(library_files):
     count = 0
     for path in library_files:

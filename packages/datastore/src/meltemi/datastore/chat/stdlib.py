@@ -64,6 +64,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from meltemi.datastore.corpora import python_stdlib
+from meltemi.datastore.errors import InputError
+from meltemi.datastore.storage import file_to_write, local_path_of, url_scheme
 
 MAX_LINES = 4
 MAX_CHARS = 150
@@ -104,9 +106,10 @@ class Answer(NamedTuple):
 def stdlib_chat(
     out: str | os.PathLike, *, files: Sequence[str | os.PathLike] | None = None, limit: int | None = None
 ) -> str:
-    """Write the conversations about `files` (default: `corpora.python_stdlib()`) to the JSON Lines file
-    `out`, at most `limit` of them, and return its path. The file is written aside and renamed, so a
-    failed or killed run never leaves a partial file at `out`.
+    """Write the conversations about `files` (default: `corpora.python_stdlib()`; local Python files) to the
+    JSON Lines file `out` (local or in a bucket), at most `limit` of them, and return its path. A local file
+    is written aside and renamed, an object in one request, so a failed or killed run never leaves a
+    partial file at `out`.
 
     Each line is `{"messages": [{"role": ..., "content": ...}, ...]}`: an optional system message, the
     user's question, the assistant's answer. Files are read in the order given (the default is sorted),
@@ -118,7 +121,16 @@ def stdlib_chat(
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be at least 0, got {limit}")
-    out = Path(out)
+    remote = [os.fspath(path) for path in files or () if local_path_of(path) is None]
+    if remote:
+        raise InputError(f"stdlib_chat: {remote[0]!r}: a URL; it reads local Python files (copy them here)")
+    folder, key = file_to_write(out, "stdlib_chat.jsonl")
+    if folder.location.local_path is None:
+        found = conversations(python_stdlib() if files is None else files)
+        lines = (json.dumps(conversation, ensure_ascii=False) + "\n" for conversation in found)
+        folder.write_text(key, "".join(itertools.islice(lines, limit)))
+        return os.fspath(out)
+    out = Path(out) if url_scheme(out) is None else folder.location.local_path / key
     out.parent.mkdir(parents=True, exist_ok=True)
     aside = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
