@@ -298,14 +298,20 @@ def test_the_event_log_appends_one_json_object_per_line(tmp_path):
     assert lines[1]["delay_s"] == 1.5 and lines == log.events
 
 
-def test_an_event_log_can_hand_its_lines_to_a_sink_instead_of_a_file(tmp_path):
-    """Where a path cannot name the place (a run directory in a bucket), each line goes to a callable."""
+def test_an_event_log_can_hand_its_lines_to_a_sink_instead_of_a_file(tmp_path, monkeypatch):
+    """Where a path cannot name the place (a run directory in a bucket), each line goes to a callable; a
+    URL given as the path is refused (it made a local directory named ``gs:``)."""
+    monkeypatch.chdir(tmp_path)
     lines: list[str] = []
     log = EventLog(job="j", sink=lines.append)
     log.emit("finished", attempt=0)
     assert [json.loads(line) for line in lines] == log.events and log.events[0]["event"] == "finished"
     with pytest.raises(ValueError, match="a file or to a sink, not both"):
         EventLog(tmp_path / "events.jsonl", sink=lines.append)
+    for url in ("gs://bucket/run/events.jsonl", "file:///tmp/events.jsonl"):
+        with pytest.raises(ValueError, match="a URL; a file path names a local file, and sink= takes"):
+            EventLog(url)
+    assert not list(tmp_path.iterdir())
 
 
 def test_the_status_line_rewrites_one_line_and_stays_silent_off_a_terminal():

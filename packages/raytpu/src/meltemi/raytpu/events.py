@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")  # gs://, s3://, file:/: not a local path
 
 
 class EventLog:
@@ -37,6 +40,11 @@ class EventLog:
     ) -> None:
         if path is not None and sink is not None:
             raise ValueError("an event log goes to a file or to a sink, not both")
+        if path is not None and _URL.match(os.fspath(path)):
+            raise ValueError(
+                f"event log {os.fspath(path)!r}: a URL; a file path names a local file, and sink= takes each "
+                "line for anywhere else (a bucket through your storage library)"
+            )
         self.path = Path(path) if path is not None else None
         self.sink = sink
         self.job = job

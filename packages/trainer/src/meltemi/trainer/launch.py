@@ -153,7 +153,8 @@ def train_on_slices(
     event_log: str | Callable[[str], None] | None = None,
 ) -> list[HostResult]:
     """Run the training on slices through raytpu (connected to Ray already); each host's ``HostResult``.
-    raytpu's events go to ``event_log``: a local file, or a callable given each line (``run_events``)."""
+    raytpu's events go to ``event_log``: a JSON Lines file, local or in a bucket (``events_file``), or a
+    callable given each line (``run_events``)."""
     from meltemi.datastore.storage import local_path_of
     from meltemi.raytpu import RetryPolicy, SliceJobError, run_on_slices, slice_type
 
@@ -165,6 +166,8 @@ def train_on_slices(
 
     local = local_path_of(run_dir)
     where = str(run_dir) if local is None else str(local.resolve())  # a URL stays one
+    if isinstance(event_log, (str, os.PathLike)):
+        event_log = events_file(event_log)
 
     try:
         return run_on_slices(
@@ -225,8 +228,7 @@ def slice_launch(flags: LaunchFlags) -> SliceLaunch:
 
 def run_events(run_dir: str) -> Callable[[str], None]:
     """Where a launch's events go: ``events.jsonl`` in the run directory, through the storage seam, so a
-    run in a bucket keeps them with its checkpoints (a relaunch continues the log). Each line is written
-    at once (a job has a handful of events).
+    run in a bucket keeps them with its checkpoints (a relaunch continues the log).
 
     >>> write = run_events("memory://doc/run")
     >>> write('{"event": "finished"}')
@@ -234,9 +236,24 @@ def run_events(run_dir: str) -> Callable[[str], None]:
     >>> Directory("memory://doc/run").read_text("events.jsonl")
     '{"event": "finished"}\\n'
     """
-    from meltemi.datastore.storage import Appender, Directory
+    from meltemi.datastore.storage import Location
 
-    log = Appender(Directory(run_dir), RunDirectory.EVENTS)
+    return events_file(str(Location.parse(run_dir) / RunDirectory.EVENTS))
+
+
+def events_file(location: str | os.PathLike) -> Callable[[str], None]:
+    """Each line given appended to the JSON Lines file ``location``, local or in a bucket, through the
+    storage seam; each is written at once (a job has a handful of events).
+
+    >>> write = events_file("memory://doc/logs/events.jsonl")
+    >>> write('{"event": "retry"}')
+    >>> from meltemi.datastore.storage import Directory
+    >>> Directory("memory://doc/logs").read_text("events.jsonl")
+    '{"event": "retry"}\\n'
+    """
+    from meltemi.datastore.storage import Appender, file_to_write
+
+    log = Appender(*file_to_write(location, "events.jsonl"))
 
     def write(line: str) -> None:
         log.append(line)
