@@ -36,7 +36,7 @@ from meltemi.datastore.storage.credentials import EMULATOR_TOKEN, gcs_credential
 Scheme = Literal["file", "gs", "s3", "memory"]
 SCHEMES: tuple[Scheme, ...] = ("file", "gs", "s3", "memory")
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
-_ONE_SLASH = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/(?!/)")
+_ONE_SLASH = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/?(?!/)")  # gs:/b/x and gs:b/x: slashes missing
 _DRIVERS = {"file": "file", "gs": "gcs", "s3": "s3", "memory": "memory"}
 
 
@@ -94,6 +94,10 @@ class Location:
     'gs://my-bucket/run/step-10/manifest.json'
     >>> Location.parse("/tmp/x") == Location.parse("file:///tmp/x"), Location.parse("/tmp/x").is_local
     (True, True)
+    >>> Location.parse("gs:my-bucket/run")
+    Traceback (most recent call last):
+    ...
+    meltemi.datastore.errors.BadUrlError: gs:my-bucket/run: a URL needs two slashes after its scheme: gs://my-bucket/run
     >>> Location.parse("hdfs://n/x")
     Traceback (most recent call last):
     ...
