@@ -36,12 +36,19 @@ def test_no_compile_cache_is_the_config_field_it_stands_for():
     assert command.overrides == ("--trainer.compile_cache", "false", "--trainer.seed", "1")
 
 
-def test_a_directory_that_cannot_be_made_turns_the_cache_off_saying_why(tmp_path):
+def test_a_directory_that_cannot_be_made_turns_the_cache_off_saying_why(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("not a directory")
     choice = enable(CacheChoice(str(tmp_path / "file" / "jax"), "trainer.compile_cache_dir"))
     try:
         assert choice.directory is None and choice.reason.startswith(f"cannot create {tmp_path / 'file'}")
         assert choice.describe().startswith("compilation cache off (cannot create")
+        monkeypatch.chdir(tmp_path)
+        slip = enable(choose_cache({"JAX_COMPILATION_CACHE_DIR": "gs:/bucket/jax"}))
+        assert slip.describe() == (
+            "compilation cache off ($JAX_COMPILATION_CACHE_DIR: gs:/bucket/jax: a URL needs two slashes "
+            "after its scheme: gs://bucket/jax)"
+        )
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]  # no local directory gs:
     finally:
         enable(choose_cache())  # back to this session's cache for the tests after this one
 

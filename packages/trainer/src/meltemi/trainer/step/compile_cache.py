@@ -84,8 +84,14 @@ def enable(choice: CacheChoice) -> CacheChoice:
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
-    from meltemi.datastore.storage import url_scheme
+    from meltemi.datastore.errors import StorageError
+    from meltemi.datastore.storage import Location, url_scheme
 
+    if choice.directory is not None:
+        try:
+            Location.parse(choice.directory)  # a URL missing a slash is not a local directory named gs:
+        except StorageError as e:
+            choice = CacheChoice(None, f"{choice.reason}: {e}")
     if choice.directory is not None and url_scheme(choice.directory) is None:
         try:
             os.makedirs(choice.directory, exist_ok=True)
