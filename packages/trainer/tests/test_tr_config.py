@@ -76,6 +76,8 @@ def test_overrides_apply_on_top_of_a_yaml_file(tmp_path):
         (["--data.cache_dir", "s3://bucket/cache"], r"^data.cache_dir: must be a local directory \(a path or a file:// URL\): corpora are built .* name it in data.stores \(got 's3://bucket/cache'\)$"),  # noqa: E501
         (["--data.cache_dir", "gs:/bucket/cache"], r"^data.cache_dir: gs:/bucket/cache: a URL needs two slashes after its scheme"),  # noqa: E501
         (["--trainer.compile_cache_dir", "gs://bucket/jax"], r"^trainer.compile_cache_dir: must be a local directory .*trainer.compile_cache_mirror copies it"),  # noqa: E501
+        (["--trainer.compile_cache_mirror", "s3:/bucket/jax"], r"^trainer.compile_cache_mirror: s3:/bucket/jax: a URL needs two slashes after its scheme: s3://bucket/jax"),  # noqa: E501
+        (["--trainer.compile_cache_mirror", "hdfs://n/jax"], r"^trainer.compile_cache_mirror: hdfs://n/jax: unknown scheme 'hdfs'"),  # noqa: E501
     ],
 )  # fmt: skip
 def test_bad_values_are_one_line_errors_naming_the_field(overrides, message):

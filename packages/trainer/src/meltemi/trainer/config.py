@@ -17,7 +17,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from meltemi.datastore.errors import StorageError
-from meltemi.datastore.storage import local_path_of, url_scheme
+from meltemi.datastore.storage import Location, local_path_of, url_scheme
 from meltemi.trainer.chips import CHIPS, FP8_CHIPS, HOPPER_CHIPS, unknown_chip
 
 Remat = Literal["none", "full", "save_dots", "offload"]
@@ -583,6 +583,16 @@ class TrainerConfig(Section):
             "copies it to and from a bucket folder"
         )
         return None if directory is None else local_directory(directory, why)
+
+    @field_validator("compile_cache_mirror")
+    @classmethod
+    def _mirror_location(cls, mirror: str | bool | None) -> str | bool | None:
+        if isinstance(mirror, str):
+            try:  # a mistyped URL is said here, before a run builds its stores, not as the trainer starts
+                Location.parse(mirror)
+            except StorageError as error:
+                raise ValueError(str(error)) from None
+        return mirror
 
     @model_validator(mode="after")
     def _schedule(self) -> TrainerConfig:
