@@ -92,9 +92,10 @@ FIGURES = (
         "the standard library's files and tokens",
         "first",
         r"\(([\d,]+) files, ([\d.]+)M tokens:\s+the\s+library",
-        r"built ([\d,]+) docs, ([\d,]+) tokens",
+        r"built ([\d,]+) docs, ([\d,]+) tokens[^\n]*?(?:, (\d+) empty files?)?$",  # a file: a doc, or empty
         value=lambda m: (
-            f"{m[1]} files, {float(m[2].replace(',', '')) / (1e6 if ',' in m[2] else 1):.1f}M tokens"
+            f"{int(m[1].replace(',', '')) + int(m[3] or 0) if m.lastindex == 3 else m[1]} files, "
+            f"{float(m[2].replace(',', '')) / (1e6 if ',' in m[2] else 1):.1f}M tokens"
         ),
     ),
     Figure("compilation of the train step", "first", r"compiled the train step in ([\d.]+) s", machine=True),
