@@ -4,6 +4,7 @@ fresh optimizer at step 0, the vocabulary grown for a chat template's tokens whe
 lacks them, and every bad input refused in one line before anything is written."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -447,11 +448,12 @@ def test_a_resumed_fine_tuning_run_needs_only_its_own_directory(sft_config, base
     first = train(sft_config(base=moved), tmp_path / "sft")
     assert first.steps == 2
     before = {path: path.stat().st_mtime_ns for path in (tmp_path / "sft").rglob("*")}
+    was, now = re.escape(str(moved)), re.escape(str(base))
     with pytest.raises(
         ConfigError,
-        match=rf"^trainer.initialize_from: .*sft/checkpoints/step-2 was started from {moved}, "
-        rf"not from {base}: train in another directory \(--run-dir DIR\) to start from {base}, "
-        rf"or go on with this run from {moved} \(as the base\)$",
+        match=rf"^trainer.initialize_from: .*sft/checkpoints/step-2 was started from {was}, not from {now}: "
+        rf"train in another directory \(--run-dir DIR\) to start from {now}, or go on with this run from "
+        rf"{was} \(as the base\)$",
     ):
         train(sft_config(base=base), tmp_path / "sft")
     assert {path: path.stat().st_mtime_ns for path in (tmp_path / "sft").rglob("*")} == before

@@ -230,10 +230,10 @@ def run_events(run_dir: str) -> Callable[[str], None]:
     """Where a launch's events go: ``events.jsonl`` in the run directory, through the storage seam, so a
     run in a bucket keeps them with its checkpoints (a relaunch continues the log).
 
-    >>> write = run_events("memory://doc/run")
+    >>> write = run_events("memory://doc/launched-run")
     >>> write('{"event": "finished"}')
     >>> from meltemi.datastore.storage import Directory
-    >>> Directory("memory://doc/run").read_text("events.jsonl")
+    >>> Directory("memory://doc/launched-run").read_text("events.jsonl")
     '{"event": "finished"}\\n'
     """
     from meltemi.datastore.storage import Location
@@ -251,9 +251,9 @@ def events_file(location: str | os.PathLike) -> Callable[[str], None]:
     >>> Directory("memory://doc/logs").read_text("events.jsonl")
     '{"event": "retry"}\\n'
     """
-    from meltemi.datastore.storage import Appender, file_to_write
+    from meltemi.datastore.storage import Appender, parent_and_key
 
-    log = Appender(*file_to_write(location, "events.jsonl"))
+    log = Appender(*parent_and_key(location))
 
     def write(line: str) -> None:
         log.append(line)

@@ -125,19 +125,17 @@ def stdlib_chat(
     if remote:
         raise InputError(f"stdlib_chat: {remote[0]!r}: a URL; it reads local Python files (copy them here)")
     folder, key = file_to_write(out, "stdlib_chat.jsonl")
+    found = itertools.islice(conversations(python_stdlib() if files is None else files), limit)
+    lines = (json.dumps(conversation, ensure_ascii=False) + "\n" for conversation in found)
     if folder.location.local_path is None:
-        found = conversations(python_stdlib() if files is None else files)
-        lines = (json.dumps(conversation, ensure_ascii=False) + "\n" for conversation in found)
-        folder.write_text(key, "".join(itertools.islice(lines, limit)))
+        folder.write_text(key, "".join(lines))
         return os.fspath(out)
     out = Path(out) if url_scheme(out) is None else folder.location.local_path / key
     out.parent.mkdir(parents=True, exist_ok=True)
     aside = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         with open(aside, "w", encoding="utf-8", newline="\n") as f:
-            found = conversations(python_stdlib() if files is None else files)
-            for conversation in itertools.islice(found, limit):
-                f.write(json.dumps(conversation, ensure_ascii=False) + "\n")
+            f.writelines(lines)
             f.flush()
             os.fsync(f.fileno())
         os.replace(aside, out)

@@ -23,6 +23,7 @@ from meltemi.datastore.storage.directory import (
     check_writable,
     file_to_write,
     first_contact,
+    parent_and_key,
     read_object,
     storage_context,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "file_to_write",
     "first_contact",
     "local_path_of",
+    "parent_and_key",
     "read_appended",
     "read_object",
     "retried_requests",

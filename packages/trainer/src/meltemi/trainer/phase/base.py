@@ -127,32 +127,28 @@ def recorded_template(step: Directory, manifest: Manifest) -> str | None:
     return step.where()
 
 
-def recorded_base(saved_config: dict, path: str) -> str | None:
-    """The base a checkpoint's run was started from, as its saved config (a manifest's) names it, when that
-    is not the place ``path`` names (two spellings of one place are the same base); None when they agree.
-    A run started from no base records ``"no base"``.
+def recorded_base(saved_config: dict) -> str | None:
+    """The base a checkpoint's run was started from, as its saved config (a manifest's) names it; None for
+    a run started from no base.
 
-    >>> saved = {"trainer": {"initialize_from": {"path": "runs/tiny"}}}
-    >>> recorded_base(saved, "runs/tiny_marin"), recorded_base(saved, "./runs/tiny")
-    ('runs/tiny', None)
-    >>> recorded_base({"trainer": {"initialize_from": None}}, "runs/tiny")
-    'no base'
+    >>> recorded_base({"trainer": {"initialize_from": {"path": "runs/tiny"}}})
+    'runs/tiny'
+    >>> recorded_base({"trainer": {"initialize_from": None}}) is None
+    True
     """
-    earlier = (saved_config.get("trainer", {}).get("initialize_from") or {}).get("path")
-    if earlier is None:
-        return "no base"
-    return None if Location.parse(earlier) == Location.parse(path) else earlier
+    return (saved_config.get("trainer", {}).get("initialize_from") or {}).get("path")
 
 
 def check_resumed_base(step: Directory, manifest: Manifest, path: str) -> None:
     """A ``ConfigError`` when the run's own checkpoint ``step`` (which it resumes from, never reading its
     base) was started from another base than ``path``: going on would report or extend the other base's
-    run under this one's name (``apps/sft.py --base B`` in the directory of a fine-tuning of A)."""
-    earlier = recorded_base(manifest.config, path)
-    if earlier is None:
+    run under this one's name (``apps/sft.py --base B`` in the directory of a fine-tuning of A). Two
+    spellings of one place are the same base."""
+    earlier = recorded_base(manifest.config)
+    if earlier is not None and Location.parse(earlier) == Location.parse(path):
         return
-    started = "from no base" if earlier == "no base" else f"from {earlier}"
-    keep = "without a base" if earlier == "no base" else f"from {earlier} (as the base)"
+    started = "from no base" if earlier is None else f"from {earlier}"
+    keep = "without a base" if earlier is None else f"from {earlier} (as the base)"
     raise ConfigError(
         f"{FIELD}: {step.where()} was started {started}, not from {path}: train in another directory "
         f"(--run-dir DIR) to start from {path}, or go on with this run {keep}"

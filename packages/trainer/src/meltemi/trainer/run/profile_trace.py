@@ -8,9 +8,9 @@ same names (TensorBoard's profile plugin reads that layout), and the local copy 
 leaves the local copy where it is.
 
 >>> from meltemi.datastore.storage import Directory, Location
->>> trace = ProfileTrace(Location.parse("memory://doc/run/profile"))
+>>> trace = ProfileTrace(Location.parse("memory://doc/traced-run/profile"))
 >>> trace.start(); _ = jax.numpy.ones(3).block_until_ready(); trace.stop()
->>> any(key.endswith(".xplane.pb") for key in Directory("memory://doc/run/profile").list())
+>>> any(key.endswith(".xplane.pb") for key in Directory("memory://doc/traced-run/profile").list())
 True
 """
 

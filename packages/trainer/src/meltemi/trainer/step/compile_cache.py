@@ -85,14 +85,13 @@ def enable(choice: CacheChoice) -> CacheChoice:
     from jax.experimental.compilation_cache import compilation_cache
 
     from meltemi.datastore.errors import StorageError
-    from meltemi.datastore.storage import Location, url_scheme
+    from meltemi.datastore.storage import local_path_of
 
-    if choice.directory is not None:
-        try:
-            Location.parse(choice.directory)  # a URL missing a slash is not a local directory named gs:
-        except StorageError as e:
-            choice = CacheChoice(None, f"{choice.reason}: {e}")
-    if choice.directory is not None and url_scheme(choice.directory) is None:
+    try:  # a URL missing a slash (gs:/bucket) is refused, not made a local directory named gs:
+        local = None if choice.directory is None else local_path_of(choice.directory)
+    except StorageError as e:
+        choice, local = CacheChoice(None, f"{choice.reason}: {e}"), None
+    if local is not None:
         try:
             os.makedirs(choice.directory, exist_ok=True)
         except OSError as e:
