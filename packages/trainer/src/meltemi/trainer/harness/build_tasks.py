@@ -1,9 +1,10 @@
 """Build the shipped tasks' data from the standard library's test suites, which the default corpus leaves
 out (``corpora.python_stdlib()`` skips them): held-out Python that the machine always has.
 
-    python -m meltemi.trainer.harness.build_tasks [--out DIR]
+    python -m meltemi.trainer.harness.build_tasks [--out DIR_OR_URL]
 
-writes into ``meltemi/trainer/harness/tasks/`` (or ``DIR``):
+writes into ``meltemi/trainer/harness/tasks/`` (or ``DIR_OR_URL``: a folder, or a bucket's, through the
+storage layer as every other output):
 
 - ``stdlib_next_line.jsonl``: six lines of a file, then its next line among three lines of about the same
   length drawn from all the held-out files (multiple choice);
@@ -29,6 +30,7 @@ import contextlib
 import gc
 import hashlib
 import json
+import os
 import random
 import sys
 import sysconfig
@@ -38,6 +40,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from meltemi.datastore import corpora
+from meltemi.datastore.storage import Directory
 
 SEED = 2025
 CHOICES = 4
@@ -192,8 +195,9 @@ def file_docs(sources: Sequence[Source], rng: random.Random, *, count: int, char
     return docs
 
 
-def build(out: Path = TASKS_DIR, seed: int = SEED) -> dict[str, int]:
-    """Write every task's data into ``out``; return how many documents each file has."""
+def build(out: str | os.PathLike = TASKS_DIR, seed: int = SEED) -> dict[str, int]:
+    """Write every task's data into ``out`` (a folder or a bucket's URL); return how many documents each
+    file has."""
     sources = held_out_sources()
     rng = random.Random(seed)
     data = {
@@ -201,24 +205,24 @@ def build(out: Path = TASKS_DIR, seed: int = SEED) -> dict[str, int]:
         "stdlib_return.jsonl": return_docs(sources, rng, count=300),
         "stdlib_files.jsonl": file_docs(sources, rng, count=40, chars=1500),
     }
-    out.mkdir(parents=True, exist_ok=True)
+    target = Directory(out)
     manifest = {"python": sys.version.split()[0], "seed": seed, "held_out_files": len(sources), "files": {}}
     for name, docs in data.items():
         text = "".join(json.dumps(doc, ensure_ascii=False, sort_keys=True) + "\n" for doc in docs)
-        (out / name).write_text(text, encoding="utf-8")
+        target.write_text(name, text)
         digest = hashlib.sha256(text.encode()).hexdigest()
         manifest["files"][name] = {"documents": len(docs), "sha256": digest}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    target.write_text("manifest.json", json.dumps(manifest, indent=2) + "\n")
     return {name: len(docs) for name, docs in data.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=TASKS_DIR, help="where to write (default: the package's)")
+    parser.add_argument("--out", default=str(TASKS_DIR), help="folder or URL (default: the package's)")
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
     for name, count in build(args.out, args.seed).items():
-        print(f"{args.out / name}: {count} documents")
+        print(f"{Directory(args.out).where(name)}: {count} documents")
     return 0
 
 
