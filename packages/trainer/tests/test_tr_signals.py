@@ -32,6 +32,42 @@ def test_a_second_sigint_after_the_window_interrupts_at_once():
         assert stop.received == "SIGINT"
 
 
+@pytest.mark.parametrize(("later", "abandoned"), [(5.0, True), (0.5, False)])
+def test_the_answer_and_the_handler_agree_on_a_second_ctrl_c_whenever_the_handler_runs(later, abandoned):
+    """Where a thread answers signals as they arrive, only its clock tells a repeat from a second Ctrl-C:
+    here the first call of the clock (the handler's, in a version where each kept its own) says 0 and
+    every later one ``later``, so two clocks would disagree about the second Ctrl-C."""
+    import threading
+
+    calls = []
+    said: list[str] = []
+    answered = threading.Event()
+
+    def clock() -> float:
+        calls.append(1)
+        return 0.0 if len(calls) == 1 else later
+
+    def say(line: str) -> None:
+        said.append(line)
+        answered.set()
+
+    with StopSignals(repeat_window_s=1.0, clock=clock, say=say, abandoned=lambda: "abandoned") as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert answered.wait(10)
+        answered.clear()
+        interrupted = False
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            answered.wait(0.5 if abandoned else 0.3)
+            time.sleep(0.2)  # the handler runs between bytecodes of this thread
+        except KeyboardInterrupt:
+            interrupted = True
+    assert stop.received == "SIGINT"
+    assert said[0] == "stopping after step 0: saving a checkpoint (press Ctrl-C again to abandon it)"
+    assert (said[1:] == ["abandoned"]) is abandoned
+    assert interrupted is abandoned
+
+
 def signalled_at(trainer: Trainer, step: int, signum: int) -> None:
     """Make ``trainer`` receive ``signum`` while its loop reads the batch of ``step`` (before dispatching
     it): the state then stands at the boundary ``step``."""

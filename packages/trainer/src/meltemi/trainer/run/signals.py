@@ -4,6 +4,10 @@ boundary, after a checkpoint, instead of killing it mid-step.
 A signal sent to a whole process group without a terminal (``timeout -s INT``, a CI runner, a supervisor)
 reaches the trainer once per process on its way (``uv run`` forwards the copy it got, too): every copy
 within ``repeat_window_s`` of the first is the same request. A second Ctrl-C after that interrupts at once.
+Where a thread answers signals as they arrive (``say``), that thread alone tells a repeat from a second
+Ctrl-C, by when each arrived: Python's handler runs only once the main thread is back in Python (after
+the step in progress) and runs once for several copies of one signal, so its own clock could call
+"the same request" what the answer had already called "abandoned", or the other way round.
 
 >>> import os, signal
 >>> with StopSignals() as stop:
@@ -15,6 +19,7 @@ within ``repeat_window_s`` of the first is the same request. A second Ctrl-C aft
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import socket
@@ -55,10 +60,17 @@ class StopSignals:
         self.say, self.abandoned, self.grace_s = say, abandoned, grace_s
         self.boundary = 0
         self._answered: tuple[str, float] | None = None  # the answering thread's own record of the first
+        self._abandon = False  # the answering thread's verdict, which the handler acts on
         self._lock = threading.Lock()  # the answer's step and the loop's check agree on where to stop
         self._wakeup: tuple[socket.socket, socket.socket, int, threading.Thread] | None = None
 
     def _handle(self, signum, frame) -> None:
+        if self._wakeup is not None:  # the answering thread decides, by arrival (see the module's docstring)
+            if self.received is None:
+                self.received = signal.Signals(signum).name
+            if self._abandon:
+                raise KeyboardInterrupt
+            return
         now = self._clock()
         if self.received is None:
             self.received, self._first_at = signal.Signals(signum).name, now
@@ -67,8 +79,8 @@ class StopSignals:
 
     def _answer(self, signum: int) -> None:
         """What the answering thread says of a signal the moment it arrives (the same rule as ``_handle``)."""
-        if signum not in self.SIGNALS or self.say is None:
-            return
+        if signum not in self.SIGNALS or self.say is None or self._abandon:
+            return  # after abandoning, a further Ctrl-C (or the interrupt below) has nothing left to say
         now, name = self._clock(), signal.Signals(signum).name
         if self._answered is None:
             with self._lock:
@@ -76,7 +88,9 @@ class StopSignals:
             how = " (press Ctrl-C again to abandon it)" if signum == signal.SIGINT else f" ({name})"
             self.say(f"stopping after step {boundary}: saving a checkpoint{how}")
         elif signum == signal.SIGINT and now - self._answered[1] > self.repeat_window_s:
+            self._abandon = True
             self.say(self.abandoned())
+            _thread.interrupt_main(signal.SIGINT)  # the handler raises as soon as the main thread can
             if self.grace_s is not None:  # a step that does not return: end the process anyway
                 ending = threading.Timer(self.grace_s, os._exit, args=(130,))
                 ending.daemon = True
