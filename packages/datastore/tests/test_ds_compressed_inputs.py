@@ -2,9 +2,13 @@
 uncompressed bytes do, in text and chat builds; a damaged one is an error naming it."""
 
 import bz2
+import functools
 import gzip
+import http.server
 import json
 import lzma
+import shutil
+import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -129,3 +133,37 @@ def test_a_chat_data_set_of_compressed_shards_trains_on_its_train_split(tmp_path
     build_store([str(tmp_path / "plain.jsonl")], tokenizer_path, tmp_path / "plain", **options)
     zst, plain = TokenStore.open(tmp_path / "zst"), TokenStore.open(tmp_path / "plain")
     assert zst.num_docs == 6 and zst.content_hash == plain.content_hash
+
+
+@pytest.fixture
+def web_folder(tmp_path):
+    """``tmp_path`` served over HTTP on loopback (a query string is ignored, as a presigned URL's is)."""
+    handler = functools.partial(_QuietHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_presigned_urls_file_is_known_by_its_name_and_its_signature_is_in_no_record(
+    tmp_path, web_folder, tokenizer_path
+):
+    signed = "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIA%2Fus-east-1&X-Amz-Signature=5ec2e7"
+    texts = [f"def f{i}(x):\n    return x * {i}\n" for i in range(12)]
+    (tmp_path / "docs.jsonl.gz").write_bytes(gzip.compress(_jsonl({"text": t} for t in texts)))
+    shutil.copy(tokenizer_path, tmp_path / "tokenizer.json")
+    out = tmp_path / "store"
+    build_store([f"{web_folder}/docs.jsonl.gz{signed}"], f"{web_folder}/tokenizer.json{signed}", out,
+                progress=False)  # fmt: skip
+    assert TokenStore.open(out).num_docs == len(texts)  # read as gzipped JSON Lines, not as one text document
+    manifest = (out / "manifest.json").read_text()
+    assert "5ec2e7" not in manifest and "AKIA" not in manifest
+    record = json.loads(manifest)
+    assert record["sources"][0]["url"] == f"{web_folder}/docs.jsonl.gz?***"
+    assert record["tokenizer"]["name"] == "tokenizer.json"

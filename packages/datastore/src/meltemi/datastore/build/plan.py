@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from meltemi.datastore.build.executors import Executor
+from meltemi.datastore.build.inputs.compression import object_path
 from meltemi.datastore.build.inputs.files import Piece, Source, describe_source, redact, stamp_of
 from meltemi.datastore.build.records import BuildOptions, Plan, SourceRecord
 from meltemi.datastore.build.units import TokenizerInfo
@@ -53,7 +54,7 @@ def fingerprint_files(
 
 
 def _may_be_cut(url: str, size: int, split_bytes: int | None) -> bool:
-    return split_bytes is not None and url.lower().endswith(".jsonl") and size > split_bytes
+    return split_bytes is not None and object_path(url).lower().endswith(".jsonl") and size > split_bytes
 
 
 def fingerprint(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from meltemi.datastore.build.inputs.compression import object_path
 from meltemi.datastore.build.inputs.files import Piece, redact, stamp_of
 from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, read_documents
 from meltemi.datastore.build.long_documents import pieces_of
@@ -63,7 +64,9 @@ class TokenizerInfo:
         tokenizer = parse_tokenizer(text, shown, sha256)
         eos_id = _find_eos(tokenizer, shown, eos_token) if eos else None
         return cls(
-            name=Path(os.fspath(path)).name,
+            name=Path(
+                object_path(os.fspath(path))
+            ).name,  # a presigned URL's query is neither name nor secret
             sha256=sha256,
             vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
             eos_id=eos_id,

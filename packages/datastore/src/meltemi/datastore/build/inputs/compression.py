@@ -43,15 +43,28 @@ def codec_of(name: str) -> Codec | None:
 def uncompressed_name(name: str) -> str:
     """`name` without its compression suffix: the name that says what the uncompressed bytes are.
 
-    >>> uncompressed_name("/data/a.jsonl.gz"), uncompressed_name("/data/a.jsonl")
-    ('/data/a.jsonl', '/data/a.jsonl')
+    >>> uncompressed_name("/data/a.jsonl.gz"), uncompressed_name("https://host/a.jsonl.zst?sig=f00")
+    ('/data/a.jsonl', 'https://host/a.jsonl')
     """
-    suffix = _last_suffix(name)
-    return name[: -len(suffix)] if suffix in CODECS else name
+    path, suffix = object_path(name), _last_suffix(name)
+    return path[: -len(suffix)] if suffix in CODECS else path
+
+
+def object_path(name: str) -> str:
+    """The part of a path or URL that names the object: a web URL without its query and fragment (a
+    presigned ``https://host/a.jsonl.gz?X-Amz-Signature=...`` names ``a.jsonl.gz``); anything else as given
+    (a bucket's key may hold a ``?``).
+
+    >>> object_path("https://host/d/a.jsonl.gz?X-Amz-Signature=f00#top"), object_path("s3://b/a?.txt")
+    ('https://host/d/a.jsonl.gz', 's3://b/a?.txt')
+    """
+    if name[:8].lower().startswith(("http://", "https://")):
+        return name.partition("#")[0].partition("?")[0]
+    return name
 
 
 def _last_suffix(name: str) -> str:
-    base = name.rpartition("/")[2].lower()
+    base = object_path(name).rpartition("/")[2].lower()
     dot = base.rfind(".")
     return base[dot:] if dot > 0 else ""
 

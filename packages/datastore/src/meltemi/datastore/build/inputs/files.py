@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import io
 import re
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -66,13 +67,31 @@ class Source:
 _KINDS = ("jsonl", "json", "parquet", "arrow")
 
 
+# Query parameters that carry a credential: S3's and GCS's presigned URLs, Azure's SAS tokens, API keys.
+_SECRET_PARAMETERS = frozenset({
+    "x-amz-signature", "x-amz-credential", "x-amz-security-token", "awsaccesskeyid", "signature",
+    "x-goog-signature", "x-goog-credential", "googleaccessid", "sig", "token", "access_token", "key",
+    "api_key", "apikey",
+})  # fmt: skip
+
+
 def redact(url: str) -> str:
-    """`url` (or any text) with the user and password of each URL masked, so secrets stay out of records.
+    """`url` (or any text) with the user and password of each URL masked, and the whole query of a web URL
+    that carries a credential in it (a presigned URL's signature), so secrets stay out of records; a URL
+    signed again keeps its record.
 
     >>> redact("https://user:secret@example.com/a.jsonl"), redact("/data/a.jsonl")
     ('https://***@example.com/a.jsonl', '/data/a.jsonl')
+    >>> redact("https://b.s3.amazonaws.com/a.jsonl?X-Amz-Date=20261202&X-Amz-Signature=f00"), redact("http://h/a?page=2")
+    ('https://b.s3.amazonaws.com/a.jsonl?***', 'http://h/a?page=2')
     """
-    return re.sub(r"([a-zA-Z][\w+.-]*://)[^/@\s'\"]*@", r"\1***@", url)
+    masked = re.sub(r"([a-zA-Z][\w+.-]*://)[^/@\s'\"]*@", r"\1***@", url)
+    return re.sub(r"(\bhttps?://[^\s'\"?#]*\?)([^\s'\"#]*)", _masked_query, masked, flags=re.IGNORECASE)
+
+
+def _masked_query(match: re.Match) -> str:
+    names = {name.lower() for name, _ in urllib.parse.parse_qsl(match.group(2), keep_blank_values=True)}
+    return match.group(1) + "***" if names & _SECRET_PARAMETERS else match.group(0)
 
 
 @dataclass(frozen=True)
