@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from meltemi.datastore.build.inputs.files import _in_bucket, redact
+from meltemi.datastore.build.inputs.files import _in_bucket, cut_at_lines, redact
 from meltemi.datastore.build.inputs.sources import resolve_data_inputs
 from meltemi.datastore.build.output import PLAN_KEY
 from meltemi.datastore.build.plan import MIN_UNIT_BYTES, UNITS_PER_CORPUS
@@ -160,7 +160,7 @@ def estimate_build(
     target = min(unit_bytes, max(MIN_UNIT_BYTES, total // UNITS_PER_CORPUS))
     units, size, largest = 0, 0, 0
     for url, file_size in zip(urls, sizes, strict=True):
-        split = url.lower().endswith(".jsonl") and file_size > unit_bytes
+        split = cut_at_lines(url) and file_size > unit_bytes
         for piece in (
             [unit_bytes] * (file_size // unit_bytes) + [file_size % unit_bytes] if split else [file_size]
         ):

@@ -12,8 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from meltemi.datastore.build.executors import Executor
-from meltemi.datastore.build.inputs.compression import object_path
-from meltemi.datastore.build.inputs.files import Piece, Source, describe_source, redact, stamp_of
+from meltemi.datastore.build.inputs.files import (
+    Piece,
+    Source,
+    cut_at_lines,
+    describe_source,
+    redact,
+    stamp_of,
+)
 from meltemi.datastore.build.records import BuildOptions, Plan, SourceRecord
 from meltemi.datastore.build.units import TokenizerInfo
 from meltemi.datastore.layout import FORMAT_VERSION
@@ -54,7 +60,7 @@ def fingerprint_files(
 
 
 def _may_be_cut(url: str, size: int, split_bytes: int | None) -> bool:
-    return split_bytes is not None and object_path(url).lower().endswith(".jsonl") and size > split_bytes
+    return split_bytes is not None and cut_at_lines(url) and size > split_bytes
 
 
 def fingerprint(

@@ -14,7 +14,13 @@ from typing import BinaryIO
 
 import fsspec
 
-from meltemi.datastore.build.inputs.compression import Codec, codec_of, decompressed, uncompressed_name
+from meltemi.datastore.build.inputs.compression import (
+    Codec,
+    codec_of,
+    decompressed,
+    object_path,
+    uncompressed_name,
+)
 from meltemi.datastore.errors import InputError
 from meltemi.datastore.storage import local_path_of, url_scheme
 
@@ -186,6 +192,16 @@ def stamp_of(url: str) -> str | None:
     return f"object:{bytes(found.stamp.generation).hex()}"
 
 
+def cut_at_lines(url: str) -> bool:
+    """Whether a file may be cut into pieces at line starts: a JSON Lines file, not compressed (its name
+    says so; a presigned URL's query aside).
+
+    >>> cut_at_lines("s3://b/a.jsonl"), cut_at_lines("https://h/a.JSONL?sig=1"), cut_at_lines("a.jsonl.gz")
+    (True, True, False)
+    """
+    return object_path(url).lower().endswith(".jsonl")
+
+
 def describe_source(url: str, split_bytes: int | None = None, block_bytes: int = _HASH_BLOCK) -> Source:
     """Size and content hash of one file (read once, in blocks); a plain JSONL file larger than
     `split_bytes` also gets line-aligned cuts about every `split_bytes`. Its `stamp` is taken first, so a
@@ -194,7 +210,7 @@ def describe_source(url: str, split_bytes: int | None = None, block_bytes: int =
     digest = hashlib.sha256()
     size = lines = 0
     cuts: list[tuple[int, int]] = []
-    splitting = split_bytes is not None and url.lower().endswith(".jsonl")
+    splitting = split_bytes is not None and cut_at_lines(url)
     next_cut = split_bytes if splitting else None
     try:
         with open_input(url) as f:
