@@ -22,8 +22,8 @@ from meltemi.raytpu.slices import POD_TYPE_LABEL, SLICE_NAME_LABEL, WORKER_ID_LA
 LOOPBACK = "127.0.0.1"
 NO_PRESTART = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
 """Ray's settings that start no idle worker processes ahead of need: each raylet otherwise starts one per
-CPU when the driver connects (about 2 CPU-seconds each, most never used: a test run's slice tests spent
-15 CPU-seconds less without them)."""
+CPU when the driver connects, about 2 CPU-seconds each: the suite's cluster tests left 11 of them idle
+(21 CPU-seconds)."""
 _MB = 1024 * 1024
 
 
