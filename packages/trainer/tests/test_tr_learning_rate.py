@@ -1,8 +1,9 @@
 """One step counter drives the learning rate: the train state's. The rate applied to the parameters is the
 one logged, after a skipped (non-finite) step too, and ``initialize_from.reset_step`` restarts it.
 
-The applied rate is measured, not read: the same step is run from the same state with a config whose
-rate is 1 everywhere, and the parameter changes of the two are in the ratio of their rates."""
+The applied rate is measured, not read: the same step is run from the same state with a rate of 1 (the
+train step takes its schedule as an argument, computed by the trainer's program from the state's step),
+and the parameter changes of the two are in the ratio of their rates."""
 
 import equinox as eqx
 import jax
@@ -16,7 +17,7 @@ from meltemi.trainer.checkpoint.resume import starting_state
 from meltemi.trainer.phase.initialize import initialize_from_base
 from meltemi.trainer.step.reuse import PROGRAMS, program_key
 from meltemi.trainer.step.schedules import learning_rate_schedule
-from meltemi.trainer.step.train_step import init_state, make_train_step
+from meltemi.trainer.step.train_step import StepSchedule, init_state, make_train_step
 from meltemi.trainer.trainer import Trainer
 
 pytestmark = pytest.mark.xdist_group("trainer-learning-rate")  # one worker: the tests share their steps
@@ -24,28 +25,21 @@ pytestmark = pytest.mark.xdist_group("trainer-learning-rate")  # one worker: the
 WARMUP = ("--optimizer.warmup_steps", "4")  # the rate differs at every one of the first steps
 
 
-def unit_rate(config):
-    """``config`` with a learning rate of 1 at every step (whatever the run's length: pinned to 6 steps, so
-    that both tests' unit steps are one program)."""
-    optimizer = config.optimizer.model_copy(update={"learning_rate": 1.0, "schedule": "constant",
-                                                    "warmup_steps": 0})  # fmt: skip
-    trainer = config.trainer.model_copy(update={"num_train_steps": 6})
-    return config.model_copy(update={"optimizer": optimizer, "trainer": trainer})
-
-
 def jitted_step(config, plan):
     """``config``'s train step, jitted once per program and kept as the trainer keeps its own
-    (``step.reuse``): each new jit traced, lowered and compiled it again. Its state is not donated (the
-    trainer's is), since the tests step one state twice."""
+    (``step.reuse``: both tests' configs differ only in their schedule, so this is one program). Its state
+    is not donated (the trainer's is), since the tests step one state twice."""
     key = program_key("train step, state not donated", config, plan)
     return PROGRAMS.get(key, lambda: jax.jit(make_train_step(config)))
 
 
 def applied_and_logged_rate(trainer, config, state, batch) -> tuple[float, float]:
-    """The rate the step applies to ``state`` on ``batch`` (measured) and the one it reports."""
-    plan = trainer.program.plan
-    after, metrics = jitted_step(config, plan)(state, batch)
-    unit, _ = jitted_step(unit_rate(config), plan)(state, batch)
+    """The rate the step applies to ``state`` on ``batch`` (measured) and the one it reports, at the rate
+    the trainer's program gives the state's step."""
+    step = jitted_step(config, trainer.program.plan)
+    schedule = trainer.program.step_schedule(state.step)
+    after, metrics = step(state, batch, schedule)
+    unit, _ = step(state, batch, schedule._replace(rate=jnp.float32(1.0)))
     before = np.asarray(state.model.layers.stacked.mlp.up_proj.weight.array, np.float64)
     moved = np.asarray(after.model.layers.stacked.mlp.up_proj.weight.array, np.float64) - before
     moved_by_one = np.asarray(unit.model.layers.stacked.mlp.up_proj.weight.array, np.float64) - before
@@ -69,7 +63,7 @@ def test_after_a_skipped_step_the_applied_rate_is_the_logged_one(make_config, ru
     weight = state.model.embed_tokens.weight
     poisoned = jax.tree_util.tree_map(lambda x: weight.array.at[bad].set(jnp.nan) if x is weight.array else x,
                                       state, is_leaf=lambda x: x is weight.array)  # fmt: skip
-    skipped, metrics = jitted_step(config, trainer.program.plan)(poisoned, batch)
+    skipped, metrics = jitted_step(config, trainer.program.plan)(poisoned, batch, StepSchedule(1.0, False))
     assert not bool(metrics.applied) and int(skipped.step) == 1
     ids = jnp.where(batch.input_ids.array == bad, (bad + 1) % config.model.vocab_size, batch.input_ids.array)
     clean = eqx.tree_at(lambda b: b.input_ids, batch, hax.named(ids, batch.input_ids.axes))

@@ -149,7 +149,8 @@ def test_with_the_watch_off_nothing_is_computed_logged_or_plotted(make_config, r
     # trace, where a step jitted apart (and a state made for it) was traced and compiled again.
     program = trainer.program
     with jax.set_mesh(trainer.plan.mesh):
-        shapes = (program.abstract_state(), program.abstract_batch(config.trainer.global_batch_size))
+        shapes = (program.abstract_state(), program.abstract_batch(config.trainer.global_batch_size),
+                  program.abstract_schedule())  # fmt: skip
         _, metrics = jax.eval_shape(program.jitted(), *shapes)
     assert metrics.norms is None
     trainer.run()

@@ -1,11 +1,13 @@
 """A process keeps the programs of the configs it ran (``step.reuse``): a second run of one config in a
 process traces nothing again and ends bitwise as the first; a change to the config, the mesh, the batch size
-or the z-loss weight is another program; and the cache keeps only its newest programs."""
+or the z-loss weight is another program, a change to the length or the schedule only another schedule
+program; and the cache keeps only its newest programs."""
 
 from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from meltemi.trainer import adapters
@@ -14,7 +16,7 @@ from meltemi.trainer.step import program as program_module
 from meltemi.trainer.step.eval_step import make_eval_step
 from meltemi.trainer.step.mesh import MeshPlan
 from meltemi.trainer.step.program import TrainProgram
-from meltemi.trainer.step.reuse import NOT_READ, ProgramCache, program_key
+from meltemi.trainer.step.reuse import SCHEDULE, ProgramCache, not_read, program_key
 from meltemi.trainer.step.train_step import init_state
 from meltemi.trainer.trainer import Trainer
 
@@ -32,8 +34,10 @@ def test_a_change_to_the_config_the_mesh_the_batch_or_the_z_loss_is_another_prog
     one = MeshPlan.of(config, jax.devices()[:1])
     jitted = TrainProgram(config, one).jitted()
     others = [
-        TrainProgram(make_config("--optimizer.learning_rate", "2e-2"), one).jitted(),
-        TrainProgram(make_config("--trainer.num_train_steps", "7"), one).jitted(),
+        TrainProgram(make_config("--optimizer.beta2", "0.99"), one).jitted(),
+        TrainProgram(
+            make_config("--trainer.num_train_steps", "7", "--trainer.watch.every", "2"), one
+        ).jitted(),
         TrainProgram(config, MeshPlan.of(config, jax.devices()[1:2])).jitted(),  # another device
         TrainProgram(config, one).jitted(8),
         TrainProgram(config, one).jitted(None, 1e-4),
@@ -42,15 +46,48 @@ def test_a_change_to_the_config_the_mesh_the_batch_or_the_z_loss_is_another_prog
     assert len({id(other) for other in others}) == len(others)
 
 
+def test_runs_that_differ_in_their_length_or_schedule_share_every_program_but_the_schedules(make_config):
+    """The train step takes its learning rate and whether its watched norms are due as an argument
+    (``TrainProgram.step_schedule``): a longer run, another peak or another shape of schedule is the same
+    step, with its own rates and its own last step."""
+    watched = ("--trainer.watch.every", "4")
+    config = make_config(*watched)
+    one = MeshPlan.of(config, jax.devices()[:1])
+    first = TrainProgram(config, one)
+    schedule = ["--trainer.num_train_steps", "60", "--optimizer.learning_rate", "3e-3",
+                "--optimizer.schedule", "wsd", "--optimizer.warmup_steps", "5", *watched]  # fmt: skip
+    longer = TrainProgram(make_config(*schedule), one)
+    assert longer.jitted() is first.jitted()
+    rates = {program: [program.step_schedule(jnp.asarray(s, jnp.int32)) for s in range(6)]
+             for program in (first, longer)}  # fmt: skip
+    # cosine from 1e-2 to 1e-3 over steps 0-5; warming up to 3e-3 until step 4
+    cosine = [1e-3 + 9e-3 * 0.5 * (1 + np.cos(np.pi * s / 5)) for s in range(6)]
+    assert [float(r.rate) for r in rates[first]] == pytest.approx(cosine)
+    assert [float(r.rate) for r in rates[longer]] == pytest.approx(
+        [3e-3 * (s + 1) / 5 for s in range(5)] + [3e-3]
+    )
+    assert [bool(r.watch_due) for r in rates[first]] == [
+        False,
+        False,
+        False,
+        True,
+        False,
+        True,
+    ]  # 4, the last
+    assert [bool(r.watch_due) for r in rates[longer]] == [False, False, False, True, False, False]
+
+
 def test_no_program_reads_the_fields_left_out_of_its_key(make_config, monkeypatch):
-    """Every field of ``NOT_READ`` set to a value no program could use (a string naming it) lowers the train
-    step, the eval step and the initialization to the same text: so a run differing only there may share
-    them. A program that read one would fail to trace, or lower to other text."""
+    """Every field of ``NOT_READ`` and of the schedule (``SCHEDULE``) set to a value no program could use (a
+    string naming it) lowers the train step, the eval step and the initialization to the same text: so a
+    run differing only there may share them. A program that read one would fail to trace, or lower to other
+    text."""
     config = make_config("--trainer.num_train_steps", "5")
     elsewhere = config.model_copy(update={
         section: getattr(config, section).model_copy(update={name: f"unread {name}" for name in names})
-        for section, names in NOT_READ.items()
+        for section, names in not_read("train step").items()
     })  # fmt: skip
+    assert SCHEDULE["optimizer"] <= not_read("train step")["optimizer"]
     plan = MeshPlan.of(config, jax.devices()[:1])
     assert program_key("train step", elsewhere, plan) == program_key("train step", config, plan)
 
@@ -61,7 +98,7 @@ def test_no_program_reads_the_fields_left_out_of_its_key(make_config, monkeypatc
         lengths = jax.ShapeDtypeStruct((config.model.vocab_size,), jnp.int32)
         with jax.set_mesh(plan.mesh):
             return [
-                program.jitted().lower(state, batch).as_text(),
+                program.jitted().lower(state, batch, program.abstract_schedule()).as_text(),
                 jax.jit(make_eval_step(config)).lower(state.model, batch, lengths).as_text(),
                 jax.jit(partial(init_state, config)).lower(adapters.jax_key(0, "init")).as_text(),
             ]

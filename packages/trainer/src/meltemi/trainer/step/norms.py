@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import equinox as eqx
@@ -106,32 +106,38 @@ class Watch:
     it: on the CPU plan of a 160M-parameter model, 395 MB more temporaries (62% of the parameters' bytes);
     computing them on every step without a cond, 138 MB; a cond at each tree, 13 MB."""
 
-    def __init__(self, config: WatchConfig, num_train_steps: int):
-        self.config, self.last = config, num_train_steps
+    def __init__(self, config: WatchConfig):
+        self.config = config
 
-    def due(self, step: jax.Array) -> jax.Array:
-        """Whether the step from ``step`` to ``step + 1`` computes the norms (a traced bool)."""
-        done = step + 1
-        return (done % max(self.config.every, 1) == 0) | (done == self.last)
-
-    def norms(self, target: str, tree, step: jax.Array):
-        """``tree_norms`` of ``tree`` when the step is due (zeros otherwise), or None when ``target``
-        (``params``, ``grads``, ``updates``) is not watched."""
+    def norms(self, target: str, tree, due: jax.Array):
+        """``tree_norms`` of ``tree`` when the step is ``due`` (``watch_due``; zeros otherwise), or None when
+        ``target`` (``params``, ``grads``, ``updates``) is not watched."""
         if not self.config.on or target not in self.config.targets:
             return None
         compute = lambda: tree_norms(tree, self.config.per_layer)  # noqa: E731
         shapes = jax.eval_shape(compute)
         zeros = lambda: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)  # noqa: E731
-        return jax.lax.cond(self.due(step), compute, zeros)
+        return jax.lax.cond(due, compute, zeros)
 
-    def record(self, step: jax.Array, *, params, grads, updates, applied: jax.Array) -> ParameterNorms | None:
+    def record(self, due: jax.Array, *, params, grads, updates, applied: jax.Array) -> ParameterNorms | None:
         """The step's ``ParameterNorms`` from its ``norms`` (the updates' zeroed unless ``applied``: a skipped
         step applied nothing, and its update may be NaN), or None when the watch is off."""
         if not self.config.on:
             return None
         if updates is not None:
             updates = jax.tree_util.tree_map(lambda n: jnp.where(applied, n, 0.0), updates)
-        return ParameterNorms(self.due(step), params, grads, updates)
+        return ParameterNorms(due, params, grads, updates)
+
+
+def watch_due(config: WatchConfig, num_train_steps: int) -> Callable[[jax.Array], jax.Array]:
+    """Whether the step from ``step`` to ``step + 1`` computes the norms: it ends at a multiple of
+    ``every``, or at the run's last step (a bool; traced inside a program)."""
+
+    def due(step: jax.Array) -> jax.Array:
+        done = jnp.asarray(step) + 1
+        return (done % max(config.every, 1) == 0) | (done == num_train_steps)
+
+    return due
 
 
 def _key_name(key) -> str:

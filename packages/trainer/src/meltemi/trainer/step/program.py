@@ -31,8 +31,15 @@ from meltemi.trainer.errors import HostMemoryError
 from meltemi.trainer.step.distributed import wait_for_every_process
 from meltemi.trainer.step.host_memory import HostMemory
 from meltemi.trainer.step.mesh import MeshPlan
-from meltemi.trainer.step.reuse import PROGRAMS, program_key
-from meltemi.trainer.step.train_step import TrainState, copy_weights, init_state, make_train_step
+from meltemi.trainer.step.reuse import PROGRAMS, STEP_SCHEDULE, program_key
+from meltemi.trainer.step.train_step import (
+    StepSchedule,
+    TrainState,
+    copy_weights,
+    init_state,
+    make_train_step,
+    step_schedule,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,17 +187,33 @@ class TrainProgram:
         step = make_train_step(self.config, self.abstract_state().model, weight)
         compute = self.plan.compute_mapping
 
-        def in_mapping(state, batch):
+        def in_mapping(state, batch, schedule):
             with hax.axis_mapping(compute):
-                return step(state, batch)
+                return step(state, batch, schedule)
 
         batch = self.abstract_batch(rows)
         return jax.jit(
             in_mapping,
-            in_shardings=(self.state_shardings(), self.plan.compute_shardings(batch)),
+            in_shardings=(self.state_shardings(), self.plan.compute_shardings(batch), self.plan.replicated()),
             out_shardings=(self.state_shardings(), self.plan.replicated()),
             donate_argnums=0,
         )
+
+    def step_schedule(self, step: jax.Array) -> StepSchedule:
+        """What the run's schedule gives the step from ``step`` (the state's): its learning rate and whether
+        it computes the watched norms, from the schedule's own small program. The train step takes them as
+        an argument, so runs that differ only in their length or schedule share their step."""
+        config, replicated = self.config, self.plan.replicated()
+        schedule = PROGRAMS.get(
+            self._key(STEP_SCHEDULE), lambda: jax.jit(step_schedule(config), out_shardings=replicated)
+        )
+        with jax.set_mesh(self.plan.mesh):
+            return schedule(step)
+
+    @staticmethod
+    def abstract_schedule() -> StepSchedule:
+        """The shapes and dtypes of what the train step takes from the schedule."""
+        return StepSchedule(jax.ShapeDtypeStruct((), jnp.float32), jax.ShapeDtypeStruct((), jnp.bool_))
 
     def compile(
         self, global_batch_size: int | None = None, z_loss_weight: float | None = None
@@ -201,7 +224,9 @@ class TrainProgram:
         started = time.perf_counter()
         with jax.set_mesh(self.plan.mesh):
             jitted = self.jitted(rows, weight)
-            compiled = jitted.lower(self.abstract_state(), self.abstract_batch(rows)).compile()
+            compiled = jitted.lower(
+                self.abstract_state(), self.abstract_batch(rows), self.abstract_schedule()
+            ).compile()
         report = CompileReport.of(compiled, time.perf_counter() - started)
         self._compiled[rows, weight] = compiled
         return compiled, report
@@ -216,7 +241,7 @@ class TrainProgram:
         if (rows, weight) not in self._compiled:
             self.compile(rows, weight)
             wait_for_every_process(f"train step compiled for {rows} rows and z-loss weight {weight}")
-        return self._compiled[rows, weight](state, batch)
+        return self._compiled[rows, weight](state, batch, self.step_schedule(state.step))
 
     def check_host_memory(self, report: CompileReport) -> None:
         """On a CPU, refuse a train step (compiled with ``report``) larger than the memory this machine has

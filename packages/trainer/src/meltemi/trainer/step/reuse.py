@@ -67,8 +67,38 @@ NOT_READ: dict[str, set[str]] = {
 the base a run starts from (they see its state), and what a run logs, keeps and reports."""
 
 
+STEP_SCHEDULE = "step schedule"
+"""The kind of the one program that reads the schedule: what it gives a step (``train_step.StepSchedule``:
+the learning rate, whether the watched norms are due), which the train step takes as an argument."""
+
+SCHEDULE: dict[str, set[str]] = {
+    "optimizer": {"learning_rate", "schedule", "warmup_steps", "decay_steps", "min_lr_ratio", "extension",
+                  "phases", "segments"},
+    "trainer": {"num_train_steps"},
+}  # fmt: skip
+"""The schedule's fields, read only by the ``STEP_SCHEDULE`` program: runs of one model that differ in their
+length or their rates share every other program (a resumed run made longer compiles no new step)."""
+
+
 def program_key(kind: str, config: RunConfig, plan: MeshPlan, *extra: Hashable) -> tuple:
     """What a program of ``kind`` for ``config`` on ``plan`` is kept under (``extra``: what else its trace
     reads)."""
     mappings = tuple(repr(sorted(m.items())) for m in (plan.parameter_mapping, plan.compute_mapping))
-    return (kind, config.model_dump_json(exclude=NOT_READ), plan.mesh, *mappings, *extra)
+    return (kind, config.model_dump_json(exclude=not_read(kind)), plan.mesh, *mappings, *extra)
+
+
+def not_read(kind: str) -> dict[str, set[str]]:
+    """The config's fields a program of ``kind`` does not read: ``NOT_READ``, and the schedule's unless it is
+    the ``STEP_SCHEDULE`` program (a train step kept under any other kind is given its schedule: called
+    without one, ``make_train_step``'s step computes it itself).
+
+    >>> sorted(not_read("eval step")["optimizer"])[:2], "optimizer" in not_read(STEP_SCHEDULE)
+    (['decay_steps', 'extension'], False)
+    """
+    if kind == STEP_SCHEDULE:
+        return NOT_READ
+    return {
+        **NOT_READ,
+        "optimizer": SCHEDULE["optimizer"],
+        "trainer": NOT_READ["trainer"] | SCHEDULE["trainer"],
+    }

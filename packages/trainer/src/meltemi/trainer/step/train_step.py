@@ -10,6 +10,7 @@ old state instead when the loss or the gradient is not finite.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -21,7 +22,7 @@ from meltemi.trainer import adapters
 from meltemi.trainer.adapters import NamedBatch
 from meltemi.trainer.config import EmaConfig, RunConfig
 from meltemi.trainer.model.llama import Llama, cast_floating, with_matmul_dtype
-from meltemi.trainer.step.norms import ParameterNorms, Watch
+from meltemi.trainer.step.norms import ParameterNorms, Watch, watch_due
 from meltemi.trainer.step.optimizer import make_optimizer
 from meltemi.trainer.step.schedules import learning_rate_schedule
 
@@ -156,27 +157,33 @@ def make_gradients(
 
 def make_train_step(
     config: RunConfig, structure: Llama | None = None, z_loss_weight: float | None = None
-) -> Callable[[TrainState, NamedBatch], tuple[TrainState, StepMetrics]]:
-    """``train_step(state, batch) -> (state, StepMetrics)``, to be jitted under the compute axis mapping;
-    ``structure`` (the model's abstract arrays, traced when not given) is what weight decay is masked by;
-    ``z_loss_weight`` the weight this step is compiled with (default: the run's at step 0; a run whose
-    weight changes by step compiles one step per weight, since the fused loss takes it as a constant)."""
+) -> Callable[..., tuple[TrainState, StepMetrics]]:
+    """``train_step(state, batch, schedule=None) -> (state, StepMetrics)``, to be jitted under the compute
+    axis mapping; ``structure`` (the model's abstract arrays, traced when not given) is what weight decay is
+    masked by; ``z_loss_weight`` the weight this step is compiled with (default: the run's at step 0; a run
+    whose weight changes by step compiles one step per weight, since the fused loss takes it as a
+    constant). ``schedule`` is what the schedule gives the step (``step_schedule(config)`` at
+    ``state.step``, as the trainer's program passes it, so that one step serves runs of every length and
+    schedule); None computes it inside the step."""
     weight = config.model.z_loss_at(0) if z_loss_weight is None else z_loss_weight
     config = config.model_copy(update={"model": config.model.model_copy(update={"z_loss_weight": weight})})
     structure = _structure_model(config) if structure is None else structure
     optimizer = make_optimizer(config.optimizer, structure)
-    schedule = learning_rate_schedule(config.optimizer, config.trainer.num_train_steps)
     gradients = make_gradients(config)
-    watch = Watch(config.trainer.watch, config.trainer.num_train_steps)
+    watch = Watch(config.trainer.watch)
 
-    def train_step(state: TrainState, batch: NamedBatch) -> tuple[TrainState, StepMetrics]:
+    def train_step(
+        state: TrainState, batch: NamedBatch, schedule: StepSchedule | None = None
+    ) -> tuple[TrainState, StepMetrics]:
+        if schedule is None:
+            schedule = step_schedule(config)(state.step)
+        rate, due = schedule  # the one rate: applied here, reported in the metrics
         loss, z_loss, grads = gradients(state.model, batch)
         grads = cast_floating(grads, jnp.dtype(config.trainer.param_dtype))
         grad_norm = optax.tree.norm(grads)
-        grad_norms = watch.norms("grads", grads, state.step)  # each tree's norms where it is made
-        rate = schedule(state.step)  # the one rate: applied here, reported in the metrics
+        grad_norms = watch.norms("grads", grads, due)  # each tree's norms where it is made
         updates, opt_state = optimizer.update(grads, state.opt_state, state.model, learning_rate=rate)
-        update_norms = watch.norms("updates", updates, state.step)
+        update_norms = watch.norms("updates", updates, due)
         model = optax.apply_updates(state.model, updates)
         applied = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         keep = lambda new, old: jnp.where(applied, new, old)  # noqa: E731
@@ -191,14 +198,36 @@ def make_train_step(
             skipped_steps=state.skipped_steps + (~applied).astype(jnp.int32),
             ema=ema,
         )
-        params_norms = watch.norms("params", new_state.model, state.step)
+        params_norms = watch.norms("params", new_state.model, due)
         norms = watch.record(
-            state.step, params=params_norms, grads=grad_norms, updates=update_norms, applied=applied
+            due, params=params_norms, grads=grad_norms, updates=update_norms, applied=applied
         )
         metrics = StepMetrics(loss - z_loss, z_loss, grad_norm, rate, applied, norms)
         return new_state, metrics
 
     return train_step
+
+
+class StepSchedule(NamedTuple):
+    """What the run's schedule gives one step: its learning rate (float32) and whether it computes the norms
+    it watches (``trainer.watch``: every ``every`` steps, and the last)."""
+
+    rate: jax.Array
+    watch_due: jax.Array
+
+
+def step_schedule(config: RunConfig) -> Callable[[jax.Array], StepSchedule]:
+    """The schedule of ``config`` at a step (``step.schedules`` for the rate): the train step's only inputs
+    that depend on the run's length and rates.
+
+    >>> from meltemi.trainer.config import RunConfig
+    >>> config = RunConfig(trainer={"num_train_steps": 5, "watch": {"every": 2}})
+    >>> [bool(step_schedule(config)(step).watch_due) for step in range(5)]
+    [False, True, False, True, True]
+    """
+    rate = learning_rate_schedule(config.optimizer, config.trainer.num_train_steps)
+    due = watch_due(config.trainer.watch, config.trainer.num_train_steps)
+    return lambda step: StepSchedule(rate(step), due(step))
 
 
 def _structure_model(config: RunConfig) -> Llama:
