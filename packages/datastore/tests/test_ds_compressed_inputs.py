@@ -22,6 +22,7 @@ from meltemi.datastore.build.inputs.dataset_files import training_files
 from meltemi.datastore.build.inputs.files import describe_source
 from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, read_documents
 from meltemi.datastore.chat.conversations import read_conversations
+from meltemi.datastore.errors import TokenizerFileError
 
 
 def _zstd(data: bytes) -> bytes:
@@ -154,6 +155,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def test_a_presigned_urls_file_is_known_by_its_name_and_its_signature_is_in_no_record(
     tmp_path, web_folder, tokenizer_path
 ):
+    pytest.importorskip("aiohttp", reason="aiohttp is not installed: fsspec reads http(s) URLs with it")
     signed = "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIA%2Fus-east-1&X-Amz-Signature=5ec2e7"
     texts = [f"def f{i}(x):\n    return x * {i}\n" for i in range(12)]
     (tmp_path / "docs.jsonl.gz").write_bytes(gzip.compress(_jsonl({"text": t} for t in texts)))
@@ -167,3 +169,19 @@ def test_a_presigned_urls_file_is_known_by_its_name_and_its_signature_is_in_no_r
     record = json.loads(manifest)
     assert record["sources"][0]["url"] == f"{web_folder}/docs.jsonl.gz?***"
     assert record["tokenizer"]["name"] == "tokenizer.json"
+
+
+def test_a_web_tokenizer_without_fsspecs_http_support_is_one_line_naming_it(monkeypatch):
+    import fsspec
+
+    def no_http(url, mode="rb"):
+        raise ImportError('HTTPFileSystem requires "requests" and "aiohttp" to be installed')
+
+    monkeypatch.setattr(fsspec, "open", no_http)
+    url = "https://host/tokenizer.json?X-Amz-Signature=5ec2e7"
+    with pytest.raises(TokenizerFileError) as refused:
+        build_store(["unread.jsonl"], url, "memory://never-built", progress=False)
+    assert str(refused.value) == (
+        "tokenizer 'https://host/tokenizer.json?***': cannot be read "
+        '(HTTPFileSystem requires "requests" and "aiohttp" to be installed)'
+    )

@@ -41,7 +41,7 @@ def read_tokenizer_text(location: str | os.PathLike | Location) -> str:
         data = _read_bytes(location)
     except FileNotFoundError:
         data = None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, ImportError) as error:  # ImportError: fsspec's protocol is not installed
         raise TokenizerFileError(f"tokenizer {where!r}: cannot be read ({redact(str(error))})") from None
     if data is None:
         raise TokenizerFileError(f"tokenizer {where!r}: no such file")

@@ -60,6 +60,9 @@ class Source:
 
         >>> Source("s3://b/shard.jsonl.zst", 0, "").kind, Source("/d/notes.md", 0, "").kind
         ('jsonl', 'text')
+        >>> signed = Source("https://host/shard.jsonl.gz?X-Amz-Signature=f00", 0, "")
+        >>> signed.kind, signed.compression, signed.name
+        ('jsonl', 'gzip', 'https://host/shard.jsonl.gz?***')
         """
         name = uncompressed_name(self.url).lower()
         return next((kind for kind in _KINDS if name.endswith(f".{kind}")), "text")
