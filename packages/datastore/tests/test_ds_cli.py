@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from meltemi.datastore import TokenStore
+from meltemi.datastore import TokenStore, build_store
 from meltemi.datastore.cli import main
-from meltemi.datastore.progress import ProgressBar, human
+from meltemi.datastore.progress import Progress, ProgressBar, human
 
 
 def test_build_then_info_from_the_command_line(tmp_path, write_files, tokenizer_path, capsys):
@@ -75,6 +75,23 @@ def test_the_progress_bar_stays_silent_when_disabled():
     with ProgressBar(2, "tokenizing", stream=terminal, enabled=False) as bar:
         bar.advance(2, documents=1, tokens=1)
     assert terminal.getvalue() == ""
+
+
+def test_a_build_gives_each_moment_of_its_progress_to_a_function_and_draws_nothing(
+    stdlib_files, tokenizer_path, tmp_path, capsys
+):
+    seen: list[Progress] = []
+    report = build_store(
+        stdlib_files[:6], tokenizer_path, tmp_path / "store", workers=1, progress=seen.append
+    )
+    assert capsys.readouterr().err == ""
+    stages = [p.stage for p in seen]
+    assert "tokenizing" in stages and "assembling" in stages
+    assert stages.index("assembling") > max(i for i, stage in enumerate(stages) if stage == "tokenizing")
+    tokenized = [p for p in seen if p.stage == "tokenizing" and p.ended]
+    assert len(tokenized) == 1 and tokenized[0].done == tokenized[0].total
+    assert (tokenized[0].documents, tokenized[0].tokens) == (report.documents, report.tokens)
+    assert all(p.done <= p.total for p in seen) and seen[-1].ended
 
 
 def test_verify_reads_everything_and_catches_a_chunk_rewritten_with_its_checksum(

@@ -161,3 +161,41 @@ def test_the_sources_stores_are_built_side_by_side_on_a_ray_cluster(corpus, modu
     assert [(o.source, o.failed) for o in outcomes] == [("web", False), ("code", False)], outcomes
     assert outcomes[0].line.startswith(f"data.sources.web: {tmp_path}/web: built 2 docs"), outcomes
     assert (tmp_path / "web" / "manifest.json").is_file() and (tmp_path / "code" / "manifest.json").is_file()
+
+
+def test_stores_built_side_by_side_show_a_bar_each_on_a_terminal_and_nothing_elsewhere(
+    make_config, modules, tmp_path, monkeypatch
+):
+    """Each build gives its progress to the display (the datastore draws one build's own bar only): two
+    stores built at once end with a line each, naming its field, its stage and its counts."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from meltemi.trainer.data import build_progress
+    from meltemi.trainer.data.store_builds import build_missing_stores
+
+    consoles: list[Console] = []
+
+    def console(terminal: bool):
+        def make(**options) -> Console:
+            consoles.append(Console(file=io.StringIO(), force_terminal=terminal, width=160))
+            return consoles[-1]
+
+        return make
+
+    for terminal in (True, False):
+        monkeypatch.setattr(build_progress, "Console", console(terminal))
+        each = {name: {"store": str(tmp_path / str(terminal) / name), "build_from": modules}
+                for name in ("one", "two")}  # fmt: skip
+        outcomes = build_missing_stores(make_config(*sources(**each)), say=lambda line: None, done=print)
+        assert not any(outcome.failed for outcome in outcomes)
+    drawn, silent = (console.file.getvalue() for console in consoles)
+    assert silent == ""
+    lines = [line for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn).splitlines() if line.strip()]
+    last = {line.split()[0]: line for line in lines}
+    for name in ("one", "two"):
+        assert re.search(
+            r"assembling, done .* (\d+)/\1  4 docs  5.31k tokens", last[f"data.sources.{name}"]
+        ), drawn

@@ -1,8 +1,50 @@
-"""A one-line terminal progress bar (documents, tokens, tokens/s), drawn only when stderr is a terminal."""
+"""A one-line terminal progress bar (documents, tokens, tokens/s), drawn only when stderr is a terminal; or,
+for a caller that draws its own display (several builds side by side), each moment of it as a `Progress`
+given to that caller's function.
+"""
 
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TextIO
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A build's progress at one moment: its stage (`reading inputs`, `tokenizing`, `assembling`), the units
+    done of `total`, the documents and tokens so far, the seconds since the stage began, and whether it has
+    ended.
+
+    >>> Progress("tokenizing", 3, 4, 120, 56_000, 2.0).line()
+    'tokenizing 3/4  120 docs  56k tokens  28k tokens/s'
+    """
+
+    stage: str
+    done: int
+    total: int
+    documents: int
+    tokens: int
+    seconds: float
+    ended: bool = False
+
+    def line(self) -> str:
+        """The moment in words, as the bar says it."""
+        return f"{self.stage} {self.done}/{self.total}  {self.counts()}"
+
+    def counts(self) -> str:
+        """The documents, tokens and tokens per second, in words."""
+        rate = self.tokens / max(self.seconds, 1e-9)
+        return f"{human(self.documents)} docs  {human(self.tokens)} tokens  {human(rate)} tokens/s"
+
+
+ProgressReport = Callable[[Progress], object]
+"""A function given each moment of a build's progress (`build_store(progress=...)`), from the building
+thread, at most every 0.1 s and once when each stage ends."""
+
+Shown = bool | ProgressReport
+"""How a build shows its progress: a bar on stderr when it is a terminal (True), none (False), or each
+moment given to a function."""
 
 
 def human(count: float) -> str:
@@ -14,7 +56,8 @@ def human(count: float) -> str:
 
 
 class ProgressBar:
-    """Progress over `total` units of work; silent unless `stream` is a TTY. Use as a context manager.
+    """Progress over `total` units of work; silent unless `stream` is a TTY, or given to `enabled` when it is
+    a function (`ProgressReport`). Use as a context manager.
 
     It also counts the documents that were not UTF-8, and says what became of them (`invalid_utf8`).
     """
@@ -27,12 +70,14 @@ class ProgressBar:
         label: str,
         stream: TextIO | None = None,
         min_interval: float = 0.1,
-        enabled: bool = True,
+        enabled: Shown = True,
         invalid_utf8: str = "error",
     ):
         self.total, self.label, self.policy = total, label, invalid_utf8
         self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.report = enabled if callable(enabled) else None
+        terminal = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.enabled = self.report is not None or (bool(enabled) and terminal)
         self.done = self.documents = self.tokens = self.invalid_utf8 = 0
         self.nodes = 0  # machines running the work, shown when more than one
         self.start = time.perf_counter()
@@ -42,10 +87,17 @@ class ProgressBar:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.enabled:
+        if self.report is not None:
+            self.report(self.now(ended=True))
+        elif self.enabled:
             self._draw(force=True)
             self.stream.write("\n")
             self.stream.flush()
+
+    def now(self, ended: bool = False) -> Progress:
+        """Where the work stands."""
+        seconds = time.perf_counter() - self.start
+        return Progress(self.label, self.done, self.total, self.documents, self.tokens, seconds, ended)
 
     def advance(self, units: int = 1, documents: int = 0, tokens: int = 0, invalid_utf8: int = 0) -> None:
         self.done += units
@@ -60,6 +112,9 @@ class ProgressBar:
         if not force and now - self._last_draw < self.min_interval:
             return
         self._last_draw = now
+        if self.report is not None:
+            self.report(self.now())
+            return
         filled = self.WIDTH * self.done // max(self.total, 1)
         rate = self.tokens / max(now - self.start, 1e-9)
         bar = "#" * filled + "-" * (self.WIDTH - filled)

@@ -92,7 +92,7 @@ from meltemi.datastore.layout import (
     offsets_index_layout,
     token_dtype,
 )
-from meltemi.datastore.progress import ProgressBar
+from meltemi.datastore.progress import ProgressBar, Shown
 from meltemi.datastore.storage import Directory, Location
 
 SUMMARIES_PER_TASK = 1024  # finished parts' summaries one task reads, when a build resumes
@@ -132,7 +132,7 @@ def build_store(
     split: str | None = None,
     subset: str | None = None,
     cluster: str | None = None,
-    progress: bool = True,
+    progress: Shown = True,
     wait: bool = True,
 ) -> BuildReport:
     """Tokenize `inputs` with `tokenizer` into a token store at `out` (or finish a build that stopped).
@@ -143,7 +143,8 @@ def build_store(
     parts and the arrays straight into `out` (a bucket, or a disk every node mounts); the store's bytes are
     the same either way. A killed build loses at most the units in flight; a node lost mid-build loses only
     its running tasks, which Ray runs again elsewhere. A progress bar is drawn on stderr when it is a
-    terminal and `progress` is set.
+    terminal and `progress` is set; a function as `progress` is given each moment instead
+    (`progress.Progress`: a caller's own display, of several builds side by side, say).
     Tokens are stored in shard files of `shard_tokens` (by default the multiple of `chunk_tokens` nearest
     below 1M), each a run of `chunk_tokens`-long chunks with a checksum each: a reader reads and checks
     whole chunks, so small chunks waste little on short random reads. The build holds a lock on `out`: a
@@ -370,7 +371,7 @@ def _tokenize(
     sources: list[Source],
     info: TokenizerInfo,
     request: BuildRequest,
-    progress: bool,
+    progress: Shown,
     chat: ChatRecipe | None,
     executor: Executor,
     interruption: Interruption,
@@ -423,7 +424,7 @@ def _assemble(
     info: TokenizerInfo,
     summaries: list[PartSummary],
     report: BuildReport,
-    progress: bool,
+    progress: Shown,
     chat: ChatRecipe | None,
     executor: Executor,
     interruption: Interruption,

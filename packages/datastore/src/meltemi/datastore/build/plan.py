@@ -23,7 +23,7 @@ from meltemi.datastore.build.inputs.files import (
 from meltemi.datastore.build.records import BuildOptions, Plan, SourceRecord
 from meltemi.datastore.build.units import TokenizerInfo
 from meltemi.datastore.layout import FORMAT_VERSION
-from meltemi.datastore.progress import ProgressBar
+from meltemi.datastore.progress import ProgressBar, Shown
 
 MIN_UNIT_BYTES = 64 << 10
 UNITS_PER_CORPUS = 16
@@ -68,7 +68,7 @@ def fingerprint(
     split_bytes: int | None,
     known: Sequence[SourceRecord],
     executor: Executor,
-    progress: bool,
+    progress: Shown,
 ) -> list[Source]:
     """Every input as a `Source`, in the order of `urls`, fingerprinted by `executor`'s tasks; `known`
     holds what an earlier plan or manifest recorded (by the name it records, credentials masked)."""
@@ -79,7 +79,7 @@ def fingerprint(
         for i in range(0, len(urls), per_task)
     ]
     found: dict[str, Source] = {}
-    with ProgressBar(len(urls), "reading inputs", enabled=progress and len(jobs) > 1) as bar:
+    with ProgressBar(len(urls), "reading inputs", enabled=progress if len(jobs) > 1 else False) as bar:
         for sources in executor.run(fingerprint_files, jobs):
             for source in sources:
                 found[source.url] = source

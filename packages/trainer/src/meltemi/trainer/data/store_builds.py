@@ -1,8 +1,9 @@
 """The stores a run builds from raw inputs: each source of ``data.sources`` that names its inputs
 (``build_from``) is built at its ``store``, local or in a bucket, where no finished store is there yet.
 
-The sources' builds run side by side, a thread each; a build's own units run in parallel inside it, in
-local processes or as tasks of a Ray cluster (``cluster``: ``auto`` or ``HOST:PORT``). A source whose build
+The sources' builds run side by side, a thread each, shown as one display (``build_progress``); a build's
+own units run in parallel inside it, in local processes or as tasks of a Ray cluster (``cluster``:
+``auto`` or ``HOST:PORT``). A source whose build
 fails is one line naming it and the problem, and the other sources' stores are built and kept.
 ``apps/build_stores.py`` and ``apps/pretrain.py --launch ray`` (before training) both call
 :func:`build_missing_stores`.
@@ -29,6 +30,7 @@ from meltemi.datastore import DatastoreError
 from meltemi.datastore.layout import MANIFEST
 from meltemi.datastore.storage import Location, first_contact
 from meltemi.trainer.config import RunConfig
+from meltemi.trainer.data.build_progress import SideBySideBuilds
 from meltemi.trainer.data.build_words import in_command_words
 from meltemi.trainer.data.chat import chat_recipe
 from meltemi.trainer.data.run_tokenizer import tokenizer_file
@@ -152,8 +154,9 @@ def build_missing_stores(
         chats = any(getattr(config.data, one.section)[one.source].format == "chat" for one in todo)
         recipe = chat_recipe(config) if chats else None  # data.chat, resolved once for every build
         tokenizer = _run_tokenizer(config, todo, say, recipe)
-        run = _Builds(config, tokenizer, _builder(cluster), cluster is None, len(todo), recipe)
-        outcomes |= _side_by_side(todo, run.build, say, done)
+        with SideBySideBuilds([one.field for one in todo]) as shown:
+            run = _Builds(config, tokenizer, _builder(cluster), cluster is None, len(todo), recipe, shown)
+            outcomes |= _side_by_side(todo, run.build, say, done)
     return [outcomes[build.source] for build in store_builds(config)]
 
 
@@ -248,7 +251,8 @@ def _side_by_side(
 class _Builds:
     """How this command builds each store: the run's data options, its tokenizer, ``build_store`` (on a
     cluster or not), how many builds share this machine's processors (``local``: the units run here), and
-    the chat recipe (``data.chat`` resolved) when a store holds conversations."""
+    the chat recipe (``data.chat`` resolved) when a store holds conversations, and the display that shows
+    several builds at once (one alone draws its own bar)."""
 
     config: RunConfig
     tokenizer: str
@@ -256,6 +260,7 @@ class _Builds:
     local: bool
     count: int
     recipe: ChatRecipe | None = None
+    shown: SideBySideBuilds | None = None
 
     def build(self, one: StoreBuild) -> BuildOutcome:
         """One source's store built; a problem of its inputs, tokenizer or store is its failed outcome, said
@@ -278,7 +283,7 @@ class _Builds:
                 skip_bad_lines=data.skip_bad_lines,
                 invalid_utf8=data.invalid_utf8,
                 workers=1 if in_memory else workers,
-                progress=self.count == 1,  # one bar; several would overwrite each other
+                progress=self.shown.reporter(one.field) if self.count > 1 and self.shown else True,
                 **format_options(self.config, source, self.recipe),
             )
         except (DatastoreError, TrainerError) as error:
