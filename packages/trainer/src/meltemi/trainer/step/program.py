@@ -91,6 +91,7 @@ class TrainProgram:
         self.config, self.plan = config, plan
         self._jitted: dict[tuple[int, float], Callable] = {}
         self._compiled: dict[tuple[int, float], jax.stages.Compiled] = {}
+        self._schedule: Callable[[jax.Array], StepSchedule] | None = None
         self._abstract_state: TrainState | None = None
         self._state_shardings = None
         self._batch_layouts: dict[int, dict[str, tuple[jax.sharding.Sharding, tuple[int, ...]]]] = {}
@@ -203,12 +204,13 @@ class TrainProgram:
         """What the run's schedule gives the step from ``step`` (the state's): its learning rate and whether
         it computes the watched norms, from the schedule's own small program. The train step takes them as
         an argument, so runs that differ only in their length or schedule share their step."""
-        config, replicated = self.config, self.plan.replicated()
-        schedule = PROGRAMS.get(
-            self._key(STEP_SCHEDULE), lambda: jax.jit(step_schedule(config), out_shardings=replicated)
-        )
+        if self._schedule is None:  # found once: a key is the config's JSON, too dear for every step
+            config, replicated = self.config, self.plan.replicated()
+            self._schedule = PROGRAMS.get(
+                self._key(STEP_SCHEDULE), lambda: jax.jit(step_schedule(config), out_shardings=replicated)
+            )
         with jax.set_mesh(self.plan.mesh):
-            return schedule(step)
+            return self._schedule(step)
 
     @staticmethod
     def abstract_schedule() -> StepSchedule:
