@@ -131,7 +131,12 @@ class Watch:
 
 def watch_due(config: WatchConfig, num_train_steps: int) -> Callable[[jax.Array], jax.Array]:
     """Whether the step from ``step`` to ``step + 1`` computes the norms: it ends at a multiple of
-    ``every``, or at the run's last step (a bool; traced inside a program)."""
+    ``every``, or at the run's last step (a bool; traced inside a program).
+
+    >>> due = watch_due(WatchConfig(every=2), num_train_steps=5)
+    >>> [bool(due(step)) for step in range(5)]
+    [False, True, False, True, True]
+    """
 
     def due(step: jax.Array) -> jax.Array:
         done = jnp.asarray(step) + 1

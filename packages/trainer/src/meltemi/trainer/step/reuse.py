@@ -4,13 +4,14 @@ eval step and initialization, which JAX then neither traces, lowers nor compiles
 
 A program's key is everything its trace may read: the config's JSON (frozen, so that is its value) less
 the fields no program reads (``NOT_READ``: where the data, the base and the run's files are, and what the
-run logs, keeps and reports, so runs of one model on other data or directories share their programs), the
-mesh and both axis mappings, and what the program adds (a batch size, a z-loss weight). A field not named
-there is part of the key, so a new one is safe by default; tests/test_tr_program_reuse.py lowers every
-program with all of ``NOT_READ`` changed and finds the same text. JAX's own caches take it from there,
-keyed on the abstract arguments and its configuration, so a changed ``jax.config`` still retraces. The
-newest few programs are kept (``ProgramCache.size``), so a long-lived process does not hold every
-executable it ever made.
+run logs, keeps and reports, so runs of one model on other data or directories share their programs) and,
+but for the schedule's own program, the schedule's (``SCHEDULE``: the run's length and rates, which the train
+step takes as values), the mesh and both axis mappings, and what the program adds (a batch size, a z-loss
+weight). A field not named there is part of the key, so a new one is safe by default;
+tests/test_tr_program_reuse.py lowers every program with all of them changed and finds the same text.
+JAX's own caches take it from there, keyed on the abstract arguments and its configuration, so a changed
+``jax.config`` still retraces. The newest few programs are kept (``ProgramCache.size``), so a long-lived
+process does not hold every executable it ever made.
 
 >>> cache = ProgramCache(size=2)
 >>> built = []
