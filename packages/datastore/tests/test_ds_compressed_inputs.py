@@ -8,7 +8,6 @@ import http.server
 import json
 import lzma
 import shutil
-import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,6 +22,7 @@ from meltemi.datastore.build.inputs.files import describe_source
 from meltemi.datastore.build.inputs.sources import ReadNotes, ReadPolicy, read_documents
 from meltemi.datastore.chat.conversations import read_conversations
 from meltemi.datastore.errors import TokenizerFileError
+from meltemi.datastore.testing.proxies import serve_on_loopback
 
 
 def _zstd(data: bytes) -> bytes:
@@ -139,9 +139,7 @@ def test_a_chat_data_set_of_compressed_shards_trains_on_its_train_split(tmp_path
 @pytest.fixture
 def web_folder(tmp_path):
     """``tmp_path`` served over HTTP on loopback (a query string is ignored, as a presigned URL's is)."""
-    handler = functools.partial(_QuietHandler, directory=str(tmp_path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_on_loopback(functools.partial(_QuietHandler, directory=str(tmp_path)), "web-folder")
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
     server.server_close()

@@ -16,8 +16,8 @@ class Progress:
     done of `total`, the documents and tokens so far, the seconds since the stage began, and whether it has
     ended.
 
-    >>> Progress("tokenizing", 3, 4, 120, 56_000, 2.0).line()
-    'tokenizing 3/4  120 docs  56k tokens  28k tokens/s'
+    >>> Progress("tokenizing", 3, 4, 120, 56_000, 2.0).counts()
+    '120 docs  56k tokens  28k tokens/s'
     """
 
     stage: str
@@ -28,12 +28,8 @@ class Progress:
     seconds: float
     ended: bool = False
 
-    def line(self) -> str:
-        """The moment in words, as the bar says it."""
-        return f"{self.stage} {self.done}/{self.total}  {self.counts()}"
-
     def counts(self) -> str:
-        """The documents, tokens and tokens per second, in words."""
+        """The documents, tokens and tokens per second, in words, as the bar says them."""
         rate = self.tokens / max(self.seconds, 1e-9)
         return f"{human(self.documents)} docs  {human(self.tokens)} tokens  {human(rate)} tokens/s"
 
@@ -116,12 +112,8 @@ class ProgressBar:
             self.report(self.now())
             return
         filled = self.WIDTH * self.done // max(self.total, 1)
-        rate = self.tokens / max(now - self.start, 1e-9)
         bar = "#" * filled + "-" * (self.WIDTH - filled)
-        line = (
-            f"\r{self.label} [{bar}] {self.done}/{self.total}  {human(self.documents)} docs  "
-            f"{human(self.tokens)} tokens  {human(rate)} tokens/s"
-        )
+        line = f"\r{self.label} [{bar}] {self.done}/{self.total}  {self.now().counts()}"
         if self.nodes > 1:
             line += f"  {self.nodes} nodes"
         if self.invalid_utf8:

@@ -111,13 +111,13 @@ def start_faulty_proxy(target: str, rate: float = 0.0, seed: int = 0) -> FaultyP
 
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _relay
 
-    server = _serve_on_loopback(Handler, "faulty-proxy")
+    server = serve_on_loopback(Handler, "faulty-proxy")
     proxy.endpoint = f"http://{LOOPBACK}:{server.server_address[1]}"
     proxy._server = server
     return proxy
 
 
-def _serve_on_loopback(handler: type, name: str):
+def serve_on_loopback(handler: type, name: str):
     """A threaded HTTP server (``http.server``'s) on a free loopback port, serving from a daemon thread
     named ``name``."""
     import threading
@@ -350,7 +350,7 @@ def start_google_oauth(directory: Path) -> GoogleOAuth:
 
         do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = _refuse
 
-    server = _serve_on_loopback(Proxy, "google-oauth")
+    server = serve_on_loopback(Proxy, "google-oauth")
     oauth.proxy = f"http://{LOOPBACK}:{server.server_address[1]}"
     oauth._server = server
     return oauth

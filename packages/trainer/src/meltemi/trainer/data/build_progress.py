@@ -5,8 +5,8 @@ each store's outcome line says what it built. One build alone draws the datastor
 >>> from meltemi.datastore.progress import Progress
 >>> with SideBySideBuilds(["data.sources.web", "data.sources.code"]) as shown:
 ...     shown.reporter("data.sources.web")(Progress("tokenizing", 3, 4, 120, 56_000, 2.0))
->>> shown.latest["data.sources.web"].line()
-'tokenizing 3/4  120 docs  56k tokens  28k tokens/s'
+>>> shown.counts["data.sources.web"]
+'120 docs  56k tokens  28k tokens/s'
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ class SideBySideBuilds:
 
     def __init__(self, fields: Sequence[str], console: Console | None = None):
         self.console = console or Console(stderr=True, file=sys.stderr, soft_wrap=True)
-        self.latest: dict[str, Progress] = {}
-        self._counts: dict[str, str] = {}
+        self.counts: dict[str, str] = {}  # each store's documents and tokens, as its bar shows them
         self._bars = Bars(
             TextColumn("{task.description}"),
             TextColumn("{task.fields[stage]}"),
@@ -52,14 +51,12 @@ class SideBySideBuilds:
         """What the build of ``field``'s store is given as its ``progress``."""
 
         def report(progress: Progress) -> None:
-            counted = progress.documents or progress.tokens or field not in self.latest
-            if counted:  # a stage that counts no documents (assembling) keeps the tokenizing's counts
-                self._counts[field] = progress.counts()
-            self.latest[field] = progress
+            if progress.documents or progress.tokens or field not in self.counts:
+                self.counts[field] = progress.counts()  # assembling counts none: the tokenizing's stay
             stage = f"{progress.stage}, done" if progress.ended else progress.stage
             self._bars.update(
                 self._tasks[field], total=max(progress.total, 1), completed=progress.done, stage=stage,
-                counts=self._counts[field],
+                counts=self.counts[field],
             )  # fmt: skip
 
         return report

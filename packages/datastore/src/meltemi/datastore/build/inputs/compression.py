@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, Literal
 
 from meltemi.datastore.errors import InputError
+from meltemi.datastore.storage import url_scheme
 
 Codec = Literal["gzip", "zstd", "bz2", "xz"]
 CODECS: dict[str, Codec] = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -58,7 +59,7 @@ def object_path(name: str) -> str:
     >>> object_path("https://host/d/a.jsonl.gz?X-Amz-Signature=f00#top"), object_path("s3://b/a?.txt")
     ('https://host/d/a.jsonl.gz', 's3://b/a?.txt')
     """
-    if name[:8].lower().startswith(("http://", "https://")):
+    if url_scheme(name) in ("http", "https"):
         return name.partition("#")[0].partition("?")[0]
     return name
 
