@@ -167,7 +167,8 @@ def test_retention_keeps_the_permanent_ones_and_the_newest_and_every_save_shares
 ):
     """Seven saves, the last one after the loop: all of them run the fingerprint programs the first one
     traced, one per array shape (the mesh is part of a trace's context, so a save outside the loop's mesh
-    traced and compiled them again)."""
+    traced and compiled them again). Every array is summed on the devices here, as a large model's are
+    (this model's are small enough for the host: ``digests.on_host``)."""
     traces, sums = [], digests.array_sums.__wrapped__
 
     def counted(x):
@@ -175,6 +176,7 @@ def test_retention_keeps_the_permanent_ones_and_the_newest_and_every_save_shares
         return sums(x)
 
     monkeypatch.setattr(digests, "array_sums", jax.jit(counted))
+    monkeypatch.setattr(digests, "HOST_ELEMENTS", 0)
     config = make_config(
         "--trainer.num_train_steps", "7", "--trainer.checkpoint_every", "1", "--trainer.keep_every", "3"
     )

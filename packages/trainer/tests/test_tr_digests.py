@@ -1,5 +1,5 @@
-"""Array fingerprints: computed by XLA on sharded arrays, they equal a plain NumPy statement of the
-definition on every mesh, and a changed, swapped or moved element changes them."""
+"""Array fingerprints: computed by XLA on sharded arrays or by NumPy on the host, they equal a plain NumPy
+statement of the definition on every mesh, and a changed, swapped or moved element changes them."""
 
 import jax
 import numpy as np
@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.sharding import NamedSharding, PartitionSpec
 
-from meltemi.trainer.checkpoint.digests import fingerprints
+from meltemi.trainer.checkpoint import digests
+from meltemi.trainer.checkpoint.digests import describe, device_sums, fingerprints, host_sums
 
 
 def reference(array: np.ndarray) -> str:
@@ -49,9 +50,29 @@ def test_a_sharded_arrays_fingerprint_is_the_definitions_on_every_mesh(rows, col
     values = (np.random.default_rng(seed).normal(size=(rows, cols)) * 50).astype(dtype)
     mesh = jax.make_mesh(mesh_shape, ("a", "b"), devices=jax.devices()[: mesh_shape[0] * mesh_shape[1]])
     sharded = jax.device_put(values, NamedSharding(mesh, PartitionSpec("a", "b")))
-    (found,) = fingerprints([sharded])
-    assert found == reference(values)
-    assert fingerprints([values]) == [found]
+    (on_devices,) = device_sums([sharded])
+    assert describe(on_devices) == reference(values)
+    assert fingerprints([sharded]) == fingerprints([values]) == [reference(values)]  # small: on the host
+
+
+@given(
+    shape=st.sampled_from([(), (1,), (7,), (3, 5), (2, 3, 4)]),
+    dtype=st.sampled_from([*DTYPES, np.bool_, jax.numpy.float8_e4m3fn, np.uint16]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_hosts_sums_are_the_devices_bit_for_bit(shape, dtype, seed):
+    values = (np.random.default_rng(seed).normal(size=shape) * 50).astype(dtype)
+    assert np.array_equal(host_sums(values), np.asarray(digests.array_sums(values)))
+    assert describe(host_sums(values)) == reference(values)
+
+
+def test_large_arrays_are_summed_on_the_devices_and_each_sum_stays_in_its_place(monkeypatch):
+    arrays = [np.arange(n, dtype=np.float32) for n in (3, 40, 5, 64, 2)]
+    monkeypatch.setattr(digests, "HOST_ELEMENTS", 8)
+    assert [digests.on_host(x) for x in arrays] == [True, False, True, False, True]
+    sums = digests.fingerprint_sums(arrays)
+    assert [isinstance(s, jax.Array) for s in sums] == [False, True, False, True, False]
+    assert [describe(s) for s in sums] == [reference(x) for x in arrays]
 
 
 @given(

@@ -121,7 +121,7 @@ class _HostCopy:
     records: list[ArrayRecord]
     shards: list[list[tuple[tuple[slice, ...], np.ndarray]]]
     next_batch: str | None
-    sums: list[jax.Array]  # digests.fingerprint_sums of the whole arrays, computed on the devices
+    sums: list[jax.Array | np.ndarray]  # digests.fingerprint_sums of the whole arrays
 
     def fingerprints(self) -> list[str]:
         """Each array's fingerprint (the sums are reduced across processes: every process has them all)."""
