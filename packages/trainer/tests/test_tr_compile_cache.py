@@ -102,9 +102,10 @@ def test_a_second_identical_process_loads_every_program_and_trains_to_the_same_b
     cache = tmp_path / "jax"
     first = train(config_path, tmp_path / "first", cache)
     written = cache_entries(cache)
-    # The init, train and eval programs and every smaller one.
+    # The init, train and eval programs and every smaller one; none for the checkpoint's fingerprints, which a
+    # model this small sums on the host (`digests.on_host`).
     names = {entry.rsplit("-", 2)[0] for entry in written}
-    assert {"jit_in_mapping", "jit_array_sums"} <= names, sorted(written)
+    assert {"jit_in_mapping", "jit_init_state"} <= names and "jit_array_sums" not in names, sorted(written)
     assert re.search(
         rf"compilation cache {cache} \(\$JAX_COMPILATION_CACHE_DIR\): cached \d+ new", first.stderr
     )
