@@ -12,7 +12,7 @@ against 0.085 s for a 234 MiB state on one core). Arrays spread over devices kee
 XLA's CPU runtime (8 devices in one process) and deadlocked Gloo's collectives (two processes).
 
 A small array that this process holds whole is summed by NumPy on the host instead (``on_host``): the same
-definition, the same bits, without a program to compile for its shape. Each shape's program cost 100 to 370
+definition, the same bits, without a program to compile for its shape. Each shape's program cost 160 to 370
 ms to compile on a 2-core CPU, against under half a millisecond of NumPy for 32,768 elements, so a small
 model's checkpoint (a dozen shapes, each compiled again in every new process) or a resumption's check of
 what it read spent most of its time compiling; past ``HOST_ELEMENTS`` (4 MiB of float32) the devices' pass is
@@ -42,22 +42,27 @@ HOST_ELEMENTS = 2**20
 """The most elements an array may have to be summed on the host (``on_host``)."""
 
 
-def _mix(h: jax.Array) -> jax.Array:
-    """MurmurHash3's 32-bit finaliser, elementwise, modulo 2**32."""
+def _mix(h: jax.Array | np.ndarray) -> jax.Array | np.ndarray:
+    """MurmurHash3's 32-bit finaliser, elementwise, modulo 2**32 (JAX or NumPy uint32 arrays alike)."""
     h = h ^ (h >> 16)
-    h = h * jnp.uint32(0x85EBCA6B)
+    h = h * np.uint32(0x85EBCA6B)
     h = h ^ (h >> 13)
-    h = h * jnp.uint32(0xC2B2AE35)
+    h = h * np.uint32(0xC2B2AE35)
     return h ^ (h >> 16)
+
+
+def _unsigned_of(dtype: np.dtype) -> type:
+    """The unsigned integer type as wide as ``dtype``'s elements (1, 2 or 4 bytes)."""
+    if dtype.itemsize not in _UNSIGNED:
+        raise ValueError(f"cannot fingerprint {dtype} arrays (elements of {dtype.itemsize} bytes)")
+    return _UNSIGNED[dtype.itemsize]
 
 
 def _words(x: jax.Array) -> jax.Array:
     """Each element's bits as one uint32 (elements of 1, 2 or 4 bytes)."""
     if x.dtype == jnp.bool_:
         return x.astype(jnp.uint32)
-    if x.dtype.itemsize not in _UNSIGNED:
-        raise ValueError(f"cannot fingerprint {x.dtype} arrays (elements of {x.dtype.itemsize} bytes)")
-    return jax.lax.bitcast_convert_type(x, _UNSIGNED[x.dtype.itemsize]).astype(jnp.uint32)
+    return jax.lax.bitcast_convert_type(x, _unsigned_of(x.dtype)).astype(jnp.uint32)
 
 
 def _positions(shape: tuple[int, ...]) -> jax.Array:
@@ -69,10 +74,13 @@ def _positions(shape: tuple[int, ...]) -> jax.Array:
     return flat
 
 
+def _lane_sums(words: jax.Array | np.ndarray, positions: jax.Array | np.ndarray) -> list:
+    """The two sums of the mixed words and positions, modulo 2**32 (JAX or NumPy uint32 arrays alike)."""
+    return [_mix(words ^ _mix(positions * np.uint32(m) + np.uint32(m))).sum(dtype=np.uint32) for m in _LANES]
+
+
 def _sums(x: jax.Array) -> jax.Array:
-    words, positions = _words(x), _positions(x.shape)
-    lanes = [_mix(words ^ _mix(positions * jnp.uint32(m) + jnp.uint32(m))) for m in _LANES]
-    return jnp.stack([jnp.sum(lane, dtype=jnp.uint32) for lane in lanes])
+    return jnp.stack(_lane_sums(_words(x), _positions(x.shape)))
 
 
 @jax.jit
@@ -87,14 +95,6 @@ def _gathered_sums(arrays: Sequence[jax.Array]) -> list[jax.Array]:
     return [_sums(x) for x in arrays]
 
 
-def _mix_on_host(h: np.ndarray) -> np.ndarray:
-    h = h ^ (h >> np.uint32(16))
-    h = h * np.uint32(0x85EBCA6B)
-    h = h ^ (h >> np.uint32(13))
-    h = h * np.uint32(0xC2B2AE35)
-    return h ^ (h >> np.uint32(16))
-
-
 def host_sums(x: jax.Array | np.ndarray) -> np.ndarray:
     """``array_sums`` computed by NumPy on the host, bit for bit (``x`` fetched whole; under 2**32 elements).
 
@@ -105,13 +105,9 @@ def host_sums(x: jax.Array | np.ndarray) -> np.ndarray:
     flat = np.ascontiguousarray(x).reshape(-1)
     if flat.dtype == np.bool_:
         words = flat.astype(np.uint32)
-    elif flat.dtype.itemsize in _UNSIGNED:
-        words = flat.view(np.dtype(_UNSIGNED[flat.dtype.itemsize])).astype(np.uint32)
     else:
-        raise ValueError(f"cannot fingerprint {flat.dtype} arrays (elements of {flat.dtype.itemsize} bytes)")
-    positions = np.arange(flat.size, dtype=np.uint32)
-    lanes = [_mix_on_host(words ^ _mix_on_host(positions * np.uint32(m) + np.uint32(m))) for m in _LANES]
-    return np.array([lane.sum(dtype=np.uint32) for lane in lanes], dtype=np.uint32)
+        words = flat.view(np.dtype(_unsigned_of(flat.dtype))).astype(np.uint32)
+    return np.array(_lane_sums(words, np.arange(flat.size, dtype=np.uint32)), dtype=np.uint32)
 
 
 def on_host(x: jax.Array | np.ndarray) -> bool:
@@ -142,9 +138,10 @@ def fingerprint_sums(arrays: Sequence[jax.Array | np.ndarray]) -> list[jax.Array
     """The sums of each array (as ``array_sums``): the large ones' dispatched on the devices first
     (``device_sums``), then the small ones' computed on the host (``on_host``)."""
     arrays = list(arrays)
-    large = [x for x in arrays if not on_host(x)]
+    here = [on_host(x) for x in arrays]
+    large = [x for x, small in zip(arrays, here, strict=True) if not small]
     on_devices = iter(device_sums(large) if large else [])
-    return [host_sums(x) if on_host(x) else next(on_devices) for x in arrays]
+    return [host_sums(x) if small else next(on_devices) for x, small in zip(arrays, here, strict=True)]
 
 
 def describe(sums: jax.Array | np.ndarray) -> str:
