@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
     )
     args, unknown = parser.parse_known_args(argv)
     refuse_unknown(parser, unknown)
-    checkpoint = checkpoint_of(parser, args)
+    checkpoint = checkpoint_of(parser, args, check=False)  # the target is checked first, below
 
     from meltemi.datastore import DatastoreError
     from meltemi.trainer.checkpoint.trained_model import default_export_dir, load_model

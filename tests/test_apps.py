@@ -440,6 +440,28 @@ def test_a_checkpoint_path_that_does_not_exist_is_said_so_before_anything_loads(
     assert result.stderr.strip() == f"error: {tmp_path / 'nowhere'} does not exist"  # nothing before it
 
 
+def test_a_missing_checkpoint_is_refused_before_jax_is_imported(tmp_path):
+    """The apps that read a trained model check ``--checkpoint`` by listings before their generation and
+    scoring stacks load (about a second and a half of imports): each of them in one fresh process, which
+    imports JAX only if one of them did. (``export_hf.py`` checks its target first, which needs them.)"""
+    missing = str(tmp_path / "nowhere")
+    code = f"""
+import runpy, sys
+for name, extra in [("sample.py", ["--prompt", "x"]), ("chat.py", ["--message", "hi"]),
+                    ("evaluate.py", ["--tasks", "stdlib_next_line"])]:
+    main = runpy.run_path({str(ROOT / "apps")!r} + "/" + name)["main"]
+    try:
+        main(["--checkpoint", {missing!r}, *extra])
+    except SystemExit as e:
+        print(name, e.code, "jax" in sys.modules)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.splitlines() == [
+        f"{name} 1 False" for name in ("sample.py", "chat.py", "evaluate.py")
+    ]
+    assert result.stderr.splitlines() == [f"error: {missing} does not exist"] * 3
+
+
 @pytest.mark.parametrize(
     ("name", "extra", "default", "trained_by"),
     [

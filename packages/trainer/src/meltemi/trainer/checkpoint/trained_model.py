@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 
 from meltemi.datastore.errors import StorageError
-from meltemi.datastore.hub_cache import local_or_cached, not_cached
-from meltemi.datastore.storage import Directory, Location, check_readable, read_object
+from meltemi.datastore.storage import Directory, Location, read_object
 from meltemi.trainer.checkpoint.checkpointer import STEP_PREFIX, find_checkpoints, inspect_checkpoint
 from meltemi.trainer.checkpoint.format import EMA_PREFIX, MANIFEST, MODEL_PREFIX, Manifest
+from meltemi.trainer.checkpoint.locate import checked_location
 from meltemi.trainer.checkpoint.restore import restore
 from meltemi.trainer.config import RunConfig
 from meltemi.trainer.data.run_tokenizer import EndOfText, end_of_text, run_tokenizer
@@ -133,7 +133,8 @@ def _readable(location: str) -> bool:
 def locate_model(location: str | os.PathLike | Location) -> list[Directory] | Directory:
     """The checkpoints a run or ``step-N`` directory holds, newest first, or the Hugging Face directory that
     ``location`` is (``config.json`` and no checkpoint); a ``CheckpointError`` saying the location does not
-    exist, or holds neither (reading only listings: an app asks before loading anything heavier).
+    exist (``checked_location``, which an app asks before importing this module), or holds neither (reading
+    only listings).
 
     ``location`` may name a Hugging Face model in this machine's Hub cache (``Qwen/Qwen3-0.6B``, as
     transformers names one; ``datastore.hub_cache``) when no path of that name is here.
@@ -143,24 +144,13 @@ def locate_model(location: str | os.PathLike | Location) -> list[Directory] | Di
     ...
     meltemi.trainer.errors.CheckpointError: /no/such/run does not exist
     """
-    given = location
-    if isinstance(location, str | os.PathLike):
-        location = local_or_cached(os.fspath(location), "model")
-    local = Location.parse(location).local_path
-    if local is not None and local.is_file():
-        raise CheckpointError(
-            f"{location} is a file, not a run, step-N or Hugging Face directory: give the directory, "
-            f"{local.parent}"
-        )
-    check_readable(location)  # a missing bucket or refused credentials: one line, before anything else
+    location = checked_location(location)
     found = find_checkpoints(location)
     if found:
         return found
     directory = Directory(location)
     if directory.exists(HF_CONFIG):
         return directory
-    if local is not None and not local.exists():
-        raise CheckpointError(f"{location} does not exist{not_cached(str(given), 'model')}")
     raise CheckpointError(
         f"{location} holds no checkpoint (looked for step-N directories) and is no Hugging Face model "
         f"(no {HF_CONFIG}){Location.parse(location).found_empty_note}"

@@ -82,24 +82,35 @@ def add_checkpoint_flag(
     )
 
 
-def checkpoint_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+def checkpoint_of(parser: argparse.ArgumentParser, args: argparse.Namespace, *, check: bool = True) -> str:
     """The ``--checkpoint`` given, else the app's default run: a usage error (exit 2) when that does not
-    exist, saying which command trains it.
+    exist, saying which command trains it; with ``check``, a given location that is a file, does not exist
+    or whose bucket cannot be read is one line and exit 1 (``checkpoint.locate.checked_location``), before
+    the app imports JAX.
 
     >>> parser = argparse.ArgumentParser(prog="chat.py")
     >>> add_checkpoint_flag(parser, FINE_TUNED)
-    >>> checkpoint_of(parser, parser.parse_args(["--checkpoint", "s3://bucket/run"]))
-    's3://bucket/run'
+    >>> checkpoint_of(parser, parser.parse_args(["--checkpoint", "memory://bucket/run"]))
+    'memory://bucket/run'
     """
-    if args.checkpoint is not None:
-        return args.checkpoint
-    default: DefaultRun = args.default_run
-    if not Path(default.directory).exists():
-        parser.error(
-            f"--checkpoint not given, and its default {default.directory} does not exist: train it with "
-            f"{default.trained_by}, or name a run or step-N directory with --checkpoint"
-        )
-    return default.directory
+    if args.checkpoint is None:
+        default: DefaultRun = args.default_run
+        if not Path(default.directory).exists():
+            parser.error(
+                f"--checkpoint not given, and its default {default.directory} does not exist: train it with "
+                f"{default.trained_by}, or name a run or step-N directory with --checkpoint"
+            )
+        return default.directory
+    if check:
+        from meltemi.datastore.errors import DatastoreError
+        from meltemi.trainer.checkpoint.locate import checked_location
+        from meltemi.trainer.errors import TrainerError
+
+        try:
+            checked_location(args.checkpoint)
+        except (TrainerError, DatastoreError) as e:
+            parser.exit(1, f"error: {e}\n")
+    return args.checkpoint
 
 
 def parse_app_args(
