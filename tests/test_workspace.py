@@ -368,9 +368,36 @@ def _for_type_checkers(tree: ast.AST) -> set[int]:
     return skipped
 
 
+def _lazy_homes(path: Path) -> dict[str, str]:
+    """A package `__init__.py`'s names imported on first use: its `_HOMES` table (module -> names), as
+    `meltemi.trainer`'s and `meltemi.datastore`'s are written, by name; empty for any other module."""
+    if path.name != "__init__.py":
+        return {}
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_HOMES" for t in node.targets):
+            table = ast.literal_eval(node.value)
+            return {name: module for module, names in table.items() for name in names}
+    return {}
+
+
 def _imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The package's own modules `name` imports, at module level or inside a function alike (a lazy import
-    is still an import); `from package import name` counts as importing the submodule when there is one."""
+    is still an import); `from package import name` counts as importing the submodule when there is one, or
+    the module a lazy package imports that name from (`_lazy_homes`). Importing `a.b.c` runs `a.b`'s
+    `__init__` first, so it counts as importing `a.b` too, unless `name` is inside `a.b` itself (whose
+    `__init__` ran before it)."""
+    found = _direct_imports(name, path, modules)
+    own = name.split(".")
+    parents = {
+        ".".join(target.split(".")[:depth])
+        for target in found
+        for depth in range(1, target.count(".") + 1)
+        if target.split(".")[:depth] != own[:depth]
+    }
+    return (found | (parents & modules.keys())) - {name}
+
+
+def _direct_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     skipped, found = _for_type_checkers(tree), set()
     for node in ast.walk(tree):
@@ -387,7 +414,10 @@ def _imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 target = node.module or ""
             for alias in node.names:
                 whole = f"{target}.{alias.name}"
-                found.update([whole] if whole in modules else [target] if target in modules else [])
+                lazy = _lazy_homes(modules[target]).get(alias.name) if target in modules else None
+                found.update(
+                    [whole] if whole in modules else [lazy] if lazy else [target] if target in modules else []
+                )
     return found - {name}
 
 
@@ -438,3 +468,25 @@ def test_the_cycle_checker_sees_a_lazy_cycle_and_ignores_imports_for_type_checke
     (package / "c.py").write_text(for_type_checkers)
     (package / "d.py").write_text("import pkg.c\n")
     assert import_cycles(tmp_path / "src") == [["pkg.a", "pkg.b"]]
+
+
+def test_the_cycle_checker_sees_a_cycle_through_a_package_init_and_through_a_lazy_packages_names(tmp_path):
+    """Importing `pkg.sub.inputs` runs `pkg/sub/__init__.py`, whose builder imports the reader back (how the
+    token store's reader of tokenizer files and its builder once met); and a name a lazy package imports
+    on first use (its `_HOMES`) is an import of the module that defines it. A module inside a package does
+    not import that package's `__init__` again."""
+    package = tmp_path / "src" / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "lazy").mkdir()
+    (package / "__init__.py").write_text("from pkg import reader\n")
+    (package / "sub" / "__init__.py").write_text("from pkg.sub.builder import build\n")
+    (package / "sub" / "builder.py").write_text("from pkg.reader import read\nfrom pkg.sub.inputs import x\n")
+    (package / "sub" / "inputs.py").write_text("x = 1\n")
+    (package / "reader.py").write_text("from pkg.sub.inputs import x\n")
+    (package / "lazy" / "__init__.py").write_text('_HOMES = {"pkg.lazy.impl": ("f",)}\n')
+    (package / "lazy" / "impl.py").write_text("from pkg.user import g\n")
+    (package / "user.py").write_text("from pkg.lazy import f\n")
+    assert sorted(import_cycles(tmp_path / "src")) == [
+        ["pkg.lazy.impl", "pkg.user"],
+        ["pkg.reader", "pkg.sub", "pkg.sub.builder"],
+    ]

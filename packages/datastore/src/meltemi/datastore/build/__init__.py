@@ -8,7 +8,28 @@ keeps (`records`); `builder.build_store` composes them.
 'meltemi.datastore.build.builder'
 """
 
-from meltemi.datastore.build.builder import build_store
-from meltemi.datastore.build.records import BuildReport
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from meltemi.datastore.build.builder import build_store
+    from meltemi.datastore.build.records import BuildReport
+
+# Each public name and the module that defines it, imported on first use: the modules that read inputs
+# (`inputs/`, which the chat stage and the tokenizer reader use too) import without the builder, which
+# imports them.
+_HOMES = {
+    "meltemi.datastore.build.builder": ("build_store",),
+    "meltemi.datastore.build.records": ("BuildReport",),
+}
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = ["BuildReport", "build_store"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'meltemi.datastore.build' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    globals()[name] = value
+    return value
