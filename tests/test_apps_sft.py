@@ -197,6 +197,7 @@ def test_chat_commands_save_clear_and_end_the_conversation_and_a_mistyped_one_re
 
     monkeypatch.setattr(ChatSession, "of_checkpoint", classmethod(lambda cls, *args, **kwargs: Recording()))
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "x").mkdir(parents=True)  # a place the app's check finds; the session stands in
     (tmp_path / "other.json").write_text("[]")
     main = runpy.run_path(str(Path(__file__).parents[1] / "apps" / "chat.py"))["main"]
 
