@@ -10,9 +10,10 @@ readers of every input format).
 (10, 'meltemi.datastore.errors')
 """
 
-import importlib
 import importlib.metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from meltemi.datastore.lazy import lazy_names
 
 __version__ = importlib.metadata.version("meltemi-datastore")
 
@@ -83,8 +84,6 @@ _HOMES = {
     "meltemi.datastore.token_bytes": ("token_byte_lengths",),
     "meltemi.datastore.tokenizer_file": ("load_tokenizer",),
 }
-_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
-_SUBMODULES = ("corpora",)
 
 __all__ = [
     "BadLineError",
@@ -127,13 +126,4 @@ __all__ = [
     "train_tokenizer",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        value = importlib.import_module(f"meltemi.datastore.{name}")
-    elif name in _MODULE_OF:
-        value = getattr(importlib.import_module(_MODULE_OF[name]), name)
-    else:
-        raise AttributeError(f"module 'meltemi.datastore' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOMES, submodules=("corpora",))

@@ -8,8 +8,9 @@ keeps (`records`); `builder.build_store` composes them.
 'meltemi.datastore.build.builder'
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from meltemi.datastore.lazy import lazy_names
 
 if TYPE_CHECKING:
     from meltemi.datastore.build.builder import build_store
@@ -22,14 +23,7 @@ _HOMES = {
     "meltemi.datastore.build.builder": ("build_store",),
     "meltemi.datastore.build.records": ("BuildReport",),
 }
-_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = ["BuildReport", "build_store"]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module 'meltemi.datastore.build' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOMES)
