@@ -184,14 +184,41 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return cores + 1
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip tests for hardware that is not attached, and start the long (``slow``) tests first.
+# Each test module's tests run on one xdist worker, unless the module asks to be spread
+# (``pytestmark = pytest.mark.spread``): their module fixtures are then made once, and the programs JAX
+# traced and compiled for one test are in memory for the next (most tests of a module use the same shapes).
+# A worker's own CPU is almost all compilation (trace, lower, XLA): in the libraries' tests, 1,102 s of
+# compilation phases in 1,023 CPU-s of tests. Spread one test at a time, those tests compiled 5,239
+# programs in 1,221 CPU-s (669.5 s); kept by module, 4,612 in 1,065 CPU-s (565.7 s), from an empty cache
+# on 2 cores. Figures: benchmarks/RESULTS.md.
+_SPREAD = "spread"
 
-    xdist hands out the groups (``xdist_group``) with the most tests first and then single tests in this
-    order, so a long test begins while the other workers still have short ones to fill in around it,
-    instead of starting last and running alone.
+
+def _module_group(path: Path, root: Path) -> str:
+    """The ``xdist_group`` of the tests of the module at ``path``: its path from the session's ``root``,
+    dotted (no ``/``, by which the optional groups' list tells a group from a test's id)."""
+    return ".".join(path.relative_to(root).parts if path.is_relative_to(root) else path.parts[1:])
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker appends each test's group to its id
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep each module's tests on one worker (above), start the long (``slow``) work first, and skip
+    tests for hardware that is not attached.
+
+    xdist hands out its work (a group's tests, or a single test) in this order (``--no-loadscope-reorder``,
+    pyproject.toml): first the work holding a ``slow`` test, then the rest, each the most tests first, so a
+    long test begins while the other workers still have short ones to fill in around it, instead of
+    starting last and running alone. Work of the same kind and size keeps the order it was collected in.
     """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise as collected
+    for item in items:
+        if _xdist_group(item) is None and item.get_closest_marker(_SPREAD) is None:
+            item.add_marker(pytest.mark.xdist_group(_module_group(item.path, config.rootpath)))
+    work: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        work.setdefault(_xdist_group(item) or item.nodeid, []).append(item)
+    slow = {name for name, tests in work.items() if any(test.get_closest_marker("slow") for test in tests)}
+    order = sorted(work, key=lambda name: (name not in slow, -len(work[name])))  # stable: as collected
+    items[:] = [item for name in order for item in work[name]]
     wanted = {m for item in items for m in _HARDWARE_MARKERS if item.get_closest_marker(m)}
     if not wanted:
         return
@@ -405,7 +432,8 @@ def pytest_configure(config: pytest.Config) -> None:
     and each trainer or app a test starts as a subprocess (counted by its command line).
 
     The first process of the session (not an xdist worker) also finds the accelerators here, before any
-    worker starts (``ACCELERATORS_VARIABLE``)."""
+    worker starts (``ACCELERATORS_VARIABLE``); every process registers the ``spread`` mark."""
+    config.addinivalue_line("markers", f"{_SPREAD}: a module's tests may run on any xdist worker (conftest)")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         _available_accelerators()
     target = os.environ.get("MELTEMI_COUNT_WORK")

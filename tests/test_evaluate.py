@@ -37,9 +37,11 @@ from meltemi.trainer.trainer import Trainer
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 400  # about 10 s here: enough for both multiple-choice tasks to rise well clear of chance
 CHOICE_TASKS = ("stdlib_next_line", "stdlib_return")
-# No xdist group: the run is built once per session (`shared`, the other workers wait for it), and its tests
-# spread over the workers. CI runs these after installing the eval group; grouped on one worker they set
-# that pass's length (182.7 s against 153.6 s spread, benchmarks/RESULTS.md). The longest starts first.
+# Spread over the workers (not kept on one, as a module's tests are by default): the run is built once per
+# session (`shared`, the other workers wait for it). CI runs these after installing the eval group; on one
+# worker they set that pass's length (182.7 s against 153.6 s spread, benchmarks/RESULTS.md). The longest
+# starts first.
+pytestmark = pytest.mark.spread
 
 
 def small_run_config(small_corpus, steps: int, *overrides: str):

@@ -229,8 +229,55 @@ def test_xdist_groups_keep_their_tests_on_one_worker_and_waiting_tests_run_first
     assert back_again.stdout.split() == [str(min(-10, started_at))] * 2 + [str(started_at)] * 2, back_again
 
 
+KEPT = """
+import os, time, pytest
+
+def record(what):
+    with open(os.environ["WORKERS_LOG"], "a") as log:
+        log.write(f"{what} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+
+@pytest.fixture(scope="module")
+def made():
+    record("made")
+
+@pytest.mark.parametrize("i", range(6))
+def test_kept(made, i):
+    record("kept")
+"""
+
+SPREAD = """
+import os, time, pytest
+
+pytestmark = pytest.mark.spread
+
+@pytest.mark.parametrize("i", range(6))
+def test_spread(i):
+    time.sleep(0.3)
+    with open(os.environ["WORKERS_LOG"], "a") as log:
+        log.write(f"spread {os.environ['PYTEST_XDIST_WORKER']}\\n")
+"""
+
+
+def test_a_modules_tests_share_one_worker_unless_it_is_marked_spread(tmp_path):
+    """The root conftest keeps a module's tests on one xdist worker, so its module fixtures are made once
+    and JAX's in-memory programs serve all of them; a module marked `spread` is handed out test by test."""
+    import os
+
+    (tmp_path / "test_spread.py").write_text(SPREAD)
+    env = {**os.environ, "WORKERS_LOG": str(tmp_path / "workers.log")}
+    done = run_inner_suite(tmp_path, KEPT, env, "test_spread.py")
+    assert done.returncode == 0 and "12 passed" in done.stdout, done.stdout + done.stderr
+    lines = [line.split() for line in (tmp_path / "workers.log").read_text().splitlines()]
+    kinds = ("made", "kept", "spread")
+    workers = {kind: {worker for what, worker in lines if what == kind} for kind in kinds}
+    assert [what for what, _ in lines].count("made") == 1 and workers["made"] == workers["kept"], lines
+    assert len(workers["kept"]) == 1 and len(workers["spread"]) == 2, lines
+
+
 ENDING = """
 import atexit, os, pytest
+
+pytestmark = pytest.mark.spread  # over both workers: each has a session to end
 
 @pytest.fixture(scope="session")
 def session_resource():
@@ -264,6 +311,8 @@ def test_a_worker_ends_once_its_session_is_over_with_every_result_and_teardown_d
 
 CRASHING = """
 import os, time, pytest
+
+pytestmark = pytest.mark.spread  # each test on its own, as written: not the module's tests on one worker
 
 @pytest.mark.parametrize("i", range(6))
 def test_passes(i):
