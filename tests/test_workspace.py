@@ -230,7 +230,7 @@ def test_xdist_groups_keep_their_tests_on_one_worker_and_waiting_tests_run_first
 
 
 KEPT = """
-import os, time, pytest
+import os, pytest
 
 def record(what):
     with open(os.environ["WORKERS_LOG"], "a") as log:
