@@ -145,12 +145,21 @@ def test_root_project_depends_on_every_package():
     assert sorted(names) == sorted(dist for dist, _ in PACKAGES.values())
 
 
-GROUPED = """
-import os, pytest
+# The opening of the inner suites that log where their tests ran: `record(*words)` appends a line of words
+# to the file WORKERS_LOG names.
+RECORDING = """
+import os, time, pytest
 
-def record(what):
+def record(*words):
     with open(os.environ["WORKERS_LOG"], "a") as log:
-        log.write(f"{what} {os.getpriority(os.PRIO_PROCESS, 0)}\\n")
+        log.write(" ".join(map(str, words)) + "\\n")
+"""
+
+GROUPED = (
+    RECORDING
+    + """
+def priority():
+    return os.getpriority(os.PRIO_PROCESS, 0)
 
 @pytest.fixture(scope="module")
 def built():
@@ -160,12 +169,13 @@ def built():
 @pytest.mark.parametrize("i", range(4))
 def test_in_the_group(built, i):
     assert built == os.environ["PYTEST_XDIST_WORKER"]
-    record(built)
+    record(built, priority())
 
 @pytest.mark.parametrize("i", range(4))
 def test_alone(i):
-    record("alone")
+    record("alone", priority())
 """
+)
 
 
 RAISED_AND_BACK = """
@@ -229,33 +239,30 @@ def test_xdist_groups_keep_their_tests_on_one_worker_and_waiting_tests_run_first
     assert back_again.stdout.split() == [str(min(-10, started_at))] * 2 + [str(started_at)] * 2, back_again
 
 
-KEPT = """
-import os, pytest
-
-def record(what):
-    with open(os.environ["WORKERS_LOG"], "a") as log:
-        log.write(f"{what} {os.environ['PYTEST_XDIST_WORKER']}\\n")
-
+KEPT = (
+    RECORDING
+    + """
 @pytest.fixture(scope="module")
 def made():
-    record("made")
+    record("made", os.environ["PYTEST_XDIST_WORKER"])
 
 @pytest.mark.parametrize("i", range(6))
 def test_kept(made, i):
-    record("kept")
+    record("kept", os.environ["PYTEST_XDIST_WORKER"])
 """
+)
 
-SPREAD = """
-import os, time, pytest
-
+SPREAD = (
+    RECORDING
+    + """
 pytestmark = pytest.mark.spread
 
 @pytest.mark.parametrize("i", range(6))
 def test_spread(i):
     time.sleep(0.3)
-    with open(os.environ["WORKERS_LOG"], "a") as log:
-        log.write(f"spread {os.environ['PYTEST_XDIST_WORKER']}\\n")
+    record("spread", os.environ["PYTEST_XDIST_WORKER"])
 """
+)
 
 
 def test_a_modules_tests_share_one_worker_unless_it_is_marked_spread(tmp_path):
