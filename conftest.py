@@ -179,7 +179,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     suite in 622.7 s instead of 714.7 s; in a fresh clone (an empty cache, bytecode cached under .cache/),
     941 s with three workers against 1,314 s with two (both beside other work), the cores 96% busy with
     three. (Before bytecode was cached, CI's fresh run showed no gain: 1,051.5 s with three, 956.8 s and
-    1,065.4 s with two.) Figures: benchmarks/RESULTS.md."""
+    1,065.4 s with two.) A fourth has no core to use: with three, a fresh clone's run kept the machine
+    97.7% busy from start to end. Figures: benchmarks/RESULTS.md."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return cores + 1
 
