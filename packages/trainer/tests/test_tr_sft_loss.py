@@ -62,12 +62,18 @@ def packed(conversations: list[np.ndarray], width: int, *, reset=True, masked=Tr
     return ids[None], segments[None], positions[None]
 
 
-def token_logprobs(model: Llama, ids, segments, positions) -> np.ndarray:
-    named = lambda a: hax.named(jnp.asarray(a, jnp.int32), ("batch", "position"))  # noqa: E731
+@eqx.filter_jit  # one program per row width; eagerly, each operation of the forward pass compiled on its own
+def _token_logprobs(model: Llama, ids: jax.Array, segments: jax.Array, positions: jax.Array) -> jax.Array:
+    named = lambda a: hax.named(a, ("batch", "position"))  # noqa: E731
     logits = model.logits(named(ids[:, :-1]), named(segments[:, :-1]), named(positions[:, :-1]))
     logits = logits.rearrange(("batch", "position", "vocab")).array
-    chosen = jnp.take_along_axis(logits, jnp.asarray(ids[:, 1:])[..., None], axis=-1)[..., 0]
-    return np.asarray(chosen - jax.nn.logsumexp(logits, axis=-1))
+    chosen = jnp.take_along_axis(logits, ids[:, 1:, None], axis=-1)[..., 0]
+    return chosen - jax.nn.logsumexp(logits, axis=-1)
+
+
+def token_logprobs(model: Llama, ids, segments, positions) -> np.ndarray:
+    arrays = (jnp.asarray(a, jnp.int32) for a in (ids, segments, positions))
+    return np.asarray(_token_logprobs(model, *arrays))
 
 
 @pytest.fixture(scope="module")
