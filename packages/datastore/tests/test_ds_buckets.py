@@ -147,6 +147,22 @@ def test_a_missing_bucket_or_refused_keys_fail_before_any_tokenizing(
     assert tokenized == []
 
 
+def test_the_s3_server_finds_each_requests_service_without_listing_its_package_again(s3, monkeypatch):
+    """moto's server lists its own package's directory to find each request's service; the testing module
+    has it list once per process (a third of the server's CPU), with the same services."""
+    from moto import backends
+
+    directory = Directory(s3.bucket_url())
+    directory.write_bytes("a", b"1")  # the server's first requests make its S3 app, once
+    package, listdir, listings = os.path.dirname(backends.moto.__file__), os.listdir, []
+    monkeypatch.setattr(os, "listdir", lambda path=".": listings.append(path) or listdir(path))
+    directory.write_bytes("b", b"2")
+    assert directory.read_bytes("b") == b"2" and directory.exists("a")
+    assert package not in listings
+    services = {name for name in listdir(package) if os.path.isdir(os.path.join(package, name))}
+    assert "s3" in backends.list_of_moto_modules() and set(backends.list_of_moto_modules()) <= services
+
+
 def test_the_cli_says_a_bad_bucket_in_one_line(s3):
     command = [sys.executable, "-m", "meltemi.datastore", "info", "s3://absent-bucket/store"]
     result = subprocess.run(command, env=environ_with(s3), capture_output=True, text=True)
