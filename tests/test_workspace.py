@@ -546,3 +546,24 @@ def test_the_cycle_checker_sees_a_cycle_through_a_package_init_and_through_a_laz
         ["pkg.lazy.impl", "pkg.user"],
         ["pkg.reader", "pkg.sub", "pkg.sub.builder"],
     ]
+
+
+def test_pytest_rewrites_the_asserts_of_the_projects_modules_and_no_installed_librarys():
+    """The suite loads only the plugins it uses (pyproject.toml's addopts): autoloaded, every installed
+    distribution that offers one (zarr, Hypothesis, anyio, ...) would have all its modules' asserts rewritten
+    in each pytest process, over 200 modules, about 2 CPU-seconds a process where bytecode is not written."""
+    import sys
+
+    def by_pytest(module) -> bool:  # loaded by pytest's import hook, which rewrites asserts
+        loader = getattr(getattr(module, "__spec__", None), "loader", None)
+        return type(loader).__name__ == "AssertionRewritingHook"
+
+    def installed(name: str) -> bool:
+        return site in Path(getattr(sys.modules[name], "__file__", None) or "/").resolve().parents
+
+    site = Path(pytest.__file__).resolve().parents[1]
+    rewritten = sorted(name for name, module in list(sys.modules.items()) if by_pytest(module))
+    assert any(name.endswith("test_workspace") for name in rewritten), rewritten  # the tests' own: rewritten
+    libraries = [name for name in rewritten if installed(name)]
+    explicit = {"xdist.plugin", "_hypothesis_pytestplugin"}  # named by -p: pytest rewrites what it is given
+    assert set(libraries) <= explicit, libraries
