@@ -80,15 +80,16 @@ def _environment_holds_bytecode() -> bool:
     return os.path.exists(importlib.util.cache_from_source(spec.origin))
 
 
-if (
-    os.environ.get("PYTHONDONTWRITEBYTECODE")
-    and "PYTHONPYCACHEPREFIX" not in os.environ
-    and not _environment_holds_bytecode()
-):
-    _PYCACHE = str(Path(__file__).resolve().parent / ".cache" / "meltemi" / "pycache")
-    os.environ["PYTHONPYCACHEPREFIX"] = _PYCACHE
-    del os.environ["PYTHONDONTWRITEBYTECODE"]
-    sys.pycache_prefix, sys.dont_write_bytecode = _PYCACHE, False  # this process's later imports too
+if os.environ.get("PYTHONDONTWRITEBYTECODE") and "PYTHONPYCACHEPREFIX" not in os.environ:
+    if not _environment_holds_bytecode():
+        _PYCACHE = str(Path(__file__).resolve().parent / ".cache" / "meltemi" / "pycache")
+        os.environ["PYTHONPYCACHEPREFIX"] = _PYCACHE
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+        sys.pycache_prefix = _PYCACHE  # this process's later imports too
+    # Either way pytest keeps the test modules it rewrote (their asserts, in `__pycache__` beside them, as
+    # wherever bytecode is written): every pytest process rewrites every test module it collects, which
+    # took each of them 7.5 CPU-s of its 21 collecting the whole suite here.
+    sys.dont_write_bytecode = False
 
 # Tests talk only to loopback: the harness reads only cached task data, and never probes the Hugging Face
 # Hub (a test that wants the probe names an unreachable loopback HF_ENDPOINT and clears these itself).

@@ -567,3 +567,26 @@ def test_pytest_rewrites_the_asserts_of_the_projects_modules_and_no_installed_li
     libraries = [name for name in rewritten if installed(name)]
     explicit = {"xdist.plugin", "_hypothesis_pytestplugin"}  # named by -p: pytest rewrites what it is given
     assert set(libraries) <= explicit, libraries
+
+
+def test_pytest_keeps_the_test_modules_it_rewrote_where_the_environment_writes_no_bytecode(tmp_path):
+    """With PYTHONDONTWRITEBYTECODE set (as on this project's machines) pytest would rewrite every test
+    module's asserts again in each of its processes; the root conftest lets pytest's processes keep them
+    (beside the module, or under the suite's bytecode prefix where it sets one)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_inner.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_XDIST")}
+    env |= {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist.plugin", "-p",
+               "conftest", "-n", "0", "test_inner.py"]  # fmt: skip
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    beside = list((tmp_path / "__pycache__").glob("test_inner.*-pytest-*.pyc"))
+    prefixed = list(
+        (ROOT / ".cache" / "meltemi" / "pycache").glob(f"{str(tmp_path)[1:]}/test_inner.*-pytest-*.pyc")
+    )
+    assert len(beside + prefixed) == 1, (beside, prefixed)
