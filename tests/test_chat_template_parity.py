@@ -25,9 +25,16 @@ from meltemi.datastore.chat.recipe import ChatRecipe
 from meltemi.datastore.chat.template import BEGIN_OF_TEXT, END_OF_TURN, ChatTemplate, assistant_mask
 from meltemi.datastore.errors import ChatTemplateError
 
-transformers = pytest.importorskip(
-    "transformers", reason="the parity tests compare with transformers (the `interop` dependency group)"
-)
+
+def transformers_tokenizer(directory):
+    """transformers' tokenizer of a directory, the library imported at first use: every xdist worker
+    imports this module to collect it, and only the one that runs it needs transformers (1.7 CPU-s)."""
+    transformers = pytest.importorskip(
+        "transformers", reason="the parity tests compare with transformers (the `interop` dependency group)"
+    )
+    return transformers.AutoTokenizer.from_pretrained(directory)
+
+
 pytestmark = pytest.mark.xdist_group("chat-parity")  # one worker trains the tokenizer and loads it once
 
 LLAMA3 = ChatTemplate.llama3()
@@ -111,7 +118,7 @@ def llama3_dir(tmp_path_factory, tokenizer_file):
 
 @pytest.fixture(scope="module")
 def hf(llama3_dir):
-    return transformers.AutoTokenizer.from_pretrained(llama3_dir)
+    return transformers_tokenizer(llama3_dir)
 
 
 def _same(hf_tokenizer, template, tokenizer, messages, add_generation_prompt=False, chat_template=None):
@@ -209,7 +216,7 @@ def test_a_template_from_a_tokenizer_config_whose_message_key_order_matters(tmp_
     ]
     ours = ChatTemplate.from_tokenizer_config(directory)
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-    rendered, _, _ = _same(transformers.AutoTokenizer.from_pretrained(directory), ours, tokenizer, messages)
+    rendered, _, _ = _same(transformers_tokenizer(directory), ours, tokenizer, messages)
     assert '{"content": "Qu\'est-ce que ça fait ? 🤔", "role": "user"}' in rendered.text
 
 
@@ -243,7 +250,7 @@ def test_a_post_processor_that_adds_a_bos_gives_no_second_one(tmp_path, tokenize
     directory = _directory(tmp_path / "bos", tokenizer_file, tokenizer=tokenizer, template_file=True)
     ours = ChatTemplate.from_tokenizer_config(directory)
     assert ours.source == str(directory / "chat_template.jinja") and ours.text == LLAMA3.text
-    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    hf_tokenizer = transformers_tokenizer(directory)
     for messages in CONVERSATIONS.values():
         _, ids, _ = _same(hf_tokenizer, ours, tokenizer, messages)
         assert ids[0] == bos and ids[1] != bos
@@ -262,7 +269,7 @@ def test_a_legacy_special_tokens_map_gives_the_tokens_as_in_transformers(tmp_pat
     ours = ChatTemplate.from_tokenizer_config(directory)
     tokenizer = Tokenizer.from_file(tokenizer_file)
     rendered, _, _ = _same(
-        transformers.AutoTokenizer.from_pretrained(directory),
+        transformers_tokenizer(directory),
         ours,
         tokenizer,
         [{"role": "user", "content": "x"}],
@@ -440,7 +447,7 @@ def library(tmp_path_factory, tokenizer_file):
             config |= {} if bos is None else {"bos_token": bos}
             (directory / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False))
             shutil.copy(path, directory / "chat_template.jinja")
-            loaded[path] = (directory, transformers.AutoTokenizer.from_pretrained(directory))
+            loaded[path] = (directory, transformers_tokenizer(directory))
         return loaded[path]
 
     load.tokenizer = tokenizer
