@@ -86,9 +86,10 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE") and "PYTHONPYCACHEPREFIX" not in os
         os.environ["PYTHONPYCACHEPREFIX"] = _PYCACHE
         del os.environ["PYTHONDONTWRITEBYTECODE"]
         sys.pycache_prefix = _PYCACHE  # this process's later imports too
-    # Either way pytest keeps the test modules it rewrote (their asserts, in `__pycache__` beside them, as
-    # wherever bytecode is written): every pytest process rewrites every test module it collects, which
-    # took each of them 7.5 CPU-s of its 21 collecting the whole suite here.
+    # Either way pytest's own processes write, so pytest keeps the test modules whose asserts it rewrote
+    # (under the prefix above, else in `__pycache__` beside them); the processes the tests start follow the
+    # environment. Unkept, every pytest process rewrote every test module it collected: 7.5 CPU-s of the
+    # 21 each took to collect the whole suite here.
     sys.dont_write_bytecode = False
 
 # Tests talk only to loopback: the harness reads only cached task data, and never probes the Hugging Face
