@@ -195,10 +195,12 @@ release.set()
 """
 
 
-def run_inner_suite(tmp_path: Path, source: str, env: dict[str, str], *options: str, timeout: float = 300):
-    """``source`` as ``test_inner.py``, run by pytest on two xdist workers with only the plugins under test:
-    xdist and the root conftest (the installed plugins' imports and assertion rewriting would cost each of
-    the three processes about a CPU-second)."""
+def run_inner_suite(
+    tmp_path: Path, source: str, env: dict[str, str], *options: str, workers: int = 2, timeout: float = 300
+):
+    """``source`` as ``test_inner.py``, run by pytest on ``workers`` xdist workers (0: in pytest's own
+    process) with only the plugins under test: xdist and the root conftest (the installed plugins' imports
+    and assertion rewriting would cost each of the processes about a CPU-second)."""
     import subprocess
     import sys
 
@@ -207,8 +209,9 @@ def run_inner_suite(tmp_path: Path, source: str, env: dict[str, str], *options: 
     # PYTEST_XDIST_* variables and its controller would take itself for a worker.
     env = {name: value for name, value in env.items() if not name.startswith("PYTEST_XDIST")}
     env |= {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
+    spread = ["-n", str(workers), "--dist", "loadgroup"] if workers else ["-n", "0"]
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist.plugin",
-               "-p", "conftest", "-n", "2", "--dist", "loadgroup", *options, "test_inner.py"]  # fmt: skip
+               "-p", "conftest", *spread, *options, "test_inner.py"]  # fmt: skip
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -574,16 +577,10 @@ def test_pytest_keeps_the_test_modules_it_rewrote_where_the_environment_writes_n
     module's asserts again in each of its processes; the root conftest lets pytest's processes keep them
     (beside the module, or under the suite's bytecode prefix where it sets one)."""
     import os
-    import subprocess
-    import sys
 
-    (tmp_path / "test_inner.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
-    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_XDIST")}
-    env |= {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
-    env.pop("PYTHONPYCACHEPREFIX", None)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist.plugin", "-p",
-               "conftest", "-n", "0", "test_inner.py"]  # fmt: skip
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPYCACHEPREFIX"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    done = run_inner_suite(tmp_path, "def test_one():\n    assert 1 + 1 == 2\n", env, workers=0)
     assert done.returncode == 0, done.stdout + done.stderr
     beside = list((tmp_path / "__pycache__").glob("test_inner.*-pytest-*.pyc"))
     prefixed = list(
