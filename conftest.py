@@ -477,7 +477,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The README's `uv run pytest` runs with the default groups; a test needing another (eval's lm-eval, torch's
 # PyTorch) skips, saying which. CI runs that command first, exactly as a newcomer would, with this set; it
-# then installs the optional groups and runs only the tests listed here (.ci/run), so none runs twice.
+# then installs the optional groups and runs only the tests listed here (.ci/run), so none runs twice. A
+# skip is listed by its reason: pytest's own for `importorskip` ("could not import ..."), or a test's own
+# words, which must then say the module "is not installed" (a reason without them is never rerun).
 _OPTIONAL_SKIP_WORDS = ("not installed", "could not import")
 
 

@@ -29,9 +29,8 @@ from meltemi.datastore.errors import ChatTemplateError
 def transformers_tokenizer(directory):
     """transformers' tokenizer of a directory, the library imported at first use: every xdist worker
     imports this module to collect it, and only the one that runs it needs transformers (1.7 CPU-s)."""
-    transformers = pytest.importorskip(
-        "transformers", reason="the parity tests compare with transformers (the `interop` dependency group)"
-    )
+    needed = "transformers is not installed: the parity tests compare with it (the `interop` group)"
+    transformers = pytest.importorskip("transformers", reason=needed)
     return transformers.AutoTokenizer.from_pretrained(directory)
 
 

@@ -355,6 +355,44 @@ def test_a_run_that_loses_a_worker_reports_the_crash_and_ends(tmp_path):
     assert "FAILED test_inner.py::test_crashes" in done.stdout and "1 failed" in done.stdout, report
 
 
+OPTIONAL = """
+import pytest
+
+def test_skipped_by_pytest_for_a_missing_module():
+    pytest.importorskip("meltemi_no_such_module")
+
+def test_skipped_in_its_own_words():
+    pytest.importorskip("meltemi_no_such_module", reason="meltemi_no_such_module is not installed: [x] extra")
+
+@pytest.mark.xdist_group("grouped")
+def test_skipped_in_a_group():
+    pytest.importorskip("meltemi_no_such_module")
+
+def test_skipped_for_another_reason():
+    pytest.skip("needs a GPU; none is attached")
+
+def test_that_runs():
+    pass
+"""
+
+
+def test_the_controller_lists_the_tests_skipped_for_a_missing_module_and_no_other(tmp_path):
+    """CI runs the README's command first and then, with the optional groups installed, only the tests that
+    skipped for a missing module (`MELTEMI_OPTIONAL_SKIPS`, written by the controller alone, by test id
+    without xdist's group). A skip for any other reason is not listed; a test's own skip reason is listed
+    when it says the module is not installed."""
+    import os
+
+    listed = tmp_path / "optional-skips"
+    done = run_inner_suite(tmp_path, OPTIONAL, {**os.environ, "MELTEMI_OPTIONAL_SKIPS": str(listed)})
+    assert done.returncode == 0 and "1 passed, 4 skipped" in done.stdout, done.stdout + done.stderr
+    assert sorted(listed.read_text().splitlines()) == [
+        "test_inner.py::test_skipped_by_pytest_for_a_missing_module",
+        "test_inner.py::test_skipped_in_a_group",
+        "test_inner.py::test_skipped_in_its_own_words",
+    ]
+
+
 ACCELERATORS = """
 import os, pytest
 

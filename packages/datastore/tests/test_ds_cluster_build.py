@@ -57,6 +57,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+NEEDS_RAY = "ray is not installed: building on a cluster needs the datastore's [ray] extra"
+
+
 def wait_until(condition: Callable[[], Any], what: str, timeout: float = 120.0, every: float = 0.01) -> Any:
     deadline = time.monotonic() + timeout
     while not (found := condition()):
@@ -69,7 +72,7 @@ def wait_until(condition: Callable[[], Any], what: str, timeout: float = 120.0, 
 @pytest.fixture(scope="module")
 def cluster(s3_server, gcs_server) -> Iterator[LocalRayCluster]:
     """A head without CPUs and two worker nodes of one CPU, their workers reaching both emulators."""
-    pytest.importorskip("ray", reason="building on a cluster needs the datastore's [ray] extra")
+    pytest.importorskip("ray", reason=NEEDS_RAY)
     environ = s3_server.environ | gcs_server.environ | {"GOOGLE_APPLICATION_CREDENTIALS": None}
     with LocalRayCluster(workers=WORKER_NODES, environ=environ, system_config=FAST_NODE_DEATH) as running:
         yield running
@@ -374,7 +377,7 @@ def test_an_address_with_no_cluster_is_one_line_in_seconds_and_writes_nothing(
     """`--ray 127.0.0.1:PORT` where nothing listens, or `--ray auto` where the address Ray would find
     (`RAY_ADDRESS`, or the one the last `ray start` recorded) is such: the build stops in seconds (not after
     Ray's minutes of retries) with one line naming the address, leaving no directory, object or lease."""
-    pytest.importorskip("ray", reason="building on a cluster needs the datastore's [ray] extra")
+    pytest.importorskip("ray", reason=NEEDS_RAY)
     address = f"127.0.0.1:{free_port()}"
     environ, out = dict(os.environ) | RAY_DRIVER_ENVIRON, str(tmp_path / "made" / "store")
     given, named = address, address

@@ -40,7 +40,9 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 
 def test_a_name_is_its_main_snapshot_as_huggingface_hub_resolves_it(cache, tmp_path, monkeypatch):
-    huggingface_hub = pytest.importorskip("huggingface_hub", reason="compared with huggingface_hub's lookup")
+    huggingface_hub = pytest.importorskip(
+        "huggingface_hub", reason="huggingface_hub is not installed: the test compares with its lookup"
+    )
     (tmp_path / "files").mkdir()
     (tmp_path / "files" / "config.json").write_text("{}")
     snapshot = put_in_hub_cache(cache, "org/tiny", "model", tmp_path / "files")

@@ -32,7 +32,7 @@ def test_a_tracker_off_needs_no_extra(monkeypatch, module, extra, flags):
 
 @pytest.mark.parametrize(("module", "extra", "flags"), TRACKERS, ids=[extra for _, extra, _ in TRACKERS])
 def test_a_tracker_with_its_extra_installed_is_accepted(module, extra, flags):
-    pytest.importorskip(module, reason=f"the trainer's [{extra}] extra")
+    pytest.importorskip(module, reason=f"{module} is not installed: the trainer's [{extra}] extra")
     load_config(None, flags)
 
 

@@ -12,7 +12,7 @@ from meltemi.trainer.trainer import Trainer
 
 
 def test_a_run_logs_to_every_configured_tracker(make_config, run_dir, monkeypatch):
-    pytest.importorskip("wandb", reason="Weights & Biases is the trainer's [wandb] extra")
+    pytest.importorskip("wandb", reason="wandb is not installed: the trainer's [wandb] extra")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     config = make_config("--trainer.num_train_steps", "4", "--trainer.trackers.tensorboard", "true",
