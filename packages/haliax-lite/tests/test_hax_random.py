@@ -89,7 +89,7 @@ def test_parametrised_distributions_broadcast_named_parameters_by_name(name):
     drawn = getattr(hax.random, name)(KEY, (A, B), **params)
     assert drawn.axes == (A, B)
     # The row placed by hand, as JAX places it (along the trailing dimension, or with an axis added): the
-    # same draws as JAX's own broadcasting, and the program haliax's call compiled
+    # same draws as JAX's own broadcasting, and the program haliax's call compiled.
     np.testing.assert_array_equal(drawn.array, positional(KEY, jnp.broadcast_to(ROW, (3, 4)), (3, 4)))
     transposed = getattr(hax.random, name)(KEY, (B, A), **params)
     assert transposed.axes == (B, A)
